@@ -1,0 +1,193 @@
+"""The shared Mechanism base: validation, input normalisation, dtype, batching and randomness.
+
+A concrete mechanism implements only :meth:`Mechanism._perturb`, which receives a float64
+block of (already normalised) inputs and a :class:`NoiseSource`, and returns the noisy block.
+Everything else -- checking the batch, normalising or clipping inputs, processing in bounded
+blocks, renormalising, restoring the dtype, never mutating the input -- lives here, once.
+
+Noise is drawn only through the :class:`NoiseSource` interface. The default source wraps a
+:class:`numpy.random.Generator` (see :mod:`privembed.rng`); keyed sources give every record its
+own deterministic stream, so a mechanism does not know (or need to know) which one it gets.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._validation import check_choice, check_embeddings
+from ..accounting import Guarantee
+from ..rng import as_generator
+
+__all__ = ["GeneratorSource", "Mechanism", "NoiseSource", "unit_rows"]
+
+INPUT_NORMS = ("normalize", "clip", "none")
+
+
+def unit_rows(X: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Rows scaled to unit l2 norm (float64; rows must be non-zero)."""
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+class NoiseSource(abc.ABC):
+    """Row-aligned random draws for a block of ``n`` records.
+
+    Row ``i`` of every draw belongs to record ``i``. Sources are used for exactly one block, in a
+    fixed call sequence determined by the mechanism's configuration.
+    """
+
+    @abc.abstractmethod
+    def normal(self, n: int, k: int) -> NDArray[np.float64]:
+        """Standard normal draws, shape (n, k)."""
+
+    @abc.abstractmethod
+    def uniform(self, n: int, k: int) -> NDArray[np.float64]:
+        """Uniform [0, 1) draws, shape (n, k)."""
+
+    @abc.abstractmethod
+    def gamma(self, shape: float, n: int) -> NDArray[np.float64]:
+        """Gamma(shape, scale=1) draws, shape (n,)."""
+
+
+class GeneratorSource(NoiseSource):
+    """A :class:`NoiseSource` backed by one :class:`numpy.random.Generator` (bulk draws)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+
+    def normal(self, n: int, k: int) -> NDArray[np.float64]:
+        return self.rng.standard_normal((n, k))
+
+    def uniform(self, n: int, k: int) -> NDArray[np.float64]:
+        return self.rng.random((n, k))
+
+    def gamma(self, shape: float, n: int) -> NDArray[np.float64]:
+        return self.rng.standard_gamma(shape, size=n)
+
+
+class Mechanism(abc.ABC):
+    """Base class of every vector mechanism.
+
+    Subclasses set ``name``, validate parameters in a keyword-only ``__init__``, and implement
+    :meth:`_perturb`, :attr:`guarantee` and :meth:`_params`.
+
+    Attributes
+    ----------
+    input_norm : {"normalize", "clip", "none"}
+        What happens to inputs before noise: scaled to unit length, clipped into the unit ball,
+        or used as they are. Sensitivity-based guarantees assume one of the first two.
+    renormalize : bool
+        Scale outputs back to unit length (post-processing, so the guarantee is unchanged).
+    """
+
+    name: ClassVar[str] = "mechanism"
+    #: input normalisations a mechanism accepts (its guarantee depends on them)
+    allowed_input_norms: ClassVar[tuple[str, ...]] = INPUT_NORMS
+    #: rows processed per block (bounds float64 temporaries; part of the sampling order)
+    block_rows: ClassVar[int] = 4096
+
+    input_norm: str
+    renormalize: bool
+
+    def _init_common(self, input_norm: str, renormalize: bool) -> None:
+        self.input_norm = check_choice("input_norm", input_norm, self.allowed_input_norms)
+        if not isinstance(renormalize, bool):
+            raise TypeError(f"renormalize must be a bool, got renormalize={renormalize!r}.")
+        self.renormalize = renormalize
+
+    # ---- what subclasses provide -----------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def guarantee(self) -> Guarantee:
+        """The privacy guarantee of one release, computed from the actual parameters."""
+
+    @abc.abstractmethod
+    def _params(self) -> dict[str, Any]:
+        """JSON-serialisable parameters that determine the output law."""
+
+    @abc.abstractmethod
+    def _perturb(self, X: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
+        """Noisy version of a float64 block ``X`` (already normalised per ``input_norm``)."""
+
+    def output_dim(self, d: int) -> int:
+        """Dimension of the released vectors for input dimension ``d``."""
+        return d
+
+    def _check_dim(self, d: int) -> None:  # noqa: B027 - optional hook
+        """Raise DataError if the mechanism cannot take inputs of dimension ``d``."""
+
+    # ---- shared behaviour ------------------------------------------------------------------
+    @property
+    def config(self) -> dict[str, Any]:
+        """Mechanism name and every parameter that determines the output law (JSON-safe)."""
+        return {
+            "mechanism": self.name,
+            **self._params(),
+            "input_norm": self.input_norm,
+            "renormalize": self.renormalize,
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        """SHA-256 of the canonical configuration: same fingerprint <=> same output law."""
+        blob = json.dumps(self.config, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self._params().items())
+        return f"{type(self).__name__}({params})"
+
+    def _prepare(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
+        if self.input_norm == "normalize":
+            return unit_rows(X)
+        if self.input_norm == "clip":
+            norms = np.linalg.norm(X, axis=1, keepdims=True)
+            return X / np.maximum(norms, 1.0)
+        return X
+
+    def privatize_block(self, X: NDArray[Any], source: NoiseSource) -> NDArray[np.float64]:
+        """Perturb one validated 2-D block with an explicit :class:`NoiseSource` (float64 out).
+
+        Used by keyed releases and by engines that manage their own sources.
+        """
+        Y = self._perturb(self._prepare(np.asarray(X, dtype=np.float64)), source)
+        if self.renormalize:
+            norms = np.linalg.norm(Y, axis=1, keepdims=True)
+            Y = Y / np.where(norms > 0, norms, 1.0)
+        return Y
+
+    def privatize(self, X: Any, *, rng: Any = None) -> NDArray[Any]:
+        """Release protected embeddings.
+
+        Parameters
+        ----------
+        X : array_like, shape (n, d) or (d,)
+            Embeddings (float32 or float64). Never modified.
+        rng : int, numpy.random.Generator or None
+            Randomness (see :mod:`privembed.rng`); ``None`` draws fresh OS entropy.
+
+        Returns
+        -------
+        Y : ndarray, shape (n, output_dim(d)) or (output_dim(d),)
+            Protected embeddings, same dtype as ``X`` (float64 for non-float input).
+
+        Raises
+        ------
+        privembed.DataError
+            NaN/inf or all-zero rows, wrong number of dimensions.
+        """
+        arr, single = check_embeddings(X, allow_zero=self.input_norm == "none")
+        self._check_dim(arr.shape[1])
+        source = GeneratorSource(as_generator(rng))
+        out = np.empty((arr.shape[0], self.output_dim(arr.shape[1])), dtype=arr.dtype)
+        for start in range(0, arr.shape[0], self.block_rows):
+            stop = min(start + self.block_rows, arr.shape[0])
+            out[start:stop] = self.privatize_block(arr[start:stop], source)
+        return out[0] if single else out
+
+    __call__ = privatize
