@@ -1,0 +1,109 @@
+"""Shared CLI helpers: one-line errors with a non-zero exit, progress bars, parsing lists.
+
+User errors (bad files, bad parameters, bad data) print ``error: <message>`` on one line to
+stderr and exit with status 2 (1 for unexpected internal errors); no traceback is shown unless
+``PRIVEMBED_DEBUG=1`` is set.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from .._validation import DataError
+
+__all__ = ["USER_ERRORS", "console", "err_console", "fail", "parse_floats", "print_json", "progress", "user_errors"]
+
+console = Console()
+err_console = Console(stderr=True)
+
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    DataError,
+    ValueError,
+    TypeError,
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    PermissionError,
+    ImportError,
+    OSError,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: int = 2) -> None:
+    """Print a one-line error and exit with ``code``."""
+    msg = " ".join(str(message).split())
+    err_console.print(f"error: {msg}", style="bold red", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def user_errors(func: F) -> F:
+    """Decorator: turn user errors into one-line messages and a non-zero exit."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except USER_ERRORS as exc:
+            if os.environ.get("PRIVEMBED_DEBUG") == "1":
+                raise
+            fail(str(exc) or type(exc).__name__)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_floats(name: str, text: str) -> list[float]:
+    """Parse ``"1,5,10"`` into floats, naming the option on error."""
+    try:
+        vals = [float(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"{name} must be a comma-separated list of numbers, got {name}={text!r}.") from None
+    if not vals:
+        raise ValueError(f"{name} must not be empty, got {name}={text!r}.")
+    return vals
+
+
+def progress(
+    iterable: Iterable[Any],
+    *,
+    total: int | None,
+    description: str,
+    size: Callable[[Any], int] | None = None,
+) -> Iterator[Any]:
+    """A progress bar on a terminal (stderr), silent otherwise.
+
+    ``size(item)`` gives how much each item advances the bar (default 1), e.g. rows per batch.
+    """
+    if not sys.stderr.isatty():
+        yield from iterable
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        for item in iterable:
+            yield item
+            bar.advance(task, size(item) if size else 1)
+
+
+def print_json(obj: Any) -> None:
+    """Print JSON to stdout (plain, machine-readable)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
