@@ -113,6 +113,7 @@ def check_embeddings(
     name: str = "X",
     dim: int | None = None,
     allow_zero: bool = False,
+    row_offset: int = 0,
 ) -> tuple[NDArray[np.floating[Any]], bool]:
     """Validate an embedding batch.
 
@@ -124,6 +125,8 @@ def check_embeddings(
         Required dimension ``d``.
     allow_zero : bool
         Whether all-zero rows are acceptable (they are not for mechanisms that normalise).
+    row_offset : int
+        Added to row numbers in messages (for batches of a larger file).
 
     Returns
     -------
@@ -158,14 +161,14 @@ def check_embeddings(
     if not finite.all():
         bad = np.flatnonzero(~finite)
         raise DataError(
-            f"{name} has {bad.size} row(s) with NaN or inf values (first: row {int(bad[0])})."
+            f"{name} has {bad.size} row(s) with NaN or inf values (first: row {int(bad[0]) + row_offset})."
         )
     if not allow_zero:
         zero = ~np.any(arr != 0, axis=1)
         if zero.any():
             bad = np.flatnonzero(zero)
             raise DataError(
-                f"{name} has {bad.size} all-zero row(s) (first: row {int(bad[0])}); "
+                f"{name} has {bad.size} all-zero row(s) (first: row {int(bad[0]) + row_offset}); "
                 "a zero vector has no direction to protect."
             )
     return arr, single

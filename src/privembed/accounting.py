@@ -59,6 +59,10 @@ class Guarantee:
     def describe(self) -> str:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    def short(self) -> str:  # pragma: no cover - overridden
+        """A compact one-line form for tables."""
+        raise NotImplementedError
+
     @property
     def is_formal(self) -> bool:
         """Whether this record carries a formal privacy guarantee."""
@@ -85,6 +89,9 @@ class ApproxDP(Guarantee):
         s = f"({_g(self.epsilon)}, {_g(self.delta)})-LDP for {self.neighbouring}"
         return s + (f"; {self.note}" if self.note else "")
 
+    def short(self) -> str:
+        return f"({self.epsilon:.3g}, {self.delta:.2g})-LDP"
+
 
 @dataclass(frozen=True)
 class PureDP(Guarantee):
@@ -98,6 +105,9 @@ class PureDP(Guarantee):
     def describe(self) -> str:
         s = f"{_g(self.epsilon)}-LDP (pure) for {self.neighbouring}"
         return s + (f"; {self.note}" if self.note else "")
+
+    def short(self) -> str:
+        return f"{self.epsilon:.4g}-LDP"
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,11 @@ class MetricDP(Guarantee):
             s += " (implies " + "; ".join(g.describe() for g in self.implied) + ")"
         return s + (f"; {self.note}" if self.note else "")
 
+    def short(self) -> str:
+        s = f"{self.epsilon:.4g}-d_X({self.metric.split()[0]})"
+        pure = [g for g in self.implied if isinstance(g, PureDP)]
+        return s + (f" => {pure[0].short()}" if pure else "")
+
 
 @dataclass(frozen=True)
 class NoGuarantee(Guarantee):
@@ -130,6 +145,9 @@ class NoGuarantee(Guarantee):
 
     def describe(self) -> str:
         return "no formal guarantee" + (f": {self.reason}" if self.reason else "")
+
+    def short(self) -> str:
+        return "none"
 
     @property
     def is_formal(self) -> bool:

@@ -7,6 +7,7 @@ stderr and exit with status 2 (1 for unexpected internal errors); no traceback i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -19,7 +20,17 @@ from rich.console import Console
 
 from .._validation import DataError
 
-__all__ = ["USER_ERRORS", "console", "err_console", "fail", "parse_floats", "print_json", "progress", "user_errors"]
+__all__ = [
+    "USER_ERRORS",
+    "console",
+    "err_console",
+    "fail",
+    "parse_floats",
+    "print_json",
+    "progress",
+    "progress_callback",
+    "user_errors",
+]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -68,7 +79,9 @@ def parse_floats(name: str, text: str) -> list[float]:
     try:
         vals = [float(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise ValueError(f"{name} must be a comma-separated list of numbers, got {name}={text!r}.") from None
+        raise ValueError(
+            f"{name} must be a comma-separated list of numbers, got {name}={text!r}."
+        ) from None
     if not vals:
         raise ValueError(f"{name} must not be empty, got {name}={text!r}.")
     return vals
@@ -107,3 +120,25 @@ def progress(
 def print_json(obj: Any) -> None:
     """Print JSON to stdout (plain, machine-readable)."""
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def progress_callback(
+    description: str,
+) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
+    """Yield ``(set_total, advance)`` callbacks driving a progress bar on a terminal (stderr)."""
+    if not sys.stderr.isatty():
+        yield (lambda _n: None), (lambda _k: None)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=None)
+        yield (lambda n: bar.update(task, total=n)), (lambda k: bar.advance(task, k))

@@ -1,0 +1,397 @@
+"""The ``privembed`` command line: parse, call the API, print. No logic lives here."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from ._cli.common import console, err_console, fail, progress, user_errors
+
+app = typer.Typer(
+    name="privembed",
+    help="Protect text embeddings before they leave a trust boundary, and measure the cost.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register_subapps() -> None:
+    """Attach optional command groups (each lives in privembed._cli.<name>)."""
+    import importlib
+
+    for name, help_text in (
+        ("text", "Word-level text sanitisation (d_X privacy) and its analysis."),
+        ("concept", "Learn and inspect concept profiles (which dimensions carry a concept)."),
+        ("attack", "Run privacy attacks that audit protected embeddings."),
+        ("ledger", "Inspect the privacy ledger."),
+    ):
+        try:
+            mod = importlib.import_module(f"privembed._cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"privembed._cli.{name}":
+                continue
+            raise
+        app.add_typer(mod.app, name=name, help=help_text)
+
+
+def _is_text_file(path: Path) -> bool:
+    if path.suffix.lower() == ".txt":
+        return True
+    if path.suffix.lower() not in (".jsonl", ".ndjson") or not path.exists():
+        return False
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    return False
+                return isinstance(obj, dict) and "text" in obj and "embedding" not in obj
+    return False
+
+
+@app.command()
+@user_errors
+def embed(
+    input: Annotated[Path, typer.Argument(help="Texts: JSONL with {'id', 'text'} or a .txt file.")],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Output (.parquet/.npz/.npy/.jsonl).")
+    ],
+    model: Annotated[
+        str | None, typer.Option(help="Model name or folder (default: offline all-MiniLM-L6-v2).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Texts per model call.")] = 64,
+) -> None:
+    """Embed texts with a sentence-transformers model (offline by default)."""
+    from . import __version__
+    from .embedders import Embedder
+    from .io import detect_format, read_texts, write_embeddings
+
+    detect_format(output)
+    ids, texts = read_texts(input)
+    emb = Embedder(model, batch_size=batch_size)
+    chunks = []
+    step = 1024
+    for s in progress(
+        range(0, len(texts), step), total=math.ceil(len(texts) / step), description="embedding"
+    ):
+        chunks.append(emb.encode(texts[s : s + step]))
+    X = np.concatenate(chunks)
+    meta = {
+        **emb.metadata(),
+        "privembed_version": __version__,
+        "source": str(input.name),
+        "protected": False,
+    }
+    write_embeddings(output, X, ids=ids, metadata=meta, src=input)
+    err_console.print(f"wrote {X.shape[0]} x {X.shape[1]} embeddings to {output}")
+
+
+def _mechanism_params(**kw: Any) -> dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+@app.command()
+@user_errors
+def protect(
+    input: Annotated[
+        Path, typer.Argument(help="Embeddings (.parquet/.npy/.npz/.jsonl) or texts (JSONL/.txt).")
+    ],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Output file (written atomically).")
+    ],
+    mechanism: Annotated[
+        str,
+        typer.Option(
+            "--mechanism",
+            "-m",
+            help="gaussian|empirical|laplace|mahalanobis|purkayastha|projection",
+        ),
+    ],
+    epsilon: Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")] = None,
+    delta: Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")] = None,
+    sigma: Annotated[float | None, typer.Option(help="Noise scale (empirical).")] = None,
+    calibration: Annotated[str | None, typer.Option(help="analytic|classic (Gaussian).")] = None,
+    covariance: Annotated[
+        Path | None, typer.Option(help="Covariance .npy, (d,) or (d, d) (Mahalanobis).")
+    ] = None,
+    mask: Annotated[
+        Path | None, typer.Option(help="Concept mask .npy or profile .npz (Mahalanobis).")
+    ] = None,
+    mask_delta: Annotated[
+        float | None, typer.Option(help="delta added to the mask (Mahalanobis).")
+    ] = None,
+    smoothing: Annotated[
+        float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")
+    ] = None,
+    k: Annotated[int | None, typer.Option("--k", help="Projection dimension (projection).")] = None,
+    kind: Annotated[str | None, typer.Option(help="gaussian|sparse|srht (projection).")] = None,
+    projection_seed: Annotated[int | None, typer.Option(help="Public projection seed.")] = None,
+    neighbouring: Annotated[str | None, typer.Option(help="record|attribute (projection).")] = None,
+    input_norm: Annotated[str | None, typer.Option(help="normalize|clip|none.")] = None,
+    renormalize: Annotated[
+        bool | None, typer.Option("--renormalize/--no-renormalize", help="Unit-length outputs.")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed for reproducible experiments (omit in production).")
+    ] = None,
+    column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
+    id_column: Annotated[str | None, typer.Option(help="Id column (Parquet).")] = None,
+    model: Annotated[str | None, typer.Option(help="Embedding model for text input.")] = None,
+    batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 16384,
+    allow_reprotect: Annotated[
+        bool, typer.Option(help="Protect a file that is already protected.")
+    ] = False,
+) -> None:
+    """Protect embeddings with a privacy mechanism (texts are embedded first)."""
+    from . import __version__
+    from .io import detect_format, read_metadata, transform_file, write_embeddings
+    from .mechanisms import Mechanism, get_mechanism
+    from .mechanisms.base import GeneratorSource
+    from .mechanisms.mahalanobis import MahalanobisMechanism
+    from .rng import as_generator
+
+    detect_format(output)
+    if not input.exists():
+        raise FileNotFoundError(f"file not found: {input}")
+    params = _mechanism_params(
+        epsilon=epsilon,
+        delta=delta,
+        sigma=sigma,
+        calibration=calibration,
+        mask_delta=mask_delta,
+        smoothing=smoothing,
+        k=k,
+        kind=kind,
+        projection_seed=projection_seed,
+        neighbouring=neighbouring,
+        input_norm=input_norm,
+        renormalize=renormalize,
+    )
+    if covariance is not None:
+        if mechanism != "mahalanobis":
+            raise ValueError("--covariance is only for --mechanism mahalanobis.")
+        if not covariance.exists():
+            raise FileNotFoundError(f"file not found: {covariance}")
+        params["covariance"] = np.load(covariance, allow_pickle=False)
+    if mask is not None:
+        if mechanism != "mahalanobis":
+            raise ValueError("--mask is only for --mechanism mahalanobis.")
+        eps = params.pop("epsilon", None)
+        if eps is None:
+            raise ValueError("epsilon is required for --mechanism mahalanobis.")
+        mech: Mechanism = MahalanobisMechanism.from_profile(mask, epsilon=eps, **params)
+    else:
+        mech = get_mechanism(mechanism, **params)
+
+    rng = as_generator(seed)
+    protection = {
+        "protected": True,
+        "privembed_version": __version__,
+        "mechanism": mech.config,
+        "guarantee": mech.guarantee.to_dict(),
+        "guarantee_text": mech.guarantee.describe(),
+        "randomness": "seeded (reproducible, experiments only)"
+        if seed is not None
+        else "fresh OS entropy",
+    }
+
+    if _is_text_file(input):
+        from .embedders import Embedder
+        from .io import read_texts
+
+        ids, texts = read_texts(input)
+        emb = Embedder(model)
+        X = emb.encode(texts)
+        Y = mech.privatize(X, rng=rng)
+        write_embeddings(output, Y, ids=ids, metadata={**emb.metadata(), **protection}, src=input)
+        err_console.print(f"embedded and protected {len(texts)} texts -> {output}")
+        _print_guarantee(mech)
+        return
+
+    meta_in = read_metadata(input)
+    if meta_in.get("protected") and not allow_reprotect:
+        raise ValueError(
+            f"{input} is already protected ({meta_in.get('guarantee_text', 'unknown mechanism')}); "
+            "pass --allow-reprotect to protect it again (the guarantees compose)."
+        )
+    source = GeneratorSource(rng)
+
+    def fn(batch: Any) -> Any:
+        from ._validation import check_embeddings
+
+        X, _ = check_embeddings(
+            batch.X, name=input.name, row_offset=batch.start, allow_zero=mech.input_norm == "none"
+        )
+        mech._check_dim(X.shape[1])
+        return mech.privatize_block(X, source).astype(X.dtype, copy=False)
+
+    def meta(m: dict[str, Any]) -> dict[str, Any]:
+        out = {**m, **protection}
+        if m.get("protected"):
+            out["previous_protection"] = {k: m[k] for k in ("mechanism", "guarantee") if k in m}
+        return out
+
+    from ._cli.common import progress_callback
+
+    with progress_callback("protecting") as (set_total, advance):
+        summary = transform_file(
+            input,
+            output,
+            fn,
+            metadata=meta,
+            batch_rows=batch_rows,
+            column=column,
+            id_column=id_column,
+            on_start=set_total,
+            on_batch=advance,
+        )
+    err_console.print(
+        f"protected {summary['rows']} x {summary['dim_in']} -> "
+        f"{summary['dim_out']} embeddings -> {output}"
+    )
+    _print_guarantee(mech)
+
+
+def _print_guarantee(mech: Any) -> None:
+    err_console.print(f"mechanism: {mech!r}", highlight=False)
+    err_console.print(f"guarantee: {mech.guarantee.describe()}", highlight=False)
+
+
+@app.command()
+@user_errors
+def info(
+    file: Annotated[Path, typer.Argument(help="An embeddings file.")],
+    column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Rows, dimension, norms and privembed metadata of an embeddings file."""
+    from .io import iter_batches
+
+    _n, dim, meta, batches = iter_batches(file, column=column)
+    norms_min, norms_max, norms_sum, bad, zero, dtype, rows = math.inf, 0.0, 0.0, 0, 0, None, 0
+    for b in batches:
+        X = np.asarray(b.X, dtype=np.float64)
+        dtype = dtype or str(b.X.dtype)
+        finite = np.isfinite(X).all(axis=1)
+        bad += int((~finite).sum())
+        nr = np.linalg.norm(X[finite], axis=1)
+        zero += int((nr == 0).sum())
+        if nr.size:
+            norms_min, norms_max = min(norms_min, float(nr.min())), max(norms_max, float(nr.max()))
+            norms_sum += float(nr.sum())
+        rows += X.shape[0]
+        dim = X.shape[1]
+    good = rows - bad
+    report = {
+        "file": str(file),
+        "rows": rows,
+        "dim": dim,
+        "dtype": dtype,
+        "norm_min": norms_min if good else None,
+        "norm_mean": norms_sum / good if good else None,
+        "norm_max": norms_max if good else None,
+        "nonfinite_rows": bad,
+        "zero_rows": zero,
+        "metadata": meta,
+    }
+    if as_json:
+        from ._cli.common import print_json
+
+        print_json(report)
+        return
+    t = Table(title=str(file), show_header=False)
+    for key in (
+        "rows",
+        "dim",
+        "dtype",
+        "norm_min",
+        "norm_mean",
+        "norm_max",
+        "nonfinite_rows",
+        "zero_rows",
+    ):
+        v = report[key]
+        t.add_row(key, f"{v:.6g}" if isinstance(v, float) else str(v))
+    for key, v in meta.items():
+        if key == "guarantee":
+            continue
+        t.add_row(key, json.dumps(v) if isinstance(v, dict | list) else str(v))
+    console.print(t)
+
+
+@app.command()
+@user_errors
+def demo(
+    n: Annotated[int, typer.Option(help="Number of synthetic notes.")] = 300,
+    seed: Annotated[int, typer.Option(help="Seed of the corpus and the noise.")] = 0,
+    model: Annotated[str | None, typer.Option(help="Embedding model.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Also write the summary as JSON.")
+    ] = None,
+) -> None:
+    """The main job on a bundled sample: synthetic clinical notes, embedded, protected, measured."""
+    from .demo import run_demo
+
+    if n < 10:
+        fail(f"n must be >= 10, got n={n}.")
+    res = run_demo(
+        n=n,
+        seed=seed,
+        model=model,
+        on_step=lambda m: err_console.print(f"[dim]- {m}[/dim]", highlight=False),
+    )
+    console.print(
+        f"\n[bold]{res['n']} synthetic clinical notes[/bold], embedded with "
+        f"{res['model']} ({res['dim']}-d). Example note:\n  [italic]{res['example']}[/italic]\n"
+    )
+    t = Table(title="What protection costs (utility) and buys (linkage attack success)")
+    t.add_column("mechanism", overflow="fold")
+    t.add_column("guarantee (from the actual parameters)", overflow="fold")
+    t.add_column("mean cosine", justify="right")
+    t.add_column("top-1 retrieval (= re-identification)", justify="right")
+    for r in res["rows"]:
+        t.add_row(r.label, r.guarantee, f"{r.mean_cosine:.3f}", f"{r.top1:.3f}")
+    console.print(t)
+    console.print(
+        f"Mean cosine of a note to its most similar *other* note: "
+        f"{res['nearest_other_note_cosine']:.3f}. Top-1 retrieval is the share of protected "
+        "vectors whose own original is their nearest original: high utility for search, and "
+        "exactly the success rate of an attacker who holds the originals."
+    )
+    for w in res["warnings"]:
+        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    if output is not None:
+        from .io import atomic_output
+
+        with atomic_output(output) as tmp:
+            tmp.write_text(
+                json.dumps({**res, "rows": [r.to_dict() for r in res["rows"]]}, indent=2)
+            )
+
+
+@app.command()
+def version() -> None:
+    """Print the privembed version."""
+    from . import __version__
+
+    console.print(__version__)
+
+
+_register_subapps()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
