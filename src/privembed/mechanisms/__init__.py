@@ -11,6 +11,7 @@ from .base import GeneratorSource, Mechanism, NoiseSource
 from .gaussian import EmpiricalGaussianMechanism, GaussianMechanism
 from .laplace import LaplaceMechanism
 from .mahalanobis import MahalanobisMechanism
+from .projection import JLProjection, JLSketch, PrivateProjection
 from .purkayastha import PurkayasthaMechanism
 
 __all__ = [
@@ -18,10 +19,13 @@ __all__ = [
     "EmpiricalGaussianMechanism",
     "GaussianMechanism",
     "GeneratorSource",
+    "JLProjection",
+    "JLSketch",
     "LaplaceMechanism",
     "MahalanobisMechanism",
     "Mechanism",
     "NoiseSource",
+    "PrivateProjection",
     "PurkayasthaMechanism",
     "get_mechanism",
     "register_mechanism",
@@ -33,6 +37,7 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     "laplace": LaplaceMechanism,
     "mahalanobis": MahalanobisMechanism,
     "purkayastha": PurkayasthaMechanism,
+    "projection": PrivateProjection,
 }
 
 
@@ -53,7 +58,7 @@ def get_mechanism(name: str, **params: Any) -> Mechanism:
     >>> get_mechanism("laplas", epsilon=5)
     Traceback (most recent call last):
     ...
-    ValueError: mechanism must be one of 'empirical', 'gaussian', 'laplace', 'mahalanobis', 'purkayastha', got mechanism='laplas'.
+    ValueError: mechanism must be one of 'empirical', 'gaussian', 'laplace', 'mahalanobis', 'projection', 'purkayastha', got mechanism='laplas'.
     """
     if name not in MECHANISMS:
         opts = ", ".join(repr(k) for k in sorted(MECHANISMS))
