@@ -145,7 +145,7 @@ def protect(
     column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
     id_column: Annotated[str | None, typer.Option(help="Id column (Parquet).")] = None,
     model: Annotated[str | None, typer.Option(help="Embedding model for text input.")] = None,
-    batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 16384,
+    batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 4096,
     allow_reprotect: Annotated[
         bool, typer.Option(help="Protect a file that is already protected.")
     ] = False,

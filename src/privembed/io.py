@@ -54,6 +54,8 @@ FORMATS = {
     ".ndjson": "jsonl",
 }
 META_KEY = b"privembed"
+#: rows per Parquet row group we write (readers then stream in bounded memory)
+ROW_GROUP_ROWS = 16384
 
 
 def detect_format(path: str | Path) -> str:
@@ -109,6 +111,15 @@ def _require_exists(path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _default_mode(dst: Path) -> int:
+    """Mode for a new output: the existing file's, else 0o666 minus the umask (not mkstemp's 0o600)."""
+    if dst.exists():
+        return dst.stat().st_mode & 0o777
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 @contextlib.contextmanager
 def atomic_output(dst: str | Path, *, src: str | Path | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``dst``; rename it to ``dst`` on success, delete on error.
@@ -128,6 +139,7 @@ def atomic_output(dst: str | Path, *, src: str | Path | None = None) -> Iterator
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, _default_mode(dst))
         os.replace(tmp_path, dst)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -215,7 +227,8 @@ def _parquet_meta(schema: Any) -> dict[str, Any]:
 def _open_parquet(path: Path) -> Any:
     pq = require("pyarrow.parquet", "io", purpose="Parquet files")
     try:
-        return pq.ParquetFile(path)
+        # no pre-buffering and a small read buffer: streaming stays bounded by the batch size
+        return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
     except Exception as exc:  # pyarrow raises several types for corrupt files
         raise DataError(f"cannot read {path} as Parquet: {str(exc).splitlines()[0]}") from None
 
@@ -414,7 +427,7 @@ def write_embeddings(
             cols["embedding"] = _numpy_to_list(X)
             table = pa.table(cols)
             table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
-            pq.write_table(table, tmp)
+            pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS)
         else:
             _write_plain(tmp, fmt, X, None if ids is None else np.asarray(ids).tolist(), meta)
     return p
@@ -554,7 +567,10 @@ def transform_file(
                     if writer is None:
                         schema = tbl.schema.with_metadata({META_KEY: json.dumps(meta_out).encode()})
                         writer = pq.ParquetWriter(tmp, schema)
-                    writer.write_table(tbl.replace_schema_metadata(writer.schema.metadata))
+                    writer.write_table(
+                        tbl.replace_schema_metadata(writer.schema.metadata),
+                        row_group_size=ROW_GROUP_ROWS,
+                    )
                     rows += Y.shape[0]
                     if on_batch:
                         on_batch(Y.shape[0])
