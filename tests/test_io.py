@@ -132,7 +132,7 @@ def test_missing_file_and_unknown_suffix(tmp_path):
     with pytest.raises(FileNotFoundError, match="file not found"):
         read_embeddings(tmp_path / "none.parquet")
     (tmp_path / "x.csv").write_text("1,2")
-    with pytest.raises(ValueError, match="unsupported file format '.csv'"):
+    with pytest.raises(ValueError, match=r"unsupported file format '\.csv'"):
         read_embeddings(tmp_path / "x.csv")
 
 
