@@ -90,9 +90,7 @@ def run_demo(
                 f"{mech.epsilon:g} is {mech.achieved_delta:.3g}, not {mech.delta:g} ([K26] "
                 "reports it as the requested guarantee)."
             )
-        rows.append(
-            DemoRow(label, mech.guarantee.short(), mean_cosine(X, Y), self_retrieval(Y, X))
-        )
+        rows.append(DemoRow(label, mech.guarantee.short(), mean_cosine(X, Y), self_retrieval(Y, X)))
     # what an attacker gets without protection: a nearest-neighbour baseline between notes
     S = X @ X.T
     np.fill_diagonal(S, -np.inf)
