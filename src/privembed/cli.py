@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -149,6 +151,18 @@ def protect(
     allow_reprotect: Annotated[
         bool, typer.Option(help="Protect a file that is already protected.")
     ] = False,
+    key_file: Annotated[
+        Path | None, typer.Option(help="Secret key (privembed keygen): keyed, repeat-safe noise.")
+    ] = None,
+    ledger: Annotated[
+        Path | None, typer.Option(help="Privacy ledger (SQLite) that records and checks releases.")
+    ] = None,
+    budget_epsilon: Annotated[
+        float | None, typer.Option(help="Per-record epsilon budget (stored in the ledger).")
+    ] = None,
+    budget_delta: Annotated[
+        float | None, typer.Option(help="Per-record delta budget (stored in the ledger).")
+    ] = None,
 ) -> None:
     """Protect embeddings with a privacy mechanism (texts are embedded first)."""
     from . import __version__
@@ -191,17 +205,33 @@ def protect(
     else:
         mech = get_mechanism(mechanism, **params)
 
-    rng = as_generator(seed)
-    protection = {
+    if key_file is not None and seed is not None:
+        raise ValueError("give --seed or --key-file, not both (keyed noise is deterministic).")
+    if (budget_epsilon is not None or budget_delta is not None) and ledger is None:
+        raise ValueError("--budget-epsilon/--budget-delta need --ledger.")
+    key = kid = None
+    if key_file is not None:
+        from .keyed import key_id, load_key
+
+        key = load_key(key_file)
+        kid = key_id(key)
+    rng = as_generator(seed) if key is None else None
+    protection: dict[str, Any] = {
         "protected": True,
         "privembed_version": __version__,
         "mechanism": mech.config,
         "guarantee": mech.guarantee.to_dict(),
         "guarantee_text": mech.guarantee.describe(),
-        "randomness": "seeded (reproducible, experiments only)"
-        if seed is not None
-        else "fresh OS entropy",
+        "randomness": (
+            f"keyed (key id {kid})"
+            if kid
+            else "seeded (reproducible, experiments only)"
+            if seed is not None
+            else "fresh OS entropy"
+        ),
     }
+    if kid:
+        protection["key_id"] = kid
 
     if _is_text_file(input):
         from .embedders import Embedder
@@ -210,8 +240,15 @@ def protect(
         ids, texts = read_texts(input)
         emb = Embedder(model)
         X = emb.encode(texts)
-        Y = mech.privatize(X, rng=rng)
-        write_embeddings(output, Y, ids=ids, metadata={**emb.metadata(), **protection}, src=input)
+        with _ledger_release(ledger, budget_epsilon, budget_delta, ids, mech, kid) as rel:
+            if key is not None:
+                Y = mech.privatize(X, ids=ids, key=key)
+            else:
+                Y = mech.privatize(X, rng=rng)
+            rel.add_outputs(ids, Y)
+            write_embeddings(
+                output, Y, ids=ids, metadata={**emb.metadata(), **protection}, src=input
+            )
         err_console.print(f"embedded and protected {len(texts)} texts -> {output}")
         _print_guarantee(mech)
         return
@@ -222,16 +259,37 @@ def protect(
             f"{input} is already protected ({meta_in.get('guarantee_text', 'unknown mechanism')}); "
             "pass --allow-reprotect to protect it again (the guarantees compose)."
         )
-    source = GeneratorSource(rng)
+    source = GeneratorSource(rng) if rng is not None else None
+    all_ids = None
+    if key is not None or ledger is not None:
+        from .io import read_ids
+
+        all_ids = read_ids(input, id_column=id_column)
+        if all_ids is None:
+            raise ValueError(
+                f"{input} has no record ids; keyed noise and the ledger need an id column "
+                "(--id-column) in a Parquet, .npz or .jsonl file."
+            )
 
     def fn(batch: Any) -> Any:
         from ._validation import check_embeddings
+        from .keyed import KeyedSource, record_tags
 
         X, _ = check_embeddings(
             batch.X, name=input.name, row_offset=batch.start, allow_zero=mech.input_norm == "none"
         )
         mech._check_dim(X.shape[1])
-        return mech.privatize_block(X, source).astype(X.dtype, copy=False)
+        if key is not None:
+            ids = batch.ids.tolist()
+            if len(set(ids)) != len(ids):
+                raise ValueError(f"{input.name}: record ids must be unique for keyed noise.")
+            src: Any = KeyedSource(record_tags(key, mech.fingerprint, ids))
+        else:
+            src = source
+        Y = mech.privatize_block(X, src).astype(X.dtype, copy=False)
+        if rel is not None:
+            rel.add_outputs(batch.ids.tolist(), Y)
+        return Y
 
     def meta(m: dict[str, Any]) -> dict[str, Any]:
         out = {**m, **protection}
@@ -241,7 +299,10 @@ def protect(
 
     from ._cli.common import progress_callback
 
-    with progress_callback("protecting") as (set_total, advance):
+    with (
+        _ledger_release(ledger, budget_epsilon, budget_delta, all_ids, mech, kid) as rel,
+        progress_callback("protecting") as (set_total, advance),
+    ):
         summary = transform_file(
             input,
             output,
@@ -258,6 +319,30 @@ def protect(
         f"{summary['dim_out']} embeddings -> {output}"
     )
     _print_guarantee(mech)
+
+
+@contextlib.contextmanager
+def _ledger_release(
+    path: Path | None,
+    budget_epsilon: float | None,
+    budget_delta: float | None,
+    ids: Any,
+    mech: Any,
+    kid: str | None,
+) -> Iterator[Any]:
+    """Hold a ledger release around writing the output (or do nothing without a ledger)."""
+    if path is None:
+        yield None
+        return
+    from .ledger import Ledger
+
+    with Ledger(path, budget_epsilon=budget_epsilon, budget_delta=budget_delta) as led:
+        with led.release(ids, mech, key_id=kid) as rel:
+            yield rel
+        err_console.print(
+            f"ledger {path}: recorded {len(rel.free)} release(s), "
+            f"{len(rel.free) - rel.fresh_count} free (keyed re-release)"
+        )
 
 
 def _print_guarantee(mech: Any) -> None:
@@ -375,6 +460,19 @@ def demo(
             tmp.write_text(
                 json.dumps({**res, "rows": [r.to_dict() for r in res["rows"]]}, indent=2)
             )
+
+
+@app.command()
+@user_errors
+def keygen(
+    output: Annotated[Path, typer.Option("-o", "--output", help="Key file to create (mode 0600).")],
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing key file.")] = False,
+) -> None:
+    """Create a 256-bit secret key for keyed (repeat-safe) noise."""
+    from .keyed import keygen as _keygen
+
+    kid = _keygen(output, overwrite=overwrite)
+    err_console.print(f"wrote key {output} (key id {kid}); keep it secret and backed up")
 
 
 @app.command()

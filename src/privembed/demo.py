@@ -18,7 +18,7 @@ import numpy as np
 from .datasets import synthetic_clinical_notes
 from .embedders import Embedder
 from .evaluation.metrics import mean_cosine, self_retrieval
-from .mechanisms import get_mechanism
+from .mechanisms import GaussianMechanism, get_mechanism
 from .rng import spawn
 
 __all__ = ["DEFAULT_CONFIGS", "DemoRow", "run_demo"]
@@ -84,7 +84,7 @@ def run_demo(
             )
             + ")"
         )
-        if getattr(mech, "calibration", None) == "classic" and mech.achieved_delta > mech.delta:
+        if isinstance(mech, GaussianMechanism) and mech.achieved_delta > mech.delta:
             warnings.append(
                 f"{label}: the classic sigma under-noises; the exact delta at epsilon="
                 f"{mech.epsilon:g} is {mech.achieved_delta:.3g}, not {mech.delta:g} ([K26] "

@@ -39,6 +39,7 @@ __all__ = [
     "detect_format",
     "iter_batches",
     "read_embeddings",
+    "read_ids",
     "read_metadata",
     "read_texts",
     "transform_file",
@@ -354,6 +355,22 @@ def _iter_jsonl(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if not isinstance(obj, dict):
                 raise DataError(f"{p}:{lineno}: each line must be a JSON object.")
             yield lineno, obj
+
+
+def read_ids(path: str | Path, *, id_column: str | None = None) -> list[Any] | None:
+    """Only the record ids of an embeddings file (Parquet reads just the id column)."""
+    p = Path(path)
+    _require_exists(p)
+    if detect_format(p) == "parquet":
+        pf = _open_parquet(p)
+        idc = id_column or ("id" if "id" in pf.schema_arrow.names else None)
+        if idc is None:
+            return None
+        if idc not in pf.schema_arrow.names:
+            raise DataError(f"{p} has no id column {idc!r}.")
+        return list(pf.read(columns=[idc]).column(idc).to_pylist())
+    t = read_embeddings(p, id_column=id_column, validate=False)
+    return None if t.ids is None else list(t.ids.tolist())
 
 
 def read_texts(

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import check_choice, check_embeddings
+from .._validation import DataError, check_choice, check_embeddings
 from ..accounting import Guarantee
 from ..rng import as_generator
 
@@ -161,7 +161,15 @@ class Mechanism(abc.ABC):
             Y = Y / np.where(norms > 0, norms, 1.0)
         return Y
 
-    def privatize(self, X: Any, *, rng: Any = None) -> NDArray[Any]:
+    def privatize(
+        self,
+        X: Any,
+        *,
+        rng: Any = None,
+        ids: Any = None,
+        key: bytes | None = None,
+        generator: str = "philox",
+    ) -> NDArray[Any]:
         """Release protected embeddings.
 
         Parameters
@@ -169,7 +177,16 @@ class Mechanism(abc.ABC):
         X : array_like, shape (n, d) or (d,)
             Embeddings (float32 or float64). Never modified.
         rng : int, numpy.random.Generator or None
-            Randomness (see :mod:`privembed.rng`); ``None`` draws fresh OS entropy.
+            Randomness (see :mod:`privembed.rng`); ``None`` draws fresh OS entropy. Not allowed
+            together with ``key``.
+        ids : sequence of int or str, length n, optional
+            Record ids (required with ``key``; must be unique).
+        key : bytes, optional
+            Secret key for keyed noise (:mod:`privembed.keyed`): the noise of each record is a
+            deterministic function of (key, :attr:`fingerprint`, id), so re-releasing a record
+            returns the identical vector.
+        generator : {"philox", "aes"}
+            Counter-based generator behind keyed noise.
 
         Returns
         -------
@@ -179,15 +196,41 @@ class Mechanism(abc.ABC):
         Raises
         ------
         privembed.DataError
-            NaN/inf or all-zero rows, wrong number of dimensions.
+            NaN/inf or all-zero rows, wrong number of dimensions, bad or duplicate ids.
         """
         arr, single = check_embeddings(X, allow_zero=self.input_norm == "none")
         self._check_dim(arr.shape[1])
-        source = GeneratorSource(as_generator(rng))
+        id_list = self._check_ids(ids, arr.shape[0], single) if ids is not None else None
+        if key is not None:
+            if rng is not None:
+                raise ValueError("give rng or key, not both (keyed noise is deterministic).")
+            if id_list is None:
+                raise ValueError("ids are required with key (the noise is derived per record id).")
         out = np.empty((arr.shape[0], self.output_dim(arr.shape[1])), dtype=arr.dtype)
+        source: NoiseSource | None = None if key is not None else GeneratorSource(as_generator(rng))
         for start in range(0, arr.shape[0], self.block_rows):
             stop = min(start + self.block_rows, arr.shape[0])
-            out[start:stop] = self.privatize_block(arr[start:stop], source)
+            if key is not None:
+                from ..keyed import KeyedSource, record_tags
+
+                assert id_list is not None
+                tags = record_tags(key, self.fingerprint, id_list[start:stop])
+                block_source: NoiseSource = KeyedSource(tags, generator=generator)
+            else:
+                assert source is not None
+                block_source = source
+            out[start:stop] = self.privatize_block(arr[start:stop], block_source)
         return out[0] if single else out
+
+    @staticmethod
+    def _check_ids(ids: Any, n: int, single: bool) -> list[Any]:
+        id_list = (
+            [ids] if single and (isinstance(ids, str | bytes) or np.ndim(ids) == 0) else list(ids)
+        )
+        if len(id_list) != n:
+            raise DataError(f"ids has {len(id_list)} entries but X has {n} rows.")
+        if len(set(id_list)) != n:
+            raise DataError("ids must be unique (equal ids would get identical keyed noise).")
+        return id_list
 
     __call__ = privatize
