@@ -24,7 +24,8 @@ streaming protection reproducible.
 HMAC-SHA256 is a PRF, so the per-record Philox keys are indistinguishable from independent
 uniform keys to anyone without ``K``. Philox is a statistically strong counter-based generator
 (it passes BigCrush) but is not a vetted cipher; ``generator="aes"`` uses an AES-128 counter-mode
-generator instead (``randomgen``, extra ``secure``), at a higher cost per record.
+generator instead (``randomgen``, extra ``secure``; AES key = T[0:16], counter = call index << 64), at a higher
+cost per record.
 """
 
 from __future__ import annotations
@@ -184,7 +185,8 @@ class KeyedSource(NoiseSource):
                 yield self._gen
         else:
             for (k0, k1), (c0, c1) in zip(self._keys, self._ctr, strict=True):
-                bg = self._rg.AESCounter(key=k0 | (k1 << 64), counter=c0 | (c1 << 64) | (j << 128))
+                # AES-128 key from the tag; the 128-bit counter's high word is the call index
+                bg = self._rg.AESCounter(key=k0 | (k1 << 64), counter=j << 64)
                 yield np.random.Generator(bg)
 
     def normal(self, n: int, k: int) -> NDArray[np.float64]:

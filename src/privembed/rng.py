@@ -10,8 +10,10 @@ Every sampling call in privembed takes ``rng: int | numpy.random.Generator | Non
 Mechanism code only ever calls methods of a :class:`numpy.random.Generator`; which bit generator
 backs a generator built from ``None`` or an ``int`` is policy, chosen here, in one place
 (:func:`set_bit_generator`). The default is PCG64; ``"philox"`` (a counter-based generator) is
-also available, and a CSPRNG-backed bit generator can be registered with
-:func:`register_bit_generator`.
+also available; with the ``secure`` extra (randomgen) the cryptographic generators ``"aes"``
+(AES-128 in counter mode, AES-NI accelerated) and ``"chacha"`` (ChaCha20) are selectable
+here too, and any other bit generator can be registered with :func:`register_bit_generator`.
+Mechanism code never changes.
 """
 
 from __future__ import annotations
@@ -42,6 +44,19 @@ _FACTORIES: dict[str, Callable[[np.random.SeedSequence], np.random.BitGenerator]
     "sfc64": np.random.SFC64,
 }
 _current = "pcg64"
+
+
+def _register_csprngs() -> None:
+    """AES-128 counter mode and ChaCha (randomgen, extra ``secure``) when installed."""
+    try:
+        import randomgen
+    except ImportError:  # pragma: no cover - depends on the environment
+        return
+    _FACTORIES["aes"] = randomgen.AESCounter
+    _FACTORIES["chacha"] = lambda ss: randomgen.ChaCha(ss, rounds=20)
+
+
+_register_csprngs()
 
 
 def register_bit_generator(
