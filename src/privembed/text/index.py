@@ -1,0 +1,133 @@
+"""Nearest-neighbour search over a vocabulary (FAISS): exact flat search and optional HNSW.
+
+Privacy note
+------------
+Mapping a noisy vector to a vocabulary word is *post-processing* of the d_X-private noisy
+vector: any function of the noisy vector alone -- exact or approximate -- keeps the guarantee.
+An approximate (HNSW) search therefore changes utility and speed, never the privacy, as long as
+the index is built from public data (the vocabulary) and not from the text being protected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._optional import require
+from .._validation import DataError, check_choice, check_int
+
+__all__ = ["INDEX_METHODS", "NearestNeighbourIndex", "squared_distances"]
+
+INDEX_METHODS = ("exact", "hnsw")
+
+
+def _faiss() -> Any:
+    return require("faiss", "text", purpose="nearest-neighbour search")
+
+
+def squared_distances(Q: NDArray[Any], X: NDArray[Any]) -> NDArray[np.float64]:
+    """Squared l2 distances between the rows of ``Q`` (m, d) and ``X`` (V, d), in float64.
+
+    Uses ``|q|^2 + |x|^2 - 2 q.x`` (one matrix product), clipped at 0.
+
+    Examples
+    --------
+    >>> squared_distances(np.array([[0.0, 0.0]]), np.array([[3.0, 4.0], [0.0, 1.0]])).tolist()
+    [[25.0, 1.0]]
+    """
+    Q64 = np.asarray(Q, dtype=np.float64)
+    X64 = np.asarray(X, dtype=np.float64)
+    D = Q64 @ X64.T
+    D *= -2.0
+    D += np.einsum("ij,ij->i", Q64, Q64)[:, None]
+    D += np.einsum("ij,ij->i", X64, X64)[None, :]
+    np.maximum(D, 0.0, out=D)
+    return D
+
+
+class NearestNeighbourIndex:
+    """k-nearest-neighbour search (squared l2) over fixed vectors, batched.
+
+    Parameters
+    ----------
+    vectors : array_like, shape (V, d)
+        The vocabulary vectors (stored by FAISS as float32).
+    method : {"exact", "hnsw"}
+        ``"exact"``: brute-force flat index (``faiss.IndexFlatL2``), exact up to float32
+        rounding. ``"hnsw"``: a graph index (``faiss.IndexHNSWFlat``); faster, approximate.
+        Either is post-processing of a private vector (see the module notes).
+    hnsw_m : int
+        HNSW graph degree.
+    ef_construction, ef_search : int
+        HNSW build and search breadth (higher: slower and closer to exact).
+
+    Examples
+    --------
+    >>> idx = NearestNeighbourIndex(np.eye(3, dtype=np.float32))
+    >>> dist, ids = idx.search(np.array([[0.9, 0.1, 0.0], [0.0, 0.0, 2.0]]), k=1)
+    >>> ids[:, 0].tolist()
+    [0, 2]
+    """
+
+    def __init__(
+        self,
+        vectors: Any,
+        *,
+        method: str = "exact",
+        hnsw_m: int = 32,
+        ef_construction: int = 80,
+        ef_search: int = 64,
+    ) -> None:
+        self.method = check_choice("method", method, INDEX_METHODS)
+        self.hnsw_m = check_int("hnsw_m", hnsw_m, ge=2)
+        self.ef_construction = check_int("ef_construction", ef_construction, ge=1)
+        self.ef_search = check_int("ef_search", ef_search, ge=1)
+        X = np.ascontiguousarray(np.asarray(vectors), dtype=np.float32)
+        if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
+            raise DataError(f"vectors must have shape (V, d) with V, d >= 1, got shape {X.shape}.")
+        faiss = _faiss()
+        self.size, self.dim = int(X.shape[0]), int(X.shape[1])
+        if self.method == "exact":
+            self._index = faiss.IndexFlatL2(self.dim)
+        else:
+            self._index = faiss.IndexHNSWFlat(self.dim, self.hnsw_m)
+            self._index.hnsw.efConstruction = self.ef_construction
+            self._index.hnsw.efSearch = self.ef_search
+        self._index.add(X)
+
+    def __repr__(self) -> str:
+        return f"NearestNeighbourIndex(method={self.method!r}, size={self.size}, dim={self.dim})"
+
+    def search(self, queries: Any, k: int = 1) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
+        """The ``k`` nearest vectors of each query, in one batched call.
+
+        Parameters
+        ----------
+        queries : array_like, shape (m, d)
+        k : int, 1 <= k <= V
+
+        Returns
+        -------
+        distances : ndarray of float32, shape (m, k)
+            Squared l2 distances, ascending.
+        indices : ndarray of int64, shape (m, k)
+            Rows of the vocabulary (HNSW may return ``-1`` when it finds fewer than ``k``).
+        """
+        k = check_int("k", k, ge=1, le=self.size)
+        Q = np.ascontiguousarray(np.asarray(queries), dtype=np.float32)
+        if Q.ndim != 2 or Q.shape[1] != self.dim:
+            raise DataError(
+                f"queries must have shape (m, {self.dim}), got shape {Q.shape} (dimension mismatch)."
+            )
+        if Q.shape[0] == 0:
+            return np.empty((0, k), np.float32), np.empty((0, k), np.int64)
+        if self.method == "hnsw":
+            self._index.hnsw.efSearch = max(self.ef_search, k)
+        dist, ids = self._index.search(Q, k)
+        return dist, ids.astype(np.int64, copy=False)
+
+    def nearest(self, queries: Any) -> NDArray[np.int64]:
+        """Row of the nearest vector of each query, shape (m,)."""
+        return self.search(queries, 1)[1][:, 0]
