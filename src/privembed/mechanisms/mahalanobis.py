@@ -101,8 +101,8 @@ class MahalanobisMechanism(Mechanism):
     Examples
     --------
     >>> m = MahalanobisMechanism(epsilon=10.0, mask=[1, 1, 0, 0], mask_delta=0.01)
-    >>> np.round(m.covariance_diagonal, 3).tolist()
-    [1.961, 1.961, 0.02, 0.02]
+    >>> np.round(m.covariance_diagonal, 3).tolist()   # (m + 0.01) * 4 / 2.04
+    [1.98, 1.98, 0.02, 0.02]
     >>> m.privatize(np.eye(4), rng=0).shape
     (4, 4)
     """
