@@ -25,76 +25,105 @@ __all__ = ["AngleTable", "PurkayasthaMechanism", "purkayastha_angle_table"]
 
 #: nats below the mode outside which the table drops mass (e^-60 ~ 1e-26 of the total)
 _TAIL_NATS = 60.0
+#: the table stops this far short of pi (d > 2): below it float64 cannot resolve the cells, and
+#: the density there, proportional to (pi - theta)^(d-2), holds less than 1e-20 of the mass
+_PI_MARGIN = 1e-10
 
 
 class AngleTable:
     r"""Inverse-CDF sampler for :math:`f(\theta) \propto e^{-\varepsilon\theta}\sin^{d-2}\theta` on [0, pi].
 
     The log-density :math:`g(\theta) = -\varepsilon\theta + (d-2)\log\sin\theta` is concave. The
-    table covers the interval where g is within ``_TAIL_NATS`` nats of its maximum (the rest holds
-    less than ~1e-20 of the mass), split into ``cells`` equal cells; inside a cell g is replaced by
-    its chord, so the density is exactly exponential there and both the cell mass and the inverse
-    CDF are closed forms. Because g is concave the chord error is at most
-    :math:`h^2 \max|g''|/8` nats per cell (``max_log_error``), which bounds the relative density
-    error and so the CDF error of the sampler.
+    table covers the interval where g is within ``_TAIL_NATS`` nats of its maximum (stopping
+    ``_PI_MARGIN`` short of pi); the rest holds less than ~1e-20 of the mass. The interval is split
+    into ``cells`` cells; inside a cell g is replaced by its chord, so the density is exactly
+    exponential there and both the cell mass and the inverse CDF are closed forms.
+
+    Because g is concave the chord lies below it, by at most :math:`h^2 \max|g''|/8` nats on a
+    cell of width h, with :math:`|g''| = (d-2)/\sin^2\theta`. For d = 2 g is linear and the table is
+    exact (equal cells). For d > 2 the cells have equal width in :math:`u = \log\tan(\theta/2)`,
+    i.e. :math:`h \approx \sin\theta\,\Delta u`, so the bound is about :math:`(d-2)\Delta u^2/8`
+    on *every* cell, including those next to the poles of :math:`\log\sin` at 0 and pi (equal
+    cells in theta would make it unbounded there). ``max_log_error`` is the largest per-cell
+    bound; it bounds the relative error of the sampled density, hence the CDF error by
+    ``expm1(max_log_error)``. With the default 16384 cells it is below 1e-5 nats for every
+    (epsilon, d) from d = 2 to thousands and epsilon up to 1e4 (worst at d = 3, about 4e-6).
+
+    Examples
+    --------
+    >>> t = AngleTable(10.0, 3)
+    >>> t.max_log_error < 1e-5
+    True
+    >>> t.cdf_at(np.array([0.0, math.pi])).tolist()
+    [0.0, 1.0]
     """
 
-    def __init__(self, epsilon: float, d: int, cells: int = 8192) -> None:
+    def __init__(self, epsilon: float, d: int, cells: int = 16384) -> None:
         self.epsilon = float(epsilon)
         self.d = int(d)
         lo, hi = self._support()
-        self.edges = np.linspace(lo, hi, cells + 1)
-        g = self.log_density(self.edges)
-        h = self.edges[1] - self.edges[0]
-        slope = np.diff(g) / h
+        if self.d == 2:
+            edges = np.linspace(lo, hi, cells + 1)
+        else:
+            u = np.linspace(math.log(math.tan(lo / 2)), math.log(math.tan(hi / 2)), cells + 1)
+            edges = 2.0 * np.arctan(np.exp(u))
+            edges[0], edges[-1] = lo, hi
+        self.edges = edges
+        g = self.log_density(edges)
+        widths = np.diff(edges)
+        slope = np.diff(g) / widths
         ga = g[:-1]
         gmax = float(g.max())
+        sh = slope * widths
         # cell mass of exp(ga + s (t - a)) on [a, a + h], relative to exp(gmax)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            factor = np.where(np.abs(slope * h) < 1e-12, h, np.expm1(slope * h) / slope)
+            factor = np.where(np.abs(sh) < 1e-12, widths, np.expm1(sh) / slope)
         mass = np.exp(ga - gmax) * factor
         mass = np.where(np.isfinite(mass) & (mass > 0), mass, 0.0)
         self.slope = slope
-        self.h = h
+        self.widths = widths
         self.cdf = np.concatenate([[0.0], np.cumsum(mass)])
         self.cdf /= self.cdf[-1]
         if self.d > 2:
-            sin_min = np.sin(np.clip(self.edges, 1e-300, math.pi - 1e-16)).min()
-            self.max_log_error = float(h * h * (self.d - 2) / sin_min**2 / 8.0)
+            # sin is concave on [0, pi]: its minimum over a cell is at one of the ends
+            sin_min = np.minimum(np.sin(edges[:-1]), np.sin(edges[1:]))
+            self.max_log_error = float(np.max(widths**2 * (self.d - 2) / sin_min**2) / 8.0)
         else:
             self.max_log_error = 0.0
 
     def log_density(self, theta: NDArray[np.float64]) -> NDArray[np.float64]:
         """Unnormalised log-density g(theta)."""
+        theta = np.asarray(theta, dtype=np.float64)
+        if self.d == 2:  # no sin factor (and no 0 * log 0 at theta = 0)
+            return -self.epsilon * theta
         with np.errstate(divide="ignore"):
             return -self.epsilon * theta + (self.d - 2) * np.log(np.sin(theta))
 
     def _support(self) -> tuple[float, float]:
         if self.d == 2:  # pure exponential on [0, pi]
-            top = 0.0
-            hi = min(math.pi, _TAIL_NATS / self.epsilon) if self.epsilon > 0 else math.pi
-            return 0.0, hi
+            return 0.0, min(math.pi, _TAIL_NATS / self.epsilon)
         mode = math.atan2(self.d - 2, self.epsilon)
-        top = float(self.log_density(np.array([mode]))[0])
+        floor = float(self.log_density(np.array([mode]))[0]) - _TAIL_NATS
+
+        def excess(t: float) -> float:
+            return float(self.log_density(np.array([t]))[0]) - floor
 
         def solve(a: float, b: float) -> float:
-            # g(a) < top - tail <= g(b) (or reversed); bisection on a monotone branch
-            fa = float(self.log_density(np.array([a]))[0]) - (top - _TAIL_NATS)
+            # excess(a) < 0 <= excess(b): bisection on a monotone branch of g
+            fa = excess(a)
             for _ in range(200):
                 m = 0.5 * (a + b)
-                fm = float(self.log_density(np.array([m]))[0]) - (top - _TAIL_NATS)
+                fm = excess(m)
                 if (fm > 0) == (fa > 0):
                     a, fa = m, fm
                 else:
                     b = m
             return 0.5 * (a + b)
 
-        tiny = 1e-300
-        lo = solve(tiny, mode) if self.log_density(np.array([tiny]))[0] < top - _TAIL_NATS else 0.0
-        end = math.pi - 1e-15
-        hi = (
-            solve(end, mode) if self.log_density(np.array([end]))[0] < top - _TAIL_NATS else math.pi
-        )
+        tiny = 1e-300  # g(tiny) < floor always for d > 2
+        lo = solve(tiny, mode)
+        end = math.pi - _PI_MARGIN
+        hi = solve(end, mode) if excess(end) < 0 else end
         return lo, hi
 
     def sample(self, u_cell: NDArray[np.float64], u_in: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -103,11 +132,12 @@ class AngleTable:
         idx = np.clip(idx, 0, self.cdf.size - 2)
         # position inside the cell by the cell-local CDF of an exponential density
         s = self.slope[idx]
-        sh = s * self.h
+        h = self.widths[idx]
+        sh = s * h
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             local = np.where(
                 np.abs(sh) < 1e-12,
-                u_in * self.h,
+                u_in * h,
                 np.log1p(u_in * np.expm1(sh)) / s,
             )
             # guard extreme positive slopes: log1p(u*expm1(sh)) = sh + log(u + (1-u) e^-sh)
@@ -124,10 +154,9 @@ class AngleTable:
         idx = np.clip(np.searchsorted(self.edges, t, side="right") - 1, 0, self.slope.size - 1)
         x = t - self.edges[idx]
         s = self.slope[idx]
-        with np.errstate(over="ignore", invalid="ignore"):
-            frac = np.where(
-                np.abs(s * self.h) < 1e-12, x / self.h, np.expm1(s * x) / np.expm1(s * self.h)
-            )
+        h = self.widths[idx]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            frac = np.where(np.abs(s * h) < 1e-12, x / h, np.expm1(s * x) / np.expm1(s * h))
         return self.cdf[idx] + frac * (self.cdf[idx + 1] - self.cdf[idx])
 
 
@@ -151,7 +180,7 @@ class PurkayasthaMechanism(Mechanism):
 
     Sampling is vectorised: angles come from :class:`AngleTable`, an inverse-CDF table built once
     per (epsilon, d) whose relative density error is bounded by ``table.max_log_error`` (below
-    1e-5 nats for the parameters in the test-suite) -- not per-row numerical integration.
+    1e-5 nats for d >= 2 and epsilon up to 1e4) -- not per-row numerical integration.
 
     Examples
     --------
