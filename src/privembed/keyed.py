@@ -163,6 +163,10 @@ class KeyedSource(NoiseSource):
         ]
         self._call = 0
         if self.generator == "philox":
+            raw = np.frombuffer(b"".join(tags), dtype="<u8").reshape(len(tags), 4)
+            self._key_arr = np.ascontiguousarray(raw[:, :2]).astype(np.uint64)
+            self._ctr_arr = np.zeros((len(tags), 4), dtype=np.uint64)
+            self._ctr_arr[:, :2] = raw[:, 2:]
             self._bg = np.random.Philox(key=0)
             self._gen = np.random.Generator(self._bg)
             self._state = self._bg.state
@@ -176,11 +180,12 @@ class KeyedSource(NoiseSource):
         if self.generator == "philox":
             st = self._state
             inner = st["state"]
-            for (k0, k1), (c0, c1) in zip(self._keys, self._ctr, strict=True):
-                inner["key"] = np.array([k0, k1], dtype=np.uint64)
-                inner["counter"] = np.array([c0, c1, j, 0], dtype=np.uint64)
-                st["buffer_pos"] = 4
-                st["has_uint32"] = 0
+            st["buffer_pos"] = 4
+            st["has_uint32"] = 0
+            self._ctr_arr[:, 2] = j
+            for key_row, ctr_row in zip(self._key_arr, self._ctr_arr, strict=True):
+                inner["key"] = key_row
+                inner["counter"] = ctr_row
                 self._bg.state = st
                 yield self._gen
         else:
