@@ -70,12 +70,9 @@ def test_approx_dp_rejects_invalid_parameters(eps: float, delta: float) -> None:
     assert str(info.value) == f"invalid (epsilon, delta), got epsilon={eps!r}, delta={delta!r}."
 
 
-@pytest.mark.xfail(
-    reason="accounting.py: PureDP and MetricDP accept a negative epsilon", strict=True
-)
 @pytest.mark.parametrize("cls", [PureDP, MetricDP])
 def test_pure_and_metric_reject_negative_epsilon(cls) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"epsilon must be >= 0, got epsilon=-1\.0\."):
         cls(-1.0)
 
 

@@ -102,6 +102,10 @@ class PureDP(Guarantee):
     neighbouring: str = "any two inputs"
     note: str = ""
 
+    def __post_init__(self) -> None:
+        if not (self.epsilon >= 0):
+            raise ValueError(f"epsilon must be >= 0, got epsilon={self.epsilon!r}.")
+
     def describe(self) -> str:
         s = f"{_g(self.epsilon)}-LDP (pure) for {self.neighbouring}"
         return s + (f"; {self.note}" if self.note else "")
@@ -123,6 +127,10 @@ class MetricDP(Guarantee):
     metric: str = "l2"
     implied: tuple[Guarantee, ...] = field(default=())
     note: str = ""
+
+    def __post_init__(self) -> None:
+        if not (self.epsilon >= 0):
+            raise ValueError(f"epsilon must be >= 0, got epsilon={self.epsilon!r}.")
 
     def describe(self) -> str:
         s = f"{_g(self.epsilon)}-d_X privacy per unit of {self.metric} distance"
