@@ -55,7 +55,7 @@ def test_neighbour_lists_put_the_word_first_even_with_duplicates():
     voc = Vocabulary(words=list("abcd"), vectors=X)
     from privembed.text import NearestNeighbourIndex
 
-    lists = neighbour_lists(NearestNeighbourIndex(X), X, [1, 0], 2)
+    lists = neighbour_lists(NearestNeighbourIndex(X), [1, 0], 2)
     assert lists[0].tolist() == [1, 0, 2] and lists[1].tolist() == [0, 1, 2]
     g = neighbour_gaps(voc, words=[0], far_rank=2)
     assert g.z_w_x1[0] == 0.0 and g.z_x1_x2[0] == pytest.approx(0.5)

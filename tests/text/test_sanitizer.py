@@ -12,10 +12,10 @@ from privembed import DataError, MetricDP
 from privembed.mechanisms.base import GeneratorSource
 from privembed.rng import as_generator
 from privembed.text import NearestNeighbourIndex, Vocabulary, WordSanitizer
-from privembed.text.index import squared_distances
 from privembed.text.sanitizer import neighbours_at_rank, sample_ranks
 
 from .conftest import make_vocab
+from .test_index_and_tokenize import _sq
 
 P_MIN = 1e-3  # chi-square tests: reject below this p-value (fixed seeds, so deterministic)
 
@@ -179,9 +179,9 @@ def test_neighbours_at_rank_matches_a_full_sort_including_the_exact_fallback():
     idx = NearestNeighbourIndex(voc.vectors)
     centres = np.array([0, 7, 7, 7, 7, 1499, 42])
     ranks = np.array([0, 1, 15, 200, 1100, 1499, 127])
-    got = neighbours_at_rank(idx, voc.vectors, centres, ranks)
+    got = neighbours_at_rank(idx, centres, ranks)
     for cen, r, g in zip(centres, ranks, got, strict=True):
-        d2 = squared_distances(voc.vectors[cen][None, :], voc.vectors)[0]
+        d2 = _sq(voc.vectors[cen][None, :], voc.vectors)[0]
         d2[cen] = -1.0
         assert g == np.argsort(d2, kind="stable")[r]
 
@@ -207,7 +207,7 @@ def test_rank_fix_never_looks_at_the_original_word(vocab, index, monkeypatch):
         outs.append(san.sanitize_ids(np.full(N, w), rng=99))
     np.testing.assert_array_equal(outs[0], outs[1])
     # the law of the output, in ranks from x* (rank 0 = x* itself)
-    d2 = squared_distances(vocab.vectors[xstar][None, :], vocab.vectors)[0]
+    d2 = _sq(vocab.vectors[xstar][None, :], vocab.vectors)[0]
     d2[xstar] = -1.0
     rank_of = np.empty(len(vocab), dtype=np.int64)
     rank_of[np.argsort(d2, kind="stable")] = np.arange(len(vocab))

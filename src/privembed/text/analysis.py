@@ -31,7 +31,7 @@ from .._validation import DataError, check_choice, check_int, check_real
 from ..rng import as_generator
 from . import dx_theory
 from .exponential import sample_exponential
-from .index import NearestNeighbourIndex, squared_distances
+from .index import NearestNeighbourIndex
 from .sanitizer import WordSanitizer
 from .vocab import Vocabulary
 
@@ -123,22 +123,20 @@ def sample_words(vocabulary: Vocabulary, n_words: int, *, rng: Any = None) -> ND
     return np.sort(gen.choice(len(vocabulary), size=n_words, replace=False)).astype(np.int64)
 
 
-def neighbour_lists(
-    index: NearestNeighbourIndex, vectors: Any, ids: Any, k: int
-) -> NDArray[np.int64]:
+def neighbour_lists(index: NearestNeighbourIndex, ids: Any, k: int) -> NDArray[np.int64]:
     """Row ``i``: ``[ids[i], its 1st, ..., k-th nearest neighbour]``, shape (n, k + 1).
 
     The word itself is put first even when another word has an identical vector.
     """
     ids = np.asarray(ids, dtype=np.int64)
     k = check_int("k", k, ge=1, le=index.size - 1)
-    _, found = index.search(np.asarray(vectors)[ids], min(k + 2, index.size))
+    _, found = index.search(index.vectors[ids], min(k + 2, index.size))
     out = np.empty((ids.size, k + 1), dtype=np.int64)
     out[:, 0] = ids
     for i in range(ids.size):
         row = found[i][(found[i] != ids[i]) & (found[i] >= 0)]
         if row.size < k:  # approximate index came up short: recompute this row exactly
-            d2 = squared_distances(np.asarray(vectors)[ids[i]][None, :], vectors)[0]
+            d2 = index.distance_rows(index.vectors[ids[i]])[0]
             d2[ids[i]] = np.inf
             row = np.argsort(d2, kind="stable")
         out[i, 1:] = row[:k]
@@ -231,7 +229,7 @@ def output_proportions(
         raise DataError(f"words must be a non-empty 1-D array of rows, got shape {ids.shape}.")
     if index is None:
         index = NearestNeighbourIndex(vocabulary.vectors)
-    lists = neighbour_lists(index, vocabulary.vectors, ids, neighbours)
+    lists = neighbour_lists(index, ids, neighbours)
     table = Table(columns=["mechanism", "epsilon", "c", *CATEGORIES, "n_words"])
 
     def add(mech: str, e: float, cval: float | None, out: NDArray[np.int64]) -> None:
@@ -260,9 +258,8 @@ def output_proportions(
     if "exponential" in mechs:
         outs = {e: np.empty(ids.size, dtype=np.int64) for e in eps}
         block = 32
-        X = vocabulary.vectors
         for b0 in range(0, ids.size, block):
-            D = np.sqrt(squared_distances(X[ids[b0 : b0 + block]], X))
+            D = np.sqrt(index.distance_rows(index.vectors[ids[b0 : b0 + block]]))
             for e in eps:
                 outs[e][b0 : b0 + block] = np.concatenate(sample_exponential(D, e, gen))
         for e in eps:
@@ -415,7 +412,7 @@ def neighbour_gaps(
     )
     if index is None:
         index = NearestNeighbourIndex(vocabulary.vectors)
-    lists = neighbour_lists(index, vocabulary.vectors, ids, far_rank)
+    lists = neighbour_lists(index, ids, far_rank)
     X = vocabulary.vectors.astype(np.float64)
     w, x1, x2, xf = (X[lists[:, j]] for j in (0, 1, 2, far_rank))
 

@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 from .._validation import check_choice, check_int, check_real
 from ..accounting import Guarantee, MetricDP
 from ..rng import as_generator
-from .index import squared_distances
+from .index import DistanceRows
 from .sanitizer import METRIC, OOV_POLICIES, TextSanitizer
 from .vocab import Vocabulary
 
@@ -115,6 +115,7 @@ class ExponentialSanitizer(TextSanitizer):
         self.epsilon = check_real("epsilon", epsilon, gt=0)
         self.oov = check_choice("oov", oov, OOV_POLICIES)
         self.block_rows = check_int("block_rows", block_rows, ge=1)
+        self._rows: DistanceRows | None = None
 
     def __repr__(self) -> str:
         return (
@@ -131,8 +132,9 @@ class ExponentialSanitizer(TextSanitizer):
     def distances(self, ids: Any) -> NDArray[np.float64]:
         """l2 distances from the words ``ids`` to the whole vocabulary, shape (len(ids), V)."""
         arr = self._check_ids(ids)
-        X = self.vocabulary.vectors
-        return np.sqrt(squared_distances(X[arr], X))
+        if self._rows is None:  # float64 copy of the vocabulary, made once
+            self._rows = DistanceRows(self.vocabulary.vectors)
+        return np.sqrt(self._rows.squared(self._rows.X[arr]))
 
     def probabilities(self, word_id: int) -> NDArray[np.float64]:
         """The exact output law for one word, shape (V,)."""

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from .._optional import require
 from .._validation import DataError, check_choice, check_int
 
-__all__ = ["INDEX_METHODS", "NearestNeighbourIndex", "squared_distances"]
+__all__ = ["INDEX_METHODS", "DistanceRows", "NearestNeighbourIndex"]
 
 INDEX_METHODS = ("exact", "hnsw")
 
@@ -27,24 +27,31 @@ def _faiss() -> Any:
     return require("faiss", "text", purpose="nearest-neighbour search")
 
 
-def squared_distances(Q: NDArray[Any], X: NDArray[Any]) -> NDArray[np.float64]:
-    """Squared l2 distances between the rows of ``Q`` (m, d) and ``X`` (V, d), in float64.
+class DistanceRows:
+    """Exact squared l2 distances from query rows to a fixed set of vectors, in float64.
 
-    Uses ``|q|^2 + |x|^2 - 2 q.x`` (one matrix product), clipped at 0.
+    Keeps a float64 copy of the vectors and their squared norms, so that repeated calls (one
+    block of rows at a time) do not convert the whole vocabulary again.
 
     Examples
     --------
-    >>> squared_distances(np.array([[0.0, 0.0]]), np.array([[3.0, 4.0], [0.0, 1.0]])).tolist()
+    >>> DistanceRows(np.array([[3.0, 4.0], [0.0, 1.0]])).squared(np.zeros((1, 2))).tolist()
     [[25.0, 1.0]]
     """
-    Q64 = np.asarray(Q, dtype=np.float64)
-    X64 = np.asarray(X, dtype=np.float64)
-    D = Q64 @ X64.T
-    D *= -2.0
-    D += np.einsum("ij,ij->i", Q64, Q64)[:, None]
-    D += np.einsum("ij,ij->i", X64, X64)[None, :]
-    np.maximum(D, 0.0, out=D)
-    return D
+
+    def __init__(self, vectors: Any) -> None:
+        self.X = np.array(vectors, dtype=np.float64)
+        self.norms = np.einsum("ij,ij->i", self.X, self.X)
+
+    def squared(self, Q: Any) -> NDArray[np.float64]:
+        """Squared distances, shape (m, V), clipped at 0."""
+        Q64 = np.atleast_2d(np.asarray(Q, dtype=np.float64))
+        D = Q64 @ self.X.T
+        D *= -2.0
+        D += np.einsum("ij,ij->i", Q64, Q64)[:, None]
+        D += self.norms[None, :]
+        np.maximum(D, 0.0, out=D)
+        return D
 
 
 class NearestNeighbourIndex:
@@ -88,7 +95,9 @@ class NearestNeighbourIndex:
         if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
             raise DataError(f"vectors must have shape (V, d) with V, d >= 1, got shape {X.shape}.")
         faiss = _faiss()
+        self.vectors: NDArray[np.float32] = X
         self.size, self.dim = int(X.shape[0]), int(X.shape[1])
+        self._rows: DistanceRows | None = None
         if self.method == "exact":
             self._index = faiss.IndexFlatL2(self.dim)
         else:
@@ -131,3 +140,13 @@ class NearestNeighbourIndex:
     def nearest(self, queries: Any) -> NDArray[np.int64]:
         """Row of the nearest vector of each query, shape (m,)."""
         return self.search(queries, 1)[1][:, 0]
+
+    def distance_rows(self, queries: Any) -> NDArray[np.float64]:
+        """Exact squared distances from each query to every indexed vector, shape (m, V).
+
+        O(V) per query: for the rare cases a ranked list longer than a search returns is
+        needed. The float64 copy of the vectors is made on first use.
+        """
+        if self._rows is None:
+            self._rows = DistanceRows(self.vectors)
+        return self._rows.squared(queries)

@@ -39,7 +39,7 @@ from ..accounting import Guarantee, MetricDP
 from ..mechanisms.base import GeneratorSource
 from ..mechanisms.laplace import LaplaceMechanism
 from ..rng import as_generator
-from .index import INDEX_METHODS, NearestNeighbourIndex, squared_distances
+from .index import INDEX_METHODS, NearestNeighbourIndex
 from .tokenize import restore_case, tokenize
 from .vocab import Vocabulary
 
@@ -83,12 +83,7 @@ def sample_ranks(
     return np.clip(r, 0, vocab_size - 1).astype(np.int64)
 
 
-def neighbours_at_rank(
-    index: NearestNeighbourIndex,
-    vectors: NDArray[np.float32],
-    centres: NDArray[np.int64],
-    ranks: NDArray[np.int64],
-) -> NDArray[np.int64]:
+def neighbours_at_rank(index: NearestNeighbourIndex, centres: Any, ranks: Any) -> NDArray[np.int64]:
     """The word ranked ``ranks[i]`` among the neighbours of word ``centres[i]``.
 
     Rank 0 is the centre itself; ranks 1, 2, ... order the other words by (squared) l2 distance
@@ -98,32 +93,32 @@ def neighbours_at_rank(
 
     Examples
     --------
-    >>> X = np.array([[0.0], [1.0], [3.0], [7.0]], dtype=np.float32)
-    >>> idx = NearestNeighbourIndex(X)
-    >>> neighbours_at_rank(idx, X, np.array([1, 1, 1, 1]), np.array([0, 1, 2, 3])).tolist()
+    >>> idx = NearestNeighbourIndex(np.array([[0.0], [1.0], [3.0], [7.0]]))
+    >>> neighbours_at_rank(idx, [1, 1, 1, 1], [0, 1, 2, 3]).tolist()
     [1, 0, 2, 3]
     """
     centres = np.asarray(centres, dtype=np.int64)
     ranks = np.asarray(ranks, dtype=np.int64)
-    V = index.size
     out = np.where(ranks == 0, centres, -1)
     todo = ranks > 0
     for bucket in _RANK_BUCKETS:
         sel = np.flatnonzero(todo & (ranks < bucket))
         if sel.size == 0:
             continue
-        k = min(bucket + 1, V)
-        _, ids = index.search(vectors[centres[sel]], k)
+        _, ids = index.search(index.vectors[centres[sel]], min(bucket + 1, index.size))
         keep = (ids != centres[sel, None]) & (ids >= 0)
         hit = keep & (np.cumsum(keep, axis=1) == ranks[sel, None])
         found = hit.any(axis=1)
         rows = sel[found]
         out[rows] = ids[found, np.argmax(hit[found], axis=1)]
         todo[rows] = False
-    for i in np.flatnonzero(todo):
-        d2 = squared_distances(vectors[centres[i]][None, :], vectors)[0]
-        d2[centres[i]] = -1.0  # rank 0
-        out[i] = int(np.argpartition(d2, ranks[i])[ranks[i]])
+    rest = np.flatnonzero(todo)
+    for b0 in range(0, rest.size, 32):
+        sel = rest[b0 : b0 + 32]
+        d2 = index.distance_rows(index.vectors[centres[sel]])
+        d2[np.arange(sel.size), centres[sel]] = -1.0  # rank 0
+        for j, i in enumerate(sel):
+            out[i] = int(np.argpartition(d2[j], ranks[i])[ranks[i]])
     return out
 
 
@@ -331,7 +326,7 @@ class WordSanitizer(TextSanitizer):
         ranks = sample_ranks(
             self.epsilon * self.c, xstar.size, len(self.vocabulary), as_generator(rng)
         )
-        return neighbours_at_rank(self.index, self.vocabulary.vectors, xstar, ranks)
+        return neighbours_at_rank(self.index, xstar, ranks)
 
     def sanitize_ids(self, ids: Any, *, rng: Any = None) -> NDArray[np.int64]:
         """Sanitise vocabulary rows (all in one noise draw and one index search).
