@@ -245,7 +245,8 @@ def protect(
                 Y = mech.privatize(X, ids=ids, key=key)
             else:
                 Y = mech.privatize(X, rng=rng)
-            rel.add_outputs(ids, Y)
+            if rel is not None:
+                rel.add_outputs(ids, Y)
             write_embeddings(
                 output, Y, ids=ids, metadata={**emb.metadata(), **protection}, src=input
             )

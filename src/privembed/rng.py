@@ -137,7 +137,7 @@ def spawn(rng: Any, n: int) -> list[np.random.Generator]:
     --------
     >>> a = [g.integers(1 << 30) for g in spawn(3, 2)]
     >>> b = [g.integers(1 << 30) for g in spawn(3, 2)]
-    >>> a == b and a[0] != a[1]
+    >>> bool(a == b and a[0] != a[1])
     True
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
