@@ -180,6 +180,11 @@ def test_neighbours_at_rank_matches_a_full_sort_including_the_exact_fallback():
     centres = np.array([0, 7, 7, 7, 7, 1499, 42])
     ranks = np.array([0, 1, 15, 200, 1100, 1499, 127])
     got = neighbours_at_rank(idx, centres, ranks)
+    # precomputed lists (ranks 0..50) give the same answers; longer ranks fall through
+    from privembed.text.analysis import neighbour_lists
+
+    lists = neighbour_lists(idx, centres, 50)
+    assert np.array_equal(neighbours_at_rank(idx, centres, ranks, lists=lists), got)
     for cen, r, g in zip(centres, ranks, got, strict=True):
         d2 = _sq(voc.vectors[cen][None, :], voc.vectors)[0]
         d2[cen] = -1.0

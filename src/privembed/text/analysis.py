@@ -250,11 +250,17 @@ def output_proportions(
             if "nearest" in mechs:
                 add("nearest", e, None, xstar)
             if "rank" in mechs:
+                # several temperatures: one search for the neighbour lists of x*, shared by all
+                shared = (
+                    neighbour_lists(index, xstar, min(1024, index.size - 1))
+                    if len(cs) > 1
+                    else None
+                )
                 for cval in cs:
                     fix = WordSanitizer(
                         vocabulary=vocabulary, epsilon=e, post="rank", c=cval, index=index
                     )
-                    add("rank", e, cval, fix.post_process(xstar, rng=gen))
+                    add("rank", e, cval, fix.post_process(xstar, rng=gen, lists=shared))
     if "exponential" in mechs:
         outs = {e: np.empty(ids.size, dtype=np.int64) for e in eps}
         block = 32
@@ -274,6 +280,23 @@ class RankCalibration:
     c: float
     table: Table
     score: dict[float, float]
+
+    @classmethod
+    def from_table(cls, table: Table) -> RankCalibration:
+        """Choose ``c`` from the ``"rank"`` rows of an :func:`output_proportions` table: the
+        largest mean share of close-neighbour outputs over its epsilons (ties: the smaller
+        share of original words)."""
+        rows = [r for r in table.rows if r["mechanism"] == "rank"]
+        if not rows:
+            raise ValueError("table has no 'rank' rows to calibrate c from.")
+        score: dict[float, float] = {}
+        orig: dict[float, float] = {}
+        for cval in dict.fromkeys(r["c"] for r in rows):
+            mine = [r for r in rows if r["c"] == cval]
+            score[cval] = float(np.mean([r["neighbours"] for r in mine]))
+            orig[cval] = float(np.mean([r["original"] for r in mine]))
+        best = max(score, key=lambda k: (score[k], -orig[k]))
+        return cls(c=best, table=table, score=score)
 
 
 def calibrate_rank_c(
@@ -319,14 +342,7 @@ def calibrate_rank_c(
         index=index,
         rng=rng,
     )
-    score: dict[float, float] = {}
-    orig: dict[float, float] = {}
-    for cval in dict.fromkeys(float(x) for x in c_grid):
-        rows = [r for r in table.rows if r["c"] == cval]
-        score[cval] = float(np.mean([r["neighbours"] for r in rows]))
-        orig[cval] = float(np.mean([r["original"] for r in rows]))
-    best = max(score, key=lambda k: (score[k], -orig[k]))
-    return RankCalibration(c=best, table=table, score=score)
+    return RankCalibration.from_table(table)
 
 
 # ---------------------------------------------------------------------------------------------

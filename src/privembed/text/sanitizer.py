@@ -83,13 +83,17 @@ def sample_ranks(
     return np.clip(r, 0, vocab_size - 1).astype(np.int64)
 
 
-def neighbours_at_rank(index: NearestNeighbourIndex, centres: Any, ranks: Any) -> NDArray[np.int64]:
+def neighbours_at_rank(
+    index: NearestNeighbourIndex, centres: Any, ranks: Any, *, lists: Any = None
+) -> NDArray[np.int64]:
     """The word ranked ``ranks[i]`` among the neighbours of word ``centres[i]``.
 
     Rank 0 is the centre itself; ranks 1, 2, ... order the other words by (squared) l2 distance
-    from the centre. Small ranks come from batched index searches (one per length bucket); ranks
-    beyond the longest bucket, or rows an approximate index could not fill, are found exactly
-    from one distance row per word. Only ``centres`` is looked at: never any other word.
+    from the centre. Ranks up to ``K`` are read from ``lists`` when it is given (row ``i`` holds
+    ranks ``0..K`` of ``centres[i]``, as :func:`privembed.text.analysis.neighbour_lists`
+    returns); the others come from batched index searches (one per length bucket), and ranks
+    beyond the longest bucket, or rows an approximate index could not fill, from one exact
+    distance row per word. Only ``centres`` is looked at: never any other word.
 
     Examples
     --------
@@ -101,6 +105,11 @@ def neighbours_at_rank(index: NearestNeighbourIndex, centres: Any, ranks: Any) -
     ranks = np.asarray(ranks, dtype=np.int64)
     out = np.where(ranks == 0, centres, -1)
     todo = ranks > 0
+    if lists is not None:
+        lists = np.asarray(lists, dtype=np.int64)
+        sel = np.flatnonzero(todo & (ranks < lists.shape[1]))
+        out[sel] = lists[sel, ranks[sel]]
+        todo[sel] = False
     for bucket in _RANK_BUCKETS:
         sel = np.flatnonzero(todo & (ranks < bucket))
         if sel.size == 0:
@@ -314,10 +323,13 @@ class WordSanitizer(TextSanitizer):
         source = GeneratorSource(as_generator(rng))
         return self.mechanism.privatize_block(self.vocabulary.vectors[arr], source)
 
-    def post_process(self, nearest_ids: Any, *, rng: Any = None) -> NDArray[np.int64]:
+    def post_process(
+        self, nearest_ids: Any, *, rng: Any = None, lists: Any = None
+    ) -> NDArray[np.int64]:
         """The rank step alone: a function of :math:`x^*` (``nearest_ids``) and fresh randomness.
 
-        Returns ``nearest_ids`` unchanged for ``post="nearest"``.
+        Returns ``nearest_ids`` unchanged for ``post="nearest"``. ``lists`` optionally holds
+        precomputed neighbour lists of ``nearest_ids`` (see :func:`neighbours_at_rank`).
         """
         xstar = self._check_ids(nearest_ids)
         if self.post == "nearest":
@@ -326,7 +338,7 @@ class WordSanitizer(TextSanitizer):
         ranks = sample_ranks(
             self.epsilon * self.c, xstar.size, len(self.vocabulary), as_generator(rng)
         )
-        return neighbours_at_rank(self.index, xstar, ranks)
+        return neighbours_at_rank(self.index, xstar, ranks, lists=lists)
 
     def sanitize_ids(self, ids: Any, *, rng: Any = None) -> NDArray[np.int64]:
         """Sanitise vocabulary rows (all in one noise draw and one index search).
