@@ -254,10 +254,13 @@ class MahalanobisMechanism(Mechanism):
     def _perturb(self, X: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
         n, d = X.shape
         u = source.normal(n, d)
-        u /= np.linalg.norm(u, axis=1, keepdims=True)
         r = source.gamma(float(d), n) / self.epsilon
+        # radius r along the direction u/|u| (row norms by einsum, one scaling pass)
+        u *= (r / np.sqrt(np.einsum("ij,ij->i", u, u)))[:, None]
         if self._sqrt is not None:
-            u = u @ self._sqrt if self._full else u * self._sqrt
-        u *= r[:, None]
+            if self._full:
+                u = u @ self._sqrt
+            else:
+                u *= self._sqrt
         u += X
         return u

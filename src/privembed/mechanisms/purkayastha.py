@@ -230,8 +230,7 @@ class PurkayasthaMechanism(Mechanism):
         theta = self.angle_table(d).sample(u[:, 0], u[:, 1])
         v = source.normal(n, d)
         v -= np.einsum("ij,ij->i", v, X)[:, None] * X  # tangent component
-        norms = np.linalg.norm(v, axis=1, keepdims=True)
-        v /= np.where(norms > 0, norms, 1.0)
-        v *= np.sin(theta)[:, None]
+        norms = np.sqrt(np.einsum("ij,ij->i", v, v))
+        v *= (np.sin(theta) / np.where(norms > 0, norms, 1.0))[:, None]
         v += np.cos(theta)[:, None] * X
         return v
