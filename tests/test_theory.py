@@ -293,6 +293,7 @@ def test_expected_cosine_laplace_against_quadrature(eps: float, d: int) -> None:
     assert theory.expected_cosine_laplace(eps, d) == pytest.approx(ref, abs=1e-8)
 
 
+@pytest.mark.slow
 def test_expected_cosine_gaussian_limits() -> None:
     assert theory.expected_cosine_gaussian(0.0, 384) == 1.0
     # [K26] closed form: 0.1134 at sigma = 0.2, d = 1920; the exact value agrees to 1e-3
@@ -304,6 +305,7 @@ def test_expected_cosine_gaussian_limits() -> None:
     assert all(a > b for a, b in itertools.pairwise(vals))
 
 
+@pytest.mark.slow
 def test_expected_cosine_laplace_monotone_in_epsilon() -> None:
     vals = [theory.expected_cosine_laplace(e, 384) for e in (10.0, 100.0, 1e3, 1e4)]
     assert all(0 < a < b < 1 for a, b in itertools.pairwise(vals))

@@ -374,6 +374,35 @@ class TestMechanismContract:
         with pytest.raises(DataError, match=re.escape(needle)):
             mech.privatize(X[4], rng=0)
 
+    @pytest.mark.parametrize(
+        "scale",
+        [
+            0.01,
+            37.0,
+            pytest.param(
+                1e-200,
+                marks=pytest.mark.xfail(
+                    reason="base.py: the row norm underflows (x*x = 0), output is inf/NaN",
+                    strict=True,
+                ),
+            ),
+            pytest.param(
+                1e200,
+                marks=pytest.mark.xfail(
+                    reason="base.py: the row norm overflows (x*x = inf), the input is lost",
+                    strict=True,
+                ),
+            ),
+        ],
+    )
+    def test_normalised_inputs_ignore_scale(self, mech: Mechanism, scale: float) -> None:
+        """With input_norm="normalize" only the direction of a row matters, at any scale."""
+        if mech.input_norm != "normalize":
+            pytest.skip("only for mechanisms that normalise their inputs")
+        X = _batch(np.float64)
+        Y = mech.privatize(X * scale, rng=9)
+        np.testing.assert_allclose(Y, mech.privatize(X, rng=9), rtol=1e-9, atol=1e-12)
+
     def test_zero_rows_raise(self, mech: Mechanism) -> None:
         X = _batch(np.float64)
         X[6] = 0.0

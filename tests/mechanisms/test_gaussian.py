@@ -58,7 +58,9 @@ def test_noise_norm_matches_expected_noise_norm() -> None:
 @pytest.mark.parametrize(
     ("mech", "d"),
     [
-        (EmpiricalGaussianMechanism(sigma=0.2, renormalize=False), 1920),  # [K26] setting
+        pytest.param(  # the [K26] setting
+            EmpiricalGaussianMechanism(sigma=0.2, renormalize=False), 1920, marks=pytest.mark.slow
+        ),
         (GaussianMechanism(epsilon=50.0, delta=1e-5, renormalize=False), 384),
         (GaussianMechanism(epsilon=200.0, delta=1e-5, renormalize=False), 16),
     ],

@@ -40,7 +40,9 @@ def test_sampler_alone_follows_l2_laplace() -> None:
     check_radius_and_direction(Z, 2.5, np.eye(5)[2], what="sample_l2_laplace")
 
 
-@pytest.mark.parametrize(("epsilon", "d"), [(20.0, 16), (500.0, 384)])
+@pytest.mark.parametrize(
+    ("epsilon", "d"), [(20.0, 16), pytest.param(500.0, 384, marks=pytest.mark.slow)]
+)
 def test_mean_cosine_matches_expected_cosine(epsilon: float, d: int) -> None:
     m = LaplaceMechanism(epsilon=epsilon)
     n = 5000
