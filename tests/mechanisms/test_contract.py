@@ -379,20 +379,8 @@ class TestMechanismContract:
         [
             0.01,
             37.0,
-            pytest.param(
-                1e-200,
-                marks=pytest.mark.xfail(
-                    reason="base.py: the row norm underflows (x*x = 0), output is inf/NaN",
-                    strict=True,
-                ),
-            ),
-            pytest.param(
-                1e200,
-                marks=pytest.mark.xfail(
-                    reason="base.py: the row norm overflows (x*x = inf), the input is lost",
-                    strict=True,
-                ),
-            ),
+            1e-200,
+            1e200,
         ],
     )
     def test_normalised_inputs_ignore_scale(self, mech: Mechanism, scale: float) -> None:

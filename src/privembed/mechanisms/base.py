@@ -24,14 +24,35 @@ from .._validation import DataError, check_choice, check_embeddings
 from ..accounting import Guarantee
 from ..rng import as_generator
 
-__all__ = ["GeneratorSource", "Mechanism", "NoiseSource", "unit_rows"]
+__all__ = ["GeneratorSource", "Mechanism", "NoiseSource", "row_norms", "unit_rows"]
 
 INPUT_NORMS = ("normalize", "clip", "none")
 
 
+def row_norms(X: NDArray[np.float64]) -> NDArray[np.float64]:
+    """l2 norm of each row, exact at any scale (no overflow for 1e200, no underflow for 1e-200).
+
+    The fast path is ``sqrt(sum(x**2))``; rows whose squares over- or underflow (norm outside
+    [1e-140, 1e140]) are recomputed after scaling by their largest absolute entry.
+    """
+    norms = np.sqrt(np.einsum("ij,ij->i", X, X))
+    bad = ~((norms > 1e-140) & (norms < 1e140))
+    if bad.any():
+        sub = X[bad]
+        m = np.max(np.abs(sub), axis=1, keepdims=True)
+        m = np.where(m > 0, m, 1.0)
+        scaled = sub / m
+        norms[bad] = m[:, 0] * np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
+    return norms
+
+
 def unit_rows(X: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Rows scaled to unit l2 norm (float64; rows must be non-zero)."""
-    return X / np.linalg.norm(X, axis=1, keepdims=True)
+    """Rows scaled to unit l2 norm (float64; rows must be non-zero), robust to extreme scales."""
+    norms = row_norms(X)[:, None]
+    if np.all((norms > 1e-140) & (norms < 1e140)):
+        return X / norms
+    m = np.max(np.abs(X), axis=1, keepdims=True)
+    return (X / m) / (norms / m)
 
 
 class NoiseSource(abc.ABC):
@@ -146,7 +167,7 @@ class Mechanism(abc.ABC):
         if self.input_norm == "normalize":
             return unit_rows(X)
         if self.input_norm == "clip":
-            norms = np.linalg.norm(X, axis=1, keepdims=True)
+            norms = row_norms(X)[:, None]
             return X / np.maximum(norms, 1.0)
         return X
 
