@@ -376,7 +376,6 @@ def test_distance_estimator_mean_error_within_three_standard_errors(kind: str) -
     ip_err = m.inner_product_estimate(Yi, Yj) - ip_t
     se_ip = math.sqrt((s2 * (a[0] @ a[0] + a[1] @ a[1]) + k * s2**2) / N)
     assert abs(ip_err.mean()) <= 3 * se_ip
-    np.testing.assert_array_equal(m.cosine_estimate(Yi, Yj), m.inner_product_estimate(Yi, Yj))
     # squared norm: |a + z|² - k s2, Var = 2k s2² + 4 s2 |a|²
     nt = float(a[0] @ a[0])
     n_err = m.squared_norm_estimate(Yi) - nt
@@ -412,15 +411,35 @@ def _setup_search():
     return m, X, Y
 
 
-def test_search_matches_faiss_on_raw_releases() -> None:
+def test_search_matches_faiss() -> None:
+    """ "cosine" = IndexFlatIP over L2-normalised vectors; "ip" = IndexFlatIP over raw releases."""
     faiss = pytest.importorskip("faiss")
     m, X, Y = _setup_search()
-    D, idx = m.search(X[:50], Y, 5)
-    index = faiss.IndexFlatIP(Y.shape[1])
-    index.add(np.ascontiguousarray(Y, dtype=np.float32))
-    Df, If = index.search(np.ascontiguousarray(m.project(X[:50]), dtype=np.float32), 5)
-    np.testing.assert_array_equal(idx, If)
-    np.testing.assert_allclose(D, Df, rtol=1e-4, atol=1e-4)
+    Q = np.ascontiguousarray(m.project(X[:50]), dtype=np.float32)
+    Y32 = np.ascontiguousarray(Y, dtype=np.float32)
+    for metric, q, y in (
+        ("ip", Q, Y32),
+        (
+            "cosine",
+            Q / np.linalg.norm(Q, axis=1, keepdims=True),
+            Y32 / np.linalg.norm(Y32, axis=1, keepdims=True),
+        ),
+    ):
+        D, idx = m.search(X[:50], Y, 5, metric=metric)
+        index = faiss.IndexFlatIP(Y.shape[1])
+        index.add(np.ascontiguousarray(y))
+        Df, If = index.search(np.ascontiguousarray(q), 5)
+        np.testing.assert_array_equal(idx, If)
+        np.testing.assert_allclose(D, Df, rtol=1e-4, atol=1e-4)
+
+
+def test_search_cosine_corrected_matches_cosine_estimate() -> None:
+    m, _, Y = _setup_search()
+    D, idx = m.search(Y[:5], Y[5:], 4, metric="cosine_corrected", queries_released=True)
+    assert np.all(np.abs(D) <= 1.0)
+    for i in range(5):
+        est = m.cosine_estimate(np.repeat(Y[i : i + 1], 4, axis=0), Y[5:][idx[i]])
+        np.testing.assert_allclose(D[i], est, rtol=1e-5, atol=1e-6)
 
 
 def test_search_l2_is_bias_corrected_and_padded() -> None:
@@ -596,7 +615,7 @@ def test_private_projection_parameter_errors(override, exc, message) -> None:
                 np.ones((1, 4)), np.ones((2, 8)), 1, metric="dot"
             ),
             ValueError,
-            "metric must be one of 'cosine', 'ip', 'l2', got metric='dot'.",
+            "metric must be one of 'cosine', 'cosine_corrected', 'ip', 'l2', got metric='dot'.",
         ),
     ],
 )

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,6 +181,11 @@ class _Built:
     sparse_f32: sp.csr_matrix | None = None
 
 
+#: generated matrices shared by every JLProjection (they are pure functions of kind, d, k, seed)
+_SHARED: OrderedDict[tuple[str, int, int, int], _Built] = OrderedDict()
+_SHARED_MAX = 16
+
+
 class JLProjection:
     r"""A public Johnson-Lindenstrauss projection :math:`P \in \mathbb R^{k\times d}` ([MC25] Table 1).
 
@@ -253,6 +259,12 @@ class JLProjection:
         built = self._cache.get(d)
         if built is not None:
             return built
+        key = (self.kind, d, self.k, self.seed)
+        built = _SHARED.get(key)
+        if built is not None:
+            _SHARED.move_to_end(key)
+            self._cache[d] = built
+            return built
         g = self._generator(d)
         k = self.k
         if self.kind == "gaussian":
@@ -274,6 +286,9 @@ class JLProjection:
             built = _Built(dense=dense, signs=flips, rows=rows)
         built.dense.setflags(write=False)
         self._cache[d] = built
+        _SHARED[key] = built
+        while len(_SHARED) > _SHARED_MAX:
+            _SHARED.popitem(last=False)
         return built
 
     def matrix(self, d: int) -> NDArray[np.float64]:
@@ -351,7 +366,10 @@ class JLProjection:
         """
         b = self._build(d)
         if b.spectral is None:
-            b.spectral = float(np.linalg.norm(b.dense, 2))
+            # largest eigenvalue of the smaller Gram matrix: much cheaper than a full SVD
+            P = b.dense
+            gram = P @ P.T if P.shape[0] <= P.shape[1] else P.T @ P
+            b.spectral = float(np.sqrt(max(np.linalg.eigvalsh(gram)[-1], 0.0)))
         return b.spectral
 
     def max_column_norm(self, d: int) -> float:
@@ -516,7 +534,7 @@ class PrivateProjection(Mechanism):
     Examples
     --------
     >>> m = PrivateProjection(k=16, epsilon=5.0, delta=1e-5, input_dim=64)
-    >>> X = np.random.default_rng(0).standard_normal((3, 64))
+    >>> X = as_generator(0).standard_normal((3, 64))
     >>> m.privatize(X, rng=1).shape
     (3, 16)
     >>> sens = 2 * m.projection.spectral_norm(64)
@@ -742,24 +760,25 @@ class PrivateProjection(Mechanism):
         return np.sum(y**2, axis=-1) - self.k * self._noise_var(d)
 
     def cosine_estimate(self, y_i: Any, y_j: Any, *, d: int | None = None) -> Any:
-        r"""Estimate of :math:`\cos(x_i, x_j)` from two independent releases.
+        r"""Calibrated estimate of :math:`\cos(Px_i, Px_j)` (:math:`\approx \cos(x_i, x_j)` by JL)
+        from two independent releases.
 
-        With ``input_norm="normalize"`` the inputs are unit vectors, so the cosine *is* the
-        inner product and :math:`\langle y_i, y_j\rangle` is unbiased for
-        :math:`\langle Px_i, Px_j\rangle` (and, over the draw of ``P``, for
-        :math:`\langle x_i, x_j\rangle`). Otherwise the inner product is divided by the
-        bias-corrected norms :math:`\sqrt{\|y\|^2 - k\sigma^2}` (floored at a small positive
-        value): consistent as ``k`` grows, not exactly unbiased. Dividing by the *raw* norms
-        :math:`\|y\|` -- what a cosine index does -- shrinks every estimate by about
-        :math:`1/(1 + k\sigma^2)` and adds noise to the ranking.
+        .. math::
+            \widehat{\cos}_{ij} = \frac{\langle y_i, y_j\rangle}
+            {\sqrt{(\|y_i\|^2 - k\sigma^2)(\|y_j\|^2 - k\sigma^2)}}
+
+        -- the unbiased inner product over the bias-corrected norms, with each corrected
+        squared norm floored at a tiny positive value and the ratio clipped to [-1, 1].
+        Consistent, not exactly unbiased; unstable once :math:`k\sigma^2` is comparable with
+        :math:`\|Px\|^2` (the corrected norms then fluctuate around zero). Dividing by the *raw*
+        norms instead shrinks every value towards 0 by about :math:`\|Px\|/\|y\|`; for
+        *ranking*, however, that raw cosine does better (see :meth:`search`).
         """
         ip = self.inner_product_estimate(y_i, y_j)
-        if self.input_norm == "normalize":
-            return ip
         floor = 1e-12
         ni = np.maximum(self.squared_norm_estimate(y_i, d=d), floor)
         nj = np.maximum(self.squared_norm_estimate(y_j, d=d), floor)
-        return ip / np.sqrt(ni * nj)
+        return np.clip(ip / np.sqrt(ni * nj), -1.0, 1.0)
 
     def search(
         self,
@@ -773,7 +792,7 @@ class PrivateProjection(Mechanism):
         database_sigma: Any = None,
         batch_size: int = 1024,
     ) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
-        r"""Bias-corrected k-nearest-neighbour search over releases, with FAISS conventions.
+        r"""k-nearest-neighbour search over releases with calibrated scores, FAISS conventions.
 
         Parameters
         ----------
@@ -785,36 +804,44 @@ class PrivateProjection(Mechanism):
         k : int
             Neighbours per query (``min(k, n)`` are real; the rest are padded like FAISS:
             index -1, distance ``inf`` for l2 and ``-inf`` otherwise).
-        metric : {"cosine", "ip", "l2"}
-            ``"ip"``: unbiased :math:`\langle Pq, Px_j\rangle` (descending). ``"l2"``: unbiased
-            squared distances :math:`\|q - y_j\|^2 - k(\sigma_q^2 + \sigma_j^2)` (ascending);
-            with one common sigma the correction is a constant that leaves the ranking alone
-            but makes thresholds (range search) right, and with per-row ``database_sigma``
-            (releases at different epsilon) it changes the ranking. ``"cosine"``: see
-            :meth:`cosine_estimate` -- for unit inputs the inner product (the ranking a cosine
-            index on *raw* releases would get wrong by dividing by noisy norms).
+        metric : {"cosine", "cosine_corrected", "ip", "l2"}
+            ``"cosine"`` (default, the best *ranking* we measured): plain cosine between the
+            query and each raw release, :math:`\langle q, y_j\rangle/(\|q\|\|y_j\|)` --
+            what FAISS ``IndexFlatIP`` over L2-normalised vectors returns; its values are
+            shrunk towards 0 by the noise. ``"cosine_corrected"``: :meth:`cosine_estimate`
+            (bias-corrected norms), calibrated values for thresholds but a noisier ranking
+            when :math:`k\sigma^2` is comparable with :math:`\|Px\|^2`. ``"ip"``: unbiased
+            :math:`\langle Pq, Px_j\rangle`. ``"l2"``: unbiased squared distances
+            :math:`\|q - y_j\|^2 - k(\sigma_q^2 + \sigma_j^2)` (ascending).
         queries_released : bool, default False
         d : int, optional
             Input dimension (default: the most recent one); fixes sigma.
         database_sigma : float or array_like of shape (n,), optional
-            Noise sigma of each database row (default: this mechanism's sigma for ``d``).
+            Noise sigma of each database row (default: this mechanism's sigma for ``d``), e.g.
+            for a database that holds releases made at different epsilon.
         batch_size : int, default 1024
             Queries scored per block (bounds memory at ``batch_size * n`` floats).
 
         Returns
         -------
         D : ndarray of float32, shape (nq, k)
-            Estimated similarities (descending) or squared distances (ascending).
+            Similarities (descending) or squared distances (ascending).
         I : ndarray of int64, shape (nq, k)
             Database row indices.
 
         Notes
         -----
-        The same ranking comes from FAISS: ``IndexFlatIP`` over the *raw* releases for
-        ``"ip"`` / ``"cosine"`` (unit inputs), or ``IndexFlatL2`` for ``"l2"`` with the
-        constant subtracted afterwards.
+        Where the bias correction matters for ranking: for ``"ip"`` nowhere (the inner product
+        of independent releases is already unbiased); for ``"l2"`` the correction is a
+        constant per query with one common sigma -- the ranking is FAISS ``IndexFlatL2``'s and
+        only the values (range search, thresholds) change -- but with per-row
+        ``database_sigma`` it reorders rows released at different noise levels. For cosine,
+        on real embeddings (``docs/projection.md``) dividing by the *observed* norm ranks
+        better than both the raw inner product (JL leaves the projected norms
+        :math:`\|Px_j\|` uneven at small ``k``) and the bias-corrected norms (their noise
+        inflates the scores of rows with small corrected norm).
         """
-        metric = check_choice("metric", metric, ("cosine", "ip", "l2"))
+        metric = check_choice("metric", metric, ("cosine", "cosine_corrected", "ip", "l2"))
         kk = check_int("k", k, ge=1)
         bs = check_int("batch_size", batch_size, ge=1)
         Y, _ = check_embeddings(database, name="database", dim=self.k, allow_zero=True)
@@ -845,7 +872,9 @@ class PrivateProjection(Mechanism):
         ascending = metric == "l2"
         y_sq = np.sum(Y**2, axis=1)
         y_norm = None
-        if metric == "cosine" and self.input_norm != "normalize":
+        if metric == "cosine":
+            y_norm = np.sqrt(y_sq)
+        elif metric == "cosine_corrected":
             y_norm = np.sqrt(np.maximum(y_sq - self.k * y_var, 1e-12))
         nq = Q.shape[0]
         take = min(kk, n)
@@ -857,9 +886,14 @@ class PrivateProjection(Mechanism):
             if metric == "l2":
                 q_sq = np.sum(q**2, axis=1)
                 S = q_sq[:, None] + y_sq[None, :] - 2.0 * S - self.k * (q_var + y_var[None, :])
-            elif y_norm is not None:
+            elif metric == "cosine":
+                assert y_norm is not None
+                den = np.sqrt(np.sum(q**2, axis=1))[:, None] * y_norm[None, :]
+                S = np.divide(S, den, out=np.zeros_like(S), where=den > 0)
+            elif metric == "cosine_corrected":
+                assert y_norm is not None
                 q_norm = np.sqrt(np.maximum(np.sum(q**2, axis=1) - self.k * q_var, 1e-12))
-                S = S / (q_norm[:, None] * y_norm[None, :])
+                S = np.clip(S / (q_norm[:, None] * y_norm[None, :]), -1.0, 1.0)
             key = S if ascending else -S
             if take < n:
                 part = np.argpartition(key, take - 1, axis=1)[:, :take]
