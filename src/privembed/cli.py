@@ -28,6 +28,7 @@ def _register_subapps() -> None:
     """Attach optional command groups (each lives in privembed._cli.<name>)."""
     import importlib
 
+    app.command(name="serve")(importlib.import_module("privembed._cli.serve").serve)
     for name, help_text in (
         ("text", "Word-level text sanitisation (d_X privacy) and its analysis."),
         ("concept", "Learn and inspect concept profiles (which dimensions carry a concept)."),

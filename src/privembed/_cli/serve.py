@@ -1,0 +1,68 @@
+"""``privembed serve``: run the OpenAI-compatible embeddings proxy (extra ``serve``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import console, err_console, fail, user_errors
+
+
+@user_errors
+def serve(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Server configuration (TOML).")
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default: server.host of the config).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port (default: server.port of the config).")
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Validate the configuration, print it, and exit.")
+    ] = False,
+    new_api_key: Annotated[
+        bool,
+        typer.Option(
+            "--new-api-key", help="Print a new random API key and its config entry, then exit."
+        ),
+    ] = False,
+) -> None:
+    """Serve protected embeddings at POST /v1/embeddings (OpenAI-compatible)."""
+    from ..server import create_app, hash_api_key, load_config
+    from ..server import new_api_key as make_key
+
+    if new_api_key:
+        key = make_key()
+        err_console.print("give the key to the client; put only its hash in the config:")
+        console.print(key, highlight=False)
+        console.print(
+            f'[[api_keys]]\nname = "CHANGE-ME"\nsha256 = "{hash_api_key(key)}"\n'
+            'models = ["*"]\nrate_limit = 600  # requests per minute',
+            highlight=False,
+            markup=False,
+        )
+        return
+    if config is None:
+        fail("--config is required (a TOML file; see examples/serve.toml).")
+        return
+    cfg = load_config(config)
+    if port is not None and not 0 <= port <= 65535:
+        raise ValueError(f"port must be in [0, 65535], got port={port}.")
+    h = host or cfg.server.host
+    p = cfg.server.port if port is None else port
+    if check:
+        from ..keyed import key_id
+
+        console.print(f"config {config}: OK (key id {key_id(cfg.key)}, noise {cfg.server.noise})")
+        for m in cfg.models.values():
+            console.print(f"  model {m.name} [{m.role}, backend {m.backend}]: {m.describe()}")
+        console.print(f"  {len(cfg.api_keys)} API key(s); ledger: {cfg.server.ledger or 'none'}")
+        return
+    from ..server import serve_forever
+
+    err_console.print(f"privembed serve: http://{h}:{p}/v1 (models: {', '.join(cfg.models)})")
+    serve_forever(create_app(cfg), host=h, port=p)
