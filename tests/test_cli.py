@@ -253,3 +253,42 @@ def test_help_on_every_command():
     for cmd in ([], ["embed"], ["protect"], ["info"], ["demo"]):
         r = runner.invoke(app, [*cmd, "--help"])
         assert r.exit_code == 0 and "Usage" in r.stdout
+
+
+def test_protect_projection_records_public_projection_and_ledger(tmp_path):
+    src, _ = _emb(tmp_path, d=32)
+    out = tmp_path / "p.parquet"
+    led = tmp_path / "l.db"
+    r = runner.invoke(
+        app,
+        [
+            "protect",
+            str(src),
+            "-o",
+            str(out),
+            "-m",
+            "projection",
+            "--k",
+            "8",
+            "--epsilon",
+            "50",
+            "--delta",
+            "1e-5",
+            "--kind",
+            "srht",
+            "--projection-seed",
+            "7",
+            "--seed",
+            "0",
+            "--ledger",
+            str(led),
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    t = read_embeddings(out)
+    assert t.X.shape == (20, 8)
+    proj = t.metadata["projection"]
+    assert proj["kind"] == "srht" and proj["k"] == 8 and proj["d"] == 32 and proj["seed"] == 7
+    assert proj["sigma"] > 0 and proj["sensitivity"] > 2.0  # 2 * ||P||_2 > 2 for k < d
+    r = runner.invoke(app, ["ledger", "spent", str(led), "--json"])
+    assert r.exit_code == 0 and '"releases": 1' in r.stdout

@@ -295,6 +295,13 @@ def protect(
 
     def meta(m: dict[str, Any]) -> dict[str, Any]:
         out = {**m, **protection}
+        if hasattr(mech, "projection_metadata"):
+            from .io import iter_batches
+
+            _, dim, _, first = iter_batches(input, batch_rows=1, column=column)
+            if dim <= 0:
+                dim = next(iter(first)).X.shape[1]
+            out["projection"] = mech.projection_metadata(dim)
         if m.get("protected"):
             out["previous_protection"] = {k: m[k] for k in ("mechanism", "guarantee") if k in m}
         return out
@@ -486,6 +493,10 @@ def version() -> None:
 
 
 _register_subapps()
+
+from ._cli.stores import register as _register_stores  # noqa: E402 - after the app exists
+
+_register_stores(app)
 
 
 def main() -> None:

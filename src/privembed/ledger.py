@@ -97,9 +97,17 @@ def _record_key(record_id: Any) -> str:
 
 def _cost_of(mechanism: Any) -> _Cost:
     g: Guarantee = mechanism.guarantee
-    sigma = getattr(mechanism, "sigma", None)
-    sens = getattr(mechanism, "sensitivity", None)
-    if isinstance(g, ApproxDP) and sigma is not None and sens:
+    try:
+        sigma = getattr(mechanism, "sigma", None)
+        sens = getattr(mechanism, "sensitivity", None)
+    except Exception:  # e.g. a projection whose sigma depends on the (unknown) input dimension
+        sigma = sens = None
+    if (
+        isinstance(g, ApproxDP)
+        and isinstance(sigma, int | float)
+        and isinstance(sens, int | float)
+        and sens > 0
+    ):
         return _Cost(g.kind, 0.0, 0.0, float(sigma) / float(sens))
     if isinstance(g, ApproxDP):
         return _Cost(g.kind, g.epsilon, g.delta, None)
