@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck pytest bench clean
+.PHONY: install browser demo test lint typecheck pytest bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,14 @@ demo: $(STAMP)
 	$(VENV)/bin/privembed demo
 
 ## Install everything and run the whole test suite (lint, format, types, tests).
-test: $(STAMP) lint typecheck pytest
+test: $(STAMP) browser lint typecheck pytest
+
+## Debian's chromium renders the HTML report in a test (installed when missing and root).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "the report test needs Debian's chromium: sudo apt-get install chromium"; exit 1; fi; }
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
