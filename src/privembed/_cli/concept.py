@@ -1,0 +1,214 @@
+"""``privembed concept ...``: learn, inspect and combine concept profiles (thin; logic in
+:mod:`privembed.concepts`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from .common import console, err_console, print_json, user_errors
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+@app.command()
+@user_errors
+def learn(
+    concept: Annotated[
+        str,
+        typer.Option(
+            "--concept",
+            "-c",
+            help="Concept name: built in (person, city, country, date, age, disease, symptom, "
+            "drug, gender) or your own (then give --tokens, --entity or --pattern).",
+        ),
+    ],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Profile file to write.")],
+    tokens: Annotated[
+        Path | None,
+        typer.Option(help="Concept tokens/phrases: .txt (one per line), .json list or .jsonl."),
+    ] = None,
+    entity: Annotated[
+        list[str] | None,
+        typer.Option(help="spaCy entity label of the concept (repeatable), e.g. PERSON."),
+    ] = None,
+    pattern: Annotated[
+        list[str] | None, typer.Option(help="Regular expression of the concept (repeatable).")
+    ] = None,
+    case_sensitive: Annotated[
+        bool | None,
+        typer.Option(
+            "--case-sensitive/--ignore-case", help="How tokens match (default: concept's)."
+        ),
+    ] = None,
+    texts: Annotated[
+        Path | None,
+        typer.Option(
+            help="Corpus (JSONL with 'text', or .txt). Default for built-in concepts: "
+            "generated, seeded sentences."
+        ),
+    ] = None,
+    n: Annotated[int, typer.Option(help="Sentences to generate when no --texts is given.")] = 2000,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 100,
+    lam: Annotated[
+        float, typer.Option("--lambda", help="Weight of the expected-L0 penalty (eq. 5).")
+    ] = 1e-3,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-4,
+    batch_size: Annotated[int, typer.Option(help="Examples per step.")] = 64,
+    val_fraction: Annotated[float, typer.Option(help="Share of pairs held out.")] = 0.1,
+    patience: Annotated[
+        int | None, typer.Option(help="Early stopping patience in epochs (off by default).")
+    ] = None,
+    threads: Annotated[int, typer.Option(help="torch threads for training.")] = 1,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed (sentences, split, initialisation, gate noise).")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Embedding model (default: offline all-MiniLM-L6-v2).")
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Embedding cache folder (default ~/.cache/privembed).")
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache embeddings.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the profile summary as JSON.")
+    ] = False,
+) -> None:
+    """Learn which embedding dimensions carry a concept and save them as a concept profile."""
+    from ..concepts import MaskLearner, learn_profile, read_tokens, resolve_concept
+    from ..concepts.sources import _canonical, generate_sentences
+    from ..io import read_texts
+
+    if output.is_dir():
+        raise IsADirectoryError(f"output is a directory: {output}")
+    learner = MaskLearner(
+        epochs=epochs,
+        lam=lam,
+        lr=lr,
+        batch_size=batch_size,
+        val_fraction=val_fraction,
+        patience=patience,
+        num_threads=threads,
+    )
+    extra_tokens = read_tokens(tokens) if tokens is not None else []
+    c = resolve_concept(
+        concept,
+        tokens=extra_tokens,
+        entity_labels=entity or [],
+        patterns=pattern or [],
+        case_sensitive=case_sensitive,
+    )
+    if texts is not None:
+        _ids, corpus = read_texts(texts)
+        source = str(texts.name)
+    elif _canonical(concept) is not None:
+        corpus = generate_sentences(concept, n, rng=seed)
+        source = f"generated ({n} sentences, seed={seed})"
+    else:
+        raise ValueError(f"concept {concept!r} is not built in; give a corpus with --texts.")
+    err_console.print(f"[dim]- concept {c.name!r}; texts: {source}[/dim]", highlight=False)
+    profile = learn_profile(
+        corpus,
+        c,
+        model=model,
+        cache_dir=cache_dir,
+        use_cache=not no_cache,
+        rng=seed,
+        learner=learner,
+    )
+    profile.metadata["texts_source"] = source
+    profile.save(output)
+    pairs = profile.metadata["pairs"]
+    err_console.print(
+        f"built {pairs['n_pairs']} pairs from {pairs['n_texts']} texts "
+        f"({pairs['n_without_concept']} without a concept token, "
+        f"{pairs['n_empty_after_removal']} empty after removal)",
+        highlight=False,
+    )
+    err_console.print(f"wrote {output}", highlight=False)
+    _show(profile, top=10, as_json=as_json)
+
+
+@app.command()
+@user_errors
+def show(
+    profile: Annotated[Path, typer.Argument(help="A concept profile.")],
+    top: Annotated[int, typer.Option(help="How many top dimensions to list.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Sparsity, top dimensions and probe accuracy of a concept profile."""
+    from ..concepts import ConceptProfile
+
+    _show(ConceptProfile.load(profile), top=top, as_json=as_json, title=str(profile))
+
+
+def _show(p: Any, *, top: int, as_json: bool, title: str | None = None) -> None:
+    if top < 1:
+        raise ValueError(f"top must be >= 1, got top={top}.")
+    summary = p.summary()
+    summary["top_dimensions"] = p.top_dimensions(min(top, p.dim))
+    if as_json:
+        print_json(summary)
+        return
+    t = Table(title=title or "concept profile", show_header=False)
+    for key in (
+        "concepts",
+        "embedding_model",
+        "dim",
+        "sparsity",
+        "n_selected",
+        "mask_mean",
+        "lambda",
+        "n_pairs",
+        "val_accuracy_masked",
+        "val_accuracy_unmasked",
+    ):
+        v = summary[key]
+        t.add_row(key, ", ".join(v) if isinstance(v, list) else _fmt(v))
+    diag = summary.get("sensitivity_diagnostic")
+    if diag:
+        t.add_row(
+            "sensitivity top/bottom 10%",
+            f"{diag['top_mean_sensitivity']:.4g} / {diag['bottom_mean_sensitivity']:.4g} "
+            f"(Wilcoxon p = {diag['wilcoxon_pvalue']:.3g})",
+        )
+    if summary.get("combined"):
+        t.add_row("combined", f"rule={summary['combined']['rule']}")
+    t.add_row(
+        f"top {len(summary['top_dimensions'])} dimensions",
+        ", ".join(f"{i} ({m:.2f})" for i, m in summary["top_dimensions"]),
+    )
+    console.print(t)
+
+
+@app.command()
+@user_errors
+def combine(
+    profiles: Annotated[list[Path], typer.Argument(help="Profiles to combine.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Combined profile to write.")],
+    rule: Annotated[str, typer.Option(help="max (element-wise maximum) or mean.")] = "max",
+) -> None:
+    """Combine several concept profiles into one (element-wise maximum of the masks)."""
+    from ..concepts import ConceptProfile
+
+    combined = ConceptProfile.combine([ConceptProfile.load(p) for p in profiles], rule=rule)
+    combined.save(output)
+    err_console.print(
+        f"wrote {output}: {', '.join(combined.concept_names)} "
+        f"(rule={rule}, sparsity {combined.sparsity:.3f})",
+        highlight=False,
+    )
+
+
+__all__ = ["app", "combine", "learn", "show"]
