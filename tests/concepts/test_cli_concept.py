@@ -1,0 +1,168 @@
+"""``privembed concept learn/show/combine`` on tiny data, and ``protect --mask profile``.
+
+A toy embedder replaces the sentence-transformers model so the commands run in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from privembed.cli import app
+from privembed.concepts import ConceptProfile
+from privembed.io import read_embeddings, write_embeddings
+
+from .test_profile import CountingEmbedder
+
+pytest.importorskip("torch")
+runner = CliRunner()
+
+
+@pytest.fixture
+def toy_model(monkeypatch, tmp_path):
+    import privembed.embedders
+
+    monkeypatch.setattr(privembed.embedders, "Embedder", lambda model=None: CountingEmbedder(16))
+    monkeypatch.setenv("PRIVEMBED_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _corpus(tmp_path):
+    p = tmp_path / "corpus.jsonl"
+    lines = [
+        {"id": i, "text": f"visit {i}: the patient reports {w} again"}
+        for i, w in enumerate(["flu", "gout", "asthma", "nothing new"] * 10)
+    ]
+    p.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("flu\ngout\nasthma\n")
+    return p, tokens
+
+
+def _assert_user_error(result, pattern):
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert pattern in err, err
+
+
+def test_learn_show_combine_and_protect(tmp_path, toy_model):
+    corpus, tokens = _corpus(tmp_path)
+    out = tmp_path / "disease.profile"
+    args = ["concept", "learn", "--concept", "illness", "--tokens", str(tokens)]
+    args += ["--texts", str(corpus), "-o", str(out), "--epochs", "3", "--lr", "0.01"]
+    r = runner.invoke(app, [*args, "--lambda", "0.01", "--seed", "1"])
+    assert r.exit_code == 0, r.output
+    assert "built 30 pairs from 40 texts (10 without a concept token" in r.stderr
+    prof = ConceptProfile.load(out)
+    assert prof.dim == 16 and prof.concept_names == ["illness"]
+    assert prof.metadata["training"]["lam"] == 0.01 and prof.metadata["seed"] == 1
+    assert prof.metadata["texts_source"] == "corpus.jsonl"
+
+    r = runner.invoke(app, ["concept", "show", str(out), "--json", "--top", "3"])
+    assert r.exit_code == 0, r.output
+    shown = json.loads(r.stdout)
+    assert shown["dim"] == 16 and len(shown["top_dimensions"]) == 3
+    assert shown["n_pairs"] == 30 and 0 <= shown["sparsity"] <= 1
+    r = runner.invoke(app, ["concept", "show", str(out)])
+    assert r.exit_code == 0 and "val_accuracy_masked" in r.stdout
+
+    # a built-in concept with generated sentences
+    city = tmp_path / "city.profile"
+    r = runner.invoke(
+        app,
+        [
+            "concept",
+            "learn",
+            "-c",
+            "location",
+            "-o",
+            str(city),
+            "--n",
+            "40",
+            "--epochs",
+            "2",
+            "--seed",
+            "0",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    both = tmp_path / "both.profile"
+    r = runner.invoke(app, ["concept", "combine", str(out), str(city), "-o", str(both)])
+    assert r.exit_code == 0, r.output
+    assert ConceptProfile.load(both).concept_names == ["illness", "city"]
+
+    # privembed protect --mechanism mahalanobis --mask <profile>
+    X = np.random.default_rng(0).standard_normal((12, 16)).astype(np.float32)
+    src, dst = tmp_path / "e.npz", tmp_path / "p.npz"
+    write_embeddings(src, X, metadata={"embedding_model": "toy-16"})
+    r = runner.invoke(
+        app,
+        [
+            "protect",
+            str(src),
+            "-o",
+            str(dst),
+            "-m",
+            "mahalanobis",
+            "--epsilon",
+            "10",
+            "--mask",
+            str(both),
+            "--seed",
+            "0",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    t = read_embeddings(dst)
+    assert t.X.shape == X.shape and t.metadata["mechanism"]["sigma_source"] == "mask"
+
+
+def test_user_errors(tmp_path, toy_model):
+    corpus, tokens = _assert_files = _corpus(tmp_path)
+    r = runner.invoke(
+        app, ["concept", "learn", "-c", "employer", "-o", str(tmp_path / "x.profile")]
+    )
+    _assert_user_error(r, "is not built in; give its tokens")
+    r = runner.invoke(
+        app,
+        [
+            "concept",
+            "learn",
+            "-c",
+            "employer",
+            "--tokens",
+            str(tokens),
+            "-o",
+            str(tmp_path / "x.p"),
+        ],
+    )
+    _assert_user_error(r, "give a corpus with --texts")
+    r = runner.invoke(
+        app,
+        [
+            "concept",
+            "learn",
+            "-c",
+            "x",
+            "--tokens",
+            str(tokens),
+            "--texts",
+            str(corpus),
+            "-o",
+            "o.p",
+            "--lambda",
+            "-1",
+        ],
+    )
+    _assert_user_error(r, "lam must be >= 0, got lam=-1.")
+    r = runner.invoke(
+        app,
+        ["concept", "learn", "-c", "x", "--tokens", str(tmp_path / "none.txt"), "-o", "o.p"],
+    )
+    _assert_user_error(r, "file not found")
+    r = runner.invoke(app, ["concept", "show", str(tmp_path / "missing.profile")])
+    _assert_user_error(r, "profile not found")
+    assert not (tmp_path / "x.profile").exists()
