@@ -1,0 +1,187 @@
+"""Shared helpers of the attacks: torch access, seeding, MLP training, word tokens, protection.
+
+torch is imported lazily (extra ``learn``); nothing here touches torch's global random state:
+models are initialised inside :func:`torch.random.fork_rng` after ``torch.manual_seed`` with a
+seed drawn from the caller's ``rng``, and minibatches are shuffled by a numpy generator.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._optional import require
+from .._validation import DataError, check_embeddings, check_int, check_real
+from ..rng import as_generator, spawn
+
+__all__ = [
+    "as_token_sets",
+    "check_hidden",
+    "protect",
+    "protect_copies",
+    "seed_from",
+    "word_tokens",
+]
+
+_WORD = re.compile(r"\w+")
+
+
+def torch_module() -> Any:
+    """The torch module, or an ImportError naming the ``learn`` extra."""
+    return require("torch", "learn", purpose="trained attacks")
+
+
+def seed_from(rng: Any) -> int:
+    """A 63-bit seed drawn from ``rng`` (for ``torch.manual_seed``)."""
+    return int(as_generator(rng).integers(2**63 - 1))
+
+
+@contextlib.contextmanager
+def torch_threads(torch: Any, n: int | None) -> Iterator[None]:
+    """Run with ``n`` torch intra-op threads (restored afterwards); None keeps the setting."""
+    if n is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def check_hidden(hidden: Any) -> tuple[int, ...]:
+    """Validate a sequence of hidden-layer sizes."""
+    if isinstance(hidden, int | str) or not all(
+        isinstance(h, int | np.integer) and not isinstance(h, bool) and h >= 1 for h in hidden
+    ):
+        raise ValueError(f"hidden must be a sequence of positive ints, got hidden={hidden!r}.")
+    return tuple(int(h) for h in hidden)
+
+
+def build_mlp(torch: Any, d_in: int, hidden: Sequence[int], d_out: int, seed: int) -> Any:
+    """``Linear-ReLU`` stack ending in a linear layer, initialised under ``torch.manual_seed(seed)``."""
+    nn = torch.nn
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layers: list[Any] = []
+        prev = d_in
+        for h in hidden:
+            layers += [nn.Linear(prev, h), nn.ReLU()]
+            prev = h
+        layers.append(nn.Linear(prev, d_out))
+        return nn.Sequential(*layers)
+
+
+def train_minibatch(
+    torch: Any,
+    model: Any,
+    loss_fn: Any,
+    X: Any,
+    Y: Any,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    gen: np.random.Generator,
+    weight_decay: float = 0.0,
+) -> list[float]:
+    """Adam over shuffled minibatches; returns the mean training loss of every epoch."""
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    n = X.shape[0]
+    history = []
+    model.train()
+    for _ in range(epochs):
+        order = torch.from_numpy(gen.permutation(n))
+        total = 0.0
+        for s in range(0, n, batch_size):
+            idx = order[s : s + batch_size]
+            opt.zero_grad()
+            loss = loss_fn(model(X[idx]), Y[idx])
+            loss.backward()
+            opt.step()
+            total += float(loss.detach()) * idx.numel()
+        history.append(total / n)
+    model.eval()
+    return history
+
+
+def word_tokens(text: str) -> list[str]:
+    """Lower-cased word tokens (``\\w+`` runs) of ``text``, in order.
+
+    Examples
+    --------
+    >>> word_tokens("Jane Doe, 45 y/o, from St. Louis.")
+    ['jane', 'doe', '45', 'y', 'o', 'from', 'st', 'louis']
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}.")
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def as_token_sets(items: Iterable[Any], name: str = "texts") -> list[frozenset[str]]:
+    """Texts (tokenised with :func:`word_tokens`) or iterables of tokens -> sets of tokens.
+
+    Examples
+    --------
+    >>> [sorted(s) for s in as_token_sets(["A cat, a dog.", ["x", "Y"]])]
+    [['a', 'cat', 'dog'], ['x', 'y']]
+    """
+    if isinstance(items, str):
+        raise TypeError(f"{name} must be a sequence of texts or token sets, not a single string.")
+    out = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            out.append(frozenset(word_tokens(item)))
+        elif isinstance(item, Iterable):
+            toks = list(item)
+            bad = [t for t in toks if not isinstance(t, str)]
+            if bad:
+                raise TypeError(f"{name}[{i}] holds a non-string token {bad[0]!r}.")
+            out.append(frozenset(t.lower() for t in toks))
+        else:
+            raise TypeError(f"{name}[{i}] must be a text or a set of tokens, got {item!r}.")
+    if not out:
+        raise DataError(f"{name} must be non-empty.")
+    return out
+
+
+def embeddings_f64(X: Any, name: str = "X") -> NDArray[np.float64]:
+    """A validated (n, d) float64 copy of an embedding batch."""
+    arr, _ = check_embeddings(X, name=name)
+    return np.array(arr, dtype=np.float64)
+
+
+def protect(
+    mechanism: Any,
+    X: Any,
+    *,
+    rng: Any = None,
+    key: bytes | None = None,
+    ids: Any = None,
+) -> NDArray[Any]:
+    """One release of ``X`` through ``mechanism`` (fresh noise from ``rng``, or keyed noise)."""
+    if key is not None:
+        if ids is None:
+            ids = list(range(np.asarray(X).shape[0]))
+        return mechanism.privatize(X, key=key, ids=ids)
+    return mechanism.privatize(X, rng=rng)
+
+
+def protect_copies(mechanism: Any, X: Any, n_copies: int, *, rng: Any = None) -> NDArray[Any]:
+    """``n_copies`` independent fresh releases of ``X`` stacked row-wise: shape (n_copies * n, d).
+
+    The adaptive attacker ([T26] App. I.3) protects its own auxiliary embeddings with the very
+    mechanism and parameters it attacks; several copies are data augmentation.
+    """
+    n_copies = check_int("n_copies", n_copies, ge=1)
+    return np.concatenate([mechanism.privatize(X, rng=g) for g in spawn(rng, n_copies)])
+
+
+def check_fraction(name: str, value: Any) -> float:
+    return check_real(name, value, gt=0, lt=1)
