@@ -1,0 +1,743 @@
+"""``privembed attack token|fingerprint|averaging|linkage|inversion`` (thin; logic in
+:mod:`privembed.attacks`).
+
+Every command runs either on files (protected vectors someone released) or on a mechanism spec
+(``--mechanism laplace --epsilon 10``: the command protects the inputs itself, seeded with
+``--seed`` or keyed with ``--key-file``), prints a table and writes JSON with ``-o``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from .common import console, err_console, parse_floats, user_errors
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+# ---- shared options -------------------------------------------------------------------------
+
+Mechanism = Annotated[
+    str | None,
+    typer.Option(
+        "--mechanism",
+        "-m",
+        help="Protect internally with this mechanism (gaussian|empirical|laplace|mahalanobis|"
+        "purkayastha|projection); omit to attack the given files as they are.",
+    ),
+]
+Epsilon = Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")]
+Delta = Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")]
+Sigma = Annotated[float | None, typer.Option(help="Noise scale (empirical).")]
+MaskOpt = Annotated[
+    Path | None, typer.Option("--mask", help="Concept mask .npy or profile (Mahalanobis).")
+]
+MaskDelta = Annotated[float | None, typer.Option(help="delta added to the mask (Mahalanobis).")]
+Smoothing = Annotated[float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")]
+Seed = Annotated[int | None, typer.Option(help="Seed (data split, noise, training).")]
+KeyFile = Annotated[
+    Path | None, typer.Option(help="Secret key file: protect with keyed (repeat-safe) noise.")
+]
+Output = Annotated[Path | None, typer.Option("-o", "--output", help="Write the results as JSON.")]
+Texts = Annotated[
+    Path | None,
+    typer.Option(help="Texts (JSONL with 'id'/'text', or .txt), aligned with --embeddings."),
+]
+Embeddings = Annotated[
+    Path | None,
+    typer.Option(help="Embeddings file (.parquet/.npy/.npz/.jsonl); default: embed --texts."),
+]
+Model = Annotated[str | None, typer.Option(help="Embedding model for texts (default: offline).")]
+
+
+def _mechanism(
+    name: str | None,
+    *,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    sigma: float | None = None,
+    mask: Path | None = None,
+    mask_delta: float | None = None,
+    smoothing: float | None = None,
+) -> Any:
+    if name is None:
+        given = {"--epsilon": epsilon, "--delta": delta, "--sigma": sigma, "--mask": mask}
+        extra = [k for k, v in given.items() if v is not None]
+        if extra:
+            raise ValueError(f"{', '.join(extra)} need --mechanism.")
+        return None
+    from ..mechanisms import get_mechanism
+    from ..mechanisms.mahalanobis import MahalanobisMechanism
+
+    params = {
+        k: v
+        for k, v in {
+            "epsilon": epsilon,
+            "delta": delta,
+            "sigma": sigma,
+            "mask_delta": mask_delta,
+            "smoothing": smoothing,
+        }.items()
+        if v is not None
+    }
+    if mask is not None:
+        if name != "mahalanobis":
+            raise ValueError("--mask is only for --mechanism mahalanobis.")
+        eps = params.pop("epsilon", None)
+        if eps is None:
+            raise ValueError("epsilon is required for --mechanism mahalanobis.")
+        return MahalanobisMechanism.from_profile(mask, epsilon=eps, **params)
+    return get_mechanism(name, **params)
+
+
+def _key(key_file: Path | None, seed: int | None) -> bytes | None:
+    if key_file is None:
+        return None
+    if seed is not None:
+        raise ValueError("give --seed or --key-file, not both (keyed noise is deterministic).")
+    from ..keyed import load_key
+
+    return load_key(key_file)
+
+
+def _read_embeddings(path: Path) -> tuple[np.ndarray, list[Any] | None]:
+    from ..io import read_embeddings
+
+    t = read_embeddings(path)
+    return np.asarray(t.X, dtype=np.float64), None if t.ids is None else list(t.ids.tolist())
+
+
+def _texts_and_embeddings(
+    texts: Path | None, embeddings: Path | None, model: str | None
+) -> tuple[list[Any], list[str], np.ndarray]:
+    from ..io import read_texts
+
+    if texts is None:
+        raise ValueError("give --texts (and optionally --embeddings).")
+    ids, tx = read_texts(texts)
+    if embeddings is not None:
+        X, _ = _read_embeddings(embeddings)
+        if X.shape[0] != len(tx):
+            raise ValueError(f"{embeddings} has {X.shape[0]} rows but {texts} has {len(tx)} texts.")
+    else:
+        from ..embedders import Embedder
+
+        err_console.print(f"[dim]- embedding {len(tx)} texts[/dim]", highlight=False)
+        X = np.asarray(Embedder(model).encode(tx), dtype=np.float64)
+    return ids, tx, X
+
+
+def _pool(
+    texts: Path | None, embeddings: Path | None, model: str | None
+) -> tuple[list[Any], np.ndarray]:
+    """Embeddings (and ids) from --embeddings, else from embedding --texts."""
+    if embeddings is not None:
+        X, ids = _read_embeddings(embeddings)
+        return ids if ids is not None else list(range(X.shape[0])), X
+    if texts is None:
+        raise ValueError("give --embeddings or --texts.")
+    ids, _tx, X = _texts_and_embeddings(texts, None, model)
+    return ids, X
+
+
+def _corpus(
+    texts: Path | None,
+    embeddings: Path | None,
+    model: str | None,
+    sensitive: Path | None,
+    n: int,
+    seed: int | None,
+) -> tuple[list[Any], list[str], np.ndarray, list[frozenset[str]] | None, str]:
+    """Texts, embeddings and sensitive tokens: from files, or the built-in PII corpus."""
+    from ..attacks import pii_corpus
+    from ..attacks._common import word_tokens
+
+    if texts is None:
+        if embeddings is not None:
+            raise ValueError("--embeddings needs the matching --texts.")
+        from ..embedders import Embedder
+
+        c = pii_corpus(n, seed=seed or 0)
+        err_console.print(f"[dim]- built-in PII corpus: embedding {n} notes[/dim]", highlight=False)
+        X = np.asarray(Embedder(model).encode(c.texts), dtype=np.float64)
+        return c.ids, c.texts, X, c.sensitive, f"built-in PII corpus ({n} notes)"
+    ids, tx, X = _texts_and_embeddings(texts, embeddings, model)
+    sens = None
+    if sensitive is not None:
+        from ..concepts import read_tokens
+
+        vocab = {w for t in read_tokens(sensitive) for w in word_tokens(t)}
+        sens = [frozenset(set(word_tokens(t)) & vocab) for t in tx]
+    return ids, tx, X, sens, str(texts.name)
+
+
+def _split(n: int, fraction: float, seed: int | None) -> tuple[np.ndarray, np.ndarray]:
+    from .._validation import check_real
+
+    check_real("aux_fraction", fraction, gt=0, lt=1)
+    perm = np.random.default_rng(seed).permutation(n)
+    k = round(fraction * n)
+    if k < 1 or k >= n:
+        raise ValueError(f"aux_fraction={fraction} leaves no texts on one side of {n}.")
+    return np.sort(perm[:k]), np.sort(perm[k:])
+
+
+def _protect(mech: Any, X: np.ndarray, ids: list[Any], seed: int | None, key: bytes | None) -> Any:
+    if key is not None:
+        return mech.privatize(X, key=key, ids=ids)
+    return mech.privatize(X, rng=seed)
+
+
+def _write(output: Path | None, obj: dict[str, Any]) -> None:
+    if output is None:
+        return
+    from ..io import atomic_output
+
+    with atomic_output(output) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    err_console.print(f"wrote {output}")
+
+
+def _f(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "nan" if v != v else f"{v:.4g}"
+    return str(v)
+
+
+def _describe(mech: Any) -> dict[str, Any] | None:
+    if mech is None:
+        return None
+    return {"config": mech.config, "guarantee": mech.guarantee.describe()}
+
+
+# ---- token ----------------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def token(
+    texts: Texts = None,
+    embeddings: Embeddings = None,
+    train_texts: Annotated[
+        Path | None, typer.Option(help="Attacker's auxiliary texts (default: split --texts).")
+    ] = None,
+    train_embeddings: Annotated[
+        Path | None, typer.Option(help="Embeddings of --train-texts (as the attacker has them).")
+    ] = None,
+    sensitive: Annotated[
+        Path | None,
+        typer.Option(help="Sensitive tokens (.txt/.json/.jsonl); default: every token."),
+    ] = None,
+    n: Annotated[int, typer.Option(help="Notes of the built-in PII corpus (no --texts).")] = 1000,
+    mechanism: Mechanism = None,
+    epsilon: Epsilon = None,
+    delta: Delta = None,
+    sigma: Sigma = None,
+    mask: MaskOpt = None,
+    mask_delta: MaskDelta = None,
+    smoothing: Smoothing = None,
+    aux_fraction: Annotated[float, typer.Option(help="Share of texts the attacker owns.")] = 0.5,
+    copies: Annotated[int, typer.Option(help="Protected copies per auxiliary text.")] = 1,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 20,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-4,
+    batch_size: Annotated[int, typer.Option(help="Minibatch size.")] = 64,
+    min_count: Annotated[int, typer.Option(help="Vocabulary: texts a token must occur in.")] = 2,
+    threshold: Annotated[float, typer.Option(help="Recovered if p >= threshold.")] = 0.5,
+    top_k: Annotated[
+        int | None, typer.Option(help="Recovered if among the top-k (overrides threshold).")
+    ] = None,
+    baseline: Annotated[
+        bool, typer.Option("--baseline/--no-baseline", help="Also attack unprotected vectors.")
+    ] = True,
+    seed: Seed = None,
+    key_file: KeyFile = None,
+    model: Model = None,
+    output: Output = None,
+) -> None:
+    """Token inference (MLC, [T26] App. I.3): which words do the protected vectors reveal?"""
+    from ..attacks import MLCAttack
+
+    mech = _mechanism(
+        mechanism,
+        epsilon=epsilon,
+        delta=delta,
+        sigma=sigma,
+        mask=mask,
+        mask_delta=mask_delta,
+        smoothing=smoothing,
+    )
+    key = _key(key_file, seed)
+    ids, tx, X, sens, source = _corpus(texts, embeddings, model, sensitive, n, seed)
+    if train_texts is not None:
+        if train_embeddings is None and mech is None:
+            raise ValueError("--train-texts needs --train-embeddings when no --mechanism is given.")
+        _i, aux_tx, aux_X = _texts_and_embeddings(train_texts, train_embeddings, model)
+        tgt = np.arange(len(tx))
+    else:
+        aux, tgt = _split(len(tx), aux_fraction, seed)
+        aux_tx, aux_X = [tx[i] for i in aux], X[aux]
+    t_tx = [tx[i] for i in tgt]
+    t_sens = None if sens is None else [sens[i] for i in tgt]
+    t_X = X[tgt]
+
+    def attack() -> MLCAttack:
+        return MLCAttack(
+            epochs=epochs,
+            lr=lr,
+            batch_size=batch_size,
+            min_count=min_count,
+            threshold=threshold,
+            top_k=top_k,
+        )
+
+    rows: list[dict[str, Any]] = []
+    if mech is not None:
+        if baseline:
+            r0 = attack().fit(aux_tx, aux_X, rng=seed).score(t_tx, t_X, sensitive=t_sens)
+            rows.append({"target": "unprotected", **r0.to_dict()})
+        Y = _protect(mech, t_X, [ids[i] for i in tgt], seed, key)
+        a = attack().fit_adaptive(aux_tx, aux_X, mech, n_copies=copies, rng=seed)
+        rows.append({"target": repr(mech), **a.score(t_tx, Y, sensitive=t_sens).to_dict()})
+    else:
+        rep = attack().fit(aux_tx, aux_X, rng=seed).score(t_tx, t_X, sensitive=t_sens)
+        rows.append({"target": str(embeddings.name if embeddings else source), **rep.to_dict()})
+    t = Table(title=f"Token inference (MLC) on {source}; recovered = {rows[-1]['rule']}")
+    for col in ("target", "leakage", "chance", "confidence", "AUC (sensitive)", "AUC (all)", "F1"):
+        t.add_column(col, justify="left" if col == "target" else "right", overflow="fold")
+    for r in rows:
+        t.add_row(
+            r["target"],
+            _f(r["leakage"]),
+            _f(r["leakage_chance"]),
+            _f(r["confidence"]),
+            _f(r["auc_sensitive"]),
+            _f(r["auc_all"]),
+            _f(r["f1"]),
+        )
+    console.print(t)
+    _write(
+        output,
+        {
+            "attack": "token",
+            "source": source,
+            "mechanism": _describe(mech),
+            "n_aux": len(aux_tx),
+            "n_target": len(t_tx),
+            "results": rows,
+        },
+    )
+
+
+# ---- fingerprint ----------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def fingerprint(
+    profile: Annotated[
+        list[Path],
+        typer.Option(help="Candidate concept profile or mask .npy (repeat, one per concept)."),
+    ],
+    release: Annotated[
+        list[Path] | None,
+        typer.Option(help="A release of the same records (repeat, one file per release)."),
+    ] = None,
+    texts: Texts = None,
+    embeddings: Embeddings = None,
+    epsilon: Annotated[float, typer.Option(help="epsilon of the simulated mechanism.")] = 10.0,
+    smoothing: Annotated[float, typer.Option(help="Covariance smoothing lambda.")] = 0.0,
+    mask_delta: Annotated[float, typer.Option(help="delta added to the masks.")] = 1e-6,
+    noise: Annotated[
+        str, typer.Option(help="anisotropic | isotropic | permuted (defender's noise).")
+    ] = "anisotropic",
+    releases: Annotated[int, typer.Option(help="Releases per document (N).")] = 10,
+    groups: Annotated[int, typer.Option(help="Groups per concept.")] = 50,
+    group_size: Annotated[int, typer.Option(help="Documents per group.")] = 30,
+    across: Annotated[
+        str, typer.Option(help="releases (eq. 4) | documents (single-release variant).")
+    ] = "releases",
+    mlp: Annotated[
+        bool, typer.Option("--mlp/--no-mlp", help="Also train the MLP fingerprint classifier.")
+    ] = True,
+    seed: Seed = None,
+    key_file: KeyFile = None,
+    model: Model = None,
+    output: Output = None,
+) -> None:
+    """Variance fingerprint ([F26]): which concept does an anisotropic mechanism protect?"""
+    from .._validation import check_choice
+    from ..attacks import (
+        FingerprintClassifier,
+        TemplateMatcher,
+        permuted_diagonal,
+        simulate_fingerprints,
+        variance_fingerprint,
+    )
+    from ..mechanisms import LaplaceMechanism, MahalanobisMechanism
+    from ..mechanisms.mahalanobis import smooth_covariance
+
+    noise = check_choice("noise", noise, ("anisotropic", "isotropic", "permuted"))
+    names, bases = [], []
+    for p in profile:
+        m = MahalanobisMechanism.from_profile(p, epsilon=epsilon, mask_delta=mask_delta)
+        names.append(p.stem)
+        bases.append(np.asarray(m.covariance_diagonal))
+    if len(set(names)) != len(names):
+        raise ValueError("profile file names must differ (they name the concepts).")
+    assumed = {
+        nm: smooth_covariance(b, smoothing) if smoothing > 0 else b
+        for nm, b in zip(names, bases, strict=True)
+    }
+    matcher = TemplateMatcher.from_covariances(assumed)
+    result: dict[str, Any] = {"attack": "fingerprint", "concepts": names, "across": across}
+    if release:
+        if len(release) < (2 if across == "releases" else 1):
+            raise ValueError("the release variance needs at least 2 --release files.")
+        R = np.stack([_read_embeddings(p)[0] for p in release])
+        n_docs = R.shape[1]
+        idx = [np.arange(s, min(s + group_size, n_docs)) for s in range(0, n_docs, group_size)]
+        idx = [g for g in idx if g.size >= 2] or [np.arange(n_docs)]
+        F = variance_fingerprint(R, idx, across=across)
+        D = matcher.distances(F)
+        pred = matcher.predict(F)
+        votes = {nm: pred.count(nm) for nm in names}
+        t = Table(title=f"Fingerprint of {len(release)} releases x {n_docs} records")
+        t.add_column("concept")
+        t.add_column("groups matched", justify="right")
+        t.add_column("mean L2 distance to template", justify="right")
+        for j, nm in enumerate(names):
+            t.add_row(nm, str(votes[nm]), _f(float(D[:, j].mean())))
+        console.print(t)
+        result.update({"groups": len(idx), "votes": votes, "distances": D.mean(axis=0).tolist()})
+        result["prediction"] = max(names, key=lambda k: (votes[k], -D[:, names.index(k)].mean()))
+        console.print(f"most likely protected concept: [bold]{result['prediction']}[/bold]")
+        _write(output, result)
+        return
+    key = _key(key_file, seed)
+    _ids, X = _pool(texts, embeddings, model)
+    gen = np.random.default_rng(seed)
+    half = gen.permutation(X.shape[0])
+    test_pool, ref_pool = X[np.sort(half[: X.shape[0] // 2])], X[np.sort(half[X.shape[0] // 2 :])]
+    defender: dict[str, Any] = {}
+    for nm, b in zip(names, bases, strict=True):
+        if noise == "isotropic":
+            defender[nm] = LaplaceMechanism(epsilon=epsilon)
+        elif noise == "permuted":
+            defender[nm] = MahalanobisMechanism(
+                epsilon=epsilon, covariance=permuted_diagonal(b, gen), smoothing=smoothing
+            )
+        else:
+            defender[nm] = MahalanobisMechanism(epsilon=epsilon, covariance=b, smoothing=smoothing)
+    sim = {"n_groups": groups, "group_size": group_size, "n_releases": releases, "across": across}
+    F, y = simulate_fingerprints(
+        defender,
+        test_pool,
+        rng=None if key else gen,
+        key=key,
+        **sim,  # type: ignore[arg-type]
+    )
+    reports = {"template": matcher.score(F, y).to_dict()}
+    if mlp:
+        assumed_mechs = {
+            nm: MahalanobisMechanism(epsilon=epsilon, covariance=b, smoothing=smoothing)
+            for nm, b in zip(names, bases, strict=True)
+        }
+        Fr, yr = simulate_fingerprints(assumed_mechs, ref_pool, rng=gen, **sim)  # type: ignore[arg-type]
+        clf = FingerprintClassifier().fit(Fr, yr, rng=gen)
+        reports["mlp"] = clf.score(F, y).to_dict()
+    t = Table(
+        title=f"Fingerprint attack: {noise} noise, epsilon={epsilon:g}, lambda={smoothing:g}, "
+        f"N={releases}, {groups} groups/concept of {group_size}" + (", keyed" if key else "")
+    )
+    for col in ("attacker", "accuracy", "macro-F1", "chance"):
+        t.add_column(col, justify="left" if col == "attacker" else "right")
+    for k, r in reports.items():
+        t.add_row(k, _f(r["accuracy"]), _f(r["macro_f1"]), _f(r["chance"]))
+    console.print(t)
+    result.update(
+        {
+            "noise": noise,
+            "epsilon": epsilon,
+            "smoothing": smoothing,
+            "keyed": key is not None,
+            **sim,
+            "results": reports,
+        }
+    )
+    _write(output, result)
+
+
+# ---- averaging ------------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def averaging(
+    release: Annotated[
+        list[Path] | None,
+        typer.Option(help="A release of the same records (repeat, one file per release)."),
+    ] = None,
+    originals: Annotated[
+        Path | None, typer.Option(help="Original embeddings (file mode; aligned rows).")
+    ] = None,
+    texts: Texts = None,
+    embeddings: Embeddings = None,
+    mechanism: Mechanism = None,
+    epsilon: Epsilon = None,
+    delta: Delta = None,
+    sigma: Sigma = None,
+    mask: MaskOpt = None,
+    mask_delta: MaskDelta = None,
+    smoothing: Smoothing = None,
+    releases: Annotated[int, typer.Option(help="Largest N (mechanism mode).")] = 32,
+    seed: Seed = None,
+    key_file: KeyFile = None,
+    model: Model = None,
+    output: Output = None,
+) -> None:
+    """Averaging attack: cosine to the originals of the mean of N releases (fresh vs keyed)."""
+    from ..attacks import averaging_attack, release_stack
+
+    mech = _mechanism(
+        mechanism,
+        epsilon=epsilon,
+        delta=delta,
+        sigma=sigma,
+        mask=mask,
+        mask_delta=mask_delta,
+        smoothing=smoothing,
+    )
+    reports: dict[str, Any] = {}
+    if mech is None:
+        if not release or originals is None:
+            raise ValueError("give --release files and --originals, or a --mechanism.")
+        R = np.stack([_read_embeddings(p)[0] for p in release])
+        X, _ = _read_embeddings(originals)
+        reports["files"] = averaging_attack(R, X).to_dict()
+    else:
+        ids, X = _pool(texts, embeddings, model)
+        key = _key(key_file, seed) or secrets.token_bytes(32)
+        fresh = release_stack(mech, X, releases, rng=seed)
+        keyed = release_stack(mech, X, releases, key=key, ids=ids)
+        reports["fresh"] = averaging_attack(fresh, X).to_dict()
+        reports["keyed"] = averaging_attack(keyed, X, keyed=True).to_dict()
+    t = Table(title="Averaging attack: mean cosine of the average of N releases to the original")
+    t.add_column("N", justify="right")
+    for k in reports:
+        t.add_column(f"{k}", justify="right")
+        if reports[k]["expected_cosine"]:
+            t.add_column(f"{k} (theory)", justify="right")
+    first = next(iter(reports.values()))
+    for i, nrel in enumerate(first["n_releases"]):
+        cells = [str(nrel)]
+        for r in reports.values():
+            cells.append(_f(r["mean_cosine"][i]))
+            if r["expected_cosine"]:
+                cells.append(_f(r["expected_cosine"][i]))
+        t.add_row(*cells)
+    console.print(t)
+    for k, r in reports.items():
+        console.print(f"{k}: gain from averaging = {r['gain']:+.4f}")
+    _write(output, {"attack": "averaging", "mechanism": _describe(mech), "results": reports})
+
+
+# ---- linkage --------------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def linkage(
+    protected: Annotated[
+        Path | None, typer.Option(help="Protected embeddings (file mode).")
+    ] = None,
+    candidates: Annotated[
+        Path | None,
+        typer.Option(help="Candidate originals: rows with the protected file's ids, or row i."),
+    ] = None,
+    texts: Texts = None,
+    embeddings: Embeddings = None,
+    mechanism: Mechanism = None,
+    epsilon: Epsilon = None,
+    delta: Delta = None,
+    sigma: Sigma = None,
+    mask: MaskOpt = None,
+    mask_delta: MaskDelta = None,
+    smoothing: Smoothing = None,
+    k: Annotated[str, typer.Option(help="Comma-separated k of top-k.")] = "1,5,10",
+    seed: Seed = None,
+    key_file: KeyFile = None,
+    model: Model = None,
+    output: Output = None,
+) -> None:
+    """Re-identification: link protected vectors to a pool of originals (= top-1 retrieval)."""
+    from ..attacks import LinkageAttack
+
+    ks = [int(v) for v in parse_floats("k", k)]
+    atk = LinkageAttack(ks=ks)
+    mech = _mechanism(
+        mechanism,
+        epsilon=epsilon,
+        delta=delta,
+        sigma=sigma,
+        mask=mask,
+        mask_delta=mask_delta,
+        smoothing=smoothing,
+    )
+    if mech is None:
+        if protected is None or candidates is None:
+            raise ValueError("give --protected and --candidates, or a --mechanism.")
+        P, pid = _read_embeddings(protected)
+        C, cid = _read_embeddings(candidates)
+        targets = None
+        if pid is not None and cid is not None:
+            pos = {str(v): i for i, v in enumerate(cid)}
+            missing = [v for v in pid if str(v) not in pos]
+            if missing:
+                raise ValueError(
+                    f"{len(missing)} protected ids are not among the candidates (first: {missing[0]!r})."
+                )
+            targets = [pos[str(v)] for v in pid]
+        rep = atk.score(P, C, targets=targets)
+        label = str(protected.name)
+    else:
+        ids, X = _pool(texts, embeddings, model)
+        Y = _protect(mech, X, ids, seed, _key(key_file, seed))
+        rep = atk.score(Y, X)
+        label = repr(mech)
+    t = Table(
+        title=f"Linkage: {rep.n_protected} protected vectors vs {rep.n_candidates} candidates"
+    )
+    t.add_column("k", justify="right")
+    t.add_column("re-identified", justify="right")
+    t.add_column("chance", justify="right")
+    for kk in rep.top_k:
+        t.add_row(str(kk), _f(rep.top_k[kk]), _f(rep.chance[kk]))
+    console.print(t)
+    console.print(f"mean rank {rep.mean_rank:.4g}, MRR {rep.mrr:.4g} ({label})", highlight=False)
+    _write(
+        output,
+        {"attack": "linkage", "target": label, "mechanism": _describe(mech), **rep.to_dict()},
+    )
+
+
+# ---- inversion ------------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def inversion(
+    texts: Texts = None,
+    embeddings: Embeddings = None,
+    train_texts: Annotated[
+        Path | None, typer.Option(help="Attacker's auxiliary texts (default: split --texts).")
+    ] = None,
+    train_embeddings: Annotated[
+        Path | None, typer.Option(help="Embeddings of --train-texts.")
+    ] = None,
+    sensitive: Annotated[
+        Path | None,
+        typer.Option(help="Sensitive tokens (.txt/.json/.jsonl); default: every token."),
+    ] = None,
+    n: Annotated[int, typer.Option(help="Notes of the built-in PII corpus (no --texts).")] = 1000,
+    mechanism: Mechanism = None,
+    epsilon: Epsilon = None,
+    delta: Delta = None,
+    sigma: Sigma = None,
+    mask: MaskOpt = None,
+    mask_delta: MaskDelta = None,
+    smoothing: Smoothing = None,
+    aux_fraction: Annotated[float, typer.Option(help="Share of texts the attacker owns.")] = 0.5,
+    epochs: Annotated[int, typer.Option(help="Decoder training epochs.")] = 20,
+    hidden: Annotated[int, typer.Option(help="GRU state size.")] = 256,
+    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
+    beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).")] = 1,
+    vec2text: Annotated[
+        str | None,
+        typer.Option(
+            help="Use vec2text's pretrained corrector instead (gtr-base | text-embedding-ada-002; "
+            "needs vec2text and the weights locally)."
+        ),
+    ] = None,
+    baseline: Annotated[
+        bool, typer.Option("--baseline/--no-baseline", help="Also attack unprotected vectors.")
+    ] = True,
+    seed: Seed = None,
+    key_file: KeyFile = None,
+    model: Model = None,
+    output: Output = None,
+) -> None:
+    """Sentence inversion (GEIA-style decoder trained here, or vec2text): leakage of reconstructions."""
+    from ..attacks import GEIAAttack, Vec2TextAdapter
+
+    mech = _mechanism(
+        mechanism,
+        epsilon=epsilon,
+        delta=delta,
+        sigma=sigma,
+        mask=mask,
+        mask_delta=mask_delta,
+        smoothing=smoothing,
+    )
+    key = _key(key_file, seed)
+    ids, tx, X, sens, source = _corpus(texts, embeddings, model, sensitive, n, seed)
+    rows: list[dict[str, Any]] = []
+    if vec2text is not None:
+        adapter = Vec2TextAdapter.from_pretrained(vec2text)
+        Y = X if mech is None else _protect(mech, X, ids, seed, key)
+        rep = adapter.score(tx, Y, sensitive=sens)
+        rows.append({"target": "vec2text " + vec2text, **rep.to_dict()})
+    else:
+        if train_texts is not None:
+            if train_embeddings is None and mech is None:
+                raise ValueError(
+                    "--train-texts needs --train-embeddings when no --mechanism is given."
+                )
+            _i, aux_tx, aux_X = _texts_and_embeddings(train_texts, train_embeddings, model)
+            tgt = np.arange(len(tx))
+        else:
+            aux, tgt = _split(len(tx), aux_fraction, seed)
+            aux_tx, aux_X = [tx[i] for i in aux], X[aux]
+        t_tx = [tx[i] for i in tgt]
+        t_sens = None if sens is None else [sens[i] for i in tgt]
+
+        def attack() -> GEIAAttack:
+            return GEIAAttack(epochs=epochs, hidden=hidden, lr=lr, beam=beam)
+
+        if mech is not None:
+            if baseline:
+                a0 = attack().fit(aux_tx, aux_X, rng=seed)
+                rows.append(
+                    {"target": "unprotected", **a0.score(t_tx, X[tgt], sensitive=t_sens).to_dict()}
+                )
+            Y = _protect(mech, X[tgt], [ids[i] for i in tgt], seed, key)
+            a = attack().fit_adaptive(aux_tx, aux_X, mech, rng=seed)
+            rows.append({"target": repr(mech), **a.score(t_tx, Y, sensitive=t_sens).to_dict()})
+        else:
+            a = attack().fit(aux_tx, aux_X, rng=seed)
+            rows.append({"target": source, **a.score(t_tx, X[tgt], sensitive=t_sens).to_dict()})
+    t = Table(title=f"Sentence inversion on {source}")
+    for col in ("target", "leakage", "chance", "word F1", "exact"):
+        t.add_column(col, justify="left" if col == "target" else "right", overflow="fold")
+    for r in rows:
+        t.add_row(
+            r["target"],
+            _f(r["leakage"]),
+            _f(r["leakage_chance"]),
+            _f(r["f1"]),
+            _f(r["exact_match"]),
+        )
+    console.print(t)
+    for ex in rows[-1]["examples"][:2]:
+        console.print(f"  [dim]{ex['text']}[/dim]\n  -> {ex['reconstruction']}", highlight=False)
+    _write(
+        output,
+        {"attack": "inversion", "source": source, "mechanism": _describe(mech), "results": rows},
+    )
