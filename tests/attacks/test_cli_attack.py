@@ -1,0 +1,255 @@
+"""``privembed attack ...`` on small files: tables, JSON output, mechanism specs, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from privembed.cli import app
+from privembed.io import write_embeddings
+
+from .conftest import bow_corpus
+
+runner = CliRunner()
+
+
+def _emb(tmp_path, X, name="e.npz", ids=None):
+    p = tmp_path / name
+    write_embeddings(
+        p, np.asarray(X, dtype=np.float32), ids=ids, metadata={"embedding_model": "toy"}
+    )
+    return p
+
+
+def _texts(tmp_path, texts, name="t.jsonl"):
+    p = tmp_path / name
+    p.write_text(
+        "".join(json.dumps({"id": f"r{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+    )
+    return p
+
+
+def _ok(r):
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def test_linkage_on_files_aligns_by_id(tmp_path):
+    X = np.random.default_rng(1).standard_normal((30, 16))
+    ids = [f"r{i}" for i in range(30)]
+    cand = _emb(tmp_path, X, "cand.npz", ids)
+    perm = np.random.default_rng(2).permutation(30)[:12]
+    prot = _emb(tmp_path, X[perm] + 0.01, "prot.npz", [ids[i] for i in perm])
+    out = tmp_path / "l.json"
+    _ok(
+        runner.invoke(
+            app,
+            [
+                "attack",
+                "linkage",
+                "--protected",
+                str(prot),
+                "--candidates",
+                str(cand),
+                "--k",
+                "1,5",
+                "-o",
+                str(out),
+            ],
+        )
+    )
+    res = json.loads(out.read_text())
+    assert res["top_k"] == {"1": 1.0, "5": 1.0} and res["n_candidates"] == 30
+    assert res["chance"]["1"] == pytest.approx(1 / 30)
+
+
+def test_linkage_and_averaging_on_a_mechanism_spec(tmp_path):
+    X = np.random.default_rng(3).standard_normal((40, 32))
+    src = _emb(tmp_path, X, ids=[f"r{i}" for i in range(40)])
+    out = tmp_path / "l.json"
+    r = _ok(
+        runner.invoke(
+            app,
+            [
+                "attack",
+                "linkage",
+                "--embeddings",
+                str(src),
+                "-m",
+                "laplace",
+                "--epsilon",
+                "200",
+                "--seed",
+                "1",
+                "-o",
+                str(out),
+            ],
+        )
+    )
+    assert "re-identified" in r.stdout
+    res = json.loads(out.read_text())
+    assert res["top_k"]["1"] == 1.0 and res["mechanism"]["config"]["mechanism"] == "laplace"
+    out2 = tmp_path / "a.json"
+    _ok(
+        runner.invoke(
+            app,
+            [
+                "attack",
+                "averaging",
+                "--embeddings",
+                str(src),
+                "-m",
+                "laplace",
+                "--epsilon",
+                "10",
+                "--releases",
+                "8",
+                "--seed",
+                "2",
+                "-o",
+                str(out2),
+            ],
+        )
+    )
+    res = json.loads(out2.read_text())["results"]
+    assert res["fresh"]["gain"] > 0.1 and abs(res["keyed"]["gain"]) < 1e-12
+    assert res["fresh"]["n_releases"] == [1, 2, 4, 8]
+
+
+def test_averaging_on_release_files(tmp_path):
+    X = np.random.default_rng(4).standard_normal((20, 16))
+    rel = [
+        _emb(tmp_path, X + np.random.default_rng(s).standard_normal(X.shape), f"r{s}.npy")
+        for s in range(4)
+    ]
+    orig = _emb(tmp_path, X, "o.npy")
+    args = ["attack", "averaging", "--originals", str(orig)]
+    for p in rel:
+        args += ["--release", str(p)]
+    r = _ok(runner.invoke(app, args))
+    assert "gain from averaging" in r.stdout
+
+
+def test_fingerprint_simulation_and_release_files(tmp_path):
+    d = 24
+    profiles = []
+    for i, name in enumerate(("alpha", "beta", "gamma")):
+        m = np.zeros(d)
+        m[8 * i : 8 * (i + 1)] = 1.0
+        p = tmp_path / f"{name}.npy"
+        np.save(p, m)
+        profiles += ["--profile", str(p)]
+    X = np.random.default_rng(5).standard_normal((80, d))
+    src = _emb(tmp_path, X)
+    out = tmp_path / "f.json"
+    sim = ["--groups", "6", "--group-size", "8", "--releases", "4", "--seed", "0", "--no-mlp"]
+    _ok(
+        runner.invoke(
+            app,
+            ["attack", "fingerprint", *profiles, "--embeddings", str(src), *sim, "-o", str(out)],
+        )
+    )
+    res = json.loads(out.read_text())
+    assert res["results"]["template"]["accuracy"] == 1.0
+    _ok(
+        runner.invoke(
+            app,
+            [
+                "attack",
+                "fingerprint",
+                *profiles,
+                "--embeddings",
+                str(src),
+                *sim,
+                "--noise",
+                "isotropic",
+                "-o",
+                str(out),
+            ],
+        )
+    )
+    assert json.loads(out.read_text())["results"]["template"]["chance"] == pytest.approx(1 / 3)
+    # files: 3 releases protected with the "beta" mask
+    from privembed.mechanisms import MahalanobisMechanism
+
+    mech = MahalanobisMechanism(epsilon=10.0, mask=np.load(tmp_path / "beta.npy"), mask_delta=1e-3)
+    rels = []
+    for s in range(3):
+        rels += ["--release", str(_emb(tmp_path, mech.privatize(X, rng=s), f"rel{s}.npy"))]
+    r = _ok(runner.invoke(app, ["attack", "fingerprint", *profiles, *rels, "-o", str(out)]))
+    assert json.loads(out.read_text())["prediction"] == "beta" and "beta" in r.stdout
+
+
+@pytest.mark.slow
+def test_token_and_inversion_on_texts_and_a_mechanism(tmp_path):
+    texts, X = bow_corpus(160, seed=6)
+    tp = _texts(tmp_path, texts)
+    ep = _emb(tmp_path, X)
+    out = tmp_path / "t.json"
+    common = ["--texts", str(tp), "--embeddings", str(ep), "--seed", "0"]
+    _ok(
+        runner.invoke(
+            app,
+            [
+                "attack",
+                "token",
+                *common,
+                "-m",
+                "laplace",
+                "--epsilon",
+                "500",
+                "--epochs",
+                "10",
+                "--lr",
+                "3e-3",
+                "--min-count",
+                "1",
+                "-o",
+                str(out),
+            ],
+        )
+    )
+    res = json.loads(out.read_text())
+    assert res["results"][0]["target"] == "unprotected"
+    assert res["results"][0]["auc_all"] > 0.8 and res["n_aux"] == 80
+    out2 = tmp_path / "i.json"
+    _ok(
+        runner.invoke(
+            app,
+            [
+                "attack",
+                "inversion",
+                *common,
+                "--epochs",
+                "3",
+                "--hidden",
+                "32",
+                "--no-baseline",
+                "-o",
+                str(out2),
+            ],
+        )
+    )
+    res = json.loads(out2.read_text())
+    assert len(res["results"]) == 1 and 0.0 <= res["results"][0]["leakage"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["linkage", "--epsilon", "3"], "--epsilon need --mechanism"),
+        (["linkage"], "give --protected and --candidates"),
+        (["token", "--embeddings", "x.npy"], "--embeddings needs the matching --texts"),
+        (["fingerprint", "--profile", "nope.npy", "--embeddings", "e.npy"], "not found"),
+        (["averaging", "-m", "laplace", "--epsilon", "1"], "give --embeddings or --texts"),
+        (["fingerprint", "--profile", "a.npy", "--noise", "loud"], "noise must be one of"),
+    ],
+)
+def test_user_errors_are_one_line(args, msg):
+    r = runner.invoke(app, ["attack", *args])
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and msg in err, err
