@@ -1,0 +1,490 @@
+"""``privembed index|search|protect-stream|protect-shards``: vector stores, pipes and shards.
+
+Thin wrappers over :mod:`privembed.integrations`; registered on the main app by
+:func:`register`. Heavy dependencies (Chroma, Qdrant, FAISS, Ray, the embedding model) are
+imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+
+from .common import console, err_console, print_json, user_errors
+
+__all__ = ["register"]
+
+# ---- shared options ---------------------------------------------------------------------------
+Mechanism = Annotated[
+    str | None,
+    typer.Option(
+        "--mechanism",
+        "-m",
+        help="gaussian|empirical|laplace|mahalanobis|purkayastha|projection (index: or 'none').",
+    ),
+]
+Epsilon = Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")]
+Delta = Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")]
+Sigma = Annotated[float | None, typer.Option(help="Noise scale (empirical).")]
+Params = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--param",
+        "-p",
+        help="Other mechanism parameter NAME=VALUE, repeatable (e.g. -p k=64 -p kind=srht "
+        "-p renormalize=false).",
+    ),
+]
+Mask = Annotated[Path | None, typer.Option(help="Concept mask .npy or profile .npz (Mahalanobis).")]
+KeyFile = Annotated[
+    Path | None, typer.Option(help="Secret key (privembed keygen): keyed, repeat-safe noise.")
+]
+Seed = Annotated[
+    int | None, typer.Option(help="Seed for reproducible experiments (omit in production).")
+]
+LedgerOpt = Annotated[
+    Path | None, typer.Option("--ledger", help="Privacy ledger (SQLite) that records releases.")
+]
+BudgetEps = Annotated[float | None, typer.Option(help="Per-record epsilon budget (ledger).")]
+BudgetDelta = Annotated[float | None, typer.Option(help="Per-record delta budget (ledger).")]
+StoreKind = Annotated[str, typer.Option("--store", help="chroma|qdrant|faiss.")]
+StorePath = Annotated[Path, typer.Option("--path", help="Database folder.")]
+Collection = Annotated[str, typer.Option(help="Collection name.")]
+
+
+def _parse_value(text: str) -> Any:
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _parse_params(items: list[str] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--param must look like NAME=VALUE, got --param={item!r}.")
+        out[name.strip().replace("-", "_")] = _parse_value(value.strip())
+    return out
+
+
+def build_mechanism(
+    name: str,
+    *,
+    epsilon: float | None,
+    delta: float | None,
+    sigma: float | None,
+    params: list[str] | None,
+    mask: Path | None,
+) -> Any:
+    """A mechanism from command-line options (``-p`` parameters are passed through)."""
+    from ..mechanisms import get_mechanism
+    from ..mechanisms.mahalanobis import MahalanobisMechanism
+
+    kw = _parse_params(params)
+    for k, v in (("epsilon", epsilon), ("delta", delta), ("sigma", sigma)):
+        if v is not None:
+            kw[k] = v
+    if mask is not None:
+        if name != "mahalanobis":
+            raise ValueError("--mask is only for --mechanism mahalanobis.")
+        eps = kw.pop("epsilon", None)
+        if eps is None:
+            raise ValueError("epsilon is required for --mechanism mahalanobis.")
+        return MahalanobisMechanism.from_profile(mask, epsilon=eps, **kw)
+    return get_mechanism(name, **kw)
+
+
+def _randomness(key_file: Path | None, seed: int | None) -> tuple[bytes | None, int | None]:
+    if key_file is not None and seed is not None:
+        raise ValueError("give --seed or --key-file, not both (keyed noise is deterministic).")
+    if key_file is None:
+        return None, seed
+    from ..keyed import load_key
+
+    return load_key(key_file), None
+
+
+@contextlib.contextmanager
+def _open_ledger(
+    path: Path | None, budget_epsilon: float | None, budget_delta: float | None
+) -> Iterator[Any]:
+    if (budget_epsilon is not None or budget_delta is not None) and path is None:
+        raise ValueError("--budget-epsilon/--budget-delta need --ledger.")
+    if path is None:
+        yield None
+        return
+    from ..ledger import Ledger
+
+    with Ledger(path, budget_epsilon=budget_epsilon, budget_delta=budget_delta) as led:
+        yield led
+
+
+# ---- index ------------------------------------------------------------------------------------
+def index(
+    input: Annotated[
+        Path, typer.Argument(help="Embeddings (.parquet/.npz/.jsonl/.npy), plain or protected.")
+    ],
+    store: StoreKind = "chroma",
+    path: StorePath = Path("privembed-db"),
+    collection: Collection = "privembed",
+    mechanism: Mechanism = None,
+    epsilon: Epsilon = None,
+    delta: Delta = None,
+    sigma: Sigma = None,
+    param: Params = None,
+    mask: Mask = None,
+    key_file: KeyFile = None,
+    seed: Seed = None,
+    column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
+    id_column: Annotated[str | None, typer.Option(help="Id column (Parquet).")] = None,
+    metadata_column: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Parquet column to store as record metadata, repeatable. Nothing else is "
+            "sent: a text column stored next to protected vectors gives the text away."
+        ),
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Embedding model, if the file does not record it.")
+    ] = None,
+    batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 4096,
+    allow_reprotect: Annotated[
+        bool, typer.Option(help="Protect a file that is already protected.")
+    ] = False,
+    ledger: LedgerOpt = None,
+    budget_epsilon: BudgetEps = None,
+    budget_delta: BudgetDelta = None,
+) -> None:
+    """Protect embeddings and upsert them into a vector store (Chroma embedded by default).
+
+    Already-protected files (privembed protect) are indexed as they are, under the
+    configuration they record. Plain vectors need --mechanism (or --mechanism none).
+    """
+    from ..integrations._protect import PROTECTION_KEYS
+    from ..integrations.collection import ProtectedCollection
+    from ..io import iter_batches
+
+    if not input.exists():
+        raise FileNotFoundError(f"file not found: {input}")
+    key, rng = _randomness(key_file, seed)
+    n, _dim, meta_in, batches = iter_batches(
+        input, batch_rows=batch_rows, column=column, id_column=id_column
+    )
+    protected_in = bool(meta_in.get("protected"))
+    mech: Any
+    if mechanism is None:
+        if not protected_in:
+            raise ValueError(
+                f"{input} is not protected; pass --mechanism NAME to protect it on the way in "
+                "(or --mechanism none to index plain vectors)."
+            )
+        if key is not None or rng is not None:
+            raise ValueError(f"{input} is already protected; --key-file/--seed do not apply.")
+        mech = None
+    elif mechanism == "none":
+        if protected_in:
+            raise ValueError(f"{input} is protected; omit --mechanism to index it as it is.")
+        mech = "none"
+    else:
+        if protected_in and not allow_reprotect:
+            raise ValueError(
+                f"{input} is already protected ({meta_in.get('guarantee_text', 'unknown')}); "
+                "omit --mechanism to index it as it is, or pass --allow-reprotect."
+            )
+        mech = build_mechanism(
+            mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
+        )
+    wanted = list(metadata_column or [])
+    emb_model = meta_in.get("embedding_model") or model
+    with (
+        _open_ledger(ledger, budget_epsilon, budget_delta) as led,
+        ProtectedCollection.open(
+            store,
+            path,
+            collection,
+            mechanism=mech,
+            protection=(
+                {k: meta_in[k] for k in PROTECTION_KEYS if k in meta_in} if mech is None else None
+            ),
+            key=key,
+            rng=rng,
+            embedding_model=emb_model,
+        ) as col,
+    ):
+        if led is not None and col.protector is None:
+            raise ValueError("--ledger records new releases; this input is not protected here.")
+        rows = 0
+        for b in batches:
+            if b.ids is not None:
+                ids = b.ids.tolist()
+            elif key is not None or led is not None:
+                raise ValueError(
+                    f"{input} has no record ids; keyed noise and the ledger need an id column "
+                    "(--id-column) in a Parquet, .npz or .jsonl file."
+                )
+            else:
+                ids = list(range(b.start, b.start + b.num_rows))
+            metas = None
+            if wanted:
+                have = [] if b.extra is None else list(b.extra.schema.names)
+                missing = [c for c in wanted if c not in have]
+                if missing:
+                    raise ValueError(
+                        f"{input} has no column(s) {missing} for --metadata-column "
+                        f"(other columns: {have or 'none'})."
+                    )
+                cols = {c: b.extra.column(c).to_pylist() for c in wanted}
+                metas = [{c: cols[c][i] for c in wanted} for i in range(b.num_rows)]
+            if mech is None:
+                col.add_released(ids, b.X, metas, dim_in=meta_in.get("dim"))
+            else:
+                col.add(ids, b.X, metas, ledger=led, row_offset=b.start)
+            rows += b.num_rows
+        total = col.store.count()
+        treat = col.treatment.description
+        guarantee = col.protection.get("guarantee_text", "none (unprotected)")
+    err_console.print(
+        f"indexed {rows} of {n} vectors into {store} collection {collection!r} at {path} "
+        f"({total} in total)",
+        highlight=False,
+    )
+    err_console.print(f"guarantee: {guarantee}", highlight=False)
+    err_console.print(f"query treatment: {treat}", highlight=False)
+
+
+# ---- search -----------------------------------------------------------------------------------
+def search(
+    query: Annotated[
+        list[str] | None, typer.Argument(help="Query text(s) (embedded with the same model).")
+    ] = None,
+    store: StoreKind = "chroma",
+    path: StorePath = Path("privembed-db"),
+    collection: Collection = "privembed",
+    k: Annotated[int, typer.Option("-k", "--k", help="Hits per query.")] = 10,
+    model: Annotated[
+        str | None, typer.Option(help="Embedding model (default: the collection's).")
+    ] = None,
+    query_embeddings: Annotated[
+        Path | None,
+        typer.Option(help="Query embeddings file instead of texts (plain, unprotected)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Search a protected collection: embed the query, apply the query-side treatment, print hits."""
+    from ..integrations.collection import ProtectedCollection
+    from ..integrations.stores import open_store
+
+    texts = list(query or [])
+    if bool(texts) == (query_embeddings is not None):
+        raise ValueError("give query text(s) or --query-embeddings, not both or neither.")
+    if not path.exists():
+        raise FileNotFoundError(f"store not found: {path}")
+    with ProtectedCollection(open_store(store, path, collection, create=False)) as col:
+        if texts:
+            hits = col.query_texts(texts, k, model=model)
+            labels: list[Any] = texts
+        else:
+            from ..io import read_embeddings
+
+            assert query_embeddings is not None
+            table = read_embeddings(query_embeddings)
+            hits = col.query(table.X, k)
+            labels = table.ids.tolist() if table.ids is not None else list(range(table.n))
+        n_total = col.store.count()
+        treat = col.treatment.description
+    if as_json:
+        print_json(
+            [
+                {
+                    "query": q,
+                    "hits": [{"id": h.id, "score": h.score, "metadata": h.metadata} for h in hs],
+                }
+                for q, hs in zip(labels, hits, strict=True)
+            ]
+        )
+        return
+    from rich.table import Table
+
+    err_console.print(
+        f"{store} collection {collection!r}: {n_total} vectors; query treatment: {treat}",
+        highlight=False,
+    )
+    for q, hs in zip(labels, hits, strict=True):
+        t = Table(title=f"query: {q}")
+        t.add_column("rank", justify="right")
+        t.add_column("id")
+        t.add_column("score", justify="right")
+        t.add_column("metadata", overflow="fold")
+        for r, h in enumerate(hs, start=1):
+            t.add_row(str(r), h.id, f"{h.score:.4f}", json.dumps(h.metadata) if h.metadata else "")
+        console.print(t)
+
+
+# ---- protect-stream ---------------------------------------------------------------------------
+def protect_stream(
+    mechanism: Mechanism = None,
+    epsilon: Epsilon = None,
+    delta: Delta = None,
+    sigma: Sigma = None,
+    param: Params = None,
+    mask: Mask = None,
+    key_file: KeyFile = None,
+    seed: Seed = None,
+    in_format: Annotated[str, typer.Option(help="jsonl|npy.")] = "jsonl",
+    out_format: Annotated[
+        str | None, typer.Option(help="jsonl|npy (default: the input format).")
+    ] = None,
+    input: Annotated[
+        Path | None, typer.Option("--input", "-i", help="Read this file instead of stdin.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write this file instead of stdout.")
+    ] = None,
+    batch_rows: Annotated[int, typer.Option(help="Rows per batch.")] = 1024,
+    ledger: LedgerOpt = None,
+    budget_epsilon: BudgetEps = None,
+    budget_delta: BudgetDelta = None,
+) -> None:
+    """Protect embeddings from stdin to stdout (JSONL lines or one .npy) for shell pipelines."""
+    from ..integrations._protect import BatchProtector
+    from ..integrations.stream import protect_stream as run
+
+    if mechanism is None or mechanism == "none":
+        raise ValueError("--mechanism is required (protect-stream always protects).")
+    mech = build_mechanism(
+        mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
+    )
+    key, rng = _randomness(key_file, seed)
+    protector = BatchProtector(mech, key=key, rng=rng, name="stdin")
+    with contextlib.ExitStack() as stack:
+        led = stack.enter_context(_open_ledger(ledger, budget_epsilon, budget_delta))
+        src: IO[bytes]
+        dst: IO[bytes]
+        if input is not None:
+            if not input.exists():
+                raise FileNotFoundError(f"file not found: {input}")
+            src = stack.enter_context(input.open("rb"))
+        else:
+            src = sys.stdin.buffer
+        if output is not None:
+            from ..io import atomic_output
+
+            tmp = stack.enter_context(atomic_output(output, src=input))
+            dst = stack.enter_context(tmp.open("wb"))
+        else:
+            dst = sys.stdout.buffer
+        summary = run(
+            src,
+            dst,
+            protector,
+            in_format=in_format,
+            out_format=out_format,
+            batch_rows=batch_rows,
+            ledger=led,
+        )
+    err_console.print(
+        f"protected {summary['rows']} x {summary['dim_in']} -> {summary['dim_out']} "
+        f"embeddings; guarantee: {mech.guarantee.describe()}",
+        highlight=False,
+    )
+
+
+# ---- protect-shards ---------------------------------------------------------------------------
+def protect_shards(
+    inputs: Annotated[
+        list[str], typer.Argument(help="Parquet shards: folder(s), glob pattern(s) or files.")
+    ],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Output folder.")],
+    mechanism: Mechanism = None,
+    epsilon: Epsilon = None,
+    delta: Delta = None,
+    sigma: Sigma = None,
+    param: Params = None,
+    mask: Mask = None,
+    key_file: KeyFile = None,
+    seed: Annotated[int | None, typer.Option(help="Seed (local engine only; experiments).")] = None,
+    engine: Annotated[str, typer.Option(help="local|ray.")] = "local",
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: start a local one).")
+    ] = None,
+    num_cpus: Annotated[
+        int | None, typer.Option(help="CPUs for a local Ray instance (default: all).")
+    ] = None,
+    batch_rows: Annotated[int, typer.Option(help="Rows per batch.")] = 4096,
+    column: Annotated[str | None, typer.Option(help="Embedding column.")] = None,
+    id_column: Annotated[str | None, typer.Option(help="Id column.")] = None,
+    allow_reprotect: Annotated[
+        bool, typer.Option(help="Protect shards that are already protected.")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    ledger: LedgerOpt = None,
+    budget_epsilon: BudgetEps = None,
+    budget_delta: BudgetDelta = None,
+) -> None:
+    """Protect a folder or glob of Parquet shards, in this process or with Ray (--engine ray).
+
+    With --key-file the output vectors are identical whatever the engine or partitioning.
+    """
+    from ..integrations.shards import protect_shards as run
+
+    if mechanism is None or mechanism == "none":
+        raise ValueError("--mechanism is required.")
+    mech = build_mechanism(
+        mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
+    )
+    key, rng = _randomness(key_file, seed)
+    if engine == "ray":
+        import logging
+
+        logging.getLogger("ray").setLevel(logging.WARNING)
+    summary = run(
+        inputs,
+        output,
+        mech,
+        key=key,
+        rng=rng,
+        engine=engine,
+        address=address,
+        num_cpus=num_cpus,
+        batch_rows=batch_rows,
+        column=column,
+        id_column=id_column,
+        ledger=ledger,
+        budget_epsilon=budget_epsilon,
+        budget_delta=budget_delta,
+        allow_reprotect=allow_reprotect,
+        overwrite=overwrite,
+    )
+    err_console.print(
+        f"protected {summary['rows']} x {summary['dim_in']} -> {summary['dim_out']} embeddings "
+        f"from {summary['shards_in']} shard(s) into {summary['files_out']} file(s) in {output} "
+        f"({engine} engine, {summary['seconds']:.1f} s)",
+        highlight=False,
+    )
+    if ledger is not None:
+        err_console.print(
+            f"ledger {ledger}: {summary['ledger_releases']} release(s), one per output shard",
+            highlight=False,
+        )
+    err_console.print(f"guarantee: {summary['guarantee']}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``index``, ``search``, ``protect-stream`` and ``protect-shards`` to ``app``."""
+    app.command("index")(user_errors(index))
+    app.command("search")(user_errors(search))
+    app.command("protect-stream")(user_errors(protect_stream))
+    app.command("protect-shards")(user_errors(protect_shards))

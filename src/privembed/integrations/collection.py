@@ -1,0 +1,308 @@
+"""A protected collection: protect on the way into a vector store, treat queries on the way out.
+
+:class:`ProtectedCollection` joins a :class:`~privembed.integrations.stores.VectorStore`, a
+mechanism and its query-side treatment (:mod:`privembed.integrations.query`):
+
+* :meth:`~ProtectedCollection.add` protects embeddings (keyed noise when a key is given, the
+  same bits ``privembed protect`` would write) and upserts the releases;
+* :meth:`~ProtectedCollection.add_released` upserts vectors that were protected elsewhere
+  (a file written by ``privembed protect``), under the configuration recorded with them;
+* :meth:`~ProtectedCollection.query` and :meth:`~ProtectedCollection.query_texts` apply the
+  treatment the collection's mechanism requires and return hits, best first.
+
+The collection records the mechanism configuration, the guarantee, the key id and the embedding
+model in the store's metadata, so a later process (``privembed search``) can query it correctly
+with nothing but the store path, and refuses to mix vectors of different mechanisms or models in
+one collection (their scores would not be comparable).
+
+Ledger: with a :class:`~privembed.ledger.Ledger`, every :meth:`~ProtectedCollection.add` is one
+release, budget-checked before anything is sent and recorded *before* the upsert -- a store
+upsert is not atomic, so a failure part-way over-counts (the safe direction) rather than leaving
+released vectors unrecorded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._validation import DataError, check_embeddings, check_int
+from ..mechanisms import Mechanism
+from ._protect import BatchProtector
+from .query import QueryTreatment, query_treatment
+from .stores import Hit, VectorStore
+
+__all__ = ["ProtectedCollection"]
+
+
+def _canon(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+class ProtectedCollection:
+    """A vector-store collection whose vectors are protected by one mechanism.
+
+    Parameters
+    ----------
+    store : VectorStore
+        An open store. For a new collection its ``metric`` must be the one the treatment needs
+        (use :meth:`open`, which picks it).
+    mechanism : Mechanism, "none" or None
+        The mechanism for new vectors. ``None`` adopts the collection's stored configuration
+        (query-only use, or :meth:`add_released`). ``"none"`` indexes plain, unprotected vectors.
+    key : bytes, optional
+        Secret key for keyed noise (ids then required in :meth:`add`).
+    rng : int, numpy.random.Generator or None
+        Randomness without a key.
+    embedding_model : str, optional
+        Model that produced the embeddings (recorded; :meth:`query_texts` uses it).
+    protection : dict, optional
+        Protection metadata of vectors protected elsewhere (``privembed protect`` output); used
+        with ``mechanism=None`` for a new collection.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from privembed import get_mechanism
+    >>> X = np.eye(4)
+    >>> mech = get_mechanism("gaussian", epsilon=1e6, delta=1e-5)  # almost no noise
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     with ProtectedCollection.open("faiss", tmp, "demo", mechanism=mech, key=b"k" * 32) as col:
+    ...         Y = col.add(["a", "b", "c", "d"], X)   # the released vectors
+    ...         [h.id for h in col.query(X[2], k=2)[0]][0]
+    'c'
+    """
+
+    def __init__(
+        self,
+        store: VectorStore,
+        *,
+        mechanism: Mechanism | str | None = None,
+        key: bytes | None = None,
+        rng: Any = None,
+        embedding_model: str | None = None,
+        protection: dict[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        stored = store.info.get("protection")
+        if isinstance(mechanism, str):
+            if mechanism != "none":
+                raise ValueError(
+                    f"mechanism must be a Mechanism, 'none' or None, got mechanism={mechanism!r}."
+                )
+            protection = {"protected": False}
+            self.mechanism: Mechanism | None = None
+        elif isinstance(mechanism, Mechanism):
+            self.mechanism = mechanism
+            protection = None  # computed by the protector below
+        elif mechanism is None:
+            self.mechanism = None
+            if protection is None:
+                if stored is None:
+                    raise ValueError(
+                        f"collection {store.collection!r} is new or holds no privembed "
+                        "protection record; give a mechanism (or 'none' for plain vectors)."
+                    )
+                protection = stored
+        else:
+            raise TypeError(
+                f"mechanism must be a Mechanism, 'none' or None, got mechanism={mechanism!r}."
+            )
+        self.protector: BatchProtector | None = None
+        if self.mechanism is not None:
+            self.protector = BatchProtector(self.mechanism, key=key, rng=rng, name="embeddings")
+            protection = self.protector.metadata(seeded=rng is not None and key is None)
+        elif key is not None or rng is not None:
+            raise ValueError("key and rng apply only when a mechanism protects new vectors.")
+        assert protection is not None
+        self.protection = protection
+        config = protection.get("mechanism") if protection.get("protected") else None
+        if protection.get("protected") and not isinstance(config, dict):
+            raise ValueError("protection metadata has no mechanism configuration.")
+        self.treatment: QueryTreatment = query_treatment(config)
+        if stored is not None:
+            self._check_compatible(stored, embedding_model)
+            self.embedding_model = store.info.get("embedding_model")
+        else:
+            self.embedding_model = embedding_model
+        if store.metric != self.treatment.metric:
+            raise ValueError(
+                f"collection {store.collection!r} uses metric {store.metric!r} but "
+                f"{self._describe(protection)} needs {self.treatment.metric!r}."
+            )
+
+    # ---- construction ----------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        store: str,
+        path: Any,
+        collection: str = "privembed",
+        *,
+        mechanism: Mechanism | str | None = None,
+        protection: dict[str, Any] | None = None,
+        create: bool = True,
+        store_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> ProtectedCollection:
+        """Open a store of kind ``store`` with the metric the mechanism's treatment needs."""
+        from .stores import open_store
+
+        metric = None
+        if isinstance(mechanism, Mechanism):
+            metric = query_treatment(mechanism).metric
+        elif mechanism == "none":
+            metric = query_treatment(None).metric
+        elif protection is not None:
+            cfg = protection.get("mechanism") if protection.get("protected") else None
+            metric = query_treatment(cfg).metric
+        s = open_store(
+            store, path, collection, metric=metric, create=create, **(store_options or {})
+        )
+        try:
+            return cls(s, mechanism=mechanism, protection=protection, **kwargs)
+        except BaseException:
+            s.close()
+            raise
+
+    @staticmethod
+    def _describe(protection: dict[str, Any]) -> str:
+        if not protection.get("protected"):
+            return "unprotected vectors"
+        cfg = protection.get("mechanism") or {}
+        return f"mechanism {cfg.get('mechanism', '?')!r}"
+
+    def _check_compatible(self, stored: dict[str, Any], model: str | None) -> None:
+        new, old = self.protection, stored
+        if bool(new.get("protected")) != bool(old.get("protected")) or _canon(
+            new.get("mechanism")
+        ) != _canon(old.get("mechanism")):
+            raise ValueError(
+                f"collection {self.store.collection!r} holds vectors from "
+                f"{self._describe(old)} ({old.get('guarantee_text', 'no guarantee')}); these "
+                f"are from {self._describe(new)} with a different configuration -- mixing them "
+                "makes scores incomparable; use another collection."
+            )
+        old_model = self.store.info.get("embedding_model")
+        if model is not None and old_model is not None and model != old_model:
+            raise ValueError(
+                f"collection {self.store.collection!r} holds embeddings of model "
+                f"{old_model!r}, not {model!r}; use another collection."
+            )
+
+    def _record_info(self, dim_in: int | None) -> None:
+        if self.store.info.get("protection") is not None:
+            return
+        self.store.update_info(
+            protection=self.protection,
+            embedding_model=self.embedding_model,
+            dim_in=None if dim_in is None else int(dim_in),
+            query_treatment=self.treatment.description,
+        )
+
+    # ---- writing ---------------------------------------------------------------------------
+    def add(
+        self,
+        ids: Sequence[Any],
+        X: Any,
+        metadata: Any = None,
+        *,
+        ledger: Any = None,
+        row_offset: int = 0,
+    ) -> NDArray[Any]:
+        """Protect ``X`` (n, d) and upsert it under ``ids``; returns the released vectors.
+
+        With ``mechanism="none"`` the vectors are upserted as they are. ``ledger`` (a
+        :class:`~privembed.ledger.Ledger`) records the release before the upsert.
+
+        Raises
+        ------
+        privembed.DataError
+            Bad rows, ids or metadata.
+        privembed.ledger.BudgetExceeded
+            The ledger's per-record budget would be passed (nothing is sent).
+        """
+        id_list = list(ids)
+        if self.protector is None:
+            if self.protection.get("protected"):
+                raise ValueError(
+                    "this collection was opened without a mechanism; use add_released() for "
+                    "vectors protected elsewhere, or open it with the mechanism."
+                )
+            Y, _ = check_embeddings(X, name="embeddings", row_offset=row_offset)
+            dim_in = Y.shape[1]
+        else:
+            arr = np.asarray(X)
+            dim_in = arr.shape[-1] if arr.ndim else 0
+            p = self.protector
+            if ledger is not None:
+                with ledger.release(id_list, p.mechanism, key_id=p.key_id) as rel:
+                    Y = p(arr, id_list, row_offset=row_offset)
+                    rel.add_outputs(id_list, Y)
+            else:
+                Y = p(arr, id_list, row_offset=row_offset)
+        self._record_info(dim_in)
+        self.store.upsert(id_list, Y, metadata)
+        return Y
+
+    def add_released(
+        self, ids: Sequence[Any], Y: Any, metadata: Any = None, *, dim_in: int | None = None
+    ) -> None:
+        """Upsert vectors already released under this collection's protection record."""
+        arr, _ = check_embeddings(Y, name="released", allow_zero=True)
+        if dim_in is None and self.treatment.kind == "none":
+            dim_in = arr.shape[1]  # noise mechanisms keep the dimension
+        self._record_info(dim_in)
+        self.store.upsert(list(ids), arr, metadata)
+
+    # ---- reading ---------------------------------------------------------------------------
+    def query(self, Q: Any, k: int = 10) -> list[list[Hit]]:
+        """Hits for plain query embeddings ``Q`` (nq, d) or (d,), after the query treatment.
+
+        Scores are estimates of the clean cosine where the mechanism allows it
+        (:meth:`QueryTreatment.score_scale`), raw cosines otherwise.
+        """
+        k = check_int("k", k, ge=1)
+        d_in = self.store.info.get("dim_in")
+        arr = np.asarray(Q)
+        if d_in is not None and arr.ndim >= 1 and arr.shape[-1] != d_in:
+            raise DataError(
+                f"query has dimension {arr.shape[-1]} but the collection was built from "
+                f"{d_in}-dimensional embeddings (dimension mismatch)."
+            )
+        Qt = self.treatment.apply(arr)
+        hits = self.store.search(Qt[None, :] if Qt.ndim == 1 else Qt, k)
+        d = int(d_in if d_in is not None else arr.shape[-1])
+        scale = self.treatment.score_scale(d) if d >= 2 else 1.0
+        if scale == 1.0:
+            return hits
+        return [[replace(h, score=h.score * scale) for h in hs] for hs in hits]
+
+    def query_texts(
+        self, texts: str | Sequence[str], k: int = 10, *, model: str | None = None
+    ) -> list[list[Hit]]:
+        """Embed ``texts`` with the collection's model (or ``model``) and :meth:`query`."""
+        from ..embedders import Embedder
+
+        name = model or self.embedding_model
+        if name is None:
+            raise ValueError(
+                f"collection {self.store.collection!r} records no embedding model; pass the "
+                "model that made its embeddings (--model)."
+            )
+        items = [texts] if isinstance(texts, str) else list(texts)
+        return self.query(Embedder(name).encode(items), k)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> ProtectedCollection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

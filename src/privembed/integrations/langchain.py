@@ -1,0 +1,113 @@
+"""LangChain: ``PrivateEmbeddings``, an ``Embeddings`` whose document vectors are protected.
+
+Wrap any LangChain embedding model (or privembed's offline model, the default) and hand the
+wrapper to a vector store; documents are protected before the store sees them, queries are
+treated as the mechanism requires (:mod:`privembed.integrations.query`)::
+
+    from langchain_core.vectorstores import InMemoryVectorStore
+    emb = PrivateEmbeddings(mechanism=get_mechanism("gaussian", epsilon=10, delta=1e-5),
+                            key=load_key("release.key"))
+    store = InMemoryVectorStore(emb)          # cosine: right for renormalising mechanisms
+
+The vector store must use the similarity in :attr:`PrivateEmbeddings.metric`: cosine for
+mechanisms that renormalise their outputs (the default for every noise mechanism), the inner
+product for ``PrivateProjection`` (its releases keep raw norms; the inner product is the unbiased
+score). The raw texts still reach the wrapped embedding model -- this protects what is stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._optional import require
+from ..mechanisms import Mechanism
+
+require("langchain_core", "integrations", purpose="the LangChain Embeddings wrapper")
+
+from langchain_core.embeddings import Embeddings  # noqa: E402 - after the extra check
+
+from ._text import TextProtector  # noqa: E402
+
+__all__ = ["PrivateEmbeddings"]
+
+
+class PrivateEmbeddings(Embeddings):
+    """A LangChain ``Embeddings`` that protects document embeddings with a privembed mechanism.
+
+    Parameters
+    ----------
+    embeddings : langchain_core.embeddings.Embeddings, optional
+        The model that embeds texts. Default: privembed's :class:`~privembed.embedders.Embedder`
+        (offline all-MiniLM-L6-v2, or ``model``).
+    mechanism : Mechanism
+    key : bytes, optional
+        Keyed noise per document text (its SHA-256 is the record id): embedding the same
+        document again returns the identical vector, so repeated indexing leaks nothing new.
+    rng : int, numpy.random.Generator or None
+        Randomness without a key; one generator advanced by every call.
+    model : str, optional
+        Model for the default embedder.
+
+    Examples
+    --------
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> from privembed import get_mechanism
+    >>> emb = PrivateEmbeddings(DeterministicFakeEmbedding(size=8),
+    ...                         mechanism=get_mechanism("laplace", epsilon=20.0), key=b"k" * 32)
+    >>> docs = emb.embed_documents(["a", "b", "a"])
+    >>> len(docs), len(docs[0]), docs[0] == docs[2], len(emb.embed_query("a"))
+    (3, 8, True, 8)
+    """
+
+    def __init__(
+        self,
+        embeddings: Embeddings | None = None,
+        *,
+        mechanism: Mechanism,
+        key: bytes | None = None,
+        rng: Any = None,
+        model: str | None = None,
+    ) -> None:
+        if embeddings is None:
+            from ..embedders import Embedder
+
+            emb = Embedder(model)
+            encode: Any = emb.encode
+        else:
+            if not isinstance(embeddings, Embeddings):
+                raise TypeError(
+                    "embeddings must be a langchain_core Embeddings, got "
+                    f"{type(embeddings).__name__}."
+                )
+            if model is not None:
+                raise ValueError("model applies only to the default embedder (embeddings=None).")
+            encode = embeddings.embed_documents
+        self.embeddings = embeddings
+        self._texts = TextProtector(encode, mechanism, key=key, rng=rng)
+
+    @property
+    def mechanism(self) -> Mechanism:
+        return self._texts.mechanism
+
+    @property
+    def metric(self) -> str:
+        """The similarity the vector store must use: ``"cosine"`` or ``"ip"``."""
+        return self._texts.treatment.metric
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Protected embeddings of the documents (one list of floats each)."""
+        if not texts:
+            return []
+        return [[float(v) for v in row] for row in self._texts.documents(texts)]
+
+    def embed_query(self, text: str) -> list[float]:
+        """The query embedding after the mechanism's query-side treatment (no noise)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a string, got {type(text).__name__}.")
+        if self.embeddings is not None:
+            # the wrapped model's own query embedding (some models embed queries differently)
+            q = np.asarray([self.embeddings.embed_query(text)])
+            return [float(v) for v in np.atleast_2d(self._texts.treatment.apply(q))[0]]
+        return [float(v) for v in self._texts.queries([text])[0]]

@@ -1,0 +1,199 @@
+"""Protect Parquet shards with Ray Data: ``read_parquet -> map_batches(protect) -> write_parquet``.
+
+:func:`protect_dataset` is :func:`~privembed.integrations.shards.protect_shards` with
+``engine="ray"``: everything around the Ray job -- listing and checking shards, the ledger
+pre-flight, one ledger release per output shard recorded by the driver, the atomic output
+folder -- is shared with the local engine, and with a key the vectors are bit-identical to the
+local engine's and to ``privembed protect`` on each shard.
+
+Cluster. By default a local Ray instance is started with ``ray.init(num_cpus=...)`` and shut down
+afterwards; with ``address`` the job runs on an existing cluster (``"auto"`` or
+``"ray://head:10001"``), and an already initialised Ray session is used as it is. On a cluster
+the input and output paths must be visible to every node (a shared file system), since the
+driver lists the inputs and reads the outputs back for the ledger.
+
+Secrets. Keyed noise needs the key where the noise is drawn: it is shipped to the workers inside
+the task arguments (Ray's object store). On a cluster whose network is not trusted, enable Ray's
+TLS; never use a key on a cluster whose nodes you do not trust.
+
+Workers report errors in user data (NaN rows, duplicate ids) as the same one-line
+:class:`privembed.DataError` the local engine raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._optional import require
+from .._validation import DataError
+from ..mechanisms import Mechanism
+from ._protect import BatchProtector
+from .shards import ShardPlan, output_metadata, protect_shards
+
+__all__ = ["protect_dataset", "run_ray"]
+
+
+def protect_dataset(
+    paths_or_dir: str | Path | Sequence[str | Path],
+    output_dir: str | Path,
+    mechanism: Mechanism,
+    key: bytes | None = None,
+    *,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    batch_rows: int = 4096,
+    column: str | None = None,
+    id_column: str | None = None,
+    ledger: str | Path | None = None,
+    budget_epsilon: float | None = None,
+    budget_delta: float | None = None,
+    allow_reprotect: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Protect a folder, glob or list of Parquet shards with Ray Data (see the module docstring).
+
+    Parameters
+    ----------
+    paths_or_dir : folder, glob pattern, file or list of them
+    output_dir : str or Path
+        Output folder of Parquet files (written atomically: staged, then renamed).
+    mechanism : Mechanism
+    key : bytes, optional
+        Keyed noise: output independent of partitioning, equal to the local engine's. Without
+        a key every task draws fresh OS entropy.
+    address : str, optional
+        An existing Ray cluster; default: start a local one.
+    num_cpus : int, optional
+        CPUs of the local instance (default: all).
+    batch_rows : int
+        Rows per ``map_batches`` call.
+    ledger, budget_epsilon, budget_delta, allow_reprotect, overwrite
+        As in :func:`~privembed.integrations.shards.protect_shards`.
+
+    Returns
+    -------
+    dict
+        Summary (rows, files, seconds, ...).
+    """
+    return protect_shards(
+        paths_or_dir,
+        output_dir,
+        mechanism,
+        key=key,
+        engine="ray",
+        address=address,
+        num_cpus=num_cpus,
+        batch_rows=batch_rows,
+        column=column,
+        id_column=id_column,
+        ledger=ledger,
+        budget_epsilon=budget_epsilon,
+        budget_delta=budget_delta,
+        allow_reprotect=allow_reprotect,
+        overwrite=overwrite,
+    )
+
+
+def _protect_table(
+    table: Any, *, protector: BatchProtector, column: str, id_column: str | None, meta: bytes
+) -> Any:
+    """The ``map_batches`` function: one Arrow table in, the protected table out."""
+    import pyarrow as pa
+
+    from ..io import _list_to_numpy, _numpy_to_list
+
+    X = _list_to_numpy(table.column(column), column)
+    ids = table.column(id_column).to_pylist() if id_column else None
+    Y = protector(X, ids)
+    cols: dict[str, Any] = {}
+    if id_column:
+        cols["id"] = table.column(id_column)
+    for name in table.column_names:
+        if name not in (column, id_column):
+            cols[name] = table.column(name)
+    cols["embedding"] = _numpy_to_list(Y)
+    return pa.table(cols).replace_schema_metadata({b"privembed": meta})
+
+
+def _user_error(exc: BaseException) -> BaseException | None:
+    """The privembed/user error inside Ray's wrappers (RayTaskError, UserCodeException)."""
+    seen: set[int] = set()
+    queue: list[BaseException | None] = [exc]
+    while queue:
+        e = queue.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, DataError | ValueError | TypeError) and not type(e).__module__.startswith(
+            "ray"
+        ):
+            cause = getattr(e, "cause", None)  # RayTaskError subclasses of the cause's type
+            return cause if isinstance(cause, BaseException) else e
+        queue.extend([getattr(e, "cause", None), e.__cause__, e.__context__])
+    return None
+
+
+@contextlib.contextmanager
+def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iterator[Any]:
+    """Use the running Ray session, or start one (local, or connected to ``address``)."""
+    ray = require("ray", "distributed", purpose="the Ray engine")
+    if ray.is_initialized():
+        yield ray
+        return
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address is not None:
+        kwargs["address"] = address
+    else:
+        kwargs["num_cpus"] = num_cpus
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError) as exc:
+        where = f"cluster at {address!r}" if address else "a local Ray instance"
+        raise ValueError(f"cannot start {where}: {str(exc).splitlines()[0]}") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def run_ray(
+    plan: ShardPlan,
+    stage: Path,
+    protector: BatchProtector,
+    protection: dict[str, Any],
+    *,
+    batch_rows: int,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    num_blocks: int | None = None,
+) -> None:
+    """Run the Ray Data job for a checked :class:`ShardPlan`, writing Parquet into ``stage``."""
+    from ..io import _embedding_column, _open_parquet
+
+    first = plan.files[0]
+    schema = _open_parquet(first).schema_arrow
+    column = _embedding_column(schema, plan.column, first)
+    id_column = plan.id_column or ("id" if "id" in schema.names else None)
+    meta = json.dumps(output_metadata(plan.metadata, protection)).encode()
+    with ray_session(address, num_cpus) as ray:
+        import ray.data
+
+        fn = functools.partial(
+            _protect_table, protector=protector, column=column, id_column=id_column, meta=meta
+        )
+        try:
+            ds = ray.data.read_parquet(
+                [str(f.resolve()) for f in plan.files], override_num_blocks=num_blocks
+            )
+            ds = ds.map_batches(fn, batch_format="pyarrow", batch_size=batch_rows)
+            ds.write_parquet(str(stage.resolve()))
+        except Exception as exc:
+            found = _user_error(exc)
+            if found is not None:
+                raise found from None
+            raise

@@ -1,0 +1,406 @@
+"""Protect a directory (or glob) of Parquet shards: the local engine and what every engine shares.
+
+:func:`protect_shards` protects every shard of a dataset into an output folder, with one of two
+engines that produce **bit-identical vectors** for the same input, mechanism and key:
+
+* ``engine="local"`` -- one process, shard after shard, bounded memory (:func:`transform_file`);
+  output files keep the input file names;
+* ``engine="ray"`` -- Ray Data, ``read_parquet -> map_batches(protect) -> write_parquet``
+  (:mod:`privembed.integrations.ray_engine`); output file names are Ray's.
+
+Keyed noise (:mod:`privembed.keyed`) is what makes the engines agree: the noise of a record is a
+function of (key, mechanism configuration, record id) only, not of which shard, block or batch
+the record lands in. Without a key the local engine can be seeded (experiments); the Ray engine
+draws fresh OS entropy in every task.
+
+What happens, in order:
+
+1. the shards are listed and checked (same embedding column and dimension; not protected already
+   unless allowed; record ids present and unique across all shards when a key or a ledger is
+   used -- read from the id columns only);
+2. with a ledger, a **pre-flight** release of all ids is opened and rolled back: it refuses the
+   job before any work if a record would pass the budget, and records nothing;
+3. the engine writes into a hidden staging folder next to the output;
+4. with a ledger, the driver records **one release per output shard** (ids and output digests,
+   read back from the shard) -- workers never touch the ledger;
+5. the staging folder is renamed to the output folder (an existing output is replaced only with
+   ``overwrite=True``). If anything fails before this, no output appears; a failure after a
+   shard was recorded over-counts (the safe direction).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._validation import DataError, check_choice, check_int
+from ..mechanisms import Mechanism
+from ._protect import BatchProtector
+
+__all__ = ["ShardPlan", "plan_shards", "protect_shards", "resolve_shards"]
+
+PARQUET_SUFFIXES = (".parquet", ".pq")
+ENGINES = ("local", "ray")
+
+
+def resolve_shards(inputs: str | Path | Sequence[str | Path]) -> list[Path]:
+    """The Parquet files named by a folder, a glob pattern, a file, or a list of those.
+
+    A folder contributes its ``*.parquet`` / ``*.pq`` files (not recursive). The result is
+    sorted within each entry, without duplicates.
+
+    Raises
+    ------
+    FileNotFoundError
+        Nothing matches.
+    ValueError
+        A named file is not Parquet.
+    """
+    entries = [inputs] if isinstance(inputs, str | Path) else list(inputs)
+    if not entries:
+        raise ValueError("no input shards given.")
+    out: list[Path] = []
+    for entry in entries:
+        p = Path(entry)
+        text = str(entry)
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.suffix.lower() in PARQUET_SUFFIXES)
+            if not found:
+                raise FileNotFoundError(f"no .parquet files in folder {p}")
+        elif any(ch in text for ch in "*?["):
+            found = sorted(
+                Path(q) for q in glob.glob(text) if Path(q).suffix.lower() in PARQUET_SUFFIXES
+            )
+            if not found:
+                raise FileNotFoundError(f"no .parquet files match {text!r}")
+        elif p.exists():
+            if p.suffix.lower() not in PARQUET_SUFFIXES:
+                raise ValueError(f"shards must be Parquet files (.parquet/.pq), got {p}.")
+            found = [p]
+        else:
+            raise FileNotFoundError(f"file not found: {p}")
+        out.extend(found)
+    seen: set[Path] = set()
+    uniq = []
+    for q in out:
+        r = q.resolve()
+        if r not in seen:
+            seen.add(r)
+            uniq.append(q)
+    return uniq
+
+
+@dataclass
+class ShardPlan:
+    """What :func:`plan_shards` found: the files, row counts, dimension, metadata and ids."""
+
+    files: list[Path]
+    rows: list[int]
+    dim: int
+    metadata: dict[str, Any]
+    ids: list[list[Any]] | None = None
+    column: str | None = None
+    id_column: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_rows(self) -> int:
+        return int(sum(self.rows))
+
+
+def plan_shards(
+    files: Sequence[Path],
+    *,
+    column: str | None = None,
+    id_column: str | None = None,
+    need_ids: bool = False,
+    allow_reprotect: bool = False,
+) -> ShardPlan:
+    """Check shards before any work: schema, dimension, protection state and (optionally) ids.
+
+    Raises
+    ------
+    privembed.DataError
+        Different embedding dimensions across shards, missing or duplicate ids.
+    ValueError
+        A shard is already protected (and ``allow_reprotect`` is false).
+    """
+    from ..io import iter_batches, read_ids
+
+    rows, dims, metas = [], [], []
+    for f in files:
+        n, d, meta, _ = iter_batches(f, column=column, id_column=id_column)
+        rows.append(int(n))
+        dims.append(int(d))
+        metas.append(meta)
+        if meta.get("protected") and not allow_reprotect:
+            raise ValueError(
+                f"{f} is already protected ({meta.get('guarantee_text', 'unknown mechanism')}); "
+                "pass allow_reprotect (--allow-reprotect) to protect it again (the guarantees "
+                "compose)."
+            )
+    known = {d for d in dims if d > 0}
+    if len(known) > 1:
+        detail = ", ".join(f"{f.name}: {d}" for f, d in zip(files, dims, strict=True) if d > 0)
+        raise DataError(f"shards have different embedding dimensions ({detail}).")
+    models = {str(m["embedding_model"]) for m in metas if m.get("embedding_model")}
+    if len(models) > 1:
+        raise DataError(f"shards come from different embedding models: {sorted(models)}.")
+    ids = None
+    if need_ids:
+        ids = []
+        seen: set[Any] = set()
+        from ..keyed import typed_id
+
+        for f in files:
+            got = read_ids(f, id_column=id_column)
+            if got is None:
+                raise DataError(
+                    f"{f} has no record ids; keyed noise and the ledger need an id column "
+                    "(id_column / --id-column)."
+                )
+            for rid in got:
+                t = typed_id(rid)
+                if t in seen:
+                    raise DataError(
+                        f"record id {rid!r} appears more than once across the shards (first "
+                        f"repeat in {f.name}); ids must be unique for keyed noise and the ledger."
+                    )
+                seen.add(t)
+            ids.append(got)
+    return ShardPlan(
+        files=list(files),
+        rows=rows,
+        dim=known.pop() if known else -1,
+        metadata=metas[0] if metas else {},
+        ids=ids,
+        column=column,
+        id_column=id_column,
+    )
+
+
+def output_metadata(meta_in: dict[str, Any], protection: dict[str, Any]) -> dict[str, Any]:
+    """File metadata of a protected shard: input metadata + protection (as ``protect`` does)."""
+    out = {**meta_in, **protection}
+    if meta_in.get("protected"):
+        out["previous_protection"] = {
+            k: meta_in[k] for k in ("mechanism", "guarantee") if k in meta_in
+        }
+    return out
+
+
+class _Preflight(Exception):
+    """Raised inside a ledger release to roll it back after the budget check."""
+
+
+@contextlib.contextmanager
+def _staging(output_dir: Path, overwrite: bool) -> Iterator[Path]:
+    """A hidden folder next to ``output_dir``; renamed over it on success, removed on failure."""
+    parent = output_dir.parent
+    if not parent.exists():
+        raise FileNotFoundError(f"output folder's parent does not exist: {parent}")
+    if output_dir.exists() and not overwrite:
+        raise FileExistsError(
+            f"output folder already exists: {output_dir} (pass overwrite / --overwrite)."
+        )
+    if output_dir.exists() and not output_dir.is_dir():
+        raise NotADirectoryError(f"output must be a folder, got a file: {output_dir}")
+    token = secrets.token_hex(4)
+    stage = parent / f".{output_dir.name}.staging-{token}"
+    stage.mkdir()
+    try:
+        yield stage
+        if output_dir.exists():
+            old = parent / f".{output_dir.name}.old-{token}"
+            os.replace(output_dir, old)
+            os.replace(stage, output_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(stage, output_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _record_shards(ledger: Any, files: Sequence[Path], mechanism: Mechanism, kid: Any) -> int:
+    """One ledger release per output shard (ids and digests read back); returns releases."""
+    from ..io import iter_batches, read_ids
+
+    count = 0
+    for f in files:
+        ids = read_ids(f)
+        if not ids:
+            continue
+        with ledger.release(ids, mechanism, key_id=kid) as rel:
+            _n, _d, _m, batches = iter_batches(f)
+            for b in batches:
+                assert b.ids is not None
+                rel.add_outputs(b.ids.tolist(), b.X)
+        count += 1
+    return count
+
+
+def protect_shards(
+    inputs: str | Path | Sequence[str | Path],
+    output_dir: str | Path,
+    mechanism: Mechanism,
+    *,
+    key: bytes | None = None,
+    rng: Any = None,
+    engine: str = "local",
+    address: str | None = None,
+    num_cpus: int | None = None,
+    batch_rows: int = 4096,
+    column: str | None = None,
+    id_column: str | None = None,
+    ledger: str | Path | None = None,
+    budget_epsilon: float | None = None,
+    budget_delta: float | None = None,
+    allow_reprotect: bool = False,
+    overwrite: bool = False,
+    on_shard: Callable[[Path, int], None] | None = None,
+) -> dict[str, Any]:
+    """Protect every shard of a Parquet dataset into ``output_dir`` (see the module docstring).
+
+    Parameters
+    ----------
+    inputs : folder, glob pattern, file, or a list of them
+    output_dir : str or Path
+        Output folder (must not exist unless ``overwrite``; must not hold the inputs).
+    mechanism : Mechanism
+    key : bytes, optional
+        Keyed noise (record ids required): the engines then agree bit for bit.
+    rng : int, Generator or None
+        Without a key: local engine only may be seeded; Ray always uses fresh entropy.
+    engine : {"local", "ray"}
+    address, num_cpus
+        Ray only: connect to an existing cluster (``address``), or start a local one with
+        ``num_cpus`` CPUs (default: all).
+    batch_rows : int
+        Rows per protected batch (bounds memory; does not change keyed output).
+    ledger, budget_epsilon, budget_delta
+        Privacy ledger file and per-record budget (see :mod:`privembed.ledger`).
+
+    Returns
+    -------
+    dict
+        ``rows``, ``shards_in``, ``files_out``, ``dim_in``, ``dim_out``, ``engine``,
+        ``seconds``, ``ledger_releases``, ``output``.
+    """
+    engine = check_choice("engine", engine, ENGINES)
+    batch_rows = check_int("batch_rows", batch_rows, ge=1)
+    out_dir = Path(output_dir)
+    files = resolve_shards(inputs)
+    for f in files:
+        if out_dir.resolve() == f.resolve().parent or out_dir.resolve() in f.resolve().parents:
+            raise ValueError(f"output folder {out_dir} must not contain the input shards.")
+    if engine == "ray":
+        if rng is not None:
+            raise ValueError(
+                "the Ray engine cannot use a seed (tasks would repeat or reorder the noise); "
+                "use a key for reproducible, partition-independent output."
+            )
+    elif address is not None or num_cpus is not None:
+        raise ValueError("address and num_cpus apply to engine='ray' only.")
+    if (budget_epsilon is not None or budget_delta is not None) and ledger is None:
+        raise ValueError("budget_epsilon/budget_delta need a ledger.")
+    if engine == "local":
+        names = [f.stem for f in files]
+        if len(set(names)) != len(names):
+            raise ValueError(
+                "shards from different folders share file names; the local engine keeps "
+                "names, so rename them or use engine='ray'."
+            )
+    protector = BatchProtector(mechanism, key=key, rng=rng)
+    kid = protector.key_id
+    plan = plan_shards(
+        files,
+        column=column,
+        id_column=id_column,
+        need_ids=key is not None or ledger is not None,
+        allow_reprotect=allow_reprotect,
+    )
+    if plan.dim > 0:
+        mechanism._check_dim(plan.dim)
+    protection = protector.metadata(seeded=rng is not None, dim=plan.dim)
+    led = None
+    t0 = time.perf_counter()
+    try:
+        if ledger is not None:
+            from ..ledger import Ledger
+
+            led = Ledger(ledger, budget_epsilon=budget_epsilon, budget_delta=budget_delta)
+            assert plan.ids is not None
+            all_ids = [i for shard in plan.ids for i in shard]
+            with contextlib.suppress(_Preflight), led.release(all_ids, mechanism, key_id=kid):
+                raise _Preflight
+        with _staging(out_dir, overwrite) as stage:
+            if engine == "local":
+                _run_local(plan, stage, protector, protection, batch_rows, on_shard)
+            else:
+                from .ray_engine import run_ray
+
+                run_ray(
+                    plan,
+                    stage,
+                    protector,
+                    protection,
+                    batch_rows=batch_rows,
+                    address=address,
+                    num_cpus=num_cpus,
+                )
+            out_files = sorted(q for q in stage.iterdir() if q.suffix == ".parquet")
+            releases = _record_shards(led, out_files, mechanism, kid) if led is not None else 0
+    finally:
+        if led is not None:
+            led.close()
+    return {
+        "rows": plan.total_rows,
+        "shards_in": len(files),
+        "files_out": len(out_files),
+        "dim_in": plan.dim,
+        "dim_out": mechanism.output_dim(plan.dim) if plan.dim > 0 else None,
+        "engine": engine,
+        "seconds": time.perf_counter() - t0,
+        "ledger_releases": releases,
+        "output": str(out_dir),
+        "guarantee": mechanism.guarantee.describe(),
+    }
+
+
+def _run_local(
+    plan: ShardPlan,
+    stage: Path,
+    protector: BatchProtector,
+    protection: dict[str, Any],
+    batch_rows: int,
+    on_shard: Callable[[Path, int], None] | None,
+) -> None:
+    from ..io import transform_file
+
+    for f in plan.files:
+        protector.name = f.name
+
+        def fn(batch: Any) -> Any:
+            ids = None if batch.ids is None else batch.ids.tolist()
+            return protector(batch.X, ids, row_offset=batch.start)
+
+        summary = transform_file(
+            f,
+            stage / (f.stem + ".parquet"),
+            fn,
+            metadata=lambda m: output_metadata(m, protection),
+            batch_rows=batch_rows,
+            column=plan.column,
+            id_column=plan.id_column,
+        )
+        if on_shard is not None:
+            on_shard(f, int(summary["rows"]))

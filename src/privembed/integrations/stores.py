@@ -1,0 +1,779 @@
+"""Vector stores behind one small adapter interface: Chroma (embedded), Qdrant (local), FAISS.
+
+A :class:`VectorStore` is a named collection of vectors with string ids and optional per-record
+metadata, searched by similarity. The interface is four operations -- :meth:`~VectorStore.upsert`,
+:meth:`~VectorStore.search`, :meth:`~VectorStore.count` and the collection's privembed
+:attr:`~VectorStore.info` -- plus :meth:`~VectorStore.close`. An adapter for another store
+(LanceDB, pgvector, ...) implements the six ``_``-prefixed hooks, about a page of code.
+
+Every collection records, next to its vectors, the privembed information needed to query it
+correctly (``info``): the similarity it was built for (``metric``: ``"cosine"`` or raw inner
+product ``"ip"``, see :mod:`privembed.integrations.query`), the dimension, the embedding model and
+the protection metadata (mechanism configuration, guarantee, key id). Chroma and Qdrant keep it in
+the collection's own metadata, FAISS in its index file.
+
+Nothing here downloads anything: Chroma collections are created without an embedding function
+(vectors are always given explicitly) and with anonymised telemetry off.
+
+Scores returned by :meth:`VectorStore.search` are similarities, higher is better: the cosine for
+``metric="cosine"``, the inner product for ``metric="ip"``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import json
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._optional import require
+from .._validation import DataError, check_choice, check_embeddings, check_int
+from .query import METRICS
+
+__all__ = [
+    "STORES",
+    "ChromaStore",
+    "FaissStore",
+    "Hit",
+    "QdrantStore",
+    "VectorStore",
+    "open_store",
+]
+
+DEFAULT_COLLECTION = "privembed"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
+_INFO_KEY = "privembed"
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: record id, similarity score, stored metadata, optionally the vector."""
+
+    id: str
+    score: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+    vector: NDArray[np.float32] | None = None
+
+
+def check_collection_name(name: Any) -> str:
+    """A collection name every store accepts: 3-512 of ``[A-Za-z0-9._-]``, alphanumeric ends.
+
+    Examples
+    --------
+    >>> check_collection_name("notes-v1")
+    'notes-v1'
+    >>> check_collection_name("a/b")
+    Traceback (most recent call last):
+    ...
+    ValueError: collection must be 3-512 characters from [A-Za-z0-9._-] starting and ending with a letter or digit, got collection='a/b'.
+    """
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(
+            "collection must be 3-512 characters from [A-Za-z0-9._-] starting and ending with "
+            f"a letter or digit, got collection={name!r}."
+        )
+    return name
+
+
+def _check_metadata(metadata: Any, n: int) -> list[dict[str, Any]] | None:
+    if metadata is None:
+        return None
+    rows = list(metadata)
+    if len(rows) != n:
+        raise DataError(f"metadata has {len(rows)} entries but there are {n} vectors.")
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(rows):
+        if m is None:
+            out.append({})
+            continue
+        if not isinstance(m, Mapping):
+            raise TypeError(f"metadata[{i}] must be a dict or None, got {type(m).__name__}.")
+        clean: dict[str, Any] = {}
+        for k, v in m.items():
+            if not isinstance(k, str) or k.startswith(_INFO_KEY):
+                raise ValueError(
+                    f"metadata keys must be strings not starting with {_INFO_KEY!r}, got {k!r}."
+                )
+            if isinstance(v, np.generic):
+                v = v.item()
+            if v is not None and not isinstance(v, str | int | float | bool):
+                raise TypeError(
+                    f"metadata values must be str, int, float, bool or None, got {k}={v!r}."
+                )
+            if v is not None:
+                clean[k] = v
+        out.append(clean)
+    return out
+
+
+class VectorStore(abc.ABC):
+    """A collection of vectors in a vector database (abstract adapter).
+
+    Parameters
+    ----------
+    path : str or Path
+        Where the database lives (a folder; created if missing).
+    collection : str
+        Collection name (see :func:`check_collection_name`).
+    metric : {"cosine", "ip"}, optional
+        Similarity for a new collection (default ``"cosine"``). For an existing collection it
+        must match the stored one (``None`` accepts it).
+    create : bool, default True
+        Create the collection if it does not exist (on the first upsert); otherwise a missing
+        collection is an error.
+
+    Notes
+    -----
+    Subclasses implement ``_open`` (connect; return the stored info or None), ``_create`` (make
+    the collection for a dimension), ``_write_info``, ``_upsert``, ``_search`` and ``_count``,
+    and may override ``close``.
+    """
+
+    name: ClassVar[str] = "store"
+
+    def __init__(
+        self,
+        path: str | Path,
+        collection: str = DEFAULT_COLLECTION,
+        *,
+        metric: str | None = None,
+        create: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self.collection = check_collection_name(collection)
+        if metric is not None:
+            check_choice("metric", metric, METRICS)
+        if self.path.exists() and not self.path.is_dir():
+            raise NotADirectoryError(f"store path must be a folder, got a file: {self.path}")
+        if not create and not self.path.exists():
+            raise FileNotFoundError(f"{self.name} store not found: {self.path}")
+        self._closed = False
+        stored = self._open()
+        if stored is None:
+            if not create:
+                listing = self._listing()
+                self.close()
+                raise ValueError(
+                    f"{self.path} has no {self.name} collection {self.collection!r}{listing}."
+                )
+            self._exists = False
+            self._info: dict[str, Any] = {
+                "format": _FORMAT,
+                "store": self.name,
+                "metric": metric or "cosine",
+            }
+        else:
+            self._exists = True
+            if stored.get("metric") not in METRICS:
+                self.close()
+                raise ValueError(
+                    f"{self.name} collection {self.collection!r} in {self.path} was not created "
+                    "by privembed (no privembed metadata); use a new collection name."
+                )
+            if metric is not None and stored["metric"] != metric:
+                self.close()
+                raise ValueError(
+                    f"{self.name} collection {self.collection!r} uses metric "
+                    f"{stored['metric']!r}, not {metric!r}; use a new collection name."
+                )
+            self._info = dict(stored)
+
+    # ---- what adapters implement -------------------------------------------------------------
+    @abc.abstractmethod
+    def _open(self) -> dict[str, Any] | None:
+        """Connect; return the stored privembed info of the collection, or None if missing."""
+
+    @abc.abstractmethod
+    def _create(self, dim: int) -> None:
+        """Create the collection for vectors of dimension ``dim`` (with ``self._info``)."""
+
+    @abc.abstractmethod
+    def _write_info(self) -> None:
+        """Persist ``self._info`` in an existing collection."""
+
+    @abc.abstractmethod
+    def _upsert(
+        self, ids: list[str], X: NDArray[np.float32], metadata: list[dict[str, Any]] | None
+    ) -> None:
+        """Insert or replace vectors (ids already strings, unique; X float32 (n, dim))."""
+
+    @abc.abstractmethod
+    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
+        """Top-``k`` hits per query row (``k`` <= count)."""
+
+    @abc.abstractmethod
+    def _count(self) -> int:
+        """Number of vectors in an existing collection."""
+
+    def _listing(self) -> str:
+        """`` (collections: a, b)`` for error messages (empty if unknown)."""
+        return ""
+
+    # ---- the interface -----------------------------------------------------------------------
+    @property
+    def metric(self) -> str:
+        """The similarity the collection is built for: ``"cosine"`` or ``"ip"``."""
+        return str(self._info["metric"])
+
+    @property
+    def dim(self) -> int | None:
+        """Vector dimension (``None`` before the first upsert)."""
+        d = self._info.get("dim")
+        return None if d is None else int(d)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """The privembed information stored with the collection (a copy)."""
+        return json.loads(json.dumps(self._info))
+
+    def update_info(self, **entries: Any) -> None:
+        """Add JSON-serialisable entries to :attr:`info` (``metric``/``dim``/``store`` are fixed)."""
+        fixed = {"metric", "dim", "store", "format"} & set(entries)
+        if fixed:
+            raise ValueError(f"info entries {sorted(fixed)} are set by the store itself.")
+        try:
+            json.dumps(entries)
+        except TypeError as exc:
+            raise TypeError(f"info entries must be JSON-serialisable: {exc}") from None
+        self._info.update(entries)
+        if self._exists:
+            self._write_info()
+
+    def upsert(self, ids: Sequence[Any], vectors: Any, metadata: Any = None) -> None:
+        """Insert vectors, replacing any record with the same id (vector and metadata).
+
+        Parameters
+        ----------
+        ids : sequence of str or int, length n
+            Record ids (stored as strings; must be unique within the call).
+        vectors : array_like, shape (n, d)
+        metadata : sequence of dict or None, length n, optional
+            Flat per-record metadata (str, int, float, bool values; ``None`` values dropped).
+
+        Raises
+        ------
+        privembed.DataError
+            Bad vectors (NaN/inf), wrong dimension, duplicate ids, metadata of the wrong length.
+        """
+        self._check_open()
+        X, _ = check_embeddings(vectors, name="vectors", dim=self.dim, allow_zero=True)
+        n = X.shape[0]
+        id_list = [str(i) for i in ids]
+        if len(id_list) != n:
+            raise DataError(f"ids has {len(id_list)} entries but there are {n} vectors.")
+        if len(set(id_list)) != n:
+            raise DataError("ids must be unique within one upsert.")
+        meta = _check_metadata(metadata, n)
+        X32 = np.ascontiguousarray(X, dtype=np.float32)
+        if not self._exists:
+            self._info["dim"] = int(X.shape[1])
+            self._create(int(X.shape[1]))
+            self._exists = True
+        self._upsert(id_list, X32, meta)
+
+    def search(self, vectors: Any, k: int = 10, *, with_vectors: bool = False) -> list[list[Hit]]:
+        """The ``k`` most similar records for each query vector (best first).
+
+        Parameters
+        ----------
+        vectors : array_like, shape (nq, d) or (d,)
+            Query vectors, already treated for the collection
+            (:class:`~privembed.integrations.query.QueryTreatment`).
+        k : int, >= 1
+            Hits per query (fewer if the collection is smaller).
+        with_vectors : bool
+            Also return the stored vectors.
+
+        Returns
+        -------
+        list of list of Hit
+            One list per query vector.
+        """
+        self._check_open()
+        k = check_int("k", k, ge=1)
+        Q, _ = check_embeddings(vectors, name="query", dim=self.dim, allow_zero=True)
+        n = self.count()
+        if n == 0:
+            return [[] for _ in range(Q.shape[0])]
+        return self._search(np.ascontiguousarray(Q, dtype=np.float32), min(k, n), with_vectors)
+
+    def count(self) -> int:
+        """Number of vectors in the collection."""
+        self._check_open()
+        return self._count() if self._exists else 0
+
+    def close(self) -> None:
+        """Release the database (idempotent)."""
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"{self.name} store {self.path} is closed.")
+
+    def __enter__(self) -> VectorStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(path={str(self.path)!r}, collection={self.collection!r}, "
+            f"metric={self.metric!r})"
+        )
+
+
+def _split_meta(payload: Mapping[str, Any] | None, hidden: str) -> dict[str, Any]:
+    return {k: v for k, v in (payload or {}).items() if k != hidden}
+
+
+# ---------------------------------------------------------------------------------------------
+# Chroma (embedded PersistentClient)
+# ---------------------------------------------------------------------------------------------
+
+
+class ChromaStore(VectorStore):
+    """A collection in an embedded, persistent Chroma database (no server).
+
+    Vectors are always passed explicitly (the collection has no embedding function, so Chroma
+    never loads or downloads a model) and telemetry is off. ``metric`` maps to Chroma's HNSW
+    ``space`` (``"cosine"`` or ``"ip"``); Chroma returns distances ``1 - similarity``, converted
+    back here. Chroma's HNSW search is approximate (``ef_search=100``).
+    """
+
+    name = "chroma"
+
+    def _open(self) -> dict[str, Any] | None:
+        chromadb = require("chromadb", "integrations", purpose="the Chroma vector store")
+        from chromadb.config import Settings
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        self._client = chromadb.PersistentClient(
+            path=str(self.path), settings=Settings(anonymized_telemetry=False)
+        )
+        try:
+            self._col = self._client.get_collection(self.collection, embedding_function=None)
+        except Exception as exc:
+            if type(exc).__name__ == "NotFoundError" or "does not exist" in str(exc):
+                self._col = None
+                return None
+            raise
+        raw = (self._col.metadata or {}).get(_INFO_KEY)
+        try:
+            return dict(json.loads(raw)) if isinstance(raw, str) else {}
+        except json.JSONDecodeError:
+            return {}
+
+    def _listing(self) -> str:
+        try:
+            names = sorted(c.name for c in self._client.list_collections())
+        except Exception:  # pragma: no cover - listing is only for the message
+            return ""
+        return f" (collections: {', '.join(names) or 'none'})"
+
+    def _create(self, dim: int) -> None:
+        self._col = self._client.create_collection(
+            self.collection,
+            embedding_function=None,
+            configuration={"hnsw": {"space": self.metric}},
+            metadata={_INFO_KEY: json.dumps(self._info, sort_keys=True)},
+        )
+
+    def _write_info(self) -> None:
+        assert self._col is not None
+        self._col.modify(metadata={_INFO_KEY: json.dumps(self._info, sort_keys=True)})
+
+    def _upsert(
+        self, ids: list[str], X: NDArray[np.float32], metadata: list[dict[str, Any]] | None
+    ) -> None:
+        assert self._col is not None
+        step = max(1, int(self._client.get_max_batch_size()))
+        for s in range(0, len(ids), step):
+            metas = None
+            if metadata is not None:
+                metas = [m or None for m in metadata[s : s + step]]
+            # Chroma's upsert merges metadata; delete + add replaces records like the others
+            self._col.delete(ids=ids[s : s + step])
+            self._col.add(ids=ids[s : s + step], embeddings=X[s : s + step], metadatas=metas)
+
+    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
+        assert self._col is not None
+        include = ["distances", "metadatas"] + (["embeddings"] if with_vectors else [])
+        res = self._col.query(query_embeddings=Q, n_results=k, include=include)
+        out: list[list[Hit]] = []
+        for qi, ids in enumerate(res["ids"]):
+            dists = res["distances"][qi]
+            metas = res["metadatas"][qi] if res.get("metadatas") else [None] * len(ids)
+            vecs = res["embeddings"][qi] if with_vectors else [None] * len(ids)
+            out.append(
+                [
+                    Hit(
+                        str(i),
+                        1.0 - float(dist),
+                        dict(m or {}),
+                        None if v is None else np.asarray(v, dtype=np.float32),
+                    )
+                    for i, dist, m, v in zip(ids, dists, metas, vecs, strict=True)
+                ]
+            )
+        return out
+
+    def _count(self) -> int:
+        assert self._col is not None
+        return int(self._col.count())
+
+    def close(self) -> None:
+        if not self._closed and getattr(self, "_client", None) is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+        super().close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Qdrant (local mode)
+# ---------------------------------------------------------------------------------------------
+
+#: namespace of the UUIDs that stand for record ids (Qdrant point ids are ints or UUIDs)
+_QDRANT_NS = uuid.UUID("6f1c3a52-5c1e-4f7a-9d3e-1b0e6c1f2a77")
+_QDRANT_ID = "privembed_id"
+
+
+class QdrantStore(VectorStore):
+    """A collection in a local-mode Qdrant database (``QdrantClient(path=...)``, no server).
+
+    Record ids become UUID5 point ids (Qdrant accepts only integers and UUIDs); the original id
+    is kept in the payload under ``privembed_id``. ``metric`` maps to ``Distance.COSINE`` /
+    ``Distance.DOT``. Local mode allows one client per folder at a time and searches exactly.
+    """
+
+    name = "qdrant"
+
+    def _open(self) -> dict[str, Any] | None:
+        qc = require("qdrant_client", "integrations", purpose="the Qdrant vector store")
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._client = qc.QdrantClient(path=str(self.path))
+        except RuntimeError as exc:
+            raise ValueError(f"cannot open Qdrant store {self.path}: {exc}") from None
+        if not self._client.collection_exists(self.collection):
+            return None
+        meta = self._client.get_collection(self.collection).config.metadata or {}
+        raw = meta.get(_INFO_KEY)
+        if isinstance(raw, str):
+            try:
+                return dict(json.loads(raw))
+            except json.JSONDecodeError:
+                return {}
+        return dict(raw) if isinstance(raw, dict) else {}
+
+    def _listing(self) -> str:
+        names = sorted(c.name for c in self._client.get_collections().collections)
+        return f" (collections: {', '.join(names) or 'none'})"
+
+    def _distance(self) -> Any:
+        from qdrant_client import models
+
+        return models.Distance.COSINE if self.metric == "cosine" else models.Distance.DOT
+
+    def _create(self, dim: int) -> None:
+        from qdrant_client import models
+
+        self._client.create_collection(
+            self.collection,
+            vectors_config=models.VectorParams(size=dim, distance=self._distance()),
+            metadata={_INFO_KEY: json.dumps(self._info, sort_keys=True)},
+        )
+
+    def _write_info(self) -> None:
+        self._client.update_collection(
+            self.collection, metadata={_INFO_KEY: json.dumps(self._info, sort_keys=True)}
+        )
+
+    def _upsert(
+        self, ids: list[str], X: NDArray[np.float32], metadata: list[dict[str, Any]] | None
+    ) -> None:
+        from qdrant_client import models
+
+        step = 1024
+        for s in range(0, len(ids), step):
+            chunk = ids[s : s + step]
+            metas = metadata[s : s + step] if metadata is not None else [{}] * len(chunk)
+            self._client.upsert(
+                self.collection,
+                points=models.Batch(
+                    ids=[str(uuid.uuid5(_QDRANT_NS, i)) for i in chunk],
+                    vectors=X[s : s + step].tolist(),
+                    payloads=[{**m, _QDRANT_ID: i} for i, m in zip(chunk, metas, strict=True)],
+                ),
+            )
+
+    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
+        from qdrant_client import models
+
+        reqs = [
+            models.QueryRequest(
+                query=q.tolist(), limit=k, with_payload=True, with_vector=with_vectors
+            )
+            for q in Q
+        ]
+        res = self._client.query_batch_points(self.collection, requests=reqs)
+        out: list[list[Hit]] = []
+        for r in res:
+            hits = []
+            for p in r.points:
+                payload = dict(p.payload or {})
+                vec = None
+                if with_vectors and p.vector is not None:
+                    vec = np.asarray(p.vector, dtype=np.float32)
+                hits.append(
+                    Hit(
+                        str(payload.get(_QDRANT_ID)),
+                        float(p.score),
+                        _split_meta(payload, _QDRANT_ID),
+                        vec,
+                    )
+                )
+            out.append(hits)
+        return out
+
+    def _count(self) -> int:
+        return int(self._client.count(self.collection, exact=True).count)
+
+    def close(self) -> None:
+        if not self._closed and getattr(self, "_client", None) is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+        super().close()
+
+
+# ---------------------------------------------------------------------------------------------
+# FAISS (one local index file)
+# ---------------------------------------------------------------------------------------------
+
+
+class FaissStore(VectorStore):
+    """A FAISS index in one local file, ``<path>/<collection>.faiss.npz``, for large collections.
+
+    The file holds the serialised index, the id map (FAISS labels are int64; label ``i`` is the
+    ``i``-th record id ever added), per-record metadata and the privembed info. It is loaded
+    whole, changed in memory, and written atomically (temporary file + rename) by :meth:`save`
+    and on :meth:`close`, so a crash never leaves a half-written index.
+
+    Parameters
+    ----------
+    factory : str, default "Flat"
+        FAISS ``index_factory`` description of a new index (wrapped in ``IDMap2``): ``"Flat"``
+        searches exactly; ``"HNSW32"`` is approximate and faster on millions of vectors, but
+        cannot replace existing ids. For ``metric="cosine"`` vectors and queries are
+        normalised and searched by inner product.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     with FaissStore(tmp, "demo") as s:
+    ...         s.upsert(["a", "b"], np.array([[1.0, 0.0], [0.0, 1.0]]), [{"n": 1}, None])
+    ...     with FaissStore(tmp, "demo", create=False) as s:  # reopened from the file
+    ...         hit = s.search(np.array([1.0, 0.1]), k=1)[0][0]
+    ...         (hit.id, round(hit.score, 3), hit.metadata, s.count(), s.metric)
+    ('a', 0.995, {'n': 1}, 2, 'cosine')
+    """
+
+    name = "faiss"
+    suffix = ".faiss.npz"
+
+    def __init__(
+        self,
+        path: str | Path,
+        collection: str = DEFAULT_COLLECTION,
+        *,
+        metric: str | None = None,
+        create: bool = True,
+        factory: str = "Flat",
+    ) -> None:
+        if not isinstance(factory, str) or not factory:
+            raise ValueError(
+                f"factory must be a FAISS index_factory string, got factory={factory!r}."
+            )
+        self.factory = factory
+        super().__init__(path, collection, metric=metric, create=create)
+
+    @property
+    def file(self) -> Path:
+        """The index file."""
+        return self.path / f"{self.collection}{self.suffix}"
+
+    def _open(self) -> dict[str, Any] | None:
+        self._faiss = require("faiss", "text", purpose="the FAISS vector store")
+        self._index: Any = None
+        self._ids: list[str] = []
+        self._labels: dict[str, int] = {}
+        self._meta: list[str] = []
+        self._dirty = False
+        if not self.file.exists():
+            return None
+        try:
+            with np.load(self.file, allow_pickle=False) as z:
+                info = json.loads(str(z["info"]))
+                self._index = self._faiss.deserialize_index(np.array(z["index"], dtype=np.uint8))
+                self._ids = [str(i) for i in z["ids"].tolist()]
+                self._meta = [str(m) for m in z["metadata"].tolist()]
+        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            raise DataError(f"cannot read FAISS store {self.file}: {exc}") from None
+        self._labels = {rid: i for i, rid in enumerate(self._ids)}
+        self._present = np.zeros(len(self._ids), dtype=bool)
+        if self._index.ntotal:
+            self._present[self._label_array()] = True
+        return dict(info)
+
+    def _label_array(self) -> NDArray[np.int64]:
+        idmap = self._faiss.downcast_index(self._index)
+        return np.asarray(self._faiss.vector_to_array(idmap.id_map), dtype=np.int64)
+
+    def _listing(self) -> str:
+        names = sorted(p.name[: -len(self.suffix)] for p in self.path.glob(f"*{self.suffix}"))
+        return f" (collections: {', '.join(names) or 'none'})"
+
+    def _create(self, dim: int) -> None:
+        faiss = self._faiss
+        try:
+            self._index = faiss.index_factory(
+                dim, f"IDMap2,{self.factory}", faiss.METRIC_INNER_PRODUCT
+            )
+        except RuntimeError as exc:
+            raise ValueError(
+                f"bad FAISS factory {self.factory!r}: {str(exc).splitlines()[0]}"
+            ) from None
+        self._present = np.zeros(0, dtype=bool)
+        self._info["factory"] = self.factory
+        self._dirty = True
+
+    def _write_info(self) -> None:
+        self._dirty = True
+
+    def _prep(self, X: NDArray[np.float32]) -> NDArray[np.float32]:
+        if self.metric == "cosine":
+            norms = np.linalg.norm(X, axis=1, keepdims=True)
+            return np.ascontiguousarray(X / np.where(norms > 0, norms, 1.0), dtype=np.float32)
+        return np.ascontiguousarray(X, dtype=np.float32)
+
+    def _upsert(
+        self, ids: list[str], X: NDArray[np.float32], metadata: list[dict[str, Any]] | None
+    ) -> None:
+        labels = np.empty(len(ids), dtype=np.int64)
+        replace = []
+        for j, rid in enumerate(ids):
+            known = self._labels.get(rid)
+            if known is None:
+                lab = len(self._ids)
+                self._labels[rid] = lab
+                self._ids.append(rid)
+                self._meta.append("{}")
+            else:
+                lab = known
+                if lab < self._present.size and self._present[lab]:
+                    replace.append(lab)
+            labels[j] = lab
+        if self._present.size < len(self._ids):
+            self._present = np.concatenate(
+                [self._present, np.zeros(len(self._ids) - self._present.size, dtype=bool)]
+            )
+        if replace:
+            try:
+                self._index.remove_ids(np.asarray(replace, dtype=np.int64))
+            except RuntimeError:
+                raise ValueError(
+                    f"FAISS index {self.factory!r} cannot replace existing ids "
+                    f"(e.g. {self._ids[replace[0]]!r}); use factory='Flat' or new ids."
+                ) from None
+        if self._index.ntotal == 0 and not self._index.is_trained:
+            raise ValueError(
+                f"FAISS index {self.factory!r} needs training; use an index that does not "
+                "(e.g. 'Flat' or 'HNSW32')."
+            )
+        self._index.add_with_ids(self._prep(X), labels)
+        self._present[labels] = True
+        if metadata is not None:
+            for label, m in zip(labels.tolist(), metadata, strict=True):
+                self._meta[label] = json.dumps(m)
+        self._dirty = True
+
+    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
+        D, I = self._index.search(self._prep(Q), k)  # noqa: E741 - FAISS's name
+        out: list[list[Hit]] = []
+        for drow, irow in zip(D, I, strict=True):
+            hits = []
+            for score, lab in zip(drow, irow, strict=True):
+                if lab < 0:
+                    continue
+                vec = None
+                if with_vectors:
+                    vec = np.asarray(self._index.reconstruct(int(lab)), dtype=np.float32)
+                hits.append(
+                    Hit(self._ids[int(lab)], float(score), json.loads(self._meta[int(lab)]), vec)
+                )
+            out.append(hits)
+        return out
+
+    def _count(self) -> int:
+        return int(self._index.ntotal)
+
+    def save(self) -> None:
+        """Write the index file atomically (no-op if nothing changed)."""
+        if not self._dirty or self._index is None:
+            return
+        from ..io import atomic_output
+
+        self.path.mkdir(parents=True, exist_ok=True)
+        with atomic_output(self.file) as tmp, tmp.open("wb") as fh:
+            np.savez(
+                fh,
+                index=self._faiss.serialize_index(self._index),
+                ids=np.asarray(self._ids, dtype=str),
+                metadata=np.asarray(self._meta, dtype=str),
+                info=np.array(json.dumps(self._info, sort_keys=True)),
+            )
+        self._dirty = False
+
+    def close(self) -> None:
+        if not self._closed and getattr(self, "_index", None) is not None:
+            self.save()
+        super().close()
+
+
+STORES: dict[str, type[VectorStore]] = {
+    "chroma": ChromaStore,
+    "qdrant": QdrantStore,
+    "faiss": FaissStore,
+}
+
+
+def open_store(
+    kind: str,
+    path: str | Path,
+    collection: str = DEFAULT_COLLECTION,
+    *,
+    metric: str | None = None,
+    create: bool = True,
+    **options: Any,
+) -> VectorStore:
+    """Open (or prepare to create) a collection in a store of the given kind.
+
+    Examples
+    --------
+    >>> open_store("milvus", "db")
+    Traceback (most recent call last):
+    ...
+    ValueError: store must be one of 'chroma', 'faiss', 'qdrant', got store='milvus'.
+    """
+    check_choice("store", kind, tuple(sorted(STORES)))
+    return STORES[kind](path, collection, metric=metric, create=create, **options)

@@ -1,0 +1,250 @@
+"""Protect a stream of embeddings: stdin to stdout for shell pipelines (JSONL or NPY).
+
+Formats:
+
+* **JSONL** -- one object per line with an ``embedding`` array and, for keyed noise or a ledger,
+  an ``id``; other fields pass through unchanged (as ``privembed protect`` keeps other columns).
+  Read and written in batches of ``batch_rows`` lines, so memory stays bounded and output flows
+  as input arrives. Numbers are parsed as float64 and written back exactly (shortest repr).
+* **NPY** -- one ``.npy`` array (n, d), C order, float32 or float64, read row block by row block
+  after its header. NPY carries no record ids, so it cannot be used with a key or a ledger
+  (position-derived ids would give different records the same noise across files). As output
+  of JSONL input, the row count must be known before the header is written, so that case
+  buffers the whole stream.
+
+On bad input the stream stops with a one-line error at the first bad batch: earlier batches have
+already been written (use ``set -o pipefail`` so a pipeline sees the failure). With a ledger,
+each batch is one release, recorded before it is written.
+
+Examples
+--------
+>>> import io
+>>> from privembed import get_mechanism
+>>> from privembed.integrations._protect import BatchProtector
+>>> src = io.BytesIO(b'{"id": 1, "embedding": [3.0, 4.0], "tag": "x"}\\n')
+>>> dst = io.BytesIO()
+>>> mech = get_mechanism("laplace", epsilon=1e9)          # almost no noise
+>>> protect_stream(src, dst, BatchProtector(mech, rng=0))["rows"]
+1
+>>> line = json.loads(dst.getvalue())
+>>> line["id"], line["tag"], [round(v, 6) for v in line["embedding"]]
+(1, 'x', [0.6, 0.8])
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import IO, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._validation import DataError, check_choice, check_int
+from ._protect import BatchProtector
+
+__all__ = ["FORMATS", "protect_stream"]
+
+FORMATS = ("jsonl", "npy")
+
+
+def _jsonl_batches(
+    src: IO[bytes], batch_rows: int
+) -> Iterator[tuple[NDArray[np.float64], list[dict[str, Any]], int]]:
+    """Yield (X, records without 'embedding', first line number) per batch."""
+    rows: list[Any] = []
+    recs: list[dict[str, Any]] = []
+    first = 1
+    dim: int | None = None
+    lineno = 0
+    for lineno, raw in enumerate(src, start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "not UTF-8"
+            raise DataError(f"stdin:{lineno}: invalid JSON ({msg}).") from None
+        if not isinstance(obj, dict):
+            raise DataError(f"stdin:{lineno}: each line must be a JSON object.")
+        emb = obj.pop("embedding", None)
+        if not isinstance(emb, list) or not emb:
+            raise DataError(f"stdin:{lineno}: missing or empty 'embedding' array.")
+        if dim is None:
+            dim = len(emb)
+        elif len(emb) != dim:
+            raise DataError(
+                f"stdin:{lineno}: embedding has {len(emb)} values, expected {dim} "
+                "(dimension mismatch)."
+            )
+        if not rows:
+            first = lineno
+        rows.append(emb)
+        recs.append(obj)
+        if len(rows) == batch_rows:
+            yield _to_array(rows, first), recs, first
+            rows, recs = [], []
+    if rows:
+        yield _to_array(rows, first), recs, first
+
+
+def _to_array(rows: list[Any], first: int) -> NDArray[np.float64]:
+    try:
+        return np.asarray(rows, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise DataError(
+            f"stdin: lines from {first}: embeddings must be arrays of numbers."
+        ) from None
+
+
+def _read_exact(src: IO[bytes], n: int) -> bytes:
+    chunks = []
+    left = n
+    while left:
+        b = src.read(left)
+        if not b:
+            break
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
+def _npy_header(src: IO[bytes]) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(src)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(src)
+        else:
+            shape, fortran, dtype = fmt.read_array_header_2_0(src)
+    except ValueError as exc:
+        raise DataError(f"stdin is not a .npy stream: {str(exc).splitlines()[0]}") from None
+    if fortran:
+        raise DataError("stdin: Fortran-order .npy is not supported; write it in C order.")
+    if len(shape) != 2:
+        raise DataError(f"stdin: embeddings must be a 2-D (n, d) array, got shape {shape}.")
+    if dtype not in (np.float32, np.float64):
+        raise DataError(f"stdin: embeddings must be float32 or float64, got dtype={dtype}.")
+    return tuple(int(s) for s in shape), np.dtype(dtype)
+
+
+def _npy_batches(
+    src: IO[bytes], batch_rows: int
+) -> tuple[int, Iterator[tuple[NDArray[Any], list[dict[str, Any]], int]]]:
+    (n, d), dtype = _npy_header(src)
+
+    def gen() -> Iterator[tuple[NDArray[Any], list[dict[str, Any]], int]]:
+        for start in range(0, n, batch_rows):
+            m = min(batch_rows, n - start)
+            raw = _read_exact(src, m * d * dtype.itemsize)
+            if len(raw) != m * d * dtype.itemsize:
+                raise DataError(
+                    f"stdin: .npy stream ended early (header says {n} rows, got fewer)."
+                )
+            X = np.frombuffer(raw, dtype=dtype).reshape(m, d)
+            yield X, [{"id": start + i} for i in range(m)], start + 1
+
+    return n, gen()
+
+
+def _write_npy_header(dst: IO[bytes], n: int, d: int, dtype: np.dtype[Any]) -> None:
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (n, d)}
+    np.lib.format.write_array_header_1_0(dst, header)
+
+
+def _jsonl_lines(recs: list[dict[str, Any]], Y: NDArray[Any]) -> bytes:
+    lines = [json.dumps({**r, "embedding": row}) for r, row in zip(recs, Y.tolist(), strict=True)]
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def protect_stream(
+    src: IO[bytes],
+    dst: IO[bytes],
+    protector: BatchProtector,
+    *,
+    in_format: str = "jsonl",
+    out_format: str | None = None,
+    batch_rows: int = 1024,
+    ledger: Any = None,
+) -> dict[str, Any]:
+    """Read embeddings from ``src``, protect them batch by batch, write them to ``dst``.
+
+    Parameters
+    ----------
+    src, dst : binary file objects
+        E.g. ``sys.stdin.buffer`` and ``sys.stdout.buffer``.
+    protector : BatchProtector
+    in_format, out_format : {"jsonl", "npy"}
+        ``out_format`` defaults to ``in_format``.
+    batch_rows : int
+        Lines (rows) per batch.
+    ledger : Ledger, optional
+        Each batch is one release (needs ids: JSONL with ``id``).
+
+    Returns
+    -------
+    dict
+        ``rows``, ``dim_in``, ``dim_out``, ``batches``.
+
+    Raises
+    ------
+    privembed.DataError
+        Bad lines (with line numbers), missing ids for keyed noise or a ledger, a truncated NPY.
+    """
+    in_format = check_choice("in_format", in_format, FORMATS)
+    out_format = check_choice("out_format", out_format or in_format, FORMATS)
+    batch_rows = check_int("batch_rows", batch_rows, ge=1)
+    needs_ids = protector.keyed or ledger is not None
+    if in_format == "npy" and needs_ids:
+        raise DataError(
+            "NPY input carries no record ids; keyed noise and the ledger need them -- use "
+            "JSONL lines with an 'id' field."
+        )
+    n_known: int | None = None
+    if in_format == "npy":
+        n_known, batches = _npy_batches(src, batch_rows)
+    else:
+        batches = _jsonl_batches(src, batch_rows)
+    rows = 0
+    dim_in = dim_out = None
+    count = 0
+    buffered: list[NDArray[Any]] = []
+    for X, recs, first in batches:
+        ids = None
+        if needs_ids:
+            missing = [i for i, r in enumerate(recs) if "id" not in r]
+            if missing:
+                raise DataError(
+                    f"stdin:{first + missing[0]}: missing 'id' (keyed noise and the ledger "
+                    "need record ids)."
+                )
+            ids = [r["id"] for r in recs]
+        if ledger is not None:
+            assert ids is not None
+            with ledger.release(ids, protector.mechanism, key_id=protector.key_id) as rel:
+                Y = protector(X, ids, row_offset=first - 1)
+                rel.add_outputs(ids, Y)
+        else:
+            Y = protector(X, ids, row_offset=first - 1)
+        if dim_in is None:
+            dim_in, dim_out = X.shape[1], Y.shape[1]
+            if out_format == "npy" and n_known is not None:
+                _write_npy_header(dst, n_known, Y.shape[1], Y.dtype)
+        if out_format == "jsonl":
+            dst.write(_jsonl_lines(recs, Y))
+        elif n_known is not None:
+            dst.write(np.ascontiguousarray(Y).tobytes())
+        else:
+            buffered.append(Y)
+        dst.flush()
+        rows += X.shape[0]
+        count += 1
+    if rows == 0:
+        raise DataError("stdin contains no embeddings.")
+    if buffered:
+        Yall = np.concatenate(buffered)
+        _write_npy_header(dst, Yall.shape[0], Yall.shape[1], Yall.dtype)
+        dst.write(np.ascontiguousarray(Yall).tobytes())
+        dst.flush()
+    return {"rows": rows, "dim_in": dim_in, "dim_out": dim_out, "batches": count}
