@@ -1,7 +1,64 @@
-"""Utility and privacy metrics, sweeps and reports."""
+"""Utility and privacy metrics, sweeps and reports: which mechanism and which epsilon for my data?
+
+* :mod:`~privembed.evaluation.metrics` -- metric functions: mean cosine, self-retrieval
+  recall@k with a tie policy, neighbourhood overlap, STS correlations, NDCG@10 / recall@k with
+  relevance judgments, exact (FAISS) search.
+* :class:`UtilityEvaluator` -- every utility metric of a release in one pass.
+* :mod:`~privembed.evaluation.privacy` -- attacks as pluggable privacy metrics.
+* :func:`grid`, :func:`run_sweep`, :class:`SweepResult` -- resumable sweeps to tidy tables.
+* :func:`write_report` -- a self-contained HTML report with a recommendation.
+* :mod:`~privembed.evaluation.loaders` -- evaluation data (Lee corpus, word similarity, a PII
+  corpus, MTEB tasks); :mod:`~privembed.evaluation.baselines` -- text-level baselines.
+"""
 
 from __future__ import annotations
 
-from .metrics import mean_cosine, neighbourhood_overlap, retrieval_ranks, self_retrieval
+from .metrics import (
+    exact_search,
+    mean_cosine,
+    ndcg_at_k,
+    neighbourhood_overlap,
+    pearson,
+    qrels_recall_at_k,
+    recall_at_k,
+    retrieval_metrics,
+    retrieval_ranks,
+    self_retrieval,
+    spearman,
+    sts_correlation,
+)
+from .privacy import Averaging, Column, Linkage, Release, TokenLeakage
+from .report import Floor, parse_floors, recommend, write_report
+from .sweep import SweepConfig, SweepResult, grid, run_sweep
+from .utility import RetrievalTask, STSTask, UtilityEvaluator
 
-__all__ = ["mean_cosine", "neighbourhood_overlap", "retrieval_ranks", "self_retrieval"]
+__all__ = [
+    "Averaging",
+    "Column",
+    "Floor",
+    "Linkage",
+    "Release",
+    "RetrievalTask",
+    "STSTask",
+    "SweepConfig",
+    "SweepResult",
+    "TokenLeakage",
+    "UtilityEvaluator",
+    "exact_search",
+    "grid",
+    "mean_cosine",
+    "ndcg_at_k",
+    "neighbourhood_overlap",
+    "parse_floors",
+    "pearson",
+    "qrels_recall_at_k",
+    "recall_at_k",
+    "recommend",
+    "retrieval_metrics",
+    "retrieval_ranks",
+    "run_sweep",
+    "self_retrieval",
+    "spearman",
+    "sts_correlation",
+    "write_report",
+]

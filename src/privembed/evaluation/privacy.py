@@ -1,0 +1,333 @@
+"""Privacy metrics for sweeps: attacks run on every release, as pluggable callables.
+
+A privacy metric is any callable that takes a :class:`Release` (the mechanism, the originals,
+the protected vectors and a random generator reserved for the attack) and returns a mapping of
+column name -> float. A sweep stores whatever columns its metrics return, and the report shows
+them; nothing else is assumed. Columns are described (and told apart from utility columns) by
+an optional ``columns`` attribute of ``{name: Column}``; an undescribed column counts as a
+privacy risk where higher means more leakage.
+
+Built-in metrics wrap the attacks of :mod:`privembed.attacks` (imported when first called):
+
+* :class:`Linkage` -- re-identification of each protected vector among the originals
+  (:class:`~privembed.attacks.LinkageAttack`): ``reid@1``, ``reid@10``, ``reid_mrr``.
+* :class:`TokenLeakage` -- the MLC token-inference attack ([T26] App. I.3,
+  :class:`~privembed.attacks.MLCAttack`), adaptive by default (trained on auxiliary embeddings
+  protected by the very mechanism under test): ``leakage``, ``confidence``, ``auc_sensitive``,
+  and ``leakage_chance`` (a blind attacker's leakage, for reference).
+* :class:`Averaging` -- cosine to the original of the mean of N fresh releases
+  (:func:`~privembed.attacks.averaging_attack`): ``avg{N}_cosine``.
+
+Examples
+--------
+>>> def norm_gap(release):  # a custom metric: any callable returning a dict of floats
+...     return {"norm_gap": round(float(abs(np.linalg.norm(release.Y, axis=1) - 1).max()), 9)}
+>>> from privembed.mechanisms import LaplaceMechanism
+>>> m = LaplaceMechanism(epsilon=10.0); X = np.eye(4)
+>>> norm_gap(Release(m, X, m.privatize(X, rng=0), rng=np.random.default_rng(1)))
+{'norm_gap': 0.0}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._validation import DataError, check_int
+from ..mechanisms.base import Mechanism
+from ..rng import as_generator
+
+__all__ = [
+    "Averaging",
+    "Column",
+    "Linkage",
+    "PrivacyMetric",
+    "Release",
+    "TokenLeakage",
+    "describe_columns",
+]
+
+
+@dataclass(frozen=True)
+class Column:
+    """What a metric column means and which way is good.
+
+    Attributes
+    ----------
+    description : str
+    kind : {"utility", "privacy", "reference"}
+        ``"privacy"`` columns measure what an attacker gets (the report's risk axis);
+        ``"reference"`` columns are context (e.g. chance levels) and are never optimised.
+    higher_is_better : bool
+        For utility columns True; for privacy columns False (higher = more leakage).
+    """
+
+    description: str
+    kind: str = "privacy"
+    higher_is_better: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "description": self.description,
+            "kind": self.kind,
+            "higher_is_better": self.higher_is_better,
+        }
+
+
+@dataclass
+class Release:
+    """One protected release, handed to every privacy metric of a sweep cell.
+
+    Attributes
+    ----------
+    mechanism : Mechanism
+    X : ndarray, shape (n, d)
+        The originals.
+    Y : ndarray, shape (n, d) or (n, k)
+        The release, row i from X[i].
+    rng : numpy.random.Generator
+        Randomness reserved for the attack (a stream of its own per sweep cell).
+    info : dict
+        The sweep cell (configuration label, run index, ...).
+    """
+
+    mechanism: Mechanism
+    X: NDArray[Any]
+    Y: NDArray[Any]
+    rng: np.random.Generator
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def reference(self) -> NDArray[Any]:
+        """The originals in the released space (``P x`` for a projection mechanism)."""
+        if self.Y.shape[1] != self.X.shape[1] and callable(
+            getattr(self.mechanism, "project", None)
+        ):
+            return np.asarray(self.mechanism.project(self.X))  # type: ignore[attr-defined]
+        return self.X
+
+
+@runtime_checkable
+class PrivacyMetric(Protocol):
+    """A callable ``metric(release) -> {column: value}``; ``columns`` is optional."""
+
+    def __call__(self, release: Release) -> Mapping[str, float]: ...
+
+
+def describe_columns(metric: Callable[..., Any]) -> dict[str, Column]:
+    """The ``columns`` a metric declares (``{}`` if it declares none)."""
+    cols = getattr(metric, "columns", None)
+    if not cols:
+        return {}
+    return {str(k): v if isinstance(v, Column) else Column(str(v)) for k, v in dict(cols).items()}
+
+
+def metric_name(metric: Callable[..., Any]) -> str:
+    """A stable name for a metric callable (its ``name`` attribute, class or function name)."""
+    name = getattr(metric, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    return getattr(metric, "__name__", type(metric).__name__)
+
+
+def metric_signature(metric: Callable[..., Any]) -> Any:
+    """What identifies a metric's setup in a resumable results file (``signature()`` if given)."""
+    sig = getattr(metric, "signature", None)
+    if callable(sig):
+        return sig()
+    return metric_name(metric)
+
+
+class Linkage:
+    """Re-identification: link each protected vector to its original by cosine ([K26]).
+
+    Parameters
+    ----------
+    ks : sequence of int, default (1, 10)
+    max_records : int or None, default 2000
+        Attack at most this many records (a fixed sample, seed 0): the attacker's candidate
+        pool is the originals of the sampled records, so the cost stays O(max_records^2).
+        ``None`` attacks every record against all originals.
+
+    Notes
+    -----
+    ``reid@1`` over the full pool equals ``top1_originals`` of
+    :class:`~privembed.evaluation.UtilityEvaluator`: what makes protected vectors findable
+    also makes them linkable.
+    """
+
+    name = "linkage"
+
+    def __init__(self, *, ks: Sequence[int] = (1, 10), max_records: int | None = 2000) -> None:
+        if isinstance(ks, int) or not ks:
+            raise ValueError(f"ks must be a non-empty sequence of ints, got ks={ks!r}.")
+        self.ks = tuple(sorted({check_int("k", k, ge=1) for k in ks}))
+        self.max_records = (
+            None if max_records is None else check_int("max_records", max_records, ge=2)
+        )
+        self.columns = {
+            **{
+                f"reid@{k}": Column(f"linkage attack: share re-identified in the top {k}")
+                for k in self.ks
+            },
+            "reid_mrr": Column("linkage attack: mean reciprocal rank of the true original"),
+        }
+
+    def signature(self) -> Any:
+        return {"linkage": list(self.ks), "max_records": self.max_records}
+
+    def __call__(self, release: Release) -> dict[str, float]:
+        from ..attacks import LinkageAttack
+
+        C = release.reference()
+        Y = release.Y
+        n = Y.shape[0]
+        if self.max_records is not None and n > self.max_records:
+            idx = np.sort(as_generator(0).choice(n, self.max_records, replace=False))
+            Y, C = Y[idx], C[idx]
+        rep = LinkageAttack(ks=self.ks).score(Y, C)
+        out = {f"reid@{k}": float(v) for k, v in rep.top_k.items()}
+        out["reid_mrr"] = float(rep.mrr)
+        return out
+
+
+class TokenLeakage:
+    """Token inference (MLC) against each release ([T26] App. I.3, eqs. 13-14).
+
+    The sweep's embeddings ``X`` are the *target* texts; the attacker owns a disjoint auxiliary
+    corpus (texts and their plain embeddings). Adaptive (default): for every release the
+    attacker protects its auxiliary embeddings with the same mechanism and parameters and trains
+    on them (:meth:`~privembed.attacks.MLCAttack.fit_adaptive`); otherwise it trains once on the
+    plain auxiliary embeddings.
+
+    Parameters
+    ----------
+    texts : sequence of str
+        Target texts, aligned with the rows of the sweep's ``X``.
+    aux_texts : sequence of str
+    aux_embeddings : array_like, shape (m, d)
+    sensitive : sequence of sets of str, optional
+        Sensitive tokens of each target text (default: all its tokens).
+    adaptive : bool, default True
+    attack : dict, optional
+        Keyword arguments of :class:`~privembed.attacks.MLCAttack` (e.g. ``epochs``).
+    n_copies : int, default 1
+        Protected copies of the auxiliary set for the adaptive attacker.
+    """
+
+    name = "token_inference"
+
+    def __init__(
+        self,
+        *,
+        texts: Sequence[str],
+        aux_texts: Sequence[str],
+        aux_embeddings: Any,
+        sensitive: Sequence[Any] | None = None,
+        adaptive: bool = True,
+        attack: Mapping[str, Any] | None = None,
+        n_copies: int = 1,
+    ) -> None:
+        self.texts = list(texts)
+        self.aux_texts = list(aux_texts)
+        self.aux = np.asarray(aux_embeddings)
+        if self.aux.ndim != 2 or self.aux.shape[0] != len(self.aux_texts):
+            raise DataError(
+                f"aux_embeddings must have one row per auxiliary text ({len(self.aux_texts)}), "
+                f"got shape {self.aux.shape}."
+            )
+        self.sensitive = None if sensitive is None else [set(s) for s in sensitive]
+        if self.sensitive is not None and len(self.sensitive) != len(self.texts):
+            raise DataError(
+                f"sensitive has {len(self.sensitive)} entries but texts has {len(self.texts)}."
+            )
+        self.adaptive = bool(adaptive)
+        self.attack_kwargs = dict(attack or {})
+        self.n_copies = check_int("n_copies", n_copies, ge=1)
+        self._plain_attack: Any = None
+        self.columns = {
+            "leakage": Column("MLC token inference: share of sensitive tokens recovered"),
+            "confidence": Column("MLC token inference: mean probability on sensitive tokens"),
+            "auc_sensitive": Column("MLC token inference: macro AUC over sensitive tokens"),
+            "leakage_chance": Column(
+                "leakage of a blind attacker (token frequencies only)", kind="reference"
+            ),
+        }
+
+    def signature(self) -> Any:
+        return {
+            "token_inference": self.attack_kwargs,
+            "adaptive": self.adaptive,
+            "n_copies": self.n_copies,
+            "aux": len(self.aux_texts),
+            "targets": len(self.texts),
+        }
+
+    def _attack(self) -> Any:
+        from ..attacks import MLCAttack
+
+        return MLCAttack(**self.attack_kwargs)
+
+    def __call__(self, release: Release) -> dict[str, float]:
+        if release.Y.shape[0] != len(self.texts):
+            raise DataError(
+                f"the release has {release.Y.shape[0]} rows but {len(self.texts)} target texts "
+                "were given."
+            )
+        if self.adaptive:
+            atk = self._attack().fit_adaptive(
+                self.aux_texts, self.aux, release.mechanism, n_copies=self.n_copies, rng=release.rng
+            )
+        else:
+            if self._plain_attack is None:
+                self._plain_attack = self._attack().fit(self.aux_texts, self.aux, rng=0)
+            atk = self._plain_attack
+        rep = atk.score(self.texts, release.Y, sensitive=self.sensitive)
+        return {
+            "leakage": float(rep.leakage),
+            "confidence": float(rep.confidence),
+            "auc_sensitive": float(rep.auc_sensitive),
+            "leakage_chance": float(rep.leakage_chance),
+        }
+
+
+class Averaging:
+    """Averaging attack: cosine to the original of the mean of ``n_releases`` fresh releases.
+
+    Parameters
+    ----------
+    n_releases : int, default 10
+    max_records : int or None, default 500
+        Records attacked (a fixed sample, seed 0); each costs ``n_releases`` extra releases.
+    """
+
+    name = "averaging"
+
+    def __init__(self, *, n_releases: int = 10, max_records: int | None = 500) -> None:
+        self.n_releases = check_int("n_releases", n_releases, ge=2)
+        self.max_records = (
+            None if max_records is None else check_int("max_records", max_records, ge=1)
+        )
+        self.columns = {
+            f"avg{self.n_releases}_cosine": Column(
+                f"averaging attack: mean cosine to the original of the mean of "
+                f"{self.n_releases} fresh releases"
+            )
+        }
+
+    def signature(self) -> Any:
+        return {"averaging": self.n_releases, "max_records": self.max_records}
+
+    def __call__(self, release: Release) -> dict[str, float]:
+        from ..attacks import averaging_attack, release_stack
+
+        X = release.X
+        if self.max_records is not None and X.shape[0] > self.max_records:
+            X = X[np.sort(as_generator(0).choice(X.shape[0], self.max_records, replace=False))]
+        R = release_stack(release.mechanism, X, self.n_releases, rng=release.rng)
+        ref = Release(release.mechanism, X, R[0], release.rng).reference()
+        rep = averaging_attack(R, ref, n_releases=[self.n_releases])
+        return {f"avg{self.n_releases}_cosine": float(rep.mean_cosine[-1])}
