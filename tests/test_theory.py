@@ -150,6 +150,7 @@ def test_classic_sigma_under_noises_from_epsilon_10(eps: float, true_delta: floa
         assert ours == pytest.approx(true_delta, rel=1e-3)
 
 
+@pytest.mark.slow
 def test_empirical_sigma_implied_epsilon() -> None:
     # design notes: sigma = 0.2 on unit vectors (sensitivity 2) -> epsilon ~ 91.8 at 1e-5
     eps = theory.analytic_gaussian_epsilon(0.2, 1e-5)
