@@ -14,6 +14,7 @@ from privembed.text import (
     output_proportions,
     plot_dot_cdf,
     plot_proportions,
+    rank_fix_shares,
 )
 from privembed.text.analysis import neighbour_lists
 
@@ -101,7 +102,7 @@ def test_plots_write_png_files(tmp_path, vocab, index):
         vocab, epsilons=[1.0, 50.0], n_words=20, neighbours=5, index=index, rng=0
     )
     plot_proportions(t, tmp_path / "p.png", title="toy")
-    plot_dot_cdf(8, [1.0, 10.0], tmp_path / "d.png", mc_size=2000, rng=0)
+    plot_dot_cdf([8], tmp_path / "d.png", epsilon=3.0, mc_size=1000, rng=0)
     for name in ("p.png", "d.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no rows"):
@@ -117,3 +118,15 @@ def test_bad_arguments(vocab):
         output_proportions(vocab, epsilons=[])
     with pytest.raises(ValueError, match=r"n_words must be <= 400"):
         neighbour_gaps(vocab, n_words=401)
+
+
+def test_rank_fix_shares_match_sampled_ranks():
+    from privembed.text.sanitizer import sample_ranks
+
+    eps, c, V, K, N = 20.0, 0.003, 5000, 100, 200_000
+    r = sample_ranks(eps * c, N, V, np.random.default_rng(0))
+    shares = rank_fix_shares(eps, c, vocab_size=V, neighbours=K)
+    emp = {"original": (r == 0).mean(), "neighbours": ((r >= 1) & (r <= K)).mean()}
+    for k, p in emp.items():
+        assert abs(p - shares[k]) < 5 * np.sqrt(shares[k] * (1 - shares[k]) / N)
+    assert sum(shares.values()) == pytest.approx(1.0)

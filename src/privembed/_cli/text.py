@@ -188,7 +188,9 @@ def analyze(
     save(dots, "dot_product")
     if plots:
         analysis.plot_proportions(props, output / "proportions.png", title=voc.name)
-        analysis.plot_dot_cdf(voc.dim, eps, output / "dot_cdf.png", mc_size=mc, rng=gen)
+        analysis.plot_dot_cdf(
+            [voc.dim], output / "dot_cdf.png", epsilon=eps[0], mc_size=mc, rng=gen
+        )
         written.extend([output / "proportions.png", output / "dot_cdf.png"])
     for title, table in (
         ("Output proportions", props),

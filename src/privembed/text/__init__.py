@@ -31,6 +31,7 @@ from .analysis import (
     output_proportions,
     plot_dot_cdf,
     plot_proportions,
+    rank_fix_shares,
 )
 from .exponential import ExponentialSanitizer
 from .index import NearestNeighbourIndex
@@ -56,6 +57,7 @@ __all__ = [
     "output_proportions",
     "plot_dot_cdf",
     "plot_proportions",
+    "rank_fix_shares",
     "restore_case",
     "tokenize",
 ]

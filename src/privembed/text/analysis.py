@@ -47,6 +47,7 @@ __all__ = [
     "output_proportions",
     "plot_dot_cdf",
     "plot_proportions",
+    "rank_fix_shares",
     "sample_words",
 ]
 
@@ -273,6 +274,33 @@ def output_proportions(
     return table
 
 
+def rank_fix_shares(
+    epsilon: float, c: float, *, vocab_size: int, neighbours: int = 100
+) -> dict[str, float]:
+    r"""Exact output shares of the rank fix for a word whose nearest word :math:`x^*` is itself.
+
+    With :math:`\lambda = \varepsilon c`, :math:`q = e^{-\lambda}` and ranks ``r < V``:
+    original :math:`= P(r = 0)`, neighbours :math:`= P(1 \le r \le K)`, other
+    :math:`= P(r > K)`. This is the regime of large epsilon, where the nearest-word mechanism
+    returns ``w`` (see :func:`output_proportions`). For :math:`V \to \infty` the neighbour share
+    :math:`q - q^{K+1}` is largest at :math:`\lambda = \ln(K+1)/K` (0.046 for ``K = 100``,
+    share 0.945), i.e. :math:`c = \ln(K+1)/(K\varepsilon)` for a target epsilon.
+
+    Examples
+    --------
+    >>> s = rank_fix_shares(20.0, math.log(101) / 100 / 20.0, vocab_size=400_000)
+    >>> round(s["neighbours"], 3), round(s["original"], 3)
+    (0.945, 0.045)
+    """
+    lam = check_real("epsilon", epsilon, gt=0) * check_real("c", c, gt=0)
+    V = check_int("vocab_size", vocab_size, ge=2)
+    K = check_int("neighbours", neighbours, ge=1, le=V - 1)
+    total = -math.expm1(-lam * V)
+    original = -math.expm1(-lam) / total
+    near = (math.exp(-lam) - math.exp(-lam * (K + 1))) / total
+    return {"original": original, "neighbours": near, "other": max(0.0, 1.0 - original - near)}
+
+
 @dataclass(frozen=True)
 class RankCalibration:
     """Result of :func:`calibrate_rank_c`: the chosen ``c`` and the proportions behind it."""
@@ -497,11 +525,16 @@ def dot_product_summary(
 # ---------------------------------------------------------------------------------------------
 
 
-def _figure(width: float, height: float) -> Any:
+def _figure(width: float, height: float, *, wspace: float, top: float) -> Any:
     require("matplotlib", "report", purpose="plots")
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(width, height), layout="constrained")
+    fig = Figure(figsize=(width, height))
+    # fixed margins: a layout engine would measure every text box (slow, for no gain here)
+    fig.subplots_adjust(
+        left=0.8 / width, right=1 - 0.2 / width, bottom=0.15, top=top, wspace=wspace
+    )
+    return fig
 
 
 def plot_proportions(table: Table, path: str | os.PathLike[str], *, title: str = "") -> None:
@@ -511,7 +544,7 @@ def plot_proportions(table: Table, path: str | os.PathLike[str], *, title: str =
     )
     if not panels:
         raise ValueError("table has no rows to plot.")
-    fig = _figure(4.2 * len(panels), 3.6)
+    fig = _figure(4.2 * len(panels), 3.6, wspace=0.08, top=0.82)
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
     styles = {"original": "-", "neighbours": "-o", "other": "--"}
     labels = {"original": "original word", "neighbours": "close neighbours", "other": "other words"}
@@ -542,38 +575,45 @@ def plot_proportions(table: Table, path: str | os.PathLike[str], *, title: str =
 
 
 def plot_dot_cdf(
-    n: int,
-    epsilons: Sequence[float],
+    dims: Sequence[int],
     path: str | os.PathLike[str],
     *,
+    epsilon: float = 1.0,
     mc_size: int = 50_000,
     rng: Any = None,
 ) -> None:
-    """:math:`F_Z` by eq. 11 against Monte Carlo, and the upper tail against the bound."""
-    eps = _epsilons(epsilons)
+    r""":math:`F_Z` by eq. 11 against Monte Carlo, and the upper tail against the Chernoff bound,
+    for each dimension in ``dims``, in units of :math:`\mathrm{sd}(Z)`.
+
+    :math:`\varepsilon Z` has a law that depends on ``n`` only, so in these units the curves do
+    not depend on ``epsilon``; the normal law is drawn for reference.
+    """
+    from scipy import special
+
+    dims = [check_int("n", n, ge=2) for n in dims]
+    epsilon = check_real("epsilon", epsilon, gt=0)
     gen = as_generator(rng)
-    fig = _figure(9.0, 3.6)
+    fig = _figure(9.5, 3.6, wspace=0.3, top=0.9)
     ax1, ax2 = fig.subplots(1, 2)
-    for e in eps:
-        sd = math.sqrt(dx_theory.dot_variance(n, e))
-        z = np.linspace(-4 * sd, 4 * sd, 81)
-        (line,) = ax1.plot(z, dx_theory.dot_cdf(z, n, e), label=f"eps={e:g}")
+    s = np.linspace(-4, 4, 81)
+    t = np.linspace(0.05, 12, 80)
+    for n in dims:
+        sd = math.sqrt(dx_theory.dot_variance(n, epsilon))
+        (line,) = ax1.plot(s, dx_theory.dot_cdf(s * sd, n, epsilon), label=f"n={n}")
         if mc_size:
-            ax1.plot(
-                z[::4],
-                dx_theory.dot_cdf_monte_carlo(z[::4], n, e, size=mc_size, rng=gen),
-                "o",
-                color=line.get_color(),
-                markersize=3,
-            )
-        t = np.linspace(0.05 * sd, 10 * sd, 60)
-        ax2.semilogy(t, dx_theory.dot_sf(t, n, e), color=line.get_color())
-        ax2.semilogy(t, dx_theory.dot_tail_bound(t, n, e), "--", color=line.get_color())
-    ax1.set_title(f"F_Z (n={n}): eq. 11 (lines), Monte Carlo (dots)")
-    ax1.set_xlabel("z")
-    ax1.legend(fontsize=8)
+            mc = dx_theory.dot_cdf_monte_carlo(s[::4] * sd, n, epsilon, size=mc_size, rng=gen)
+            ax1.plot(s[::4], mc, "o", color=line.get_color(), markersize=3)
+        ax2.semilogy(
+            t, dx_theory.dot_sf(t * sd, n, epsilon), color=line.get_color(), label=f"n={n}"
+        )
+        ax2.semilogy(t, dx_theory.dot_tail_bound(t * sd, n, epsilon), "--", color=line.get_color())
+    ax2.semilogy(t, special.ndtr(-t), ":", color="grey", label="normal")
+    ax1.set_title("F_Z: eq. 11 (lines), Monte Carlo (dots)")
+    ax1.set_xlabel("z / sd(Z)")
     ax2.set_title("P(Z > t): exact (solid), Chernoff bound (dashed)")
-    ax2.set_xlabel("t")
+    ax2.set_xlabel("t / sd(Z)")
+    ax2.set_ylim(1e-16, 2)
     for ax in (ax1, ax2):
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
     fig.savefig(os.fspath(path), dpi=120)
