@@ -271,6 +271,10 @@ TEMPLATES: tuple[str, ...] = (
     "My email {{email}} was used to open an account in {{country}}.",
 )
 
+_NATIONALITIES = (
+    "American", "British", "Canadian", "French", "German", "Indian", "Italian", "Japanese",
+    "Mexican", "Nigerian", "Polish", "Spanish",
+)  # fmt: skip
 #: slot -> (entity type, Faker method or callable(faker) -> str)
 SLOTS: dict[str, tuple[str, Any]] = {
     "person": ("PERSON", "name"),
@@ -318,10 +322,6 @@ SLOTS: dict[str, tuple[str, Any]] = {
     "date_time": ("DATE_TIME", lambda f: f.date_time().strftime("%B %d, %Y %H:%M")),
     "date_of_birth": ("DATE_TIME", lambda f: f.date_of_birth().strftime("%B %d, %Y")),
 }
-_NATIONALITIES = (
-    "American", "British", "Canadian", "French", "German", "Indian", "Italian", "Japanese",
-    "Mexican", "Nigerian", "Polish", "Spanish",
-)  # fmt: skip
 _SLOT = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
 
 
@@ -520,7 +520,7 @@ class MTEBRetrieval:
 def _open_text(p: Path) -> io.TextIOBase:
     if p.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(p, "rb"), encoding="utf-8")
-    return p.open(encoding="utf-8")  # type: ignore[return-value]
+    return p.open(encoding="utf-8")
 
 
 def _rows(p: Path) -> Iterator[dict[str, Any]]:
