@@ -114,6 +114,7 @@ def check_embeddings(
     dim: int | None = None,
     allow_zero: bool = False,
     row_offset: int = 0,
+    check_values: bool = True,
 ) -> tuple[NDArray[np.floating[Any]], bool]:
     """Validate an embedding batch.
 
@@ -127,6 +128,8 @@ def check_embeddings(
         Whether all-zero rows are acceptable (they are not for mechanisms that normalise).
     row_offset : int
         Added to row numbers in messages (for batches of a larger file).
+    check_values : bool
+        Check for NaN/inf and zero rows (callers that validate per block pass False).
 
     Returns
     -------
@@ -157,6 +160,8 @@ def check_embeddings(
         raise DataError(f"{name} must be non-empty, got shape {arr.shape}.")
     if dim is not None and d != dim:
         raise DataError(f"{name} has dimension {d} but {dim} is required (dimension mismatch).")
+    if not check_values:
+        return arr, single
     finite = np.isfinite(arr).all(axis=1)
     if not finite.all():
         bad = np.flatnonzero(~finite)

@@ -48,11 +48,15 @@ def row_norms(X: NDArray[np.float64]) -> NDArray[np.float64]:
 
 def unit_rows(X: NDArray[np.float64]) -> NDArray[np.float64]:
     """Rows scaled to unit l2 norm (float64; rows must be non-zero), robust to extreme scales."""
-    norms = row_norms(X)[:, None]
-    if np.all((norms > 1e-140) & (norms < 1e140)):
-        return X / norms
-    m = np.max(np.abs(X), axis=1, keepdims=True)
-    return (X / m) / (norms / m)
+    return X / row_norms(X)[:, None]
+
+
+def _norms_from_sumsq(X: NDArray[np.float64], sumsq: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Row norms from precomputed sums of squares, recomputed exactly where they over/underflow."""
+    norms = np.sqrt(sumsq)
+    if not np.all((norms > 1e-140) & (norms < 1e140)):
+        norms = row_norms(X)
+    return norms
 
 
 class NoiseSource(abc.ABC):
@@ -109,8 +113,10 @@ class Mechanism(abc.ABC):
     name: ClassVar[str] = "mechanism"
     #: input normalisations a mechanism accepts (its guarantee depends on them)
     allowed_input_norms: ClassVar[tuple[str, ...]] = INPUT_NORMS
-    #: rows processed per block (bounds float64 temporaries; part of the sampling order)
-    block_rows: ClassVar[int] = 4096
+    #: rows processed per block (float64 temporaries stay in cache; part of the sampling order)
+    block_rows: ClassVar[int] = 1024
+    #: outputs are unit vectors by construction (renormalisation is skipped)
+    unit_outputs: ClassVar[bool] = False
 
     input_norm: str
     renormalize: bool
@@ -163,24 +169,41 @@ class Mechanism(abc.ABC):
         params = ", ".join(f"{k}={v!r}" for k, v in self._params().items())
         return f"{type(self).__name__}({params})"
 
-    def _prepare(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
-        if self.input_norm == "normalize":
-            return unit_rows(X)
+    def _prepare(self, X64: NDArray[np.float64], sumsq: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Normalise a float64 block *in place* per ``input_norm`` (``X64`` is our own copy)."""
+        if self.input_norm == "none":
+            return X64
+        norms = _norms_from_sumsq(X64, sumsq)
         if self.input_norm == "clip":
-            norms = row_norms(X)[:, None]
-            return X / np.maximum(norms, 1.0)
-        return X
+            norms = np.maximum(norms, 1.0)
+        X64 /= norms[:, None]
+        return X64
+
+    def prepare_inputs(self, X: NDArray[Any]) -> NDArray[np.float64]:
+        """Float64 copy of a 2-D ``X``, normalised or clipped as the mechanism does before noise."""
+        X64 = np.array(X, dtype=np.float64)
+        return self._prepare(X64, np.einsum("ij,ij->i", X64, X64))
+
+    def _finish_block(
+        self, X64: NDArray[np.float64], sumsq: NDArray[np.float64], source: NoiseSource
+    ) -> NDArray[np.float64]:
+        Y = self._perturb(self._prepare(X64, sumsq), source)
+        if self.renormalize and not self.unit_outputs:
+            norms = np.sqrt(np.einsum("ij,ij->i", Y, Y))
+            if not np.all((norms > 1e-140) & (norms < 1e140)):
+                norms = row_norms(Y)
+            norms[norms == 0] = 1.0
+            Y /= norms[:, None]
+        return Y
 
     def privatize_block(self, X: NDArray[Any], source: NoiseSource) -> NDArray[np.float64]:
         """Perturb one validated 2-D block with an explicit :class:`NoiseSource` (float64 out).
 
-        Used by keyed releases and by engines that manage their own sources.
+        ``X`` is not modified. Used by keyed releases and by engines that manage their own
+        sources.
         """
-        Y = self._perturb(self._prepare(np.asarray(X, dtype=np.float64)), source)
-        if self.renormalize:
-            norms = np.linalg.norm(Y, axis=1, keepdims=True)
-            Y = Y / np.where(norms > 0, norms, 1.0)
-        return Y
+        X64 = np.array(X, dtype=np.float64)
+        return self._finish_block(X64, np.einsum("ij,ij->i", X64, X64), source)
 
     def privatize(
         self,
@@ -219,7 +242,8 @@ class Mechanism(abc.ABC):
         privembed.DataError
             NaN/inf or all-zero rows, wrong number of dimensions, bad or duplicate ids.
         """
-        arr, single = check_embeddings(X, allow_zero=self.input_norm == "none")
+        allow_zero = self.input_norm == "none"
+        arr, single = check_embeddings(X, allow_zero=allow_zero, check_values=False)
         self._check_dim(arr.shape[1])
         id_list = self._check_ids(ids, arr.shape[0], single) if ids is not None else None
         if key is not None:
@@ -240,7 +264,13 @@ class Mechanism(abc.ABC):
             else:
                 assert source is not None
                 block_source = source
-            out[start:stop] = self.privatize_block(arr[start:stop], block_source)
+            X64 = np.array(arr[start:stop], dtype=np.float64)
+            sumsq = np.einsum("ij,ij->i", X64, X64)
+            # one pass validates and feeds the normalisation: NaN/inf rows give a non-finite
+            # sum, zero rows a zero sum; the exact check (and its message) runs only when flagged
+            if not (np.isfinite(sumsq).all() and (allow_zero or sumsq.all())):
+                check_embeddings(X64, allow_zero=allow_zero, row_offset=start)
+            out[start:stop] = self._finish_block(X64, sumsq, block_source)
         return out[0] if single else out
 
     @staticmethod

@@ -712,7 +712,7 @@ class PrivateProjection(Mechanism):
         This is what a querying party that holds plain embeddings sends to :meth:`search`.
         """
         arr, single = check_embeddings(X, allow_zero=self.input_norm == "none")
-        out = self.projection._apply2d(self._prepare(np.asarray(arr, dtype=np.float64)))
+        out = self.projection._apply2d(self.prepare_inputs(arr))
         return out[0] if single else out
 
     # ---- unbiased estimators ([MC25] §5.2) ---------------------------------------------------
@@ -857,7 +857,7 @@ class PrivateProjection(Mechanism):
             dd = Q.shape[1] if d is None else check_int("d", d, ge=1)
             if Q.shape[1] != dd:
                 raise DataError(f"queries have dimension {Q.shape[1]} but d={dd} was given.")
-            Q = np.asarray(self.projection._apply2d(self._prepare(np.asarray(Q, np.float64))))
+            Q = np.asarray(self.projection._apply2d(self.prepare_inputs(Q)))
             q_var = 0.0
         if database_sigma is None:
             y_var: NDArray[np.float64] = np.full(n, self.sigma_for(dd) ** 2)

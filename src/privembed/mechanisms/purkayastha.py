@@ -194,6 +194,7 @@ class PurkayasthaMechanism(Mechanism):
 
     name = "purkayastha"
     allowed_input_norms = ("normalize",)
+    unit_outputs = True
 
     def __init__(
         self, *, epsilon: float, input_norm: str = "normalize", renormalize: bool = True
