@@ -155,12 +155,8 @@ class KeyedSource(NoiseSource):
 
     def __init__(self, tags: Sequence[bytes], *, generator: str = "philox") -> None:
         self.generator = check_choice("generator", generator, ("philox", "aes"))
-        self._keys = [
-            (int.from_bytes(t[:8], "little"), int.from_bytes(t[8:16], "little")) for t in tags
-        ]
-        self._ctr = [
-            (int.from_bytes(t[16:24], "little"), int.from_bytes(t[24:32], "little")) for t in tags
-        ]
+        self._n = len(tags)
+        self._tags = list(tags)
         self._call = 0
         if self.generator == "philox":
             raw = np.frombuffer(b"".join(tags), dtype="<u8").reshape(len(tags), 4)
@@ -189,9 +185,9 @@ class KeyedSource(NoiseSource):
                 self._bg.state = st
                 yield self._gen
         else:
-            for (k0, k1), (c0, c1) in zip(self._keys, self._ctr, strict=True):
+            for t in self._tags:
                 # AES-128 key from the tag; the 128-bit counter's high word is the call index
-                bg = self._rg.AESCounter(key=k0 | (k1 << 64), counter=j << 64)
+                bg = self._rg.AESCounter(key=int.from_bytes(t[:16], "little"), counter=j << 64)
                 yield np.random.Generator(bg)
 
     def normal(self, n: int, k: int) -> NDArray[np.float64]:
@@ -216,5 +212,5 @@ class KeyedSource(NoiseSource):
         return out
 
     def _check_n(self, n: int) -> None:
-        if n != len(self._keys):
-            raise ValueError(f"keyed source has {len(self._keys)} rows, asked for n={n}.")
+        if n != self._n:
+            raise ValueError(f"keyed source has {self._n} rows, asked for n={n}.")
