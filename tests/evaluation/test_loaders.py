@@ -56,6 +56,7 @@ def test_pii_sentences_ground_truth():
         for start, end, _kind, value in spans:
             assert text[start:end] == value
         assert sens  # every template has a slot with a word in it
+        assert "{{" not in text and "}}" not in text
     kinds = {k for spans in c.entities for _, _, k, _ in spans}
     assert {"PERSON", "LOCATION", "EMAIL_ADDRESS", "PHONE_NUMBER", "CREDIT_CARD"} <= kinds
     a, b = pii_sentences(20, seed=1), pii_sentences(20, seed=1)

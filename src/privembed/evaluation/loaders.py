@@ -322,7 +322,7 @@ SLOTS: dict[str, tuple[str, Any]] = {
     "date_time": ("DATE_TIME", lambda f: f.date_time().strftime("%B %d, %Y %H:%M")),
     "date_of_birth": ("DATE_TIME", lambda f: f.date_of_birth().strftime("%B %d, %Y")),
 }
-_SLOT = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
+_SLOT = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 
 def presidio_templates_path() -> Path | None:
