@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,8 @@ def _protect_table(
 
     X = _list_to_numpy(table.column(column), column)
     ids = table.column(id_column).to_pylist() if id_column else None
+    # errors name the batch by its first record (Ray does not say which file it came from)
+    protector.name = f"the batch starting at id {ids[0]!r}" if ids else "a batch"
     Y = protector(X, ids)
     cols: dict[str, Any] = {}
     if id_column:
@@ -120,8 +123,16 @@ def _protect_table(
     return pa.table(cols).replace_schema_metadata({b"privembed": meta})
 
 
+_REMOTE_DATA_ERROR = re.compile(r"privembed\._validation\.DataError: (.+)")
+
+
 def _user_error(exc: BaseException) -> BaseException | None:
-    """The privembed/user error inside Ray's wrappers (RayTaskError, UserCodeException)."""
+    """The privembed data error inside Ray's wrappers (RayTaskError, UserCodeException).
+
+    Ray re-raises a task's exception on the driver wrapped in its own types; the original is
+    sometimes an attribute (``cause``) and sometimes only text in the remote traceback (exception
+    chains do not survive pickling), so both are searched.
+    """
     seen: set[int] = set()
     queue: list[BaseException | None] = [exc]
     while queue:
@@ -129,13 +140,11 @@ def _user_error(exc: BaseException) -> BaseException | None:
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        if isinstance(e, DataError | ValueError | TypeError) and not type(e).__module__.startswith(
-            "ray"
-        ):
-            cause = getattr(e, "cause", None)  # RayTaskError subclasses of the cause's type
-            return cause if isinstance(cause, BaseException) else e
+        if type(e) is DataError:
+            return e
         queue.extend([getattr(e, "cause", None), e.__cause__, e.__context__])
-    return None
+    found = _REMOTE_DATA_ERROR.findall(str(exc))
+    return DataError(found[-1].strip()) if found else None
 
 
 @contextlib.contextmanager

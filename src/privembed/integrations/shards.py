@@ -298,10 +298,6 @@ def protect_shards(
     engine = check_choice("engine", engine, ENGINES)
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
     out_dir = Path(output_dir)
-    files = resolve_shards(inputs)
-    for f in files:
-        if out_dir.resolve() == f.resolve().parent or out_dir.resolve() in f.resolve().parents:
-            raise ValueError(f"output folder {out_dir} must not contain the input shards.")
     if engine == "ray":
         if rng is not None:
             raise ValueError(
@@ -312,6 +308,10 @@ def protect_shards(
         raise ValueError("address and num_cpus apply to engine='ray' only.")
     if (budget_epsilon is not None or budget_delta is not None) and ledger is None:
         raise ValueError("budget_epsilon/budget_delta need a ledger.")
+    files = resolve_shards(inputs)
+    for f in files:
+        if out_dir.resolve() == f.resolve().parent or out_dir.resolve() in f.resolve().parents:
+            raise ValueError(f"output folder {out_dir} must not contain the input shards.")
     if engine == "local":
         names = [f.stem for f in files]
         if len(set(names)) != len(names):
