@@ -1,0 +1,192 @@
+"""Parquet shards with the local engine: listing, checks, the ledger, atomic output, the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from privembed import DataError, get_mechanism
+from privembed.cli import app
+from privembed.integrations.shards import protect_shards, resolve_shards
+from privembed.io import read_embeddings, read_metadata, write_embeddings
+from privembed.ledger import BudgetExceeded, Ledger
+
+from .conftest import KEY
+
+runner = CliRunner()
+
+
+def _shards(folder: Path, sizes=(30, 20), d=8, start=0, seed=0) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    paths, offset = [], start
+    for j, n in enumerate(sizes):
+        p = folder / f"s{j}.parquet"
+        X = rng.standard_normal((n, d)).astype(np.float32)
+        write_embeddings(p, X, ids=list(range(offset, offset + n)), metadata={"src": j})
+        paths.append(p)
+        offset += n
+    return paths
+
+
+def _assert_user_error(result, pattern):
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip()
+    assert err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert pattern in err, err
+
+
+def test_resolve_shards(tmp_path):
+    paths = _shards(tmp_path / "a")
+    (tmp_path / "a" / "notes.txt").write_text("x")
+    assert resolve_shards(tmp_path / "a") == paths
+    assert resolve_shards(str(tmp_path / "a" / "s*.parquet")) == paths
+    assert resolve_shards([paths[1], paths[0], paths[1]]) == [paths[1], paths[0]]
+    with pytest.raises(FileNotFoundError, match=r"no \.parquet files match"):
+        resolve_shards(str(tmp_path / "a" / "z*.parquet"))
+    with pytest.raises(FileNotFoundError, match=r"no \.parquet files in folder"):
+        resolve_shards(tmp_path)
+    with pytest.raises(ValueError, match="must be Parquet"):
+        resolve_shards(tmp_path / "a" / "notes.txt")
+    with pytest.raises(FileNotFoundError, match="file not found"):
+        resolve_shards(tmp_path / "missing.parquet")
+
+
+def test_local_engine_keyed_equals_privatize_and_keeps_names(tmp_path):
+    paths = _shards(tmp_path / "in")
+    mech = get_mechanism("purkayastha", epsilon=20.0)
+    s = protect_shards(tmp_path / "in", tmp_path / "out", mech, key=KEY, batch_rows=7)
+    assert (s["rows"], s["files_out"], s["dim_in"], s["dim_out"]) == (50, 2, 8, 8)
+    for p in paths:
+        src, out = read_embeddings(p), read_embeddings(tmp_path / "out" / p.name)
+        expect = mech.privatize(src.X, ids=src.ids.tolist(), key=KEY)
+        np.testing.assert_array_equal(out.X, expect)
+        assert out.metadata["src"] == src.metadata["src"] and out.metadata["protected"]
+    # seeded runs are reproducible (experiments) and differ from keyed ones
+    a = protect_shards(tmp_path / "in", tmp_path / "o1", mech, rng=3)
+    b = protect_shards(tmp_path / "in", tmp_path / "o2", mech, rng=3)
+    assert a["rows"] == b["rows"] == 50
+    x1, x2 = (
+        read_embeddings(tmp_path / "o1" / "s0.parquet"),
+        read_embeddings(tmp_path / "o2" / "s0.parquet"),
+    )
+    np.testing.assert_array_equal(x1.X, x2.X)
+    assert read_metadata(tmp_path / "o1" / "s0.parquet")["randomness"].startswith("seeded")
+
+
+def test_projection_shards_record_the_public_matrix(tmp_path):
+    _shards(tmp_path / "in", d=16)
+    mech = get_mechanism("projection", k=4, epsilon=5.0, delta=1e-5)
+    protect_shards(tmp_path / "in", tmp_path / "out", mech, key=KEY)
+    meta = read_metadata(tmp_path / "out" / "s0.parquet")
+    assert meta["projection"]["d"] == 16 and meta["projection"]["k"] == 4
+    assert read_embeddings(tmp_path / "out" / "s1.parquet").X.shape == (20, 4)
+
+
+def test_checks_before_any_work(tmp_path):
+    mech = get_mechanism("laplace", epsilon=5.0)
+    _shards(tmp_path / "dup", sizes=(5, 5), start=0)
+    write_embeddings(tmp_path / "dup" / "s1.parquet", np.ones((3, 8)), ids=[0, 1, 2])
+    with pytest.raises(DataError, match="record id 0 appears more than once"):
+        protect_shards(tmp_path / "dup", tmp_path / "out", mech, key=KEY)
+    _shards(tmp_path / "dims", sizes=(5,))
+    write_embeddings(tmp_path / "dims" / "t.parquet", np.ones((3, 4)), ids=[7, 8, 9])
+    with pytest.raises(DataError, match="different embedding dimensions"):
+        protect_shards(tmp_path / "dims", tmp_path / "out", mech)
+    _shards(tmp_path / "ok")
+    protect_shards(tmp_path / "ok", tmp_path / "prot", mech, key=KEY)
+    with pytest.raises(ValueError, match="already protected"):
+        protect_shards(tmp_path / "prot", tmp_path / "again", mech)
+    with pytest.raises(ValueError, match="must not contain the input shards"):
+        protect_shards(tmp_path / "ok", tmp_path / "ok", mech, overwrite=True)
+    with pytest.raises(FileExistsError, match="already exists"):
+        protect_shards(tmp_path / "ok", tmp_path / "prot", mech)
+    with pytest.raises(ValueError, match="cannot use a seed"):
+        protect_shards(tmp_path / "ok", tmp_path / "o", mech, rng=1, engine="ray")
+    with pytest.raises(ValueError, match="apply to engine='ray' only"):
+        protect_shards(tmp_path / "ok", tmp_path / "o", mech, num_cpus=2)
+    X = np.ones((4, 8), dtype=np.float32)
+    X[2] = np.inf
+    (tmp_path / "bad").mkdir()
+    write_embeddings(tmp_path / "bad" / "b.parquet", X, ids=[1, 2, 3, 4])
+    with pytest.raises(
+        DataError, match=r"b.parquet has 1 row\(s\) with NaN or inf values \(first: row 2\)"
+    ):
+        protect_shards(tmp_path / "bad", tmp_path / "o", mech, key=KEY)
+    assert not (tmp_path / "o").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_overwrite_replaces_the_output_folder(tmp_path):
+    _shards(tmp_path / "in")
+    mech = get_mechanism("laplace", epsilon=5.0)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "stale.parquet").write_text("old")
+    protect_shards(tmp_path / "in", tmp_path / "out", mech, overwrite=True)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["s0.parquet", "s1.parquet"]
+
+
+def test_ledger_preflight_refuses_before_any_output_and_records_one_release_per_shard(tmp_path):
+    _shards(tmp_path / "in")
+    mech = get_mechanism("laplace", epsilon=5.0)  # pure 10-LDP per release on unit inputs
+    led = tmp_path / "ledger.db"
+    s = protect_shards(
+        tmp_path / "in", tmp_path / "o1", mech, key=KEY, ledger=led, budget_epsilon=15.0
+    )
+    assert s["ledger_releases"] == 2
+    with Ledger(led) as L:
+        assert len({r["batch"] for r in L.export()}) == 2
+    # keyed re-release: free, allowed; a fresh one (new key) would pass the budget: refused
+    protect_shards(tmp_path / "in", tmp_path / "o2", mech, key=KEY, ledger=led)
+    with pytest.raises(BudgetExceeded, match="50 record"):
+        protect_shards(tmp_path / "in", tmp_path / "o3", mech, key=b"x" * 32, ledger=led)
+    assert not (tmp_path / "o3").exists()
+    with Ledger(led) as L:
+        assert len(L.export()) == 100  # 50 fresh + 50 free; the refused job recorded nothing
+        assert {(sp.releases, sp.free_releases) for sp in L.spent()} == {(2, 1)}
+
+
+def test_cli_protect_shards(tmp_path, key_file):
+    _shards(tmp_path / "in")
+    out = tmp_path / "out"
+    args = ["protect-shards", str(tmp_path / "in"), "-o", str(out), "-m", "gaussian"]
+    r = runner.invoke(
+        app, [*args, "--epsilon", "5", "--delta", "1e-5", "--key-file", str(key_file)]
+    )
+    assert r.exit_code == 0, r.output
+    assert "from 2 shard(s) into 2 file(s)" in r.stderr
+    _assert_user_error(
+        runner.invoke(app, [*args, "--epsilon", "5", "--delta", "1e-5"]), "already exists"
+    )
+    _assert_user_error(runner.invoke(app, [*args[:-2]]), "--mechanism is required")
+    _assert_user_error(
+        runner.invoke(app, [*args, "--epsilon", "5", "-p", "k"]),
+        "--param must look like NAME=VALUE",
+    )
+    _assert_user_error(
+        runner.invoke(app, [*args[:-1], "laplace", "--epsilon", "5", "-p", "zz=1", "--overwrite"]),
+        "unexpected keyword argument 'zz'",
+    )
+    _assert_user_error(
+        runner.invoke(app, [*args[:-1], "laplace", "--epsilon", "5", "--engine", "spark"]),
+        "engine must be one of",
+    )
+    _assert_user_error(
+        runner.invoke(
+            app,
+            [
+                "protect-shards",
+                str(tmp_path / "nope"),
+                "-o",
+                str(tmp_path / "x"),
+                "-m",
+                "laplace",
+                "--epsilon",
+                "5",
+            ],
+        ),
+        "file not found",
+    )
