@@ -1,0 +1,106 @@
+"""A fake OpenAI-compatible embeddings upstream, served on loopback for the proxy's tests.
+
+Its clean vector for a text is a deterministic function of the text (:func:`clean_vector`), so
+tests can compare what the proxy returns with what it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+DIM = 64
+UPSTREAM_KEY = "upstream-secret"
+
+
+def clean_vector(text: str, dim: int = DIM) -> np.ndarray:
+    """The fake model: a unit float32 vector seeded by the text's SHA-256."""
+    seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+    v = np.random.default_rng(seed).standard_normal(dim)
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+class FakeUpstream:
+    """State of one fake upstream: calls seen, an optional delay and forced failure."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []  # batch size of each call
+        self.delay = 0.0
+        self.fail_status: int | None = None
+        self.hold = threading.Event()  # while set, calls wait (a model that is busy)
+        self.app = self._build()
+
+    def _build(self) -> FastAPI:
+        app = FastAPI()
+
+        @app.post("/v1/embeddings")
+        async def embeddings(request: Request) -> JSONResponse:
+            if request.headers.get("authorization") != f"Bearer {UPSTREAM_KEY}":
+                return JSONResponse({"error": {"message": "bad key"}}, status_code=401)
+            body = await request.json()
+            texts = body["input"]
+            self.calls.append(len(texts))
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            while self.hold.is_set():
+                await asyncio.sleep(0.005)
+            if self.fail_status is not None:
+                return JSONResponse(
+                    {"error": {"message": f"echo {texts[0]}"}}, status_code=self.fail_status
+                )
+            data: list[dict[str, Any]] = []
+            for i, t in enumerate(texts):
+                v = clean_vector(t)
+                emb: Any = (
+                    base64.b64encode(v.astype("<f4").tobytes()).decode()
+                    if body.get("encoding_format") == "base64"
+                    else v.tolist()
+                )
+                data.append({"object": "embedding", "index": i, "embedding": emb})
+            data.reverse()  # the proxy must order by index
+            n = sum(len(t.split()) for t in texts)
+            return JSONResponse(
+                {
+                    "object": "list",
+                    "data": data,
+                    "model": body["model"],
+                    "usage": {"prompt_tokens": n, "total_tokens": n},
+                }
+            )
+
+        return app
+
+
+@contextlib.contextmanager
+def serve_app(app: Any) -> Iterator[str]:
+    """Run any ASGI app on a free loopback port in a thread; yield its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, ws="none", lifespan="off")
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "fake upstream did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()

@@ -1,0 +1,201 @@
+"""Configuration loading: every invalid setting is refused with the table and key named; the
+``privembed serve`` command's --check and --new-api-key; the batcher and rate limiter units."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from privembed.cli import app
+from privembed.keyed import keygen
+from privembed.server import ConfigError, config_from_dict, hash_api_key, load_config
+from privembed.server.batcher import MicroBatcher, QueueFull
+
+KEY = bytes(range(32))
+GOOD_MODEL = {"mechanism": "gaussian", "params": {"epsilon": 8.0, "delta": 1e-5}}
+ONE_KEY = [{"name": "a", "sha256": hash_api_key("pe-a")}]
+
+
+def cfg(**tables):
+    base = {"models": {"docs": GOOD_MODEL}, "api_keys": ONE_KEY}
+    base.update(tables)
+    return config_from_dict(base, key=KEY, source="serve.toml")
+
+
+@pytest.mark.parametrize(
+    ("tables", "message"),
+    [
+        ({"sever": {}}, r"serve.toml: unknown key\(s\) 'sever'"),
+        ({"server": {"max_inputs": 0}}, r"\[server\] max_inputs must be > 0, got max_inputs=0"),
+        ({"server": {"port": "80"}}, r"\[server\] port must be int"),
+        ({"server": {"noise": "none"}}, r"noise must be one of 'keyed', 'fresh'"),
+        ({"server": {"budget_epsilon": 5.0}}, r"budget_epsilon/budget_delta need a ledger"),
+        ({"server": {"max_inputs": 10, "max_queue": 5}}, r"max_queue \(5\) must be >= max_inputs"),
+        ({"server": {"cache_siz": 3}}, r"\[server\] unknown key\(s\) 'cache_siz'"),
+        ({"models": {}}, r"at least one \[models.NAME\] table"),
+        (
+            {"models": {"docs": {"mechanism": "gaussian", "params": {"epsilon": -1, "delta": 1e-5}}}},
+            r"\[models.docs\] params: epsilon must be > 0, got epsilon=-1",
+        ),
+        (
+            {"models": {"docs": {"mechanism": "gaussian", "params": {"epsilon": 1, "sigma": 2}}}},
+            r"\[models.docs\] params: gaussian: .*unexpected keyword argument 'sigma'",
+        ),
+        ({"models": {"docs": {"mechanism": "gausian"}}}, r"\[models.docs\] mechanism: mechanism must be one of"),
+        ({"models": {"docs": {"role": "documents"}}}, r"mechanism is required for role = 'documents'"),
+        ({"models": {"docs": {**GOOD_MODEL, "role": "both"}}}, r"role must be one of"),
+        ({"models": {"docs": {**GOOD_MODEL, "backend": "gpu"}}}, r"backend 'gpu' is not defined"),
+        (
+            {"models": {"docs": {**GOOD_MODEL, "dimensions": [8]}}},
+            r"dimensions: only mechanism 'projection' can release other dimensions",
+        ),
+        (
+            {"models": {"docs": GOOD_MODEL, "q": {"role": "queries", "documents": "docs", "query": "project"}}},
+            r"\[models.q\] query = 'project' needs a projection documents model",
+        ),
+        (
+            {
+                "models": {
+                    "p": {"mechanism": "projection", "params": {"k": 8, "epsilon": 5, "delta": 1e-5}},
+                    "q": {"role": "queries", "documents": "p", "query": "none"},
+                }
+            },
+            r"query = 'none' would give backend-dimension vectors",
+        ),
+        ({"models": {"docs": GOOD_MODEL, "q": {"role": "queries"}}}, r"\[models.q\] documents .* is required"),
+        ({"models": {"docs": GOOD_MODEL, "q": {"role": "queries", "documents": "nope"}}}, r"is not a documents model"),
+        ({"api_keys": [{"name": "a", "sha256": "pe-plaintext-key"}]}, r"sha256 must be the 64-hex-digit SHA-256"),
+        ({"api_keys": [{"sha256": hash_api_key("x"), "models": ["nope"]}]}, r"models: unknown model\(s\) 'nope'"),
+        ({"api_keys": [{"sha256": hash_api_key("x"), "burst": 3}]}, r"burst needs rate_limit"),
+        ({"api_keys": ONE_KEY * 2}, r"names must be unique"),
+        ({"api_keys": []}, r"no \[\[api_keys\]\] configured"),
+        (
+            {"api_keys": [], "server": {"allow_unauthenticated": True, "host": "0.0.0.0"}},
+            r"allow_unauthenticated = true is only allowed on a loopback host",
+        ),
+        ({"backends": {"up": {"type": "upstream", "model": "m"}}}, r"\[backends.up\] base_url is required"),
+        (
+            {"backends": {"up": {"type": "upstream", "model": "m", "base_url": "ftp://x"}}},
+            r"base_url must be an http\(s\) URL",
+        ),
+        (
+            {"backends": {"up": {"type": "upstream", "model": "m", "base_url": "https://u:p@x"}}},
+            r"must not contain credentials",
+        ),
+        ({"backends": {"up": {"type": "local", "base_url": "x"}}}, r"\[backends.up\] unknown key\(s\) 'base_url'"),
+        ({"backends": {"up": {"type": "remote"}}}, r"type must be one of 'local', 'upstream'"),
+    ],
+)  # fmt: skip
+def test_invalid_configs_name_the_setting(tables, message):
+    with pytest.raises(ConfigError, match=message):
+        cfg(**tables)
+
+
+def test_valid_config_resolves_query_treatments():
+    c = cfg(
+        models={
+            "docs": GOOD_MODEL,
+            "q": {"role": "queries", "documents": "docs"},
+            "qp": {"role": "queries", "documents": "docs", "query": "protect"},
+            "p": {
+                "mechanism": "projection",
+                "params": {"k": 8, "epsilon": 5, "delta": 1e-5},
+                "dimensions": [4, 8],
+            },
+            "pq": {"role": "queries", "documents": "p"},
+        }
+    )
+    t = {n: (m.role, m.treatment) for n, m in c.models.items()}
+    assert t == {
+        "docs": ("documents", "protect"),
+        "q": ("queries", "none"),
+        "qp": ("queries", "protect"),
+        "p": ("documents", "protect"),
+        "pq": ("queries", "project"),
+    }
+    assert c.models["p"].allowed_dims == (4, 8) == c.models["pq"].allowed_dims
+    assert c.models["q"].mechanism(None) is None
+    assert c.models["qp"].mechanism(None) is c.models["docs"].mechanism(None)
+    assert list(c.backends) == ["local"]  # the default offline backend, not loaded yet
+
+
+def test_key_file_is_required_and_checked(tmp_path):
+    toml = tmp_path / "serve.toml"
+    toml.write_text(
+        '[server]\nallow_unauthenticated = true\n[models.docs]\nmechanism = "laplace"\n'
+        "params = { epsilon = 50.0 }\n"
+    )
+    with pytest.raises(ConfigError, match=r"key_file is required"):
+        load_config(toml)
+    keyfile = tmp_path / "serve.key"
+    keygen(keyfile)
+    toml.write_text('[server]\nkey_file = "serve.key"\n' + toml.read_text().split("\n", 1)[1])
+    c = load_config(toml)
+    assert c.server.key_file == keyfile and len(c.key) == 32
+    os.chmod(keyfile, 0o644)
+    with pytest.raises(ConfigError, match=r"key_file: key file .* must not be readable"):
+        load_config(toml)
+    toml.write_text("[server\n")
+    with pytest.raises(ConfigError, match=r"invalid TOML"):
+        load_config(toml)
+
+
+def test_example_config_is_valid(tmp_path, monkeypatch):
+    example = Path(__file__).parents[2] / "examples" / "serve.toml"
+    text = example.read_text()
+    (tmp_path / "serve.toml").write_text(text)
+    keygen(tmp_path / "serve.key")
+    c = load_config(tmp_path / "serve.toml")
+    assert c.models and c.api_keys
+
+
+def test_cli_check_and_new_api_key(tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(app, ["serve", "--new-api-key"])
+    assert r.exit_code == 0, r.output
+    key = next(ln for ln in r.output.splitlines() if ln.startswith("pe-"))
+    assert hash_api_key(key) in r.output
+    keygen(tmp_path / "serve.key")
+    (tmp_path / "serve.toml").write_text(
+        '[server]\nkey_file = "serve.key"\n[models.docs]\nmechanism = "laplace"\n'
+        f'params = {{ epsilon = 50.0 }}\n[[api_keys]]\nname = "app"\nsha256 = "{hash_api_key(key)}"\n'
+    )
+    r = runner.invoke(app, ["serve", "--config", str(tmp_path / "serve.toml"), "--check"])
+    assert r.exit_code == 0, r.output
+    assert "OK" in r.output and "model docs" in r.output and "1 API key(s)" in r.output
+    r = runner.invoke(app, ["serve", "--config", str(tmp_path / "missing.toml")])
+    assert r.exit_code == 2 and "config file not found" in r.output
+    r = runner.invoke(app, ["serve"])
+    assert r.exit_code == 2 and "--config is required" in r.output
+
+
+def test_batcher_refuses_when_full_and_drains_on_stop():
+    async def run():
+        gate = asyncio.Event()
+        seen: list[int] = []
+
+        async def process(jobs):
+            await gate.wait()
+            for j in jobs:
+                seen.append(j.size)
+                j.future.set_result(j.size)
+
+        b = MicroBatcher(process, max_batch=4, max_wait=0.0, max_queue=4)
+        b.start()
+        first = asyncio.create_task(b.submit(["a"] * 4))  # taken by the worker, waits on gate
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(b.submit(["b"] * 4))  # fills the queue
+        await asyncio.sleep(0.05)
+        with pytest.raises(QueueFull):
+            await b.submit(["c"])
+        stopping = asyncio.create_task(b.stop())
+        await asyncio.sleep(0.05)
+        gate.set()
+        await stopping
+        return await first, await second, seen
+
+    assert asyncio.run(run()) == (4, 4, [4, 4])

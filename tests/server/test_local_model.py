@@ -1,0 +1,61 @@
+"""The local backend: the offline all-MiniLM-L6-v2 behind the proxy, through the openai client."""
+
+from __future__ import annotations
+
+import numpy as np
+import openai
+import pytest
+
+from privembed import get_mechanism
+from privembed.server import config_from_dict, create_app, hash_api_key, running_server
+
+pytestmark = pytest.mark.slow
+
+KEY = "pe-local-test-key"
+PARAMS = {"epsilon": 400.0, "delta": 1e-5}  # E[cos] ~ 0.53 at d = 384
+
+
+@pytest.fixture(scope="module")
+def local_server(server_key):
+    raw = {
+        "server": {"key_file": str(server_key[0]), "max_inputs": 64},
+        "models": {
+            "docs": {"mechanism": "gaussian", "params": PARAMS},
+            "queries": {"role": "queries", "documents": "docs"},
+        },
+        "api_keys": [{"name": "t", "sha256": hash_api_key(KEY)}],
+    }
+    with running_server(create_app(config_from_dict(raw))) as handle:
+        yield handle
+
+
+def test_local_minilm_protected_by_the_gaussian_law(local_server):
+    from privembed.datasets import synthetic_clinical_notes
+
+    texts = [n.text for n in synthetic_clinical_notes(48, seed=11)]
+    with openai.OpenAI(
+        base_url=local_server.base_url, api_key=KEY, max_retries=0, timeout=120
+    ) as c:
+        check(c, texts)
+
+
+def check(c: openai.OpenAI, texts: list[str]) -> None:
+    from privembed.embedders import Embedder
+
+    r = c.embeddings.create(model="docs", input=texts)
+    Y = np.array([d.embedding for d in r.data])
+    assert Y.shape == (48, 384) and r.usage.prompt_tokens > 48
+    X = Embedder().encode(texts).astype(np.float64)
+    cos = np.sum(X * Y, axis=1) / (np.linalg.norm(X, axis=1) * np.linalg.norm(Y, axis=1))
+    expected = get_mechanism("gaussian", **PARAMS).expected_cosine(384)
+    se = cos.std(ddof=1) / np.sqrt(len(cos))
+    assert abs(cos.mean() - expected) < 4.4 * se, (cos.mean(), expected, se)
+    # the same text again (alone, another batch): the identical vector (keyed noise + cache)
+    again = c.embeddings.create(model="docs", input=texts[3])
+    np.testing.assert_array_equal(np.array(again.data[0].embedding), Y[3])
+    # queries of a noise-in-place mechanism are the clean model output
+    q = c.embeddings.create(model="queries", input=texts[:4], dimensions=384)
+    Q = np.array([d.embedding for d in q.data])
+    np.testing.assert_allclose(Q, X[:4], atol=2e-6)
+    with pytest.raises(openai.BadRequestError, match="dimensions"):
+        c.embeddings.create(model="docs", input="x", dimensions=128)
