@@ -30,6 +30,7 @@ Examples
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -216,6 +217,9 @@ class TokenLeakage:
         Keyword arguments of :class:`~privembed.attacks.MLCAttack` (e.g. ``epochs``).
     n_copies : int, default 1
         Protected copies of the auxiliary set for the adaptive attacker.
+    rows : sequence of int, optional
+        Rows of the sweep's ``X`` that ``texts`` belong to (default: all rows, in order) --
+        e.g. when the attacker's auxiliary records are part of the evaluated file.
     """
 
     name = "token_inference"
@@ -230,8 +234,12 @@ class TokenLeakage:
         adaptive: bool = True,
         attack: Mapping[str, Any] | None = None,
         n_copies: int = 1,
+        rows: Sequence[int] | None = None,
     ) -> None:
         self.texts = list(texts)
+        self.rows = None if rows is None else np.asarray(rows, dtype=np.int64)
+        if self.rows is not None and self.rows.size != len(self.texts):
+            raise DataError(f"rows has {self.rows.size} entries but texts has {len(self.texts)}.")
         self.aux_texts = list(aux_texts)
         self.aux = np.asarray(aux_embeddings)
         if self.aux.ndim != 2 or self.aux.shape[0] != len(self.aux_texts):
@@ -264,6 +272,10 @@ class TokenLeakage:
             "n_copies": self.n_copies,
             "aux": len(self.aux_texts),
             "targets": len(self.texts),
+            "texts_sha256": hashlib.sha256(
+                "\x1e".join([*self.texts, "\x1d", *self.aux_texts]).encode()
+            ).hexdigest(),
+            "rows": None if self.rows is None else hashlib.sha256(self.rows.tobytes()).hexdigest(),
         }
 
     def _attack(self) -> Any:
@@ -272,10 +284,10 @@ class TokenLeakage:
         return MLCAttack(**self.attack_kwargs)
 
     def __call__(self, release: Release) -> dict[str, float]:
-        if release.Y.shape[0] != len(self.texts):
+        Y = release.Y if self.rows is None else release.Y[self.rows]
+        if Y.shape[0] != len(self.texts):
             raise DataError(
-                f"the release has {release.Y.shape[0]} rows but {len(self.texts)} target texts "
-                "were given."
+                f"the release has {Y.shape[0]} rows but {len(self.texts)} target texts were given."
             )
         if self.adaptive:
             atk = self._attack().fit_adaptive(
@@ -285,7 +297,7 @@ class TokenLeakage:
             if self._plain_attack is None:
                 self._plain_attack = self._attack().fit(self.aux_texts, self.aux, rng=0)
             atk = self._plain_attack
-        rep = atk.score(self.texts, release.Y, sensitive=self.sensitive)
+        rep = atk.score(self.texts, Y, sensitive=self.sensitive)
         return {
             "leakage": float(rep.leakage),
             "confidence": float(rep.confidence),
