@@ -492,6 +492,7 @@ def version() -> None:
     console.print(__version__)
 
 
+__import__("privembed._cli.evaluate", fromlist=["register"]).register(app)
 _register_subapps()
 
 from ._cli.stores import register as _register_stores  # noqa: E402 - after the app exists
