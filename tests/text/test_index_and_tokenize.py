@@ -92,3 +92,12 @@ def test_token_kinds():
 )
 def test_restore_case(template, word, expected):
     assert restore_case(template, word) == expected
+
+
+def test_exact_search_restores_the_faiss_blas_setting(vocab, index):
+    import faiss
+
+    before = faiss.cvar.distance_compute_blas_threshold
+    Q = np.random.default_rng(3).standard_normal((64, vocab.dim))
+    assert np.array_equal(index.nearest(Q), _sq(Q, vocab.vectors).argmin(axis=1))
+    assert faiss.cvar.distance_compute_blas_threshold == before

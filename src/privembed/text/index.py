@@ -10,6 +10,8 @@ the index is built from public data (the vocabulary) and not from the text being
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,27 @@ INDEX_METHODS = ("exact", "hnsw")
 
 def _faiss() -> Any:
     return require("faiss", "text", purpose="nearest-neighbour search")
+
+
+#: flat searches of at least this many queries use FAISS's BLAS (matrix product) path
+_BLAS_THRESHOLD = 20
+
+
+@contextlib.contextmanager
+def _blas_search(faiss: Any) -> Iterator[None]:
+    """Route flat searches through BLAS for the duration of one call.
+
+    Recent faiss-cpu wheels only use the matrix-product kernel from 128,000 queries on and
+    compare vectors pair by pair below that, which for 50-dimensional vectors is several times
+    slower (measured: 7x for 1,000 queries against GloVe's 400,000 words). The setting is
+    process-wide in FAISS, so it is restored after the call.
+    """
+    previous = faiss.cvar.distance_compute_blas_threshold
+    faiss.cvar.distance_compute_blas_threshold = min(previous, _BLAS_THRESHOLD)
+    try:
+        yield
+    finally:
+        faiss.cvar.distance_compute_blas_threshold = previous
 
 
 class DistanceRows:
@@ -94,7 +117,7 @@ class NearestNeighbourIndex:
         X = np.ascontiguousarray(np.asarray(vectors), dtype=np.float32)
         if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
             raise DataError(f"vectors must have shape (V, d) with V, d >= 1, got shape {X.shape}.")
-        faiss = _faiss()
+        faiss = self._faiss = _faiss()
         self.vectors: NDArray[np.float32] = X
         self.size, self.dim = int(X.shape[0]), int(X.shape[1])
         self._rows: DistanceRows | None = None
@@ -134,7 +157,10 @@ class NearestNeighbourIndex:
             return np.empty((0, k), np.float32), np.empty((0, k), np.int64)
         if self.method == "hnsw":
             self._index.hnsw.efSearch = max(self.ef_search, k)
-        dist, ids = self._index.search(Q, k)
+            dist, ids = self._index.search(Q, k)
+        else:
+            with _blas_search(self._faiss):
+                dist, ids = self._index.search(Q, k)
         return dist, ids.astype(np.int64, copy=False)
 
     def nearest(self, queries: Any) -> NDArray[np.int64]:
