@@ -237,7 +237,7 @@ class _GatedProbe:
             self.log_beta.fill_(init_log_beta)
             self._gamma_vec = torch.full((d,), gamma)
             self._k = torch.tensor(self.k)
-        self._buffers: dict[tuple[int, int], dict[str, Any]] = {}
+        self._buffers: dict[int, dict[str, Any]] = {}
 
     @staticmethod
     def _views(flat: Any, shapes: list[tuple[int, ...]]) -> list[Any]:
@@ -248,22 +248,20 @@ class _GatedProbe:
             off += size
         return out
 
-    def _buf(self, n: int, n_noise: int | None = None) -> dict[str, Any]:
-        key = (n, n if n_noise is None else n_noise)
-        if key not in self._buffers:
+    def _buf(self, n: int) -> dict[str, Any]:
+        if n not in self._buffers:
             e = self.torch.empty
-            r = key[1]
-            self._buffers[key] = {
-                "z": e(r, self.d),
-                "s": e(r, self.d),
-                "g": e(r, self.d),
-                "m": e(r, self.d),
+            self._buffers[n] = {
+                "z": e(n, self.d),
+                "s": e(n, self.d),
+                "g": e(n, self.d),
+                "m": e(n, self.d),
                 "h0": e(n, self.d),
                 "dh0": e(n, self.d),
                 "a": [e(n, W.shape[1]) for W in self.W],
                 "da": [e(n, W.shape[0]) for W in self.W[1:]],
             }
-        return self._buffers[key]
+        return self._buffers[n]
 
     def mask(self) -> Any:
         """Deterministic mask, eq. (2)."""
@@ -291,14 +289,13 @@ class _GatedProbe:
     def step_grads(self, x: Any, y: Any, noise: Any = None) -> Any:
         """Fill ``G`` with the gradient of eq. (5) on one batch; return the batch's BCE loss.
 
-        ``noise`` is logistic noise ``log u - log(1 - u)``, of shape ``x.shape`` (one gate draw
-        per example) or ``(1, d)`` (one draw shared by the batch); gated probes only.
+        ``noise`` is logistic noise ``log u - log(1 - u)`` of shape ``x.shape``: one draw of the
+        gates per example (gated probes only).
         """
         torch = self.torch
         aten = torch.ops.aten
         n = x.shape[0]
-        shared = noise is not None and noise.shape[0] == 1 and n > 1
-        buf = self._buf(n, 1 if shared else n)
+        buf = self._buf(n)
         if self.gated:
             inv_beta = self.log_beta.neg().exp()
             # eq. (1): z = (noise + log_alpha) / beta, s = sigmoid(z), g = s (xi - gamma) + gamma
@@ -326,8 +323,7 @@ class _GatedProbe:
                 delta = aten.threshold_backward(d_prev, hs[i], 0)
         if self.gated:
             dh0 = torch.mm(delta, self.W[0].t(), out=buf["dh0"])
-            dm = dh0.mul_(x).sum(0, keepdim=True) if shared else dh0.mul_(x)
-            dz = aten.sigmoid_backward(aten.hardtanh_backward(dm, g, 0.0, 1.0), s)
+            dz = aten.sigmoid_backward(aten.hardtanh_backward(dh0.mul_(x), g, 0.0, 1.0), s)
             torch.sum(dz, 0, out=self.g_log_alpha)
             torch.sum(dz.mul_(z), 0, out=self.g_log_beta)
             self.g_log_alpha.mul_(inv_beta).mul_(self.k)
