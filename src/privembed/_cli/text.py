@@ -81,6 +81,7 @@ def sanitize(
 ) -> None:
     """Sanitise text word by word; punctuation, spacing and capitalisation are kept."""
     from .._validation import check_choice
+    from ..io import _require_exists
     from ..text import ExponentialSanitizer, WordSanitizer
 
     if (text is None) == (file is None):
@@ -89,10 +90,7 @@ def sanitize(
         raise ValueError("--epsilon is required, e.g. --epsilon 10.")
     mechanism = check_choice("mechanism", mechanism, ("laplace", "exponential"))
     if file is not None:
-        if not file.exists():
-            raise FileNotFoundError(f"file not found: {file}")
-        if file.is_dir():
-            raise IsADirectoryError(f"expected a file, got a directory: {file}")
+        _require_exists(file)
         lines = file.read_text(encoding="utf-8").splitlines()
     else:
         lines = [str(text)]

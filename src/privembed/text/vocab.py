@@ -28,20 +28,14 @@ from numpy.typing import NDArray
 
 from .._optional import require
 from .._validation import DataError, check_int
+from ..io import _require_exists
 
 __all__ = ["Vocabulary"]
 
 
-def _require_file(path: Path) -> None:
-    if not path.exists():
-        raise FileNotFoundError(f"file not found: {path}")
-    if path.is_dir():
-        raise IsADirectoryError(f"expected a file, got a directory: {path}")
-
-
 def _read_word_list(path: Path) -> list[str]:
     """Words from a text file (one per line), a JSON list, or a one-column Parquet table."""
-    _require_file(path)
+    _require_exists(path)
     suffix = path.suffix.lower()
     if suffix == ".parquet":
         pq = require("pyarrow.parquet", "io", purpose="Parquet word lists")
@@ -167,7 +161,7 @@ class Vocabulary:
     def from_npy(cls, vectors: str | os.PathLike[str], words: str | os.PathLike[str]) -> Vocabulary:
         """A ``.npy`` matrix of shape (V, d) and a word list (text lines, JSON list or Parquet)."""
         vpath, wpath = Path(vectors), Path(words)
-        _require_file(vpath)
+        _require_exists(vpath)
         try:
             mat = np.load(vpath, mmap_mode="r", allow_pickle=False)
         except ValueError as exc:
@@ -191,7 +185,7 @@ class Vocabulary:
             not a number (the message names the line).
         """
         p = Path(path)
-        _require_file(p)
+        _require_exists(p)
         if limit is not None:
             limit = check_int("limit", limit, ge=1)
         words: list[str] = []
