@@ -16,6 +16,7 @@ releases (no averaging attack), the result does not depend on batching or row or
 
 from __future__ import annotations
 
+import copy
 import numbers
 from typing import Any
 
@@ -37,6 +38,21 @@ from ..mechanisms import Mechanism, get_mechanism  # noqa: E402
 from ._protect import BatchProtector, row_ids  # noqa: E402
 
 __all__ = ["PrivatizeTransformer"]
+
+
+class _KeyId:
+    """Stands in for a key in reprs: ``<key id 0123456789abcdef>``."""
+
+    def __init__(self, key: bytes) -> None:
+        from ..keyed import key_id
+
+        try:
+            self.text = f"<key id {key_id(bytes(key))}>"
+        except (TypeError, ValueError):
+            self.text = "<invalid key>"
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -143,6 +159,14 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
             rng = int(rng)  # restart the stream: scikit-learn's random_state convention
         return BatchProtector(self.mechanism_, rng=rng)(X)
+
+    def __repr__(self, N_CHAR_MAX: int = 700) -> str:
+        """scikit-learn's repr, with the secret key shown only by its public key id."""
+        if not isinstance(self.key, bytes | bytearray):
+            return super().__repr__(N_CHAR_MAX)
+        shown = copy.copy(self)
+        shown.key = _KeyId(self.key)  # type: ignore[assignment]
+        return BaseEstimator.__repr__(shown, N_CHAR_MAX)
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
