@@ -189,7 +189,7 @@ def run_ray(
     column = _embedding_column(schema, plan.column, first)
     id_column = plan.id_column or ("id" if "id" in schema.names else None)
     meta = json.dumps(output_metadata(plan.metadata, protection)).encode()
-    with ray_session(address, num_cpus) as ray:
+    with ray_session(address, num_cpus):
         import ray.data
 
         fn = functools.partial(
