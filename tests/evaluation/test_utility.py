@@ -98,3 +98,18 @@ def test_bad_inputs(data):
         UtilityEvaluator(X).evaluate(Y[:10])
     with pytest.raises(DataError, match="sts pairs must index rows of X"):
         UtilityEvaluator(X, sts=STSTask(np.array([[0, 300], [1, 2]]), np.array([1.0, 2.0])))
+
+
+def test_knn_excludes_the_query_even_among_duplicates():
+    from privembed.evaluation.utility import _knn_rows, _unit32
+
+    X = np.repeat(np.random.default_rng(2).standard_normal((10, 5)), 3, axis=0)  # triplicates
+    U = _unit32(X)
+    q = np.arange(30)
+    nn = _knn_rows(U, q, 4)
+    assert not (nn == q[:, None]).any()
+    assert all(len(set(row)) == 4 for row in nn.tolist())
+    # the two copies of each row are its nearest neighbours
+    for i, row in enumerate(nn.tolist()):
+        twins = {3 * (i // 3) + j for j in range(3)} - {i}
+        assert twins <= set(row)

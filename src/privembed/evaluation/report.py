@@ -624,7 +624,14 @@ def write_report(
                     fr[0],
                     "leakage vs utility frontier",
                     "Each point is one configuration (mean ± std over runs); circled: recommended "
-                    "(Pareto-optimal among those meeting the floors).",
+                    "(Pareto-optimal among those meeting the floors)."
+                    + (
+                        " Re-identification by linkage is top-1 retrieval read from the attacker's "
+                        "side, so these points lie on the diagonal: what makes a protected vector "
+                        "findable makes it linkable."
+                        if (u_metric, p_metric) == ("top1_originals", "reid@1")
+                        else ""
+                    ),
                     fr[1:],
                 )
             )

@@ -372,7 +372,25 @@ def _target_counts(
 
 
 def _knn_rows(U: NDArray[np.float32], q: NDArray[np.int64], k: int) -> NDArray[np.int64]:
-    """Indices of the k most similar rows of ``U`` to each row ``q_i`` (itself excluded)."""
+    """Indices of the k most similar rows of ``U`` to each row ``q_i`` (itself excluded).
+
+    Exact: FAISS brute-force inner product (``faiss.knn``, blocked GEMM + heap selection) when
+    installed, else NumPy products and ``argpartition``.
+    """
+    faiss: Any
+    try:
+        import faiss
+    except ImportError:  # pragma: no cover - faiss is in the text extra
+        faiss = None
+    if faiss is not None:
+        _, idx = faiss.knn(np.ascontiguousarray(U[q]), U, k + 1, faiss.METRIC_INNER_PRODUCT)
+        idx = idx.astype(np.int64)
+        # drop the query itself (it need not come first when another row ties with it); where
+        # it is absent, drop the (k+1)-th neighbour
+        is_self = idx == q[:, None]
+        is_self[~is_self.any(axis=1), -1] = True
+        keep = np.argsort(is_self, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(idx, keep, axis=1)
     out = np.empty((q.size, k), dtype=np.int64)
     for s in range(0, q.size, _BLOCK):
         rows = q[s : s + _BLOCK]
