@@ -61,6 +61,14 @@ def serve(
         for m in cfg.models.values():
             console.print(f"  model {m.name} [{m.role}, backend {m.backend}]: {m.describe()}")
         console.print(f"  {len(cfg.api_keys)} API key(s); ledger: {cfg.server.ledger or 'none'}")
+        import os
+
+        for b in cfg.backends.values():
+            if b.api_key_env and not os.environ.get(b.api_key_env):
+                err_console.print(
+                    f"warning: backend {b.name}: environment variable {b.api_key_env} "
+                    "(the upstream API key) is not set; the server will not start without it."
+                )
         return
     from ..server import serve_forever
 

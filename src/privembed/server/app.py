@@ -25,9 +25,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import itertools
 import json
+import secrets
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ from .service import BudgetRefused, Service
 
 __all__ = ["create_app", "parse_embeddings_request"]
 
-_ROUTES = ("/v1/embeddings", "/v1/models", "/healthz", "/metrics", "/openapi.json", "/docs")
+_ROUTES = ("/v1/embeddings", "/v1/models", "/healthz", "/metrics", "/openapi.json")
 _LOG_KEY = "privembed.log"
 _ANONYMOUS = ApiKeyConfig(name="anonymous", sha256="0" * 64)
 
@@ -212,13 +213,15 @@ class _Observe:
         self.app = app
         self.metrics = metrics
         self.max_body = max_body
+        self._prefix = secrets.token_hex(4)  # request ids: random per process, then a counter
+        self._counter = itertools.count()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        rid = uuid.uuid4().hex[:16]
+        rid = f"{self._prefix}{next(self._counter) & 0xFFFFFFFF:08x}"
         fields: dict[str, Any] = {}
         scope[_LOG_KEY] = fields
         status = [500]
@@ -476,6 +479,7 @@ def create_app(config: ServeConfig | str | Path) -> FastAPI:
             "(privembed)."
         ),
         lifespan=lifespan,
+        docs_url=None,  # no Swagger UI (it loads scripts from a CDN); /openapi.json stays
         redoc_url=None,
     )
 

@@ -98,6 +98,7 @@ class BackendConfig:
     # local
     device: str = "cpu"
     batch_size: int = 64
+    threads: int | None = None  # torch intra-op threads (None: torch's default)
     # upstream
     base_url: str | None = None
     api_key_env: str | None = None
@@ -197,7 +198,7 @@ class ServeConfig:
 
 _SERVER_KEYS = {f for f in ServerSettings.__dataclass_fields__}
 _BACKEND_KEYS = {
-    "local": {"type", "model", "device", "batch_size"},
+    "local": {"type", "model", "device", "batch_size", "threads"},
     "upstream": {
         "type",
         "model",
