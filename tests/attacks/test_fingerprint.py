@@ -72,6 +72,15 @@ def test_eq4_on_a_tiny_example_by_hand():
         variance_fingerprint(R, [[0, 5]])
 
 
+def test_identical_releases_have_exactly_zero_variance():
+    """numpy's two-pass variance of 10 equal floats leaves ~1e-34 residue that scales with |y|^2
+    (a fingerprint of its own); the shifted computation returns exactly 0."""
+    rng = np.random.default_rng(3)
+    R = np.repeat(rng.standard_normal((1, 6, 9)) * np.geomspace(0.01, 50, 9), 10, axis=0)
+    assert (variance_fingerprint(R) == 0).all()
+    assert (variance_fingerprint(R, [[0, 1, 2], [3, 4, 5]]) == 0).all()
+
+
 def test_zero_fingerprint_is_uniform_and_matching_is_argmin_l2():
     np.testing.assert_allclose(l1_normalize([[0.0, 0.0, 0.0, 0.0]]), [[0.25] * 4])
     m = TemplateMatcher.from_covariances({"x": [4.0, 0.0, 0.0], "y": [1.0, 1.0, 1.0]})

@@ -90,17 +90,17 @@ def release_stack(
 ) -> NDArray[np.float64]:
     """``n_releases`` releases of every row of ``X``: array (N, n, d_out), float64.
 
-    Fresh noise draws every release from its own child of ``rng``; with ``key`` every release is
-    keyed by (key, mechanism, id) -- and therefore identical.
+    Fresh noise draws every release from its own child of ``rng``. With ``key`` every release is
+    keyed by (key, mechanism, id) and therefore bit-identical to the first (the contract of
+    :mod:`privembed.keyed`, tested there); the first release is computed once and repeated.
     """
     n_releases = check_int("n_releases", n_releases, ge=1)
     arr = embeddings_f64(X)
     if key is not None:
         if rng is not None:
             raise ValueError("give rng or key, not both (keyed noise is deterministic).")
-        return np.stack(
-            [protect(mechanism, arr, key=key, ids=ids) for _ in range(n_releases)]
-        ).astype(np.float64)
+        Y = np.asarray(protect(mechanism, arr, key=key, ids=ids), dtype=np.float64)
+        return np.repeat(Y[None], n_releases, axis=0)
     return np.stack([mechanism.privatize(arr, rng=g) for g in spawn(rng, n_releases)]).astype(
         np.float64
     )
@@ -156,14 +156,21 @@ def variance_fingerprint(
     if not np.isfinite(R).all():
         raise DataError("releases has NaN or inf values.")
     G = _groups(groups, R.shape[1])
+    # variances of data shifted by one sample (the variance is shift-invariant): identical
+    # releases then give exactly 0, not rounding residue whose size follows |y|^2 -- which
+    # would itself fingerprint the noise scale per dimension
     if across == "releases":
         if R.shape[0] < 2:
             raise DataError("the release variance needs N >= 2 releases per document.")
-        V = R.var(axis=0, ddof=1)
+        V = (R - R[:1]).var(axis=0, ddof=1)
         return np.stack([V[g].mean(axis=0) for g in G])
     if min(g.size for g in G) < 2:
         raise DataError('across="documents" needs at least 2 documents per group.')
-    return np.stack([R[:, g, :].var(axis=1, ddof=1).mean(axis=0) for g in G])
+    out = []
+    for g in G:
+        S = R[:, g, :]
+        out.append((S - S[:, :1, :]).var(axis=1, ddof=1).mean(axis=0))
+    return np.stack(out)
 
 
 def l1_normalize(F: Any) -> NDArray[np.float64]:

@@ -174,6 +174,14 @@ class MLCAttack:
     num_threads : int or None, default 1
         torch threads while training (restored afterwards).
 
+    Notes
+    -----
+    The defaults are [T26]'s. On a small auxiliary corpus they underfit: with 1,500 clinical
+    notes (~470 Adam steps) the classifier learns little beyond the token base rates (per-token
+    AUC 0.51 on *unprotected* all-MiniLM-L6-v2 embeddings), so an audit that reports low leakage
+    with them proves nothing. Check the attack on unprotected embeddings first and train longer
+    (docs/attacks.md uses lr 3e-3 and 40 epochs: AUC 0.72).
+
     Examples
     --------
     >>> rng = np.random.default_rng(0)
