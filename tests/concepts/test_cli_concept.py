@@ -56,6 +56,7 @@ def test_learn_show_combine_and_protect(tmp_path, toy_model):
     r = runner.invoke(app, [*args, "--lambda", "0.01", "--seed", "1"])
     assert r.exit_code == 0, r.output
     assert "built 30 pairs from 40 texts (10 without a concept token" in r.stderr
+    assert "so no gate can close" in " ".join(r.stderr.split())  # 3 steps x lr 0.01
     prof = ConceptProfile.load(out)
     assert prof.dim == 16 and prof.concept_names == ["illness"]
     assert prof.metadata["training"]["lam"] == 0.01 and prof.metadata["seed"] == 1

@@ -137,7 +137,28 @@ def learn(
         highlight=False,
     )
     err_console.print(f"wrote {output}", highlight=False)
+    warning = _step_budget_warning(profile.metadata)
+    if warning:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     _show(profile, top=10, as_json=as_json)
+
+
+def _step_budget_warning(meta: dict[str, Any]) -> str | None:
+    """Adam moves log alpha by at most ~lr per step; a gate closes only below log(1/11)."""
+    import math
+
+    tr = meta.get("training", {})
+    n_examples = 2 * int(meta.get("n_train_pairs", 0))
+    steps = int(tr.get("epochs", 0)) * math.ceil(n_examples / max(1, int(tr.get("batch_size", 1))))
+    budget = float(tr.get("lr", 0.0)) * steps
+    if budget >= math.log(11.0):
+        return None
+    return (
+        f"lr x steps = {tr.get('lr')} x {steps} = {budget:.2g}: Adam moves log alpha by at "
+        f"most about that much, and a gate closes only after moving {math.log(11.0):.1f}, so no "
+        "gate can close and the mask stays near its start (0.5). With this much data, raise "
+        "--lr or --epochs."
+    )
 
 
 @app.command()
