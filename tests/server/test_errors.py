@@ -227,6 +227,7 @@ def wait_until(cond, timeout: float = 20.0) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.slow  # composing the projection's Gaussian release (PLD accountant) takes seconds
 def test_budget_refusal_and_ledger_holds_no_text(server_key, tmp_path):
     ledger = tmp_path / "ledger.sqlite"
     models = {
