@@ -103,6 +103,7 @@ def test_floors():
         recommend(res, [Floor("ndcg@10", ">=", 0.5)])
 
 
+@pytest.mark.slow
 def test_report_is_self_contained_and_shows_guarantees(tmp_path):
     X = np.random.default_rng(0).standard_normal((150, 16))
     res = run_sweep(
