@@ -132,3 +132,12 @@ def test_analyze_refuses_a_file_as_output_directory(tmp_path, vocab_files):
     f.write_text("x")
     r = runner.invoke(app, ["analyze", "--words", "5", "-o", str(f), "--no-plots", *vocab_files])
     _assert_user_error(r, "output must be a directory")
+
+
+def test_sanitize_with_a_cached_hnsw_index(tmp_path, vocab_files):
+    cache = tmp_path / "idx.hnsw"
+    args = ["sanitize", "the cat sat", "-e", "1e6", "--index", "hnsw", "--index-cache", str(cache)]
+    for _ in range(2):  # build and save, then read
+        r = runner.invoke(app, [*args, *vocab_files])
+        assert r.exit_code == 0, r.output
+        assert r.stdout == "the cat sat\n" and cache.is_file()

@@ -101,3 +101,19 @@ def test_exact_search_restores_the_faiss_blas_setting(vocab, index):
     Q = np.random.default_rng(3).standard_normal((64, vocab.dim))
     assert np.array_equal(index.nearest(Q), _sq(Q, vocab.vectors).argmin(axis=1))
     assert faiss.cvar.distance_compute_blas_threshold == before
+
+
+def test_hnsw_cache_is_reused_and_rebuilt_when_the_vectors_change(vocab, tmp_path):
+    path = tmp_path / "glove.hnsw"
+    a = NearestNeighbourIndex(vocab.vectors, method="hnsw", cache=path)
+    assert path.is_file() and (tmp_path / "glove.hnsw.sha256").is_file()
+    stamp = path.stat().st_mtime_ns
+    b = NearestNeighbourIndex(vocab.vectors, method="hnsw", cache=path)
+    assert path.stat().st_mtime_ns == stamp  # read, not rebuilt
+    Q = np.random.default_rng(4).standard_normal((30, vocab.dim))
+    assert np.array_equal(a.nearest(Q), b.nearest(Q))
+    other = vocab.vectors[::-1].copy()
+    c = NearestNeighbourIndex(other, method="hnsw", cache=path)
+    assert (c.nearest(Q) == _sq(Q, other).argmin(axis=1)).mean() >= 0.9
+    with pytest.raises(ValueError, match="cache only applies to method='hnsw'"):
+        NearestNeighbourIndex(vocab.vectors, cache=path)

@@ -37,6 +37,10 @@ IndexOpt = Annotated[
     str,
     typer.Option("--index", help="exact (FAISS flat) or hnsw (approximate; privacy is unchanged)."),
 ]
+IndexCacheOpt = Annotated[
+    Path | None,
+    typer.Option("--index-cache", help="HNSW only: file to read the built graph from / save to."),
+]
 
 
 def _vocabulary(vectors: Path | None, word_list: Path | None, limit: int | None) -> Any:
@@ -75,6 +79,7 @@ def sanitize(
         typer.Option("--mechanism", help="laplace (with --post) or exponential (SanText)."),
     ] = "laplace",
     index: IndexOpt = "exact",
+    index_cache: IndexCacheOpt = None,
     vectors: VectorsOpt = None,
     word_list: WordListOpt = None,
     limit: LimitOpt = None,
@@ -82,7 +87,7 @@ def sanitize(
     """Sanitise text word by word; punctuation, spacing and capitalisation are kept."""
     from .._validation import check_choice
     from ..io import _require_exists
-    from ..text import ExponentialSanitizer, WordSanitizer
+    from ..text import ExponentialSanitizer, NearestNeighbourIndex, WordSanitizer
 
     if (text is None) == (file is None):
         raise ValueError("give either a TEXT argument or --file, not both or neither.")
@@ -101,7 +106,10 @@ def sanitize(
             raise ValueError("--post and --c apply to --mechanism laplace only.")
         san = ExponentialSanitizer(vocabulary=voc, epsilon=epsilon, oov=oov)
     else:
-        san = WordSanitizer(vocabulary=voc, epsilon=epsilon, post=post, c=c, oov=oov, index=index)
+        search: Any = index
+        if index_cache is not None:
+            search = NearestNeighbourIndex(voc.vectors, method=index, cache=index_cache)
+        san = WordSanitizer(vocabulary=voc, epsilon=epsilon, post=post, c=c, oov=oov, index=search)
     err_console.print(f"guarantee: {san.guarantee.describe()}", highlight=False)
     for line in san.sanitize_many(lines, rng=seed):
         sys.stdout.write(line + "\n")
@@ -130,6 +138,7 @@ def analyze(
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for reproducible runs.")] = None,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG figures.")] = True,
     index: IndexOpt = "exact",
+    index_cache: IndexCacheOpt = None,
     vectors: VectorsOpt = None,
     word_list: WordListOpt = None,
     limit: LimitOpt = None,
@@ -165,7 +174,7 @@ def analyze(
         written.extend([output / f"{stem}.csv", output / f"{stem}.md"])
 
     err_console.print(f"vocabulary: {voc!r}; building the {index} index", highlight=False)
-    idx = NearestNeighbourIndex(voc.vectors, method=index)
+    idx = NearestNeighbourIndex(voc.vectors, method=index, cache=index_cache)
     err_console.print(f"output proportions: {n_words} words x {len(eps)} epsilons", highlight=False)
     props = analysis.output_proportions(
         voc,
