@@ -402,7 +402,9 @@ class ChromaStore(VectorStore):
             if metadata is not None:
                 metas = [m or None for m in metadata[s : s + step]]
             # Chroma's upsert merges metadata; delete + add replaces records like the others
-            self._col.delete(ids=ids[s : s + step])
+            existing = self._col.get(ids=ids[s : s + step], include=[])["ids"]
+            if existing:
+                self._col.delete(ids=existing)
             self._col.add(ids=ids[s : s + step], embeddings=X[s : s + step], metadatas=metas)
 
     def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
