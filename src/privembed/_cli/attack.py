@@ -17,6 +17,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from ..mechanisms.mahalanobis import DEFAULT_MASK_DELTA
 from .common import console, err_console, parse_floats, user_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -354,7 +355,9 @@ def fingerprint(
     embeddings: Embeddings = None,
     epsilon: Annotated[float, typer.Option(help="epsilon of the simulated mechanism.")] = 10.0,
     smoothing: Annotated[float, typer.Option(help="Covariance smoothing lambda.")] = 0.0,
-    mask_delta: Annotated[float, typer.Option(help="delta added to the masks.")] = 1e-6,
+    mask_delta: Annotated[
+        float, typer.Option(help="delta added to the masks (the mechanism's default).")
+    ] = DEFAULT_MASK_DELTA,
     noise: Annotated[
         str, typer.Option(help="anisotropic | isotropic | permuted (defender's noise).")
     ] = "anisotropic",

@@ -41,7 +41,12 @@ from numpy.typing import NDArray
 
 from .._validation import DataError, check_choice, check_int
 from ..io import atomic_output
-from ..mechanisms.mahalanobis import MahalanobisMechanism, covariance_from_mask, smooth_covariance
+from ..mechanisms.mahalanobis import (
+    DEFAULT_MASK_DELTA,
+    MahalanobisMechanism,
+    covariance_from_mask,
+    smooth_covariance,
+)
 from .cache import embed_texts
 from .masks import MaskLearner, MaskResult
 from .pairs import build_pairs
@@ -147,13 +152,14 @@ class ConceptProfile:
         return [(int(i), float(self.mask[i])) for i in order[:k]]
 
     def covariance(
-        self, *, mask_delta: float = 1e-6, smoothing: float = 0.0
+        self, *, mask_delta: float | None = None, smoothing: float = 0.0
     ) -> NDArray[np.float64]:
         r"""Diagonal of :math:`\Sigma = \mathrm{diag}(m + \delta)` normalised to trace d, optionally
         smoothed (:math:`\lambda I + (1 - \lambda)\Sigma`, renormalised) -- the Sigma that
         :class:`~privembed.mechanisms.MahalanobisMechanism` uses for this profile.
         """
-        S = covariance_from_mask(self.mask, mask_delta)
+        delta = DEFAULT_MASK_DELTA if mask_delta is None else mask_delta
+        S = covariance_from_mask(self.mask, delta)
         return smooth_covariance(S, smoothing) if smoothing > 0 else S
 
     def mechanism(self, *, epsilon: float, **kwargs: Any) -> MahalanobisMechanism:
