@@ -127,3 +127,34 @@ def test_cli_budget_refusal_leaves_no_output(tmp_path):
     assert r.exit_code == 0 and '"epsilon": 4.0' in r.stdout
     assert runner.invoke(app, ["ledger", "show", str(led)]).exit_code == 0
     assert runner.invoke(app, ["ledger", "export", str(led), "--format", "csv"]).exit_code == 0
+
+
+def test_history_lookups_use_the_record_index_and_cover_every_chunk(tmp_path):
+    from privembed import ledger as ledger_mod
+
+    led = Ledger(tmp_path / "l.db")
+    m = LaplaceMechanism(epsilon=1.0)
+    n = 2 * ledger_mod._LOOKUP_CHUNK + 7  # three IN (...) chunks
+    ids = [f"r{i}" for i in range(n)]
+    with led.release(ids, m):
+        pass
+    with led.release(ids[::2], m):  # records spread over every chunk
+        pass
+    spent = {s.record_id: s.epsilon for s in led.spent(ids)}
+    assert len(spent) == n
+    assert all(spent[f"s:r{i}"] == pytest.approx(4.0 if i % 2 == 0 else 2.0) for i in range(n))
+    assert {s.record_id for s in led.spent(["r1", "r2"])} == {"s:r1", "s:r2"}
+    # a release reads only the rows of its own records, through the index (not a table scan)
+    plan = " ".join(
+        str(row[-1])
+        for row in led._db.execute(
+            "EXPLAIN QUERY PLAN SELECT record_id FROM releases WHERE record_id IN (?, ?) "
+            "AND free = 0",
+            ["s:r1", "s:r2"],
+        )
+    )
+    assert "releases_record" in plan, plan
+    led.set_budget(epsilon=5.0, delta=1e-6)
+    with pytest.raises(BudgetExceeded, match=r"^release refused: 1 record\(s\)"):
+        with led.release(["r0", "r1"], m):  # r0 spent 4 + 2 > 5; r1 spent 2 + 2 <= 5
+            pass

@@ -30,7 +30,7 @@ import sqlite3
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +44,9 @@ from ._validation import check_real
 from .accounting import ApproxDP, Guarantee, MetricDP, PureDP
 
 __all__ = ["BudgetExceeded", "Ledger", "Release", "Spent"]
+
+#: record ids per ``IN (...)`` lookup (under SQLite's historical limit of 999 parameters)
+_LOOKUP_CHUNK = 900
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS releases (
@@ -251,16 +254,29 @@ class Ledger:
             raise
         self._db.execute("COMMIT")
 
+    def _rows_for(
+        self, columns: str, keys: list[str], where: str = ""
+    ) -> Iterator[tuple[Any, ...]]:
+        """Rows of ``releases`` for the given record ids, through the ``record_id`` index.
+
+        Chunked ``IN`` lookups: the cost grows with the number of ids asked for, not with the
+        size of the ledger (a full scan per release made every release slower than the last).
+        """
+        unique = list(dict.fromkeys(keys))
+        for start in range(0, len(unique), _LOOKUP_CHUNK):
+            chunk = unique[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            yield from self._db.execute(
+                f"SELECT {columns} FROM releases WHERE record_id IN ({marks}){where} ORDER BY seq",
+                chunk,
+            )
+
     def _history(self, keys: list[str]) -> dict[str, list[tuple[_Cost, str, str | None]]]:
         out: dict[str, list[tuple[_Cost, str, str | None]]] = {k: [] for k in keys}
-        wanted = set(keys)
-        # one scan is faster than n parameterised lookups for large batches
-        for rid, kind, eps, dlt, ratio, fp, kid in self._db.execute(
-            "SELECT record_id, kind, epsilon, delta, gauss_ratio, config_fp, key_id "
-            "FROM releases WHERE free = 0"
+        for rid, kind, eps, dlt, ratio, fp, kid in self._rows_for(
+            "record_id, kind, epsilon, delta, gauss_ratio, config_fp, key_id", keys, " AND free = 0"
         ):
-            if rid in wanted:
-                out[rid].append((_Cost(kind, eps, dlt, ratio), fp, kid))
+            out[rid].append((_Cost(kind, eps, dlt, ratio), fp, kid))
         return out
 
     @contextlib.contextmanager
@@ -354,14 +370,16 @@ class Ledger:
     # ---- queries ---------------------------------------------------------------------------
     def spent(self, ids: Sequence[Any] | None = None) -> list[Spent]:
         """Composed spend per record (all records if ``ids`` is None), at :attr:`report_delta`."""
-        rows = self._db.execute(
-            "SELECT record_id, kind, epsilon, delta, gauss_ratio, free FROM releases ORDER BY seq"
-        ).fetchall()
-        wanted = None if ids is None else {_record_key(i) for i in ids}
+        columns = "record_id, kind, epsilon, delta, gauss_ratio, free"
+        if ids is None:
+            rows: Iterable[tuple[Any, ...]] = self._db.execute(
+                f"SELECT {columns} FROM releases ORDER BY seq"
+            )
+        else:
+            rows = self._rows_for(columns, [_record_key(i) for i in ids])
         per: dict[str, list[tuple[_Cost, bool]]] = {}
         for rid, kind, eps, dlt, ratio, fr in rows:
-            if wanted is None or rid in wanted:
-                per.setdefault(rid, []).append((_Cost(kind, eps, dlt, ratio), bool(fr)))
+            per.setdefault(rid, []).append((_Cost(kind, eps, dlt, ratio), bool(fr)))
         out = []
         for rid, items in per.items():
             fresh = [c for c, fr in items if not fr]
