@@ -88,6 +88,13 @@ def evaluate(
     smoothing: Annotated[
         str | None, typer.Option(help="Mahalanobis covariance smoothing values, comma-separated.")
     ] = None,
+    mask_delta: Annotated[
+        str | None,
+        typer.Option(
+            help="Mahalanobis mask_delta values (Sigma = diag(m + delta)), comma-separated "
+            "(default: the mechanism's default)."
+        ),
+    ] = None,
     min_top1: Annotated[
         float | None, typer.Option(help="Floor on top-1 self-retrieval for the recommendation.")
     ] = None,
@@ -109,6 +116,13 @@ def evaluate(
         float, typer.Option(help="Share of the records the token attacker owns (its training set).")
     ] = 0.5,
     attack_epochs: Annotated[int, typer.Option(help="Epochs of the token attack (T26: 20).")] = 20,
+    attack_lr: Annotated[
+        float,
+        typer.Option(
+            help="Adam learning rate of the token attack (T26: 1e-4; with a few hundred "
+            "records it recovers nothing at 20 epochs: try --attack-epochs 40 --attack-lr 3e-3)."
+        ),
+    ] = 1e-4,
     linkage: Annotated[
         bool, typer.Option("--linkage/--no-linkage", help="Run the re-identification attack.")
     ] = True,
@@ -151,6 +165,8 @@ def evaluate(
             )
         if smoothing is not None:
             m["smoothing"] = parse_floats("smoothing", smoothing)
+        if mask_delta is not None:
+            m["mask_delta"] = parse_floats("mask_delta", mask_delta)
         if m:
             extra["mahalanobis"] = m
     configs = grid(
@@ -191,7 +207,7 @@ def evaluate(
                 aux_texts=[all_texts[i] for i in aux],
                 aux_embeddings=X[aux],
                 rows=tgt.tolist(),
-                attack={"epochs": attack_epochs},
+                attack={"epochs": attack_epochs, "lr": attack_lr},
             )
         )
     output.mkdir(parents=True, exist_ok=True)
