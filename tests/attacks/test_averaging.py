@@ -69,3 +69,33 @@ def test_errors():
         averaging_attack(np.stack([X, X]), X, n_releases=[3])
     with pytest.raises(ValueError, match="texts"):
         averaging_attack(np.stack([X, X]), X, token_attack=object())
+
+
+def test_token_leakage_grows_with_fresh_noise_and_stays_put_with_keyed_noise(bow):
+    """The MLC on averages: fresh noise averages out (leakage rises towards the unprotected
+    value), keyed re-releases are identical, so every N gives the N = 1 leakage."""
+    from privembed.attacks import MLCAttack
+
+    texts, X = bow
+    atk = MLCAttack(hidden=(64,), epochs=15, lr=3e-3, min_count=1).fit(texts[:400], X[:400], rng=0)
+    tx, Xv = texts[400:], X[400:]
+    mech = LaplaceMechanism(epsilon=8.0)  # noise norm ~ 48 / 8 = 6 >> 1
+
+    class Unit:  # the attacker rescales each average to unit length (its own post-processing)
+        def score(self, texts, emb, sensitive=None):
+            return atk.score(texts, emb / np.linalg.norm(emb, axis=1, keepdims=True))
+
+    fresh = averaging_attack(
+        release_stack(mech, Xv, 64, rng=3), Xv, n_releases=[1, 64], token_attack=Unit(), texts=tx
+    )
+    keyed = averaging_attack(
+        release_stack(mech, Xv, 64, key=KEY, ids=list(range(len(Xv)))),
+        Xv,
+        n_releases=[1, 8, 64],
+        token_attack=Unit(),
+        texts=tx,
+        keyed=True,
+    )
+    full = atk.score(tx, Xv).leakage
+    assert fresh.leakage[1] > fresh.leakage[0] + 0.2 and fresh.leakage[1] <= full + 0.05
+    assert keyed.leakage == [keyed.leakage[0]] * 3

@@ -177,3 +177,26 @@ def test_mlp_classifier_beats_chance_and_is_reproducible():
     assert clf.score(F, y).accuracy > 0.9
     again = FingerprintClassifier(epochs=60).fit(Fr, yr, rng=0)
     assert again.predict(F) == clf.predict(F)
+
+
+@pytest.mark.slow
+def test_mlp_classifier_falls_to_chance_under_isotropic_and_keyed_noise():
+    """Isotropic noise: test fingerprints are independent of their labels, so a classifier
+    trained elsewhere is right 1/3 of the time in expectation (bound as for templates). Keyed
+    re-releases: every fingerprint is 0 -> one input -> one prediction -> exactly 1/3."""
+    iso = {c: LaplaceMechanism(epsilon=10.0) for c in CONCEPTS}
+    Fr, yr = simulate_fingerprints(
+        iso, _pool(seed=8), n_groups=15, group_size=10, n_releases=5, rng=6
+    )
+    F, y = simulate_fingerprints(iso, _pool(), n_groups=40, group_size=10, n_releases=5, rng=7)
+    clf = FingerprintClassifier(epochs=60).fit(Fr, yr, rng=0)
+    assert abs(clf.score(F, y).accuracy - 1 / 3) < _chance_bound(len(y))
+    Fr, yr = simulate_fingerprints(
+        _mechs(), _pool(seed=8), n_groups=15, group_size=10, n_releases=5, rng=8
+    )
+    clf = FingerprintClassifier(epochs=60).fit(Fr, yr, rng=0)
+    F, y = simulate_fingerprints(
+        _mechs(), _pool(), n_groups=10, group_size=10, n_releases=4, key=KEY
+    )
+    assert len(set(clf.predict(F))) == 1
+    assert clf.score(F, y).accuracy == pytest.approx(1 / 3)

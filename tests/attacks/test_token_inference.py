@@ -95,3 +95,38 @@ def test_default_configuration_learns_on_unprotected_bow():
     atk = MLCAttack(min_count=1).fit(texts[:1000], X[:1000], rng=0)
     r = atk.score(texts[1000:], X[1000:])
     assert r.auc_all > 0.9
+
+
+def test_score_is_eq13_eq14_recomputed_by_hand_from_the_probabilities(bow):
+    """Leakage, confidence and the blind baseline, recomputed with plain loops from
+    predict_proba and the training texts (not through privembed.attacks.metrics)."""
+    texts, X = bow
+    atk = MLCAttack(**FAST).fit(texts[:300], X[:300], rng=3)
+    test_texts, Xt = texts[300:360], X[300:360]
+    # sensitive: the text's words among w0..w7, plus a token the attacker has never seen
+    sens = [{t for t in s.split() if t in WORDS[:8]} | {"zz_oov"} for s in test_texts]
+    P = atk.predict_proba(Xt)
+    vocab = atk.vocabulary_.tokens
+    col = {t: j for j, t in enumerate(vocab)}
+    n_sens = sum(len(s) for s in sens)
+    # training frequency of every token (for the blind baseline), most frequent first
+    freq = {t: sum(t in s.split() for s in texts[:300]) for t in vocab}
+    by_freq = sorted(vocab, key=lambda t: (-freq[t], t))
+    for rule in ({}, {"top_k": 4}):
+        atk.top_k = rule.get("top_k")
+        hits = blind_hits = 0
+        conf = 0.0
+        for i, s in enumerate(sens):
+            if rule:
+                rec = {vocab[j] for j in np.argsort(-P[i])[:4]}
+            else:
+                rec = {t for t in vocab if P[i, col[t]] >= 0.5}
+            hits += len(s & rec)
+            blind_hits += len(s & set(by_freq[: len(rec)]))
+            conf += sum(P[i, col[t]] for t in s if t in col)  # out of vocabulary: 0
+        r = atk.score(test_texts, Xt, sensitive=sens)
+        assert r.leakage == pytest.approx(hits / n_sens, abs=1e-12)
+        assert r.leakage_chance == pytest.approx(blind_hits / n_sens, abs=1e-12)
+        assert r.confidence == pytest.approx(conf / n_sens, rel=1e-9)
+        assert r.n_sensitive == n_sens and r.sensitive_in_vocabulary == n_sens - len(sens)
+    assert r.rule == "top-4"
