@@ -232,7 +232,7 @@ def plot(summary: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = sorted({(r["mask_lr"], r["mask_delta"]) for r in summary})
-    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 5.0), squeeze=False)
     series = [
         ("fresh", "releases", "template", "fresh, eq. 4, template"),
         ("fresh", "releases", "mlp", "fresh, eq. 4, MLP"),
@@ -263,7 +263,7 @@ def plot(summary: list[dict], path: Path) -> None:
         ax.set_ylim(0, 1.05)
         ax.set_ylabel("concept identification accuracy")
         ax.set_title(f"masks learned with lr={lr:g}, mask_delta={delta:g}")
-    axes[0][0].legend(fontsize=7, loc="upper right")
+    axes[0][0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
