@@ -14,7 +14,7 @@ leakage of the same attack on the plain embeddings.
 
 Run (after the `privembed evaluate` run whose report folder is given):
 
-    python docs/reproductions/eval_demo_baselines.py --n 1000 --report /path/to/report
+    python docs/reproductions/eval_demo_baselines.py --n 1000 --report /path/to/report [...]
 
 Writes eval_demo_baselines.csv (baselines) and eval_demo_tradeoff.csv (mechanisms with R) next to
 this file and prints both as Markdown.
@@ -42,7 +42,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--aux-fraction", type=float, default=0.5)
-    ap.add_argument("--report", type=Path, default=None, help="a privembed evaluate output folder")
+    ap.add_argument(
+        "--report", type=Path, nargs="*", default=[], help="privembed evaluate output folders"
+    )
     args = ap.parse_args()
 
     from privembed.attacks import sensitive_tokens
@@ -78,16 +80,17 @@ def main() -> None:
     cols = ["method", "pii_spans_per_text", "leakage", "leakage_chance", "auc_sensitive",
             "mean_cosine", "top1_protected", "delta_leakage", "delta_utility", "R"]  # fmt: skip
     print(markdown(rows, cols))
-    if args.report is None:
+    if not args.report:
         return
     leak0 = rows[0]["leakage"]
-    by: dict[str, dict[str, Any]] = {}
-    with (args.report / "results.csv").open(encoding="utf-8") as fh:
-        for r in csv.DictReader(fh):
+    by: dict[tuple[str, str], dict[str, Any]] = {}
+    for rep in args.report:
+        for r in _rows(rep / "results.csv"):
             d = by.setdefault(
-                r["label"],
-                {"configuration": r["label"], "mechanism": r["mechanism"],
-                 "epsilon": float(r["epsilon"]), "guarantee": r["guarantee"]},
+                (rep.name, r["label"]),
+                {"report": rep.name, "configuration": r["label"], "mechanism": r["mechanism"],
+                 "epsilon": float(r["epsilon"]), "guarantee": r["guarantee"],
+                 "runs": int(r["n_runs"])},
             )  # fmt: skip
             if r["metric"] in ("leakage", "mean_cosine", "top1_originals", "auc_sensitive"):
                 d[r["metric"]] = float(r["mean"])
@@ -97,8 +100,13 @@ def main() -> None:
         d["R"] = tradeoff_rate(leak0, 1.0, d["leakage"], d["mean_cosine"])
     _csv(HERE / "eval_demo_tradeoff.csv", mech_rows)
     print()
-    print(markdown(mech_rows, ["configuration", "guarantee", "mean_cosine", "top1_originals",
-                               "leakage", "auc_sensitive", "R"]))  # fmt: skip
+    print(markdown(mech_rows, ["report", "configuration", "guarantee", "runs", "mean_cosine",
+                               "top1_originals", "leakage", "auc_sensitive", "R"]))  # fmt: skip
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
 
 
 def _csv(path: Path, rows: list[dict[str, Any]]) -> None:
