@@ -1,6 +1,7 @@
 """Wall time of a full utility sweep: 10,000 x 384 embeddings x 4 mechanisms x 5 epsilon x 5 runs.
 
 Run: python benchmarks/bench_sweep.py [--rows 10000] [--dim 384] [--runs 5] [--n-queries 2000]
+     [--mask-delta 0.01]
 
 The embeddings are synthetic but shaped like sentence embeddings (unit vectors around 500
 topic directions, so neighbours and ranks are not trivial). Every cell protects all rows and
