@@ -130,3 +130,15 @@ def test_score_is_eq13_eq14_recomputed_by_hand_from_the_probabilities(bow):
         assert r.confidence == pytest.approx(conf / n_sens, rel=1e-9)
         assert r.n_sensitive == n_sens and r.sensitive_in_vocabulary == n_sens - len(sens)
     assert r.rule == "top-4"
+
+
+def test_constant_dimensions_do_not_amplify_perturbations(bow):
+    """A column that is constant up to rounding (all-MiniLM-L6-v2 has some) keeps scale 1: an
+    attacker trained on clean vectors must still read vectors perturbed by 1e-4 (before the fix
+    its z-score divided by the 1e-12 residue and the predictions collapsed to chance)."""
+    texts, X = bow
+    rng = np.random.default_rng(4)
+    Xc = np.hstack([X, 0.1 + 1e-12 * rng.standard_normal((len(X), 1))])
+    atk = MLCAttack(**FAST).fit(texts[:400], Xc[:400], rng=0)
+    Y = Xc[400:] + 1e-4 * rng.standard_normal(Xc[400:].shape)
+    assert atk.score(texts[400:], Y).auc_all > 0.95

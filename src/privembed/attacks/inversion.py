@@ -50,6 +50,7 @@ from ._common import (
     embeddings_f64,
     protect_copies,
     seed_from,
+    standard_scale,
     torch_module,
     torch_threads,
 )
@@ -362,9 +363,7 @@ class GEIAAttack:
         )
         ids = np.stack([self.vocabulary_.encode(t, max_len=self.max_len) for t in toks])
         ids = ids[:, : int((ids != PAD).sum(axis=1).max())]  # drop all-padding columns
-        self._mu = X.mean(axis=0) if self.standardize else np.zeros(X.shape[1])
-        sd = X.std(axis=0) if self.standardize else np.ones(X.shape[1])
-        self._sd = np.where(sd > 0, sd, 1.0)
+        self._mu, self._sd = standard_scale(X, self.standardize)
         self.dim_ = X.shape[1]
         torch = torch_module()
         gen = as_generator(rng)

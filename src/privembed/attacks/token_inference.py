@@ -42,6 +42,7 @@ from ._common import (
     embeddings_f64,
     protect_copies,
     seed_from,
+    standard_scale,
     torch_module,
     torch_threads,
     train_minibatch,
@@ -274,9 +275,7 @@ class MLCAttack:
             sets, min_count=self.min_count, max_size=self.max_vocabulary
         )
         Y = self.vocabulary_.encode(sets)
-        self._mu = X.mean(axis=0) if self.standardize else np.zeros(X.shape[1])
-        sd = X.std(axis=0) if self.standardize else np.ones(X.shape[1])
-        self._sd = np.where(sd > 0, sd, 1.0)
+        self._mu, self._sd = standard_scale(X, self.standardize)
         self._prior = Y.mean(axis=0)
         self.dim_ = X.shape[1]
         with torch_threads(torch, self.num_threads):
