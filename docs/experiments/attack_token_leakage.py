@@ -154,6 +154,7 @@ def markdown(summary: list[dict], top_k: int) -> str:
         ("confidence", "Confidence"),
         ("auc_sensitive", "per-token AUC (sensitive tokens)"),
         ("mean_cosine", "mean cosine to the original"),
+        ("top1_linkage", "top-1 re-identification among the victim notes (linkage; chance 1/n)"),
     ):
         out.append(f"{title}, mean ± std over seeds\n")
         head = ["mechanism", "seeds"] + [f"ε = {e:g}" for e in eps]
@@ -189,7 +190,7 @@ def plot(summary: list[dict], top_k: int, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     names = [m for m in dict.fromkeys(r["mechanism"] for r in summary) if m != "none"]
-    base = next(r for r in summary if r["mechanism"] == "none")
+    base = next((r for r in summary if r["mechanism"] == "none"), None)
     panels = (
         ("leakage", "Leakage (p >= 0.5)"),
         (f"leakage_top{top_k}", f"Leakage (top-{top_k})"),
@@ -206,8 +207,9 @@ def plot(summary: list[dict], top_k: int, path: Path) -> None:
                 capsize=3,
                 label=m,
             )
-        ax.axhline(base[f"{key}_mean"], color="k", ls="--", lw=1, label="unprotected")
-        if key.startswith("leakage_top"):
+        if base is not None:
+            ax.axhline(base[f"{key}_mean"], color="k", ls="--", lw=1, label="unprotected")
+        if key.startswith("leakage_top") and base is not None:
             ax.axhline(base[f"{key}_chance_mean"], color="grey", ls=":", lw=1, label="blind guess")
         if key == "auc_sensitive":
             ax.axhline(0.5, color="grey", ls=":", lw=1, label="chance")
