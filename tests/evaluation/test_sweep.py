@@ -94,9 +94,10 @@ def test_tidy_summary_mean_and_std():
 def test_resume_after_interruption_gives_the_uninterrupted_numbers(tmp_path):
     full = run_sweep(X, CONFIGS, runs=2, seed=5, utility=_ev(), privacy=[Counting()])
     path = tmp_path / "runs.jsonl"
+    # call 1 is the unprotected baseline, calls 2-4 are three cells
     with pytest.raises(KeyboardInterrupt):
         run_sweep(
-            X, CONFIGS, runs=2, seed=5, utility=_ev(), privacy=[Counting(stop_after=3)],
+            X, CONFIGS, runs=2, seed=5, utility=_ev(), privacy=[Counting(stop_after=4)],
             results=path,
         )  # fmt: skip
     lines = path.read_text().splitlines()
@@ -155,3 +156,27 @@ def test_save_and_reload(tmp_path):
     one = run_sweep(X, CONFIGS[:1], runs=1, seed=2, utility=_ev())
     assert all(math.isnan(r["std"]) for r in one.summary())
     assert all(r["std"] is None for r in one.to_json()["summary"])
+
+
+def test_privacy_metrics_also_run_once_on_the_unprotected_embeddings():
+    from privembed.evaluation import Linkage
+    from privembed.evaluation.privacy import Unprotected
+
+    seen = []
+
+    class Recording(Counting):
+        def __call__(self, release):
+            seen.append(release.mechanism)
+            return super().__call__(release)
+
+    res = run_sweep(
+        X, CONFIGS[:2], runs=1, seed=5, utility=_ev(), privacy=[Recording(), Linkage(ks=(1,))]
+    )
+    assert isinstance(seen[0], Unprotected) and len(seen) == 3  # baseline + two cells
+    assert res.baseline["norm_mean"] == pytest.approx(float(np.linalg.norm(X, axis=1).mean()))
+    assert res.baseline["reid@1"] == 1.0  # every plain vector links to itself
+    rows = [r for r in res.summary() if r["metric"] == "reid@1"]
+    assert rows and all(r["baseline"] == 1.0 for r in rows)
+    assert Unprotected().guarantee.describe() == "no formal guarantee: unprotected embeddings"
+    Y = Unprotected().privatize(X)
+    assert Y.dtype == X.dtype and np.array_equal(Y, X) and Y is not X

@@ -39,6 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._validation import DataError, check_int
+from ..accounting import NoGuarantee
 from ..mechanisms.base import Mechanism
 from ..rng import as_generator
 
@@ -49,6 +50,7 @@ __all__ = [
     "PrivacyMetric",
     "Release",
     "TokenLeakage",
+    "Unprotected",
     "describe_columns",
 ]
 
@@ -85,7 +87,7 @@ class Release:
 
     Attributes
     ----------
-    mechanism : Mechanism
+    mechanism : Mechanism or Unprotected
     X : ndarray, shape (n, d)
         The originals.
     Y : ndarray, shape (n, d) or (n, k)
@@ -96,7 +98,7 @@ class Release:
         The sweep cell (configuration label, run index, ...).
     """
 
-    mechanism: Mechanism
+    mechanism: Mechanism | Unprotected
     X: NDArray[Any]
     Y: NDArray[Any]
     rng: np.random.Generator
@@ -104,11 +106,31 @@ class Release:
 
     def reference(self) -> NDArray[Any]:
         """The originals in the released space (``P x`` for a projection mechanism)."""
-        if self.Y.shape[1] != self.X.shape[1] and callable(
-            getattr(self.mechanism, "project", None)
-        ):
-            return np.asarray(self.mechanism.project(self.X))  # type: ignore[attr-defined]
+        project = getattr(self.mechanism, "project", None)
+        if self.Y.shape[1] != self.X.shape[1] and callable(project):
+            return np.asarray(project(self.X))
         return self.X
+
+
+class Unprotected:
+    """The identity "mechanism": releases the embeddings as they are.
+
+    Used by :func:`~privembed.evaluation.run_sweep` to run every privacy metric on the plain
+    embeddings once, so that each attack's numbers have their unprotected reference (the same
+    attacker, trained and scored on unprotected vectors). It is not a protection mechanism and
+    is not in the mechanism registry.
+    """
+
+    name = "none"
+    fingerprint = "none"
+
+    @property
+    def guarantee(self) -> NoGuarantee:
+        return NoGuarantee("unprotected embeddings")
+
+    def privatize(self, X: Any, rng: Any = None, **_: Any) -> NDArray[Any]:
+        A = np.asarray(X)
+        return np.array(A, dtype=A.dtype if A.dtype.kind == "f" else np.float64, copy=True)
 
 
 @runtime_checkable
