@@ -180,3 +180,28 @@ def test_privacy_metrics_also_run_once_on_the_unprotected_embeddings():
     assert Unprotected().guarantee.describe() == "no formal guarantee: unprotected embeddings"
     Y = Unprotected().privatize(X)
     assert Y.dtype == X.dtype and np.array_equal(Y, X) and Y is not X
+
+
+def test_a_profile_is_identified_by_its_content_not_its_path(tmp_path):
+    from privembed.evaluation import SweepResult
+
+    mask = np.zeros(16)
+    mask[:4] = 1.0
+    a, b = tmp_path / "a.npy", tmp_path / "b.npy"
+    np.save(a, mask)
+    np.save(b, mask)
+    ca = SweepConfig("mahalanobis", {"epsilon": 10, "profile": str(a)})
+    cb = SweepConfig("mahalanobis", {"epsilon": 10, "profile": str(b)})
+    assert "profile_sha256" in ca.params and ca.key == cb.key  # same mask, same noise streams
+    assert np.array_equal(ca.build().privatize(X, rng=3), cb.build().privatize(X, rng=3))
+    res = run_sweep(X, [ca], runs=1, seed=1, utility=_ev())
+    again = SweepResult.from_json(json.loads(json.dumps(res.to_json())))
+    assert [c.key for c in again.configs] == [ca.key]
+    mask[4] = 1.0  # the profile is re-learned at the same path
+    np.save(a, mask)
+    changed = SweepConfig("mahalanobis", {"epsilon": 10, "profile": str(a)})
+    assert changed.key != ca.key  # a resumed sweep will not reuse the old cells
+    with pytest.raises(DataError, match=r"^profile .*a\.npy changed since this configuration"):
+        ca.build()
+    missing = SweepConfig("mahalanobis", {"epsilon": 10, "profile": str(tmp_path / "no.npy")})
+    assert "profile_sha256" not in missing.params

@@ -116,13 +116,26 @@ class SweepConfig:
             raise TypeError(
                 f"SweepConfig params must be JSON-safe numbers/strings, got {self.params!r}."
             ) from None
+        if isinstance(clean.get("profile"), str) and "profile_sha256" not in clean:
+            digest = _file_digest(clean["profile"])
+            if digest is not None:
+                clean["profile_sha256"] = digest
+                clean = dict(sorted(clean.items()))
         object.__setattr__(self, "params", clean)
 
     @property
     def canonical(self) -> str:
-        """Canonical JSON of (mechanism, params): what identifies the configuration."""
+        """Canonical JSON of (mechanism, params): what identifies the configuration.
+
+        A profile is identified by its content (``profile_sha256``, added when the file is
+        read at construction) rather than its path: the same mask at another path gives the
+        same configuration (and noise streams), a profile re-learned at the same path a new one.
+        """
+        params = dict(self.params)
+        if "profile_sha256" in params:
+            params.pop("profile", None)
         return json.dumps(
-            {"mechanism": self.mechanism, "params": self.params},
+            {"mechanism": self.mechanism, "params": params},
             sort_keys=True,
             separators=(",", ":"),
         )
@@ -149,6 +162,14 @@ class SweepConfig:
         """The mechanism object."""
         params = dict(self.params)
         profile = params.pop("profile", None)
+        expected = params.pop("profile_sha256", None)
+        if profile is not None and expected is not None:
+            found = _file_digest(profile)
+            if found != expected:
+                raise DataError(
+                    f"profile {profile} changed since this configuration was made "
+                    f"(sha256 {expected}..., now {found or 'unreadable'})."
+                )
         if profile is not None:
             if self.mechanism != "mahalanobis":
                 raise ValueError(
@@ -165,6 +186,18 @@ class SweepConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mechanism": self.mechanism, "params": dict(self.params)}
+
+
+def _file_digest(path: str) -> str | None:
+    """First 16 hex digits of a file's SHA-256 (None if it cannot be read)."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()[:16]
 
 
 def grid(
