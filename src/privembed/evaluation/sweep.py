@@ -283,17 +283,20 @@ def cell_streams(seed: int, config: SweepConfig, run: int, runs: int) -> tuple[A
     ``root = int(sha256(f"{seed}:{canonical}"))`` (128 bits), the run's stream is
     ``spawn(root, runs)[run]``, and that is split by :func:`privembed.rng.spawn` into two.
     """
-    digest = hashlib.sha256(f"{int(seed)}:{config.canonical}".encode()).digest()
-    root = int.from_bytes(digest[:16], "big")
-    g = spawn(root, runs)[run]
+    g = spawn(_stream_root(seed, config.canonical), runs)[run]
     noise, attack = spawn(g, 2)
     return noise, attack
 
 
+def _stream_root(seed: int, label: str) -> int:
+    """128-bit root ``int(sha256(f"{seed}:{label}"))`` of the streams named ``label``."""
+    digest = hashlib.sha256(f"{int(seed)}:{label}".encode()).digest()
+    return int.from_bytes(digest[:16], "big")
+
+
 def baseline_stream(seed: int) -> Any:
     """The attack generator of the unprotected reference row (independent of every cell)."""
-    digest = hashlib.sha256(f"{int(seed)}:unprotected-baseline".encode()).digest()
-    return spawn(int.from_bytes(digest[:16], "big"), 1)[0]
+    return spawn(_stream_root(seed, "unprotected-baseline"), 1)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -474,7 +477,8 @@ def run_sweep(
         if metrics:
             # every attack once on the plain embeddings: the reference its numbers are read
             # against (the same attacker trained and scored on unprotected vectors)
-            plain = Release(Unprotected(), A, np.array(A, copy=True), baseline_stream(seed))
+            ident = Unprotected()
+            plain = Release(ident, A, ident.privatize(A), baseline_stream(seed))
             for m in metrics:
                 for col, val in m(plain).items():
                     base_values.setdefault(col, val)
