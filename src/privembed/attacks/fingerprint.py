@@ -60,6 +60,7 @@ from ._common import (
     embeddings_f64,
     protect,
     seed_from,
+    standard_scale,
     torch_module,
     torch_threads,
     train_minibatch,
@@ -346,10 +347,7 @@ class FingerprintClassifier:
         self.labels_ = sorted(set(lab))
         target = np.array([self.labels_.index(v) for v in lab], dtype=np.int64)
         self.dim_ = A.shape[1]
-        Z = l1_normalize(A) * self.dim_
-        self._mu = Z.mean(axis=0)
-        sd = Z.std(axis=0)
-        self._sd = np.where(sd > 1e-12, sd, 1.0)
+        self._mu, self._sd = standard_scale(l1_normalize(A) * self.dim_)
         torch = torch_module()
         gen = as_generator(rng)
         with torch_threads(torch, self.num_threads):
