@@ -189,6 +189,28 @@ def _split(n: int, fraction: float, seed: int | None) -> tuple[np.ndarray, np.nd
     return np.sort(perm[:k]), np.sort(perm[k:])
 
 
+def _attacker_texts(
+    tx: list[str],
+    X: np.ndarray,
+    train_texts: Path | None,
+    train_embeddings: Path | None,
+    mech: Any,
+    model: str | None,
+    aux_fraction: float,
+    seed: int | None,
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(auxiliary texts, their embeddings, target rows): the attacker's own corpus from
+    ``--train-texts``/``--train-embeddings`` (every row of the corpus is a target), or a split
+    of the corpus."""
+    if train_texts is not None:
+        if train_embeddings is None and mech is None:
+            raise ValueError("--train-texts needs --train-embeddings when no --mechanism is given.")
+        _i, aux_tx, aux_X = _texts_and_embeddings(train_texts, train_embeddings, model)
+        return aux_tx, aux_X, np.arange(len(tx))
+    aux, tgt = _split(len(tx), aux_fraction, seed)
+    return [tx[i] for i in aux], X[aux], tgt
+
+
 def _protect(mech: Any, X: np.ndarray, ids: list[Any], seed: int | None, key: bytes | None) -> Any:
     if key is not None:
         return mech.privatize(X, key=key, ids=ids)
@@ -277,14 +299,9 @@ def token(
     )
     key = _key(key_file, seed)
     ids, tx, X, sens, source = _corpus(texts, embeddings, model, sensitive, n, seed)
-    if train_texts is not None:
-        if train_embeddings is None and mech is None:
-            raise ValueError("--train-texts needs --train-embeddings when no --mechanism is given.")
-        _i, aux_tx, aux_X = _texts_and_embeddings(train_texts, train_embeddings, model)
-        tgt = np.arange(len(tx))
-    else:
-        aux, tgt = _split(len(tx), aux_fraction, seed)
-        aux_tx, aux_X = [tx[i] for i in aux], X[aux]
+    aux_tx, aux_X, tgt = _attacker_texts(
+        tx, X, train_texts, train_embeddings, mech, model, aux_fraction, seed
+    )
     t_tx = [tx[i] for i in tgt]
     t_sens = None if sens is None else [sens[i] for i in tgt]
     t_X = X[tgt]
@@ -698,16 +715,9 @@ def inversion(
         rep = adapter.score(tx, Y, sensitive=sens)
         rows.append({"target": "vec2text " + vec2text, **rep.to_dict()})
     else:
-        if train_texts is not None:
-            if train_embeddings is None and mech is None:
-                raise ValueError(
-                    "--train-texts needs --train-embeddings when no --mechanism is given."
-                )
-            _i, aux_tx, aux_X = _texts_and_embeddings(train_texts, train_embeddings, model)
-            tgt = np.arange(len(tx))
-        else:
-            aux, tgt = _split(len(tx), aux_fraction, seed)
-            aux_tx, aux_X = [tx[i] for i in aux], X[aux]
+        aux_tx, aux_X, tgt = _attacker_texts(
+            tx, X, train_texts, train_embeddings, mech, model, aux_fraction, seed
+        )
         t_tx = [tx[i] for i in tgt]
         t_sens = None if sens is None else [sens[i] for i in tgt]
 
