@@ -162,3 +162,109 @@ def test_hub_names_go_through_snapshot_download(monkeypatch):
         load_mteb_retrieval("mteb/fiqa")
     with pytest.raises(FileNotFoundError, match="neither a local folder"):
         load_mteb_sts("sts12")
+
+
+# ---- GCIDE retrieval task (tiny dictd-format fixture in data/gcide) ----------------------------
+
+GCIDE = DATA / "gcide"
+
+
+def test_gcide_documents_are_definitions_without_quotes_notes_or_tags():
+    from privembed.evaluation.loaders import MTEBRetrieval, gcide_retrieval
+
+    task = gcide_retrieval(GCIDE, split="all")
+    assert isinstance(task, MTEBRetrieval) and task.name == "gcide-all"
+    docs = dict(zip(task.doc_ids, task.doc_texts, strict=True))
+    assert docs["Accrue#1.1"] == "Accrue: To increase; to augment."
+    assert docs["Accrue#2.0"] == "Accrue: Something that accrues; advantage accruing. [Obs.]"
+    # accent code [ae] -> ae, braces and the source tag removed
+    assert docs["Lark#1.0"].endswith("genus Alauda, of the family Alaudidae.")
+    assert docs["Lark#1.1"].startswith("Lark bunting: (Zool.), a fringilline bird")
+    text = " ".join(task.doc_texts)
+    for gone in ("Webster", "WordNet", "Note:", "skylark", "Syn:", "rubicund", "heaven's gate",
+                 "Spenser", "[imp.", "\\Ac*crue"):  # fmt: skip
+        assert gone not in text
+    # index entries that point into the same article ("Accrued", "It accrues") add nothing
+    assert len(task.doc_ids) == len(set(task.doc_ids)) == 9
+    assert all(not i.startswith(("Accrued", "It accrues")) for i in task.doc_ids)
+
+
+def test_gcide_queries_mask_the_headword_and_point_at_the_illustrated_sense():
+    from privembed.evaluation.loaders import gcide_retrieval
+
+    task = gcide_retrieval(GCIDE, split="all")
+    q = dict(zip(task.query_texts, task.query_ids, strict=True))
+    # sense 1 vs sense 2 of the same article; inflections from the header are masked
+    assert task.qrels[q["And though power failed, her courage did ___."]] == {"Accrue#1.1": 1.0}
+    adv = "The great and essential advantages ___ to society from the freedom of the press."
+    assert task.qrels[q[adv]] == {"Accrue#1.2": 1.0}
+    assert "Hark, hark! the ___ at heaven's gate sings." in q  # attribution cut
+    assert "The ___ ran about in the granary all the night long." in q  # "pl. {Mice}"
+    assert "The ___ of the village stood along one narrow street." in q  # stem "hous" + "es"
+    # "Interest accrued." (2 words) and "Not a mouse stirring." (3 unmasked words) are too short
+    assert len(task.query_ids) == 6
+    assert all("accru" not in t.lower() for t in task.query_texts)
+    # every judged document exists
+    assert {d for r in task.qrels.values() for d in r} <= set(task.doc_ids)
+    assert len(gcide_retrieval(GCIDE, split="all", min_words=9).query_ids) == 4
+    assert len(gcide_retrieval(GCIDE, split="all", max_words=8).query_ids) == 2  # 7 words each
+
+
+def test_gcide_splits_are_by_headword_and_share_the_corpus():
+    from privembed.evaluation.loaders import gcide_retrieval, gcide_split
+
+    tasks = {s: gcide_retrieval(GCIDE, split=s) for s in ("train", "dev", "test")}
+    assert [len(t.query_ids) for t in tasks.values()] == [4, 1, 1]
+    assert tasks["dev"].query_ids == ["q:Cave#1.0:0"]
+    assert tasks["test"].query_ids == ["q:House#1.1:0"]
+    assert len({tuple(t.doc_ids) for t in tasks.values()}) == 1  # one corpus
+    for s, t in tasks.items():
+        assert all(gcide_split(qid[2:].split("#")[0]) == s for qid in t.query_ids)
+    # the rule is 60/20/20 by a hash: shares over 20,000 synthetic headwords within 4.4
+    # binomial standard errors (sqrt(0.24 / 20000) = 0.0035 -> 0.015)
+    words = [f"word{i}" for i in range(20_000)]
+    share = {s: sum(gcide_split(w) == s for w in words) / len(words) for s in tasks}
+    for s, p in (("train", 0.6), ("dev", 0.2), ("test", 0.2)):
+        assert abs(share[s] - p) < 0.015, (s, share[s])
+    assert gcide_split("HOUSE") == gcide_split(" house ") == "test"
+    with pytest.raises(ValueError, match="split must be one of"):
+        gcide_retrieval(GCIDE, split="validation")
+
+
+def test_gcide_max_queries_is_a_deterministic_sample():
+    from privembed.evaluation.loaders import gcide_retrieval
+
+    a = gcide_retrieval(GCIDE, split="all", max_queries=3)
+    b = gcide_retrieval(GCIDE, split="all", max_queries=3)
+    assert a == b and len(a.query_ids) == 3 and set(a.qrels) == set(a.query_ids)
+    assert set(a.query_ids) < set(gcide_retrieval(GCIDE, split="all").query_ids)
+
+
+def test_gcide_finds_dz_files_env_var_and_explains_missing_data(tmp_path, monkeypatch):
+    import gzip
+    import shutil
+
+    from privembed.evaluation.loaders import GCIDE_ENV, gcide_retrieval
+
+    plain = gcide_retrieval(GCIDE, split="all")
+    shutil.copy(GCIDE / "gcide.index", tmp_path / "gcide.index")
+    (tmp_path / "gcide.dict.dz").write_bytes(gzip.compress((GCIDE / "gcide.dict").read_bytes()))
+    assert gcide_retrieval(tmp_path, split="all") == plain
+    assert gcide_retrieval(tmp_path / "gcide.index", split="all") == plain
+    monkeypatch.setenv(GCIDE_ENV, str(tmp_path))
+    assert gcide_retrieval(split="all") == plain
+    monkeypatch.setenv(GCIDE_ENV, str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match=r"PRIVEMBED_GCIDE=.*apt-get download dict-gcide"):
+        gcide_retrieval()
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "gcide.dict").write_bytes(b"x\n")
+    (bad / "gcide.index").write_text("Word\tA\n")
+    with pytest.raises(DataError, match="line 1 is not 'headword<TAB>offset<TAB>length'"):
+        gcide_retrieval(bad)
+    (bad / "gcide.index").write_text("Word\tA\tZZ\n")
+    with pytest.raises(DataError, match="points past the end"):
+        gcide_retrieval(bad)
+    (bad / "gcide.index").write_text("Word\tA\t!\n")
+    with pytest.raises(DataError, match="bad base64"):
+        gcide_retrieval(bad)
