@@ -72,3 +72,19 @@ def test_errors_and_retrieval_ranks_reuse():
     np.testing.assert_array_equal(linkage_ranks(X, X), retrieval_ranks(X, X))
     with pytest.raises(ValueError, match="ks must be"):
         LinkageAttack(ks=())
+
+
+def test_wilson_interval_and_beating_chance():
+    from scipy.stats import binomtest
+
+    from privembed.attacks.linkage import rate_interval
+
+    lo, hi = rate_interval(3, 40)
+    ci = binomtest(3, 40).proportion_ci(method="wilson")
+    assert (lo, hi) == (pytest.approx(ci.low), pytest.approx(ci.high))
+    X = _X()
+    assert LinkageAttack(ks=(1,)).score(X, X).beats_chance(1)  # all 80 linked, chance 1/80
+    # vectors unrelated to the originals: at chance, the interval contains 1/80
+    Y = _X(seed=9)
+    rep = LinkageAttack(ks=(1,)).score(Y, X)
+    assert rep.interval[1][0] <= rep.chance[1] and not rep.beats_chance(1)

@@ -158,3 +158,33 @@ def test_retrieval_metrics_on_a_tiny_corpus():
     )
     # a retrieves d0 then d3 (both relevant): NDCG 1, recall@1 1/2; b retrieves d2 first
     assert r == pytest.approx({"ndcg@10": 1.0, "recall@1": 0.75, "recall@2": 1.0})
+
+
+def _ndcg_by_loops(ranking, qrels, k):
+    """The trec_eval formula written out (the hand-written version ndcg_at_k replaced)."""
+    vals = []
+    for q, docs in qrels.items():
+        ideal = sorted((r for r in docs.values() if r > 0), reverse=True)[:k]
+        if not ideal:
+            continue
+        idcg = sum(r / math.log2(i + 2) for i, r in enumerate(ideal))
+        got = [docs.get(d, 0.0) for d in ranking.get(q, [])[:k]]
+        vals.append(sum(max(g, 0.0) / math.log2(i + 2) for i, g in enumerate(got)) / idcg)
+    return sum(vals) / len(vals)
+
+
+def test_ndcg_through_sklearn_equals_the_formula_on_random_judgments():
+    """ndcg_at_k uses sklearn's ndcg_score; random graded qrels, rankings shorter and longer
+    than k, relevant documents never retrieved, queries missing from the ranking."""
+    rng = np.random.default_rng(4)
+    docs = [f"d{i}" for i in range(40)]
+    qrels, ranking = {}, {}
+    for q in range(60):
+        judged = rng.choice(40, size=rng.integers(1, 8), replace=False)
+        qrels[f"q{q}"] = {docs[j]: float(rng.integers(0, 4)) for j in judged}
+        if q % 7:
+            ranking[f"q{q}"] = [docs[j] for j in rng.permutation(40)[: rng.integers(0, 15)]]
+    for k in (1, 5, 10):
+        assert ndcg_at_k(ranking, qrels, k=k) == pytest.approx(
+            _ndcg_by_loops(ranking, qrels, k), abs=1e-12
+        )

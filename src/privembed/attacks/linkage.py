@@ -17,7 +17,7 @@ References
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ from .._validation import DataError, check_int
 from ..evaluation.metrics import retrieval_ranks
 from ._common import embeddings_f64
 
-__all__ = ["LinkageAttack", "LinkageReport", "linkage_ranks"]
+__all__ = ["LinkageAttack", "LinkageReport", "linkage_ranks", "rate_interval"]
 
 
 def linkage_ranks(protected: Any, candidates: Any, targets: Any = None) -> NDArray[np.int64]:
@@ -95,7 +95,12 @@ def linkage_ranks(protected: Any, candidates: Any, targets: Any = None) -> NDArr
 
 @dataclass(frozen=True)
 class LinkageReport:
-    """Re-identification rates of a linkage attack."""
+    """Re-identification rates of a linkage attack.
+
+    ``interval[k]`` is the 95% Wilson score interval of ``top_k[k]`` over the attacked
+    vectors (:meth:`scipy.stats.binomtest`); the attack beats chance at ``k`` when its lower end
+    is above ``chance[k] = k / n_candidates``.
+    """
 
     top_k: dict[int, float]
     chance: dict[int, float]
@@ -103,12 +108,35 @@ class LinkageReport:
     mrr: float
     n_protected: int
     n_candidates: int
+    interval: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+    def beats_chance(self, k: int = 1) -> bool:
+        """Whether the top-``k`` rate is above chance with 95% confidence."""
+        lo = self.interval.get(k, (float("nan"), float("nan")))[0]
+        return bool(lo > self.chance[k])
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["top_k"] = {str(k): v for k, v in self.top_k.items()}
         d["chance"] = {str(k): v for k, v in self.chance.items()}
+        d["interval"] = {str(k): list(v) for k, v in self.interval.items()}
         return d
+
+
+def rate_interval(hits: int, n: int, *, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a rate ``hits / n`` (:func:`scipy.stats.binomtest`).
+
+    Examples
+    --------
+    >>> lo, hi = rate_interval(50, 100); round(lo, 3), round(hi, 3)
+    (0.404, 0.596)
+    """
+    from scipy.stats import binomtest
+
+    n = check_int("n", n, ge=1)
+    hits = check_int("hits", hits, ge=0, le=n)
+    ci = binomtest(hits, n).proportion_ci(confidence_level=level, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 class LinkageAttack:
@@ -134,11 +162,13 @@ class LinkageAttack:
         """Link ``protected`` to ``candidates`` (see :func:`linkage_ranks` for ``targets``)."""
         ranks = linkage_ranks(protected, candidates, targets)
         m = int(np.asarray(candidates).shape[0]) if np.ndim(candidates) == 2 else 1
+        hits = {k: int((ranks < k).sum()) for k in self.ks}
         return LinkageReport(
-            top_k={k: float((ranks < k).mean()) for k in self.ks},
+            top_k={k: hits[k] / ranks.size for k in self.ks},
             chance={k: min(1.0, k / m) for k in self.ks},
             mean_rank=float(ranks.mean() + 1),
             mrr=float((1.0 / (ranks + 1)).mean()),
             n_protected=int(ranks.size),
             n_candidates=m,
+            interval={k: rate_interval(hits[k], int(ranks.size)) for k in self.ks},
         )

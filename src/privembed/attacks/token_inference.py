@@ -48,7 +48,21 @@ from ._common import (
     train_minibatch,
 )
 
-__all__ = ["MLCAttack", "TokenInferenceReport", "TokenVocabulary"]
+__all__ = ["AUDIT_SETTINGS", "T26_SETTINGS", "MLCAttack", "TokenInferenceReport", "TokenVocabulary"]
+
+#: [T26] App. I.3's training settings (the class defaults), kept to reproduce the paper.
+T26_SETTINGS: dict[str, Any] = {"hidden": (512, 256, 128), "epochs": 20, "lr": 1e-4}
+
+#: Settings for *auditing* a release (what ``privembed evaluate`` and
+#: :class:`~privembed.evaluation.TokenLeakage` use by default). An audit is only evidence when
+#: the attack recovers more than a blind attacker from unprotected embeddings, and [T26]'s
+#: settings do not on a few hundred records: on the demo notes and on the PII sentences
+#: (all-MiniLM-L6-v2, 150 attacker records, 150 targets, 3 seeds) their leakage excess over the
+#: blind attacker was -0.005 to +0.002 (95% intervals containing 0 or below it). One hidden layer
+#: of 256, 40 epochs at lr 3e-3, and "recovered" = the 10 most probable tokens of a text gave
+#: +0.017 to +0.020 on the demo notes and +0.056 to +0.063 on the PII sentences, every interval's
+#: lower end above 0 (the sweep of 48 settings is in docs/evaluation.md, "Attack strength").
+AUDIT_SETTINGS: dict[str, Any] = {"hidden": (256,), "epochs": 40, "lr": 3e-3, "top_k": 10}
 
 
 class TokenVocabulary:
@@ -123,6 +137,10 @@ class TokenInferenceReport:
     leakage_chance : float
         Leakage of a blind attacker that recovers the same number of tokens per text, chosen by
         training-set frequency alone (no embedding): what leakage means nothing beyond.
+    leakage_excess_low, leakage_excess_high : float
+        95% paired bootstrap interval (over texts) of ``leakage - leakage_chance``
+        (:func:`~privembed.attacks.metrics.leakage_excess`): the attack beats the blind
+        attacker when the lower end is above 0.
     precision, recall, f1 : float
         Of the recovered sets against all tokens of the texts.
     rule : str
@@ -143,6 +161,13 @@ class TokenInferenceReport:
     n_sensitive: int
     vocabulary_size: int
     sensitive_in_vocabulary: int
+    leakage_excess_low: float = float("nan")
+    leakage_excess_high: float = float("nan")
+
+    @property
+    def beats_chance(self) -> bool:
+        """Whether the leakage is above the blind attacker's with 95% confidence."""
+        return bool(self.leakage_excess_low > 0)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -177,11 +202,12 @@ class MLCAttack:
 
     Notes
     -----
-    The defaults are [T26]'s. On a small auxiliary corpus they underfit: with 1,500 clinical
-    notes (~470 Adam steps) the classifier learns little beyond the token base rates (per-token
-    AUC 0.51 on *unprotected* all-MiniLM-L6-v2 embeddings), so an audit that reports low leakage
-    with them proves nothing. Check the attack on unprotected embeddings first and train longer
-    (docs/attacks.md uses lr 3e-3 and 40 epochs: AUC 0.72).
+    The defaults are [T26]'s (:data:`T26_SETTINGS`). On a small auxiliary corpus they underfit:
+    with 1,500 clinical notes (~470 Adam steps) the classifier learns little beyond the token
+    base rates (per-token AUC 0.51 on *unprotected* all-MiniLM-L6-v2 embeddings), so an audit
+    that reports low leakage with them proves nothing. Audits use :data:`AUDIT_SETTINGS`
+    (``MLCAttack(**AUDIT_SETTINGS)``), and every audit first checks that the attack beats the
+    blind attacker on unprotected embeddings (:attr:`TokenInferenceReport.beats_chance`).
 
     Examples
     --------
@@ -380,10 +406,9 @@ class MLCAttack:
         sens_cols = sorted({vocab.index[t] for s in S for t in s if t in vocab.index})
         auc_all = metrics.per_token_auc(P, Y)
         auc_sens = metrics.per_token_auc(P, Y, columns=sens_cols) if sens_cols else np.array([])
-        # blind baseline: as many tokens per text as recovered, by training frequency only
-        order = np.argsort(-self._prior, kind="stable")
-        blind = [frozenset(vocab.tokens[j] for j in order[: len(r)]) for r in R]
+        blind = self.blind(R)
         f = metrics.set_f1(true, R)
+        _, ex_lo, ex_hi = metrics.leakage_excess(S, R, blind, rng=0)
         return TokenInferenceReport(
             leakage=metrics.leakage(S, R),
             confidence=metrics.confidence(S, P, vocab.index),
@@ -398,7 +423,16 @@ class MLCAttack:
             n_sensitive=sum(len(s) for s in S),
             vocabulary_size=len(vocab),
             sensitive_in_vocabulary=sum(1 for s in S for t in s if t in vocab.index),
+            leakage_excess_low=ex_lo,
+            leakage_excess_high=ex_hi,
         )
+
+    def blind(self, recovered: Sequence[Iterable[str]]) -> list[frozenset[str]]:
+        """The blind attacker's sets: as many tokens per text as ``recovered`` has, chosen by
+        training-set frequency alone (no embedding)."""
+        vocab = self._check_fitted()
+        order = np.argsort(-self._prior, kind="stable")
+        return [frozenset(vocab.tokens[j] for j in order[: len(set(r))]) for r in recovered]
 
 
 def _recover(

@@ -215,34 +215,36 @@ def _vectors(x: Any, y: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
 
 
 def pearson(x: Any, y: Any) -> float:
-    """Pearson correlation; ``nan`` when either input is constant.
+    """Pearson correlation (:func:`scipy.stats.pearsonr`); ``nan`` when either input is constant.
 
     Examples
     --------
     >>> round(pearson([1, 2, 3, 4], [2, 4, 5, 9]), 6)
     0.964764
     """
+    from scipy.stats import pearsonr
+
     a, b = _vectors(x, y)
-    a = a - a.mean()
-    b = b - b.mean()
-    den = float(np.sqrt((a @ a) * (b @ b)))
-    if den == 0.0:
-        return float("nan")
-    return float(np.clip((a @ b) / den, -1.0, 1.0))
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")  # scipy warns and returns nan; the warning is not news here
+    return float(np.clip(pearsonr(a, b).statistic, -1.0, 1.0))
 
 
 def spearman(x: Any, y: Any) -> float:
-    """Spearman rank correlation: Pearson of the average ranks (ties share their mean rank).
+    """Spearman rank correlation (:func:`scipy.stats.spearmanr`: Pearson of the average ranks,
+    ties sharing their mean rank); ``nan`` when either input is constant.
 
     Examples
     --------
-    >>> spearman([1, 2, 2, 3], [10, 20, 30, 40])
-    0.9486832980505138
+    >>> round(spearman([1, 2, 2, 3], [10, 20, 30, 40]), 12)
+    0.948683298051
     """
-    from scipy.stats import rankdata
+    from scipy.stats import spearmanr
 
     a, b = _vectors(x, y)
-    return pearson(rankdata(a), rankdata(b))
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(spearmanr(a, b).statistic)
 
 
 def paired_cosines(A: Any, B: Any) -> NDArray[np.float64]:
@@ -303,6 +305,11 @@ def ndcg_at_k(ranking: Any, qrels: Any, *, k: int = 10) -> float:
     with IDCG from the judged relevances sorted in decreasing order. A query missing from
     ``ranking`` scores 0; documents without a judgment have relevance 0.
 
+    Computed by scikit-learn's :func:`~sklearn.metrics.ndcg_score` (the same formula) on one
+    row per query: the retrieved documents scored in rank order, then ``k`` unjudged fillers,
+    then the judged documents that were not retrieved (so that IDCG sees them but the top k
+    never does).
+
     Parameters
     ----------
     ranking : dict of str -> sequence of str
@@ -318,21 +325,28 @@ def ndcg_at_k(ranking: Any, qrels: Any, *, k: int = 10) -> float:
     >>> round(ndcg_at_k({"q1": ["b", "x", "a"], "q2": ["c"]}, qrels, k=3), 6)
     0.880094
     """
+    from sklearn.metrics import ndcg_score
+
     k = check_int("k", k, ge=1)
     judged = _judged(qrels)
-    vals = []
+    rows: list[tuple[list[float], list[float]]] = []
     for q, docs in judged.items():
-        ideal = sorted((r for r in docs.values() if r > 0), reverse=True)[:k]
-        if not ideal:
+        if not any(r > 0 for r in docs.values()):
             continue
-        discounts = 1.0 / np.log2(np.arange(2, k + 2))
-        idcg = float(np.dot(ideal, discounts[: len(ideal)]))
-        got = [docs.get(str(d), 0.0) for d in list(ranking.get(q, ()))[:k]]
-        dcg = float(np.dot(np.maximum(got, 0.0), discounts[: len(got)])) if got else 0.0
-        vals.append(dcg / idcg)
-    if not vals:
+        got = list(dict.fromkeys(str(d) for d in list(ranking.get(q, ()))[:k]))
+        gains = [max(docs.get(d, 0.0), 0.0) for d in got] + [0.0] * k
+        seen = set(got)
+        gains += [max(r, 0.0) for d, r in docs.items() if d not in seen]
+        rows.append((gains, list(range(len(gains), 0, -1))))  # strictly decreasing scores
+    if not rows:
         raise DataError("qrels has no query with a relevant document (relevance > 0).")
-    return float(np.mean(vals))
+    width = max(len(g) for g, _ in rows)
+    true = np.zeros((len(rows), width))
+    score = np.full((len(rows), width), -1.0)  # padding ranks last and has no gain
+    for i, (g, sc) in enumerate(rows):
+        true[i, : len(g)] = g
+        score[i, : len(sc)] = sc
+    return float(ndcg_score(true, score, k=k, ignore_ties=True))
 
 
 def qrels_recall_at_k(ranking: Any, qrels: Any, *, k: int = 10) -> float:
