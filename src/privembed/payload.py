@@ -1,0 +1,468 @@
+r"""Sealed payloads: a record's exact vector (and text, metadata) under AES-256-GCM.
+
+Threat
+------
+A vector store outside the trust boundary holds, for each record, its protected vector (what it
+searches) and a *payload*: the record's exact embedding, optionally its text and metadata,
+encrypted so that only the holder of the user's privembed key can read it. The key holder
+fetches candidates by protected similarity, opens their payloads inside its own process and
+re-ranks them exactly ("Private retrieval" in DESIGN.md). The store must learn nothing from a
+payload beyond its length, and must not be able to make the key holder accept a payload that
+was altered, truncated, or moved from another record or collection.
+
+Construction
+------------
+* **Keys.** From the user's key ``K`` (the privembed key file, :func:`privembed.keyed.load_key`)
+  ``M = HKDF-SHA256(K, salt="privembed/payload", info="privembed/payload/v1")``; per collection
+  ``C``, the data key ``K_C = HMAC-SHA256(M, "collection" || 0x00 || C)`` (256 bits). The noise
+  keys of :mod:`privembed.keyed` use HMAC(K, "privembed/keyed/...") directly, so payload keys and
+  noise keys are independent PRF outputs of ``K`` (different domains). A key per collection
+  keeps the 2^32-messages-per-key bound of random 96-bit nonces per collection.
+* **Encryption.** AES-256-GCM with a fresh random 96-bit nonce from the OS for every seal (never
+  derived from the content: encrypting the same record twice gives unrelated ciphertexts, so
+  there is no deterministic encryption to compare). Associated data: a domain string, the
+  collection, the canonical typed record id (:func:`privembed.keyed.typed_id`: ``5`` and
+  ``"5"`` differ) and the payload's header, so a payload only opens for the record and
+  collection it was sealed for.
+* **Diagnosis.** GCM's tag failure cannot say *why* it failed. The header therefore carries two
+  4-byte checks: ``HMAC(M, "key-check")`` (the same for every payload of a key: says "wrong key"
+  with certainty 1 - 2^-32) and ``HMAC(K_C, "binding" || record)`` (says "this payload belongs to
+  another record or collection"). Both are keyed PRF outputs: without ``K`` they reveal nothing
+  about the record, and the store already knows which record a payload sits beside.
+
+Format (version 1, little-endian)::
+
+    offset  size  field
+    0       3     magic b"PEP"
+    3       1     version = 1
+    4       1     flags: bit 0 float16 vector (else float32), bit 1 text, bit 2 metadata
+    5       4     key check
+    9       4     binding check
+    13      4     plaintext length
+    17      12    nonce
+    29      n+16  AES-256-GCM(plaintext) || tag
+    plaintext = u32 d || vector (d float32/float16) [|| u32 len || UTF-8 text]
+                [|| u32 len || metadata as canonical JSON]
+
+Overhead: 45 bytes + 4 per field; a 384-d float32 vector seals to 1,585 bytes (float16: 817).
+
+Examples
+--------
+>>> codec = PayloadCodec(bytes(range(32)))
+>>> x = np.array([0.6, 0.8], dtype=np.float32)
+>>> blob = codec.seal(x, record_id="doc-1", collection="notes", text="hello")
+>>> len(blob), codec.open(blob, record_id="doc-1", collection="notes").text
+(66, 'hello')
+>>> codec.open(blob, record_id="doc-2", collection="notes")
+Traceback (most recent call last):
+...
+privembed.payload.PayloadError: payload does not belong to record 'doc-2' in collection 'notes' (it was sealed for another record or collection; the store swapped or misplaced it).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ._optional import require
+from ._validation import DataError, check_choice
+from .keyed import load_key, typed_id
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Payload",
+    "PayloadCodec",
+    "PayloadError",
+    "open",
+    "payload_size",
+    "seal",
+]
+
+FORMAT_VERSION = 1
+_MAGIC = b"PEP"
+_HEADER = struct.Struct("<3sBB4s4sI12s")  # magic, version, flags, key check, binding, length, nonce
+_TAG = 16
+_F16, _TEXT, _META = 1, 2, 4
+_KNOWN_FLAGS = _F16 | _TEXT | _META
+_AD_DOMAIN = b"privembed/payload/v1/ad\x00"
+_U32 = struct.Struct("<I")
+_DTYPES: dict[str, np.dtype[Any]] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
+
+
+class PayloadError(DataError):
+    """A payload that cannot be opened; ``cause`` says why.
+
+    ``cause`` is one of ``"format"`` (not a privembed payload, or an unknown version),
+    ``"truncated"``, ``"wrong-key"``, ``"wrong-record"`` (sealed for another record or
+    collection) and ``"tampered"`` (the authentication tag does not verify).
+    """
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class Payload:
+    """An opened payload.
+
+    Attributes
+    ----------
+    vector : ndarray of float32, shape (d,)
+        The exact embedding (float16 payloads are widened to float32).
+    text : str or None
+    metadata : dict or None
+    """
+
+    vector: NDArray[np.float32]
+    text: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+def payload_size(
+    d: int, *, dtype: str = "float32", text: str | None = None, metadata: Any = None
+) -> int:
+    """Bytes of a sealed payload for a ``d``-dimensional vector (and the given text/metadata).
+
+    Examples
+    --------
+    >>> payload_size(384), payload_size(384, dtype="float16")
+    (1585, 817)
+    """
+    n = _HEADER.size + _TAG + 4 + d * _DTYPES[check_choice("dtype", dtype, tuple(_DTYPES))].itemsize
+    if text is not None:
+        n += 4 + len(text.encode("utf-8"))
+    if metadata is not None:
+        n += 4 + len(_canonical_json(metadata))
+    return n
+
+
+def _canonical_json(metadata: Any) -> bytes:
+    if not isinstance(metadata, Mapping):
+        raise TypeError(f"metadata must be a dict, got metadata of type {type(metadata).__name__}.")
+    try:
+        return json.dumps(
+            dict(metadata),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+            allow_nan=False,
+        ).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"metadata must be JSON-serialisable: {exc}.") from None
+
+
+def _describe(record_id: Any, collection: str) -> str:
+    return f"record {record_id!r} in collection {collection!r}"
+
+
+class PayloadCodec:
+    """Seal and open payloads under one user key.
+
+    Parameters
+    ----------
+    key : bytes
+        The user's privembed key (at least 16 bytes; :func:`privembed.keyed.load_key`). Only
+        derived keys are kept.
+    dtype : {"float32", "float16"}, default "float32"
+        How :meth:`seal` stores vectors. :meth:`open` reads either.
+
+    Notes
+    -----
+    Needs the ``cryptography`` package (extra ``secure``). Thread-safe: the only state is the
+    derived keys and a cache of AES-GCM objects per collection.
+    """
+
+    def __init__(self, key: bytes, *, dtype: str = "float32") -> None:
+        if not isinstance(key, bytes | bytearray):
+            raise TypeError(f"key must be bytes, got key of type {type(key).__name__}.")
+        if len(key) < 16:
+            raise ValueError(f"key must be at least 16 bytes, got {len(key)} bytes.")
+        self.dtype = check_choice("dtype", dtype, tuple(_DTYPES))
+        aead = require("cryptography.hazmat.primitives.ciphers.aead", "secure", purpose="payloads")
+        hkdf = require("cryptography.hazmat.primitives.kdf.hkdf", "secure", purpose="payloads")
+        hashes = require("cryptography.hazmat.primitives.hashes", "secure", purpose="payloads")
+        self._aesgcm = aead.AESGCM
+        self._master = hkdf.HKDF(
+            algorithm=hashes.SHA256(),
+            length=32,
+            salt=b"privembed/payload",
+            info=b"privembed/payload/v1",
+        ).derive(bytes(key))
+        self._key_check = hmac.digest(self._master, b"key-check", "sha256")[:4]
+        self._collections: dict[str, tuple[Any, bytes]] = {}
+
+    @classmethod
+    def from_key_file(cls, path: str | Path, *, dtype: str = "float32") -> PayloadCodec:
+        """A codec for the key in a privembed key file (:func:`privembed.keyed.keygen`)."""
+        return cls(load_key(path), dtype=dtype)
+
+    @property
+    def key_check(self) -> str:
+        """Hex of the 4-byte key check every payload of this key carries."""
+        return self._key_check.hex()
+
+    def __repr__(self) -> str:
+        return f"PayloadCodec(key_check={self.key_check!r}, dtype={self.dtype!r})"
+
+    # ---- keys ------------------------------------------------------------------------------
+
+    def _collection(self, collection: str) -> tuple[Any, bytes]:
+        got = self._collections.get(collection)
+        if got is None:
+            if not isinstance(collection, str) or not collection:
+                raise TypeError(
+                    f"collection must be a non-empty str, got collection={collection!r}."
+                )
+            k = hmac.digest(self._master, b"collection\x00" + collection.encode("utf-8"), "sha256")
+            got = (self._aesgcm(k), k)
+            self._collections[collection] = got
+        return got
+
+    @staticmethod
+    def _ad_record(record_id: Any, collection: str) -> bytes:
+        c = collection.encode("utf-8")
+        r = typed_id(record_id)
+        return _AD_DOMAIN + _U32.pack(len(c)) + c + _U32.pack(len(r)) + r
+
+    # ---- seal ------------------------------------------------------------------------------
+
+    def seal(
+        self,
+        vector: Any,
+        *,
+        record_id: Any,
+        collection: str,
+        text: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> bytes:
+        """Encrypt one record's exact vector (and text, metadata) for ``(collection, record_id)``.
+
+        Parameters
+        ----------
+        vector : array_like, shape (d,)
+            Finite values (float16 payloads: within float16's range).
+        record_id : int or str
+            The id the record has in the store (typed: ``5`` and ``"5"`` differ).
+        collection : str
+        text : str, optional
+        metadata : dict, optional
+            JSON-serialisable (stored as canonical JSON).
+
+        Returns
+        -------
+        bytes
+            The payload (:func:`payload_size` bytes). Fresh random nonce: sealing the same
+            record twice gives different bytes.
+        """
+        aes, ck = self._collection(collection)
+        v = np.asarray(vector)
+        if v.ndim != 1 or v.size == 0 or not np.issubdtype(v.dtype, np.number):
+            raise DataError(f"vector must be a non-empty 1-D numeric array, got shape {v.shape}.")
+        with np.errstate(over="ignore", invalid="ignore"):  # reported just below
+            stored = v.astype(_DTYPES[self.dtype])
+        if not np.isfinite(stored).all():
+            what = " (outside float16's range?)" if np.isfinite(v).all() else ""
+            raise DataError(
+                f"vector of {_describe(record_id, collection)} has non-finite values{what}."
+            )
+        flags = _F16 if self.dtype == "float16" else 0
+        parts = [_U32.pack(v.size), stored.tobytes()]
+        if text is not None:
+            if not isinstance(text, str):
+                raise TypeError(f"text must be a str, got text of type {type(text).__name__}.")
+            b = text.encode("utf-8")
+            parts += [_U32.pack(len(b)), b]
+            flags |= _TEXT
+        if metadata is not None:
+            b = _canonical_json(metadata)
+            parts += [_U32.pack(len(b)), b]
+            flags |= _META
+        plaintext = b"".join(parts)
+        ad_record = self._ad_record(record_id, collection)
+        binding = hmac.digest(ck, b"binding\x00" + ad_record, "sha256")[:4]
+        nonce = os.urandom(12)
+        header = _HEADER.pack(
+            _MAGIC, FORMAT_VERSION, flags, self._key_check, binding, len(plaintext), nonce
+        )
+        return header + aes.encrypt(nonce, plaintext, ad_record + header)
+
+    def seal_many(
+        self,
+        X: Any,
+        *,
+        ids: Sequence[Any],
+        collection: str,
+        texts: Sequence[str | None] | None = None,
+        metadatas: Sequence[Mapping[str, Any] | None] | None = None,
+    ) -> list[bytes]:
+        """:meth:`seal` for each row of ``X`` (shape (n, d)) with its id, text and metadata."""
+        A = np.asarray(X)
+        if A.ndim != 2:
+            raise DataError(f"X must be 2-D (n, d), got shape {A.shape}.")
+        n = A.shape[0]
+        for name, seq in (("ids", ids), ("texts", texts), ("metadatas", metadatas)):
+            if seq is not None and len(seq) != n:
+                raise DataError(f"{name} has {len(seq)} entries but X has {n} rows.")
+        return [
+            self.seal(
+                A[i],
+                record_id=ids[i],
+                collection=collection,
+                text=None if texts is None else texts[i],
+                metadata=None if metadatas is None else metadatas[i],
+            )
+            for i in range(n)
+        ]
+
+    # ---- open ------------------------------------------------------------------------------
+
+    def open(self, payload: bytes, *, record_id: Any, collection: str) -> Payload:
+        """Authenticate and decrypt a payload sealed for ``(collection, record_id)``.
+
+        Raises
+        ------
+        PayloadError
+            One line naming the cause (:attr:`PayloadError.cause`): not a payload / unknown
+            version, truncated, wrong key, sealed for another record or collection, tampered.
+        TypeError
+            ``payload`` is not bytes.
+        """
+        where = _describe(record_id, collection)
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise TypeError(f"payload of {where} must be bytes, got {type(payload).__name__}.")
+        data = bytes(payload)
+        if len(data) < 4 or data[:3] != _MAGIC:
+            if not data:
+                raise PayloadError(f"payload of {where} is missing (empty).", cause="truncated")
+            raise PayloadError(f"payload of {where} is not a privembed payload.", cause="format")
+        if data[3] != FORMAT_VERSION:
+            raise PayloadError(
+                f"payload of {where} has format version {data[3]}; this privembed reads "
+                f"version {FORMAT_VERSION}.",
+                cause="format",
+            )
+        if len(data) < _HEADER.size + _TAG:
+            raise PayloadError(
+                f"payload of {where} is truncated ({len(data)} bytes, a header alone is "
+                f"{_HEADER.size + _TAG}).",
+                cause="truncated",
+            )
+        _, _, flags, key_check, binding, length, nonce = _HEADER.unpack_from(data)
+        if not hmac.compare_digest(key_check, self._key_check):
+            raise PayloadError(
+                f"payload of {where} was sealed under another key (key check {key_check.hex()}, "
+                f"this key {self.key_check}): wrong key file.",
+                cause="wrong-key",
+            )
+        aes, ck = self._collection(collection)
+        ad_record = self._ad_record(record_id, collection)
+        if not hmac.compare_digest(
+            binding, hmac.digest(ck, b"binding\x00" + ad_record, "sha256")[:4]
+        ):
+            raise PayloadError(
+                f"payload does not belong to {where} (it was sealed for another record or "
+                "collection; the store swapped or misplaced it).",
+                cause="wrong-record",
+            )
+        expected = _HEADER.size + length + _TAG
+        if len(data) != expected:
+            word = "truncated" if len(data) < expected else "longer than its header says"
+            raise PayloadError(
+                f"payload of {where} is {word} ({len(data)} bytes, expected {expected}).",
+                cause="truncated" if len(data) < expected else "tampered",
+            )
+        try:
+            plaintext = aes.decrypt(nonce, data[_HEADER.size :], ad_record + data[: _HEADER.size])
+        except Exception:  # cryptography.exceptions.InvalidTag
+            raise PayloadError(
+                f"payload of {where} failed authentication: it was tampered with or corrupted; "
+                "refusing to decrypt.",
+                cause="tampered",
+            ) from None
+        return self._parse(plaintext, flags, where)
+
+    @staticmethod
+    def _parse(plaintext: bytes, flags: int, where: str) -> Payload:
+        # authenticated content: a malformed body means a writer bug, not an attack
+        if flags & ~_KNOWN_FLAGS:
+            raise PayloadError(f"payload of {where} has unknown flags {flags:#x}.", cause="format")
+        dt = _DTYPES["float16" if flags & _F16 else "float32"]
+        try:
+            (d,) = _U32.unpack_from(plaintext, 0)
+            pos = 4 + d * dt.itemsize
+            vector = np.frombuffer(plaintext, dtype=dt, count=d, offset=4).astype(np.float32)
+            text = meta = None
+            if flags & _TEXT:
+                (n,) = _U32.unpack_from(plaintext, pos)
+                text = plaintext[pos + 4 : pos + 4 + n].decode("utf-8")
+                pos += 4 + n
+            if flags & _META:
+                (n,) = _U32.unpack_from(plaintext, pos)
+                meta = json.loads(plaintext[pos + 4 : pos + 4 + n].decode("utf-8"))
+                pos += 4 + n
+        except (struct.error, ValueError) as exc:
+            raise PayloadError(
+                f"payload of {where} has a malformed body ({exc}).", cause="format"
+            ) from None
+        if pos != len(plaintext):
+            raise PayloadError(
+                f"payload of {where} has {len(plaintext) - pos} stray bytes.", cause="format"
+            )
+        return Payload(vector, text, meta)
+
+    def open_many(
+        self, payloads: Sequence[bytes], *, ids: Sequence[Any], collection: str
+    ) -> list[Payload]:
+        """:meth:`open` for each payload with its id (the first failure raises)."""
+        if len(payloads) != len(ids):
+            raise DataError(f"payloads has {len(payloads)} entries but ids has {len(ids)}.")
+        return [
+            self.open(p, record_id=r, collection=collection)
+            for p, r in zip(payloads, ids, strict=True)
+        ]
+
+    def vectors(
+        self, payloads: Sequence[bytes], *, ids: Sequence[Any], collection: str
+    ) -> NDArray[np.float32]:
+        """The exact vectors of the payloads, stacked (n, d) float32: what a re-rank needs."""
+        opened = self.open_many(payloads, ids=ids, collection=collection)
+        if not opened:
+            raise DataError("payloads must be non-empty.")
+        dims = {p.vector.size for p in opened}
+        if len(dims) != 1:
+            raise DataError(f"payloads hold vectors of different dimensions {sorted(dims)}.")
+        return np.stack([p.vector for p in opened])
+
+
+def seal(
+    key: bytes,
+    vector: Any,
+    *,
+    record_id: Any,
+    collection: str,
+    text: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    dtype: str = "float32",
+) -> bytes:
+    """One-off :meth:`PayloadCodec.seal` (build a :class:`PayloadCodec` for many records)."""
+    return PayloadCodec(key, dtype=dtype).seal(
+        vector, record_id=record_id, collection=collection, text=text, metadata=metadata
+    )
+
+
+def open(key: bytes, payload: bytes, *, record_id: Any, collection: str) -> Payload:
+    """One-off :meth:`PayloadCodec.open` (build a :class:`PayloadCodec` for many records).
+
+    Named like the builtin on purpose (``payload.open``); import it qualified.
+    """
+    return PayloadCodec(key).open(payload, record_id=record_id, collection=collection)

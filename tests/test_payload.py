@@ -1,0 +1,179 @@
+"""Sealed payloads: round trips, and every way a payload can be wrong is refused with its cause."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from privembed import DataError
+from privembed import payload as pl
+from privembed.payload import Payload, PayloadCodec, PayloadError, payload_size
+
+KEY = bytes(range(32))
+OTHER_KEY = bytes(range(1, 33))
+
+
+@pytest.fixture()
+def codec() -> PayloadCodec:
+    return PayloadCodec(KEY)
+
+
+@pytest.fixture()
+def x() -> np.ndarray:
+    v = np.random.default_rng(0).standard_normal(384).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def test_round_trip_float32_with_text_and_metadata(codec, x):
+    meta = {"source": "notes.txt", "page": 3, "tags": ["a", "b"], "ü": None}
+    blob = codec.seal(x, record_id="r1", collection="c", text="héllo wörld", metadata=meta)
+    assert len(blob) == payload_size(384, text="héllo wörld", metadata=meta)
+    got = codec.open(blob, record_id="r1", collection="c")
+    assert isinstance(got, Payload)
+    np.testing.assert_array_equal(got.vector, x)  # float32: bit-exact
+    assert got.vector.dtype == np.float32
+    assert got.text == "héllo wörld" and got.metadata == meta
+    bare = codec.open(codec.seal(x, record_id=7, collection="c"), record_id=7, collection="c")
+    assert bare.text is None and bare.metadata is None
+
+
+def test_float16_payloads_are_half_the_size_and_close(x):
+    c16 = PayloadCodec(KEY, dtype="float16")
+    blob = c16.seal(x, record_id=1, collection="c")
+    assert len(blob) == payload_size(384, dtype="float16") == 817
+    got = PayloadCodec(KEY).open(blob, record_id=1, collection="c")  # any codec reads both
+    # float16 has an 11-bit significand: relative rounding error <= 2^-11 per entry
+    assert np.all(np.abs(got.vector - x) <= np.abs(x) * 2.0**-11 + 2.0**-24)
+    with pytest.raises(DataError, match=r"non-finite values \(outside float16's range"):
+        c16.seal(np.array([1e6, 0.0]), record_id=1, collection="c")
+
+
+def test_encryption_is_randomised_not_deterministic(codec, x):
+    a = codec.seal(x, record_id="r", collection="c")
+    b = codec.seal(x, record_id="r", collection="c")
+    assert a != b  # fresh nonce each time
+    assert a[17:29] != b[17:29]
+    assert a[29:] != b[29:]
+    # the exact vector's bytes do not appear in the payload
+    assert x.tobytes()[:16] not in a
+
+
+def test_wrong_key_is_named(codec, x):
+    blob = codec.seal(x, record_id="r", collection="c")
+    with pytest.raises(PayloadError, match=r"sealed under another key .*wrong key file") as e:
+        PayloadCodec(OTHER_KEY).open(blob, record_id="r", collection="c")
+    assert e.value.cause == "wrong-key"
+    with pytest.raises(PayloadError, match="another key"):
+        pl.open(OTHER_KEY, blob, record_id="r", collection="c")
+    assert pl.open(KEY, blob, record_id="r", collection="c").vector.shape == (384,)
+
+
+def test_swapped_between_records_or_collections_is_refused(codec, x):
+    a = codec.seal(x, record_id="a", collection="c")
+    b = codec.seal(-x, record_id="b", collection="c")
+    for blob, rid, coll in ((a, "b", "c"), (b, "a", "c"), (a, "a", "d"), (a, 5, "c")):
+        with pytest.raises(PayloadError, match="does not belong to record") as e:
+            codec.open(blob, record_id=rid, collection=coll)
+        assert e.value.cause == "wrong-record"
+    # ids are typed: the int 5 and the string "5" are different records
+    five = codec.seal(x, record_id=5, collection="c")
+    with pytest.raises(PayloadError, match="does not belong to record '5'"):
+        codec.open(five, record_id="5", collection="c")
+
+
+def test_swap_that_also_forges_the_binding_check_still_fails_authentication(codec, x):
+    # a store that copies b's header check into a's payload: the tag covers the header
+    a = bytearray(codec.seal(x, record_id="a", collection="c"))
+    b = codec.seal(x, record_id="b", collection="c")
+    a[9:13] = b[9:13]
+    with pytest.raises(PayloadError, match="failed authentication") as e:
+        codec.open(bytes(a), record_id="b", collection="c")
+    assert e.value.cause == "tampered"
+
+
+@pytest.mark.parametrize("where", ["flags", "length", "nonce", "ciphertext", "tag"])
+def test_tampering_anywhere_is_refused_not_decrypted(codec, x, where):
+    blob = bytearray(codec.seal(x, record_id="r", collection="c", text="secret"))
+    pos = {"flags": 4, "length": 13, "nonce": 20, "ciphertext": 100, "tag": len(blob) - 1}[where]
+    blob[pos] ^= 0x01
+    with pytest.raises(PayloadError) as e:
+        codec.open(bytes(blob), record_id="r", collection="c")
+    # a changed length field reads as a truncated (or over-long) payload; all else fails the tag
+    assert e.value.cause in ({"truncated", "tampered"} if where == "length" else {"tampered"})
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("n", [0, 2, 20, 40, 1000])
+def test_truncated_and_missing_payloads(codec, x, n):
+    blob = codec.seal(x, record_id="r", collection="c")
+    with pytest.raises(PayloadError) as e:
+        codec.open(blob[:n], record_id="r", collection="c")
+    assert e.value.cause == ("format" if n == 2 else "truncated")
+    msg = str(e.value)
+    assert "record 'r' in collection 'c'" in msg
+    assert ("missing" in msg) if n == 0 else ("truncated" in msg or "not a privembed" in msg)
+    with pytest.raises(PayloadError, match="longer than its header says"):
+        codec.open(blob + b"\x00", record_id="r", collection="c")
+
+
+def test_not_a_payload_or_other_version(codec, x):
+    with pytest.raises(PayloadError, match="not a privembed payload"):
+        codec.open(b"\x00" * 100, record_id="r", collection="c")
+    blob = bytearray(codec.seal(x, record_id="r", collection="c"))
+    blob[3] = 9
+    with pytest.raises(PayloadError, match="format version 9; this privembed reads version 1"):
+        codec.open(bytes(blob), record_id="r", collection="c")
+    with pytest.raises(TypeError, match="must be bytes"):
+        codec.open("text", record_id="r", collection="c")  # type: ignore[arg-type]
+
+
+def test_bad_arguments(codec, x):
+    with pytest.raises(TypeError, match="key must be bytes"):
+        PayloadCodec("00" * 32)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        PayloadCodec(b"short")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        PayloadCodec(KEY, dtype="int8")
+    with pytest.raises(DataError, match="1-D"):
+        codec.seal(np.ones((2, 2)), record_id="r", collection="c")
+    with pytest.raises(DataError, match="non-finite"):
+        codec.seal(np.array([np.nan, 1.0]), record_id="r", collection="c")
+    with pytest.raises(TypeError, match="JSON-serialisable"):
+        codec.seal(x, record_id="r", collection="c", metadata={"a": object()})
+    with pytest.raises(TypeError, match="collection must be a non-empty str"):
+        codec.seal(x, record_id="r", collection="")
+    with pytest.raises(TypeError, match="record id must be an int or a string"):
+        codec.seal(x, record_id=1.5, collection="c")
+
+
+def test_many_and_vectors_for_rerank(codec):
+    X = np.random.default_rng(1).standard_normal((50, 16)).astype(np.float32)
+    ids = [f"d{i}" for i in range(50)]
+    blobs = codec.seal_many(X, ids=ids, collection="c", texts=[f"t{i}" for i in range(50)])
+    np.testing.assert_array_equal(codec.vectors(blobs, ids=ids, collection="c"), X)
+    assert [p.text for p in codec.open_many(blobs[:3], ids=ids[:3], collection="c")] == [
+        "t0",
+        "t1",
+        "t2",
+    ]
+    with pytest.raises(DataError, match="ids has 2 entries but X has 50 rows"):
+        codec.seal_many(X, ids=ids[:2], collection="c")
+    with pytest.raises(PayloadError, match="does not belong"):
+        codec.vectors(blobs[::-1], ids=ids, collection="c")
+
+
+def test_key_file_and_independence_from_the_noise_key(tmp_path, x):
+    from privembed.keyed import keygen, load_key
+
+    path = tmp_path / "k.key"
+    keygen(path)
+    codec = PayloadCodec.from_key_file(path)
+    blob = codec.seal(x, record_id="r", collection="c")
+    assert PayloadCodec(load_key(path)).open(blob, record_id="r", collection="c").vector.size == 384
+    assert repr(codec).startswith("PayloadCodec(key_check=")
+    # the payload data key is a derived key: the raw user key does not open the ciphertext
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    with pytest.raises(InvalidTag):
+        AESGCM(load_key(path)).decrypt(blob[17:29], blob[29:], None)
