@@ -1,4 +1,5 @@
-"""The report: recommendation logic by hand, self-containment, files written."""
+"""The report: recommendation logic by hand (utility floor and attack ceiling), attack-strength
+labels, self-containment, files written."""
 
 from __future__ import annotations
 
@@ -30,24 +31,25 @@ def _result(means: dict[str, dict[str, float]], privacy: bool = True) -> SweepRe
                     "seconds": 0.0,
                 }
             )
-    cols = {"top1_originals": Column("top-1", "utility", True)}
+    cols = {"knn_overlap@10": Column("10-NN overlap", "utility", True)}
     if privacy:
         cols["leakage"] = Column("leakage")
-    return SweepResult(configs, records, {"top1_originals": 1.0}, cols, {"runs": 2, "seed": 0})
+    return SweepResult(configs, records, {"knn_overlap@10": 1.0}, cols, {"runs": 2, "seed": 0})
 
 
 def test_pareto_by_hand():
     res = _result(
         {
             # dominated by purkayastha:5 (another family: epsilons are not compared)
-            "laplace:10": {"top1_originals": 0.91, "leakage": 0.30},
-            "laplace:20": {"top1_originals": 0.99, "leakage": 0.30},
-            "purkayastha:5": {"top1_originals": 0.92, "leakage": 0.10},  # best leakage
-            "purkayastha:50": {"top1_originals": 1.00, "leakage": 0.50},  # best utility
-            "laplace:1": {"top1_originals": 0.50, "leakage": 0.01},  # misses the floor
+            "laplace:10": {"knn_overlap@10": 0.91, "leakage": 0.30},
+            "laplace:20": {"knn_overlap@10": 0.99, "leakage": 0.30},
+            "purkayastha:5": {"knn_overlap@10": 0.92, "leakage": 0.10},  # best leakage
+            "purkayastha:50": {"knn_overlap@10": 1.00, "leakage": 0.50},  # best utility
+            "laplace:1": {"knn_overlap@10": 0.50, "leakage": 0.01},  # misses the floor
         }
     )
-    rec = recommend(res, [Floor("top1_originals", ">=", 0.9)])
+    rec = recommend(res, [Floor("knn_overlap@10", ">=", 0.9)])
+    assert not rec.ceilings  # no linkage or token columns: no default ceiling
     assert [c.label for c in rec.feasible] == [
         "laplace(epsilon=10)",
         "laplace(epsilon=20)",
@@ -59,15 +61,15 @@ def test_pareto_by_hand():
         "purkayastha(epsilon=5)",
         "purkayastha(epsilon=50)",
     ]
-    assert rec.utility_axes == ["top1_originals"] and rec.privacy_axes == ["leakage"]
+    assert rec.utility_axes == ["knn_overlap@10"] and rec.privacy_axes == ["leakage"]
 
 
 def test_equal_numbers_in_one_family_prefer_the_smaller_epsilon():
     res = _result(
         {
-            "laplace:10": {"top1_originals": 1.0, "leakage": 0.2},
-            "laplace:50": {"top1_originals": 1.0, "leakage": 0.2},
-            "purkayastha:50": {"top1_originals": 1.0, "leakage": 0.2},  # other family: kept
+            "laplace:10": {"knn_overlap@10": 1.0, "leakage": 0.2},
+            "laplace:50": {"knn_overlap@10": 1.0, "leakage": 0.2},
+            "purkayastha:50": {"knn_overlap@10": 1.0, "leakage": 0.2},  # other family: kept
         }
     )
     assert [c.label for c in recommend(res).pareto] == [
@@ -79,16 +81,16 @@ def test_equal_numbers_in_one_family_prefer_the_smaller_epsilon():
 def test_without_attacks_the_smallest_feasible_epsilon_per_family():
     res = _result(
         {
-            "laplace:5": {"top1_originals": 0.5},
-            "laplace:10": {"top1_originals": 0.95},
-            "laplace:20": {"top1_originals": 0.99},
-            "purkayastha:50": {"top1_originals": 0.97},
+            "laplace:5": {"knn_overlap@10": 0.5},
+            "laplace:10": {"knn_overlap@10": 0.95},
+            "laplace:20": {"knn_overlap@10": 0.99},
+            "purkayastha:50": {"knn_overlap@10": 0.97},
         },
         privacy=False,
     )
-    rec = recommend(res, [Floor("top1_originals", ">=", 0.9)])
+    rec = recommend(res, [Floor("knn_overlap@10", ">=", 0.9)])
     assert [c.label for c in rec.pareto] == ["laplace(epsilon=10)", "purkayastha(epsilon=50)"]
-    assert "not comparable" in rec.note
+    assert "not comparable" in rec.note and "no attack was run" in rec.note
 
 
 def test_floors():
@@ -98,9 +100,11 @@ def test_floors():
     ]
     with pytest.raises(ValueError, match="must look like"):
         parse_floors(["top1 > 0.9"])
-    res = _result({"laplace:10": {"top1_originals": 0.9, "leakage": 0.3}})
+    res = _result({"laplace:10": {"knn_overlap@10": 0.9, "leakage": 0.3}})
     with pytest.raises(ValueError, match="no such column"):
         recommend(res, [Floor("ndcg@10", ">=", 0.5)])
+    with pytest.raises(ValueError, match="as a ceiling"):
+        recommend(res, [Floor("leakage", ">=", 0.1)])
 
 
 @pytest.mark.slow
@@ -109,7 +113,8 @@ def test_report_is_self_contained_and_shows_guarantees(tmp_path):
     res = run_sweep(
         X, grid(["gaussian", "laplace", "empirical"], epsilon=[5, 50], sigma=[0.2]), runs=2
     )
-    page = write_report(res, tmp_path, floors=[Floor("top1_originals", ">=", 0.9)])
+    page = write_report(res, tmp_path, floors=[Floor("knn_overlap@10", ">=", 0.9)])
+    assert (tmp_path / "frontier.png").exists()
     html = page.read_text(encoding="utf-8")
     assert "http://" not in html and "https://" not in html
     refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", html)
@@ -122,3 +127,144 @@ def test_report_is_self_contained_and_shows_guarantees(tmp_path):
         assert (tmp_path / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (tmp_path / f"{stem}.svg").read_text().lstrip().startswith("<?xml")
     assert "No attack was run" in html
+
+
+# ---- two sides: utility floor and attack ceiling ------------------------------------------------
+
+from privembed.evaluation import WEAK_ATTACK, StrengthCheck  # noqa: E402
+
+
+def _attacked(means, *, token_strong=True, chance=0.01):
+    """A result with linkage and token columns, both attacks checked on unprotected data."""
+    res = _result(means)
+    res.columns.update(
+        {
+            "reid@1": Column("linkage"),
+            "reid_chance@1": Column("chance", "reference"),
+            "leakage_excess_low": Column("excess", "reference"),
+        }
+    )
+    for r in res.records:
+        r["metrics"].setdefault("reid_chance@1", chance)
+    res.baseline.update({"reid@1": 1.0, "reid_chance@1": chance, "leakage": 0.2})
+    res.checks = {
+        "linkage": StrengthCheck(
+            "linkage", "reid@1", 1.0, chance, 0.95, 0.99, "", ("reid@1", "reid_chance@1")
+        ),
+        "token_inference": StrengthCheck(
+            "token_inference",
+            "leakage",
+            0.2 if token_strong else 0.05,
+            0.06,
+            0.1 if token_strong else -0.03,
+            0.18 if token_strong else 0.01,
+            "",
+            ("leakage", "leakage_excess_low"),
+        ),
+    }
+    return res
+
+
+def test_recommendation_never_exceeds_the_attack_ceiling():
+    """Default ceilings: reid@1 <= 5 x chance (0.05 here) and leakage_excess_low <= 0."""
+    res = _attacked(
+        {
+            # best utility and best leakage, but linkable: over the reid ceiling
+            "laplace:50": {"knn_overlap@10": 0.95, "leakage": 0.01, "reid@1": 0.90,
+                           "leakage_excess_low": -0.01},
+            # useful and unlinkable, but the token attacker beats the blind one
+            "purkayastha:50": {"knn_overlap@10": 0.90, "leakage": 0.15, "reid@1": 0.02,
+                               "leakage_excess_low": 0.05},
+            # meets both
+            "laplace:20": {"knn_overlap@10": 0.60, "leakage": 0.08, "reid@1": 0.04,
+                           "leakage_excess_low": -0.02},
+            "laplace:5": {"knn_overlap@10": 0.20, "leakage": 0.07, "reid@1": 0.01,
+                          "leakage_excess_low": -0.03},
+        }
+    )  # fmt: skip
+    rec = recommend(res, [Floor("knn_overlap@10", ">=", 0.5)])
+    assert [f.metric for f in rec.ceilings] == ["reid@1", "leakage_excess_low"]
+    assert rec.ceilings[0].value == pytest.approx(0.05)
+    assert [c.label for c in rec.pareto] == ["laplace(epsilon=20)"]
+    for c in rec.feasible:  # by construction and checked here: nothing over a ceiling
+        for f in rec.ceilings:
+            assert res.stats(c, f.metric)[0] <= f.value
+    assert rec.sentence(res).startswith("Recommended for the utility floor knn_overlap@10 ≥ 0.5")
+
+
+def test_none_meets_both_says_so_and_names_the_nearest_point_on_each_side(tmp_path):
+    res = _attacked(
+        {
+            "laplace:50": {"knn_overlap@10": 0.95, "leakage": 0.3, "reid@1": 0.9,
+                           "leakage_excess_low": 0.1},
+            "laplace:20": {"knn_overlap@10": 0.70, "leakage": 0.2, "reid@1": 0.3,
+                           "leakage_excess_low": 0.05},
+            "laplace:5": {"knn_overlap@10": 0.30, "leakage": 0.06, "reid@1": 0.03,
+                          "leakage_excess_low": -0.01},
+            "laplace:1": {"knn_overlap@10": 0.05, "leakage": 0.05, "reid@1": 0.01,
+                          "leakage_excess_low": -0.02},
+        }
+    )  # fmt: skip
+    rec = recommend(res, [Floor("knn_overlap@10", ">=", 0.5)])
+    assert rec.feasible == [] and rec.pareto == []
+    sentence = rec.sentence(res)
+    assert sentence.startswith("No configuration meets both the utility floor knn_overlap@10 ≥ 0.5")
+    assert "the attack ceiling reid@1 ≤ 0.05 (5 × chance 0.01)" in sentence
+    # nearest on the utility side: of those meeting the floor, the smallest ceiling shortfall
+    assert rec.nearest_utility.label == "laplace(epsilon=20)"
+    # nearest on the attack side: of those meeting the ceilings, the smallest floor shortfall
+    assert rec.nearest_attack.label == "laplace(epsilon=5)"
+    lines = rec.nearest_lines(res)
+    assert lines[0].startswith("nearest meeting the utility floor: laplace(epsilon=20)")
+    assert "reid@1 0.300 (misses <= 0.05)" in lines[0]
+    html = write_report(res, tmp_path, floors=[Floor("knn_overlap@10", ">=", 0.5)]).read_text()
+    assert "No configuration meets both the utility floor" in html
+    assert "nearest meeting the attack ceiling: laplace(epsilon=5)" in html
+
+
+def test_a_weak_attack_is_labelled_sets_no_ceiling_and_is_not_plotted(tmp_path):
+    from privembed.evaluation.report import frontier_axes
+
+    means = {
+        "laplace:50": {"knn_overlap@10": 0.95, "leakage": 0.01, "reid@1": 0.9,
+                       "leakage_excess_low": -0.05},
+        "laplace:5": {"knn_overlap@10": 0.30, "leakage": 0.01, "reid@1": 0.02,
+                      "leakage_excess_low": -0.05},
+    }  # fmt: skip
+    res = _attacked(means, token_strong=False)
+    assert res.attack_status("leakage") == WEAK_ATTACK
+    assert res.attack_status("reid@1") == "ok" and res.attack_status("knn_overlap@10") == ""
+    assert "leakage" not in res.evidence_columns() and "reid@1" in res.evidence_columns()
+    rec = recommend(res, [Floor("knn_overlap@10", ">=", 0.5)])
+    assert [f.metric for f in rec.ceilings] == ["reid@1"]  # no token ceiling from a weak attack
+    assert rec.privacy_axes == ["reid@1"]
+    assert any("token_inference" in s and WEAK_ATTACK in s for s in rec.ignored)
+    # the frontier's leakage axis is never the weak attack's column
+    assert frontier_axes(res, rec) == ("knn_overlap@10", "reid@1")
+    with pytest.raises(ValueError, match="too weak"):
+        frontier_axes(res, rec, privacy_metric="leakage")
+    # results.csv carries the label on every row of the weak attack's columns
+    rows = {(r["label"], r["metric"]): r for r in res.summary()}
+    assert rows[("laplace(epsilon=5)", "leakage")]["attack_status"] == WEAK_ATTACK
+    assert rows[("laplace(epsilon=5)", "reid@1")]["attack_status"] == "ok"
+    assert rows[("laplace(epsilon=5)", "knn_overlap@10")]["attack_status"] == ""
+    html = write_report(res, tmp_path).read_text()
+    assert WEAK_ATTACK in html
+    # every attack weak: nothing is plotted as leakage
+    res.checks["linkage"] = StrengthCheck("linkage", "reid@1", 0.01, 0.01, -0.01, 0.02, "",
+                                          ("reid@1", "reid_chance@1"))  # fmt: skip
+    rec = recommend(res, [Floor("knn_overlap@10", ">=", 0.5)])
+    assert rec.ceilings == [] and rec.privacy_axes == []
+    assert frontier_axes(res, rec)[1] is None
+    assert "every attack was too weak" in rec.note
+
+
+def test_a_floor_on_the_reidentification_rate_is_refused():
+    res = _result({"laplace:10": {"knn_overlap@10": 0.9, "leakage": 0.3}})
+    res.columns["top1_originals"] = Column("top-1", "utility", True)
+    for r in res.records:
+        r["metrics"]["top1_originals"] = 1.0
+    with pytest.raises(ValueError, match="re-identification rate .* knn_overlap@10"):
+        recommend(res, [Floor("top1_originals", ">=", 0.9)])
+    # and it is never chosen as the utility axis
+    assert recommend(res).utility_axes == ["knn_overlap@10"]

@@ -6,6 +6,8 @@
 * :class:`UtilityEvaluator` -- every utility metric of a release in one pass.
 * :mod:`~privembed.evaluation.privacy` -- attacks as pluggable privacy metrics.
 * :func:`grid`, :func:`run_sweep`, :class:`SweepResult` -- resumable sweeps to tidy tables.
+* :func:`recommend` -- configurations meeting a utility floor *and* an attack ceiling
+  (:mod:`~privembed.evaluation.recommend`).
 * :func:`write_report` -- a self-contained HTML report with a recommendation.
 * :mod:`~privembed.evaluation.loaders` -- evaluation data (Lee corpus, word similarity, a PII
   corpus, MTEB tasks); :mod:`~privembed.evaluation.baselines` -- text-level baselines.
@@ -27,23 +29,28 @@ from .metrics import (
     spearman,
     sts_correlation,
 )
-from .privacy import Averaging, Column, Linkage, Release, TokenLeakage
-from .report import Floor, parse_floors, recommend, write_report
+from .privacy import WEAK_ATTACK, Averaging, Column, Linkage, Release, StrengthCheck, TokenLeakage
+from .recommend import Floor, Recommendation, default_ceilings, parse_floors, recommend
+from .report import write_report
 from .sweep import SweepConfig, SweepResult, grid, run_sweep
 from .utility import RetrievalTask, STSTask, UtilityEvaluator
 
 __all__ = [
+    "WEAK_ATTACK",
     "Averaging",
     "Column",
     "Floor",
     "Linkage",
+    "Recommendation",
     "Release",
     "RetrievalTask",
     "STSTask",
+    "StrengthCheck",
     "SweepConfig",
     "SweepResult",
     "TokenLeakage",
     "UtilityEvaluator",
+    "default_ceilings",
     "exact_search",
     "grid",
     "mean_cosine",

@@ -18,6 +18,15 @@ Built-in metrics wrap the attacks of :mod:`privembed.attacks` (imported when fir
 * :class:`Averaging` -- cosine to the original of the mean of N fresh releases
   (:func:`~privembed.attacks.averaging_attack`): ``avg{N}_cosine``.
 
+Attacks prove their strength. A metric may also have a ``check(release)`` method, which the
+sweep calls once on the *unprotected* embeddings: it returns the metric's columns and a
+:class:`StrengthCheck` -- the attack's headline number against its blind baseline (a random
+guess for linkage, the token-frequency attacker for token inference, the corpus centroid for
+averaging) with a 95% interval of the difference. An attack whose interval does not exclude
+chance is labelled :data:`WEAK_ATTACK` ("attack too weak: no evidence about protection")
+wherever its numbers appear, and its numbers are not used as leakage (plots, ceilings,
+recommendations). A metric without ``check`` is labelled "strength not checked".
+
 Examples
 --------
 >>> def norm_gap(release):  # a custom metric: any callable returning a dict of floats
@@ -44,15 +53,23 @@ from ..mechanisms.base import Mechanism
 from ..rng import as_generator
 
 __all__ = [
+    "NOT_CHECKED",
+    "WEAK_ATTACK",
     "Averaging",
     "Column",
     "Linkage",
     "PrivacyMetric",
     "Release",
+    "StrengthCheck",
     "TokenLeakage",
     "Unprotected",
     "describe_columns",
 ]
+
+#: the label of every number of an attack that does not beat chance on unprotected embeddings
+WEAK_ATTACK = "attack too weak: no evidence about protection"
+#: the label of a custom metric that declares no blind baseline (no ``check`` method)
+NOT_CHECKED = "strength not checked (no blind baseline declared)"
 
 
 @dataclass(frozen=True)
@@ -79,6 +96,105 @@ class Column:
             "kind": self.kind,
             "higher_is_better": self.higher_is_better,
         }
+
+
+@dataclass(frozen=True)
+class StrengthCheck:
+    """Does an attack beat its blind baseline on *unprotected* embeddings?
+
+    Attributes
+    ----------
+    attack : str
+        The metric's name (e.g. ``"linkage"``).
+    statistic : str
+        The column judged (e.g. ``"reid@1"``, ``"leakage"``).
+    value : float
+        Its value on the unprotected embeddings.
+    chance : float
+        The blind baseline's value (what the number means nothing beyond).
+    excess_low, excess_high : float
+        95% interval of ``value - chance``.
+    method : str
+        How the interval was made.
+    columns : tuple of str
+        Every column of the attack (all carry its verdict).
+
+    Examples
+    --------
+    >>> c = StrengthCheck("token_inference", "leakage", 0.071, 0.264, -0.21, -0.17, "bootstrap")
+    >>> c.passed, c.status
+    (False, 'attack too weak: no evidence about protection')
+    """
+
+    attack: str
+    statistic: str
+    value: float
+    chance: float
+    excess_low: float
+    excess_high: float
+    method: str = ""
+    columns: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        """True when the interval's lower end is above 0 (the attack beats chance)."""
+        return bool(self.excess_low > 0)
+
+    @property
+    def status(self) -> str:
+        """``"ok"`` or :data:`WEAK_ATTACK`."""
+        return "ok" if self.passed else WEAK_ATTACK
+
+    def text(self) -> str:
+        """One line: the numbers and the verdict."""
+        verdict = "beats chance" if self.passed else WEAK_ATTACK
+        return (
+            f"{self.attack}: {self.statistic} {self.value:.3f} on unprotected embeddings vs "
+            f"{self.chance:.3f} for a blind attacker (95% interval of the difference "
+            f"[{self.excess_low:+.3f}, {self.excess_high:+.3f}]): {verdict}"
+        )
+
+    def with_columns(self, columns: Sequence[str]) -> StrengthCheck:
+        return StrengthCheck(
+            self.attack,
+            self.statistic,
+            self.value,
+            self.chance,
+            self.excess_low,
+            self.excess_high,
+            self.method,
+            tuple(columns),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "attack": self.attack,
+            "statistic": self.statistic,
+            "value": self.value,
+            "chance": self.chance,
+            "excess_low": self.excess_low,
+            "excess_high": self.excess_high,
+            "method": self.method,
+            "columns": list(self.columns),
+            "passed": self.passed,
+            "status": self.status,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> StrengthCheck:
+        def num(v: Any) -> float:
+            return float("nan") if v is None else float(v)
+
+        return cls(
+            str(d["attack"]),
+            str(d["statistic"]),
+            num(d.get("value")),
+            num(d.get("chance")),
+            num(d.get("excess_low")),
+            num(d.get("excess_high")),
+            str(d.get("method", "")),
+            tuple(d.get("columns", ())),
+        )
 
 
 @dataclass
@@ -197,12 +313,18 @@ class Linkage:
                 for k in self.ks
             },
             "reid_mrr": Column("linkage attack: mean reciprocal rank of the true original"),
+            **{
+                f"reid_chance@{k}": Column(
+                    f"linkage: a random guess's top-{k} rate (k / candidates)", kind="reference"
+                )
+                for k in self.ks
+            },
         }
 
     def signature(self) -> Any:
-        return {"linkage": list(self.ks), "max_records": self.max_records}
+        return {"linkage": list(self.ks), "max_records": self.max_records, "version": 2}
 
-    def __call__(self, release: Release) -> dict[str, float]:
+    def _run(self, release: Release) -> tuple[dict[str, float], Any]:
         from ..attacks import LinkageAttack
 
         C = release.reference()
@@ -214,7 +336,29 @@ class Linkage:
         rep = LinkageAttack(ks=self.ks).score(Y, C)
         out = {f"reid@{k}": float(v) for k, v in rep.top_k.items()}
         out["reid_mrr"] = float(rep.mrr)
-        return out
+        out.update({f"reid_chance@{k}": float(v) for k, v in rep.chance.items()})
+        return out, rep
+
+    def __call__(self, release: Release) -> dict[str, float]:
+        return self._run(release)[0]
+
+    def check(self, release: Release) -> tuple[dict[str, float], StrengthCheck]:
+        """Run on unprotected embeddings: the columns, and top-1 linkage against a random
+        guess (1 / candidates) with the Wilson interval of the rate."""
+        out, rep = self._run(release)
+        k = self.ks[0]
+        lo, hi = rep.interval[k]
+        chance = rep.chance[k]
+        return out, StrengthCheck(
+            self.name,
+            f"reid@{k}",
+            rep.top_k[k],
+            chance,
+            lo - chance,
+            hi - chance,
+            f"Wilson interval over {rep.n_protected} records",
+            tuple(out),
+        )
 
 
 class TokenLeakage:
@@ -236,7 +380,9 @@ class TokenLeakage:
         Sensitive tokens of each target text (default: all its tokens).
     adaptive : bool, default True
     attack : dict, optional
-        Keyword arguments of :class:`~privembed.attacks.MLCAttack` (e.g. ``epochs``).
+        Keyword arguments of :class:`~privembed.attacks.MLCAttack` (default
+        :data:`~privembed.attacks.token_inference.AUDIT_SETTINGS`, the settings measured to beat
+        the blind attacker on the demo and PII corpora; [T26]'s own settings do not).
     n_copies : int, default 1
         Protected copies of the auxiliary set for the adaptive attacker.
     rows : sequence of int, optional
@@ -275,7 +421,11 @@ class TokenLeakage:
                 f"sensitive has {len(self.sensitive)} entries but texts has {len(self.texts)}."
             )
         self.adaptive = bool(adaptive)
-        self.attack_kwargs = dict(attack or {})
+        if attack is None:
+            from ..attacks.token_inference import AUDIT_SETTINGS
+
+            attack = {k: list(v) if isinstance(v, tuple) else v for k, v in AUDIT_SETTINGS.items()}
+        self.attack_kwargs = dict(attack)
         self.n_copies = check_int("n_copies", n_copies, ge=1)
         self._plain_attack: Any = None
         self.columns = {
@@ -284,6 +434,11 @@ class TokenLeakage:
             "auc_sensitive": Column("MLC token inference: macro AUC over sensitive tokens"),
             "leakage_chance": Column(
                 "leakage of a blind attacker (token frequencies only)", kind="reference"
+            ),
+            "leakage_excess_low": Column(
+                "lower end of the 95% interval of leakage - leakage_chance (paired bootstrap "
+                "over texts); <= 0: no more leakage than a blind attacker's",
+                kind="reference",
             ),
         }
 
@@ -305,7 +460,7 @@ class TokenLeakage:
 
         return MLCAttack(**self.attack_kwargs)
 
-    def __call__(self, release: Release) -> dict[str, float]:
+    def _run(self, release: Release) -> tuple[dict[str, float], Any]:
         Y = release.Y if self.rows is None else release.Y[self.rows]
         if Y.shape[0] != len(self.texts):
             raise DataError(
@@ -320,12 +475,32 @@ class TokenLeakage:
                 self._plain_attack = self._attack().fit(self.aux_texts, self.aux, rng=0)
             atk = self._plain_attack
         rep = atk.score(self.texts, Y, sensitive=self.sensitive)
-        return {
+        out = {
             "leakage": float(rep.leakage),
             "confidence": float(rep.confidence),
             "auc_sensitive": float(rep.auc_sensitive),
             "leakage_chance": float(rep.leakage_chance),
+            "leakage_excess_low": float(rep.leakage_excess_low),
         }
+        return out, rep
+
+    def __call__(self, release: Release) -> dict[str, float]:
+        return self._run(release)[0]
+
+    def check(self, release: Release) -> tuple[dict[str, float], StrengthCheck]:
+        """Run on unprotected embeddings: the columns, and leakage against the blind
+        (token-frequency) attacker with a paired bootstrap interval over the target texts."""
+        out, rep = self._run(release)
+        return out, StrengthCheck(
+            self.name,
+            "leakage",
+            rep.leakage,
+            rep.leakage_chance,
+            rep.leakage_excess_low,
+            rep.leakage_excess_high,
+            f"paired bootstrap over {rep.n_texts} target texts",
+            tuple(out),
+        )
 
 
 class Averaging:
@@ -355,7 +530,7 @@ class Averaging:
     def signature(self) -> Any:
         return {"averaging": self.n_releases, "max_records": self.max_records}
 
-    def __call__(self, release: Release) -> dict[str, float]:
+    def _run(self, release: Release) -> tuple[dict[str, float], Any, Any]:
         from ..attacks import averaging_attack, release_stack
 
         X = release.X
@@ -364,4 +539,37 @@ class Averaging:
         R = release_stack(release.mechanism, X, self.n_releases, rng=release.rng)
         ref = Release(release.mechanism, X, R[0], release.rng).reference()
         rep = averaging_attack(R, ref, n_releases=[self.n_releases])
-        return {f"avg{self.n_releases}_cosine": float(rep.mean_cosine[-1])}
+        return {f"avg{self.n_releases}_cosine": float(rep.mean_cosine[-1])}, R, ref
+
+    def __call__(self, release: Release) -> dict[str, float]:
+        return self._run(release)[0]
+
+    def check(self, release: Release) -> tuple[dict[str, float], StrengthCheck]:
+        """Run on unprotected embeddings: the columns, and the averages' cosine to their
+        originals against a blind guess -- the centroid of the other records -- with a normal
+        interval of the mean per-record difference."""
+        out, R, ref = self._run(release)
+        A = _unit_rows(np.asarray(ref, dtype=np.float64))
+        avg = _unit_rows(R.mean(axis=0))
+        n = A.shape[0]
+        total = A.sum(axis=0)
+        others = _unit_rows((total[None, :] - A) / max(n - 1, 1))
+        diff = np.einsum("ij,ij->i", avg, A) - np.einsum("ij,ij->i", others, A)
+        half = 1.96 * float(diff.std(ddof=1)) / np.sqrt(n) if n > 1 else float("nan")
+        col = f"avg{self.n_releases}_cosine"
+        chance = float(np.einsum("ij,ij->i", others, A).mean())
+        return out, StrengthCheck(
+            self.name,
+            col,
+            out[col],
+            chance,
+            float(diff.mean()) - half,
+            float(diff.mean()) + half,
+            f"normal interval over {n} records",
+            tuple(out),
+        )
+
+
+def _unit_rows(A: NDArray[np.float64]) -> NDArray[np.float64]:
+    norms = np.linalg.norm(A, axis=1, keepdims=True)
+    return A / np.where(norms > 0, norms, 1.0)

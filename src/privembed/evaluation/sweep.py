@@ -44,8 +44,10 @@ from ..accounting import Guarantee, NoGuarantee, guarantee_from_dict
 from ..mechanisms import MECHANISMS, Mechanism, get_mechanism
 from ..rng import spawn
 from .privacy import (
+    NOT_CHECKED,
     Column,
     Release,
+    StrengthCheck,
     Unprotected,
     describe_columns,
     metric_name,
@@ -474,15 +476,27 @@ def run_sweep(
         baseline = store.baseline
     else:
         base_values: dict[str, Any] = dict(ev.baseline())
+        checks: list[StrengthCheck] = []
         if metrics:
             # every attack once on the plain embeddings: the reference its numbers are read
-            # against (the same attacker trained and scored on unprotected vectors)
+            # against (the same attacker trained and scored on unprotected vectors), and the
+            # check that it beats its blind baseline there at all
             ident = Unprotected()
             plain = Release(ident, A, ident.privatize(A), baseline_stream(seed))
             for m in metrics:
-                for col, val in m(plain).items():
+                check = getattr(m, "check", None)
+                if callable(check):
+                    got, verdict = check(plain)
+                    checks.append(verdict.with_columns(list(got)))
+                else:
+                    got = m(plain)
+                for col, val in got.items():
                     base_values.setdefault(col, val)
-        baseline = {"type": "baseline", "metrics": _clean(base_values)}
+        baseline = {
+            "type": "baseline",
+            "metrics": _clean(base_values),
+            "checks": [c.to_dict() for c in checks],
+        }
         if store is not None:
             store.append(baseline)
     records: list[dict[str, Any]] = []
@@ -553,6 +567,9 @@ def run_sweep(
         columns=columns,
         settings=settings,
         description=dict(description or {}),
+        checks={
+            c.attack: c for c in (StrengthCheck.from_dict(d) for d in baseline.get("checks", []))
+        },
     )
 
 
@@ -585,6 +602,9 @@ class SweepResult:
     settings : dict
     description : dict
         Data description (source, model, ...).
+    checks : dict of str -> StrengthCheck
+        Per attack (metric name): did it beat its blind baseline on the unprotected embeddings?
+        (:class:`~privembed.evaluation.privacy.StrengthCheck`.)
     """
 
     configs: list[SweepConfig]
@@ -593,6 +613,40 @@ class SweepResult:
     columns: dict[str, Column]
     settings: dict[str, Any]
     description: dict[str, Any] = field(default_factory=dict)
+    checks: dict[str, StrengthCheck] = field(default_factory=dict)
+
+    # ---- attack strength --------------------------------------------------------------------
+    def attack_check(self, column: str) -> StrengthCheck | None:
+        """The strength check of the attack that produced ``column`` (None if none)."""
+        for c in self.checks.values():
+            if column in c.columns:
+                return c
+        return None
+
+    def attack_status(self, column: str) -> str:
+        """``"ok"``, ``"attack too weak: no evidence about protection"``, ``"strength not
+        checked ..."`` for an attack's column; ``""`` for a utility column."""
+        kind = self.column(column).kind
+        if kind == "utility":
+            return ""
+        check = self.attack_check(column)
+        if check is not None:
+            return check.status
+        return NOT_CHECKED if kind == "privacy" else ""
+
+    def evidence_columns(self) -> list[str]:
+        """Privacy columns that count as evidence: those of attacks not found too weak."""
+        return [
+            c
+            for c in self.metric_names("privacy")
+            if (chk := self.attack_check(c)) is None or chk.passed
+        ]
+
+    def weak_columns(self) -> list[str]:
+        """Columns (privacy and reference) of attacks too weak to be evidence."""
+        return [
+            c for c in self.metric_names() if (chk := self.attack_check(c)) and not chk.passed
+        ]
 
     # ---- derived views ----------------------------------------------------------------------
     def guarantee(self, config: SweepConfig) -> Guarantee:
@@ -684,6 +738,7 @@ class SweepResult:
                         "guarantee_kind": g.kind,
                         "metric": metric,
                         "kind": col.kind,
+                        "attack_status": self.attack_status(metric),
                         "mean": mean,
                         "std": std,
                         "n_runs": n,
@@ -736,6 +791,7 @@ class SweepResult:
                 "description": self.description,
                 "columns": {k: c.to_dict() for k, c in self.columns.items()},
                 "baseline": self.baseline,
+                "attack_checks": [c.to_dict() for c in self.checks.values()],
                 "configs": [
                     {
                         "config_id": c.key,
@@ -812,6 +868,10 @@ class SweepResult:
             columns=columns,
             settings=dict(data.get("settings", {})),
             description=dict(data.get("description", {})),
+            checks={
+                c.attack: c
+                for c in (StrengthCheck.from_dict(d) for d in data.get("attack_checks", []))
+            },
         )
 
 
