@@ -53,10 +53,11 @@ def test_learn_show_combine_and_protect(tmp_path, toy_model):
     out = tmp_path / "disease.profile"
     args = ["concept", "learn", "--concept", "illness", "--tokens", str(tokens)]
     args += ["--texts", str(corpus), "-o", str(out), "--epochs", "3", "--lr", "0.01"]
-    r = runner.invoke(app, [*args, "--lambda", "0.01", "--seed", "1"])
+    r = runner.invoke(app, [*args, "--lambda", "0.01", "--seed", "1", "--force"])
     assert r.exit_code == 0, r.output
     assert "built 30 pairs from 40 texts (10 without a concept token" in r.stderr
     assert "so no gate can close" in " ".join(r.stderr.split())  # 3 steps x lr 0.01
+    assert "mask is uninformative" in " ".join(r.stderr.split())  # --force: written, warned
     prof = ConceptProfile.load(out)
     assert prof.dim == 16 and prof.concept_names == ["illness"]
     assert prof.metadata["training"]["lam"] == 0.01 and prof.metadata["seed"] == 1
@@ -87,6 +88,7 @@ def test_learn_show_combine_and_protect(tmp_path, toy_model):
             "2",
             "--seed",
             "0",
+            "--force",
         ],
     )
     assert r.exit_code == 0, r.output
@@ -167,3 +169,20 @@ def test_user_errors(tmp_path, toy_model):
     r = runner.invoke(app, ["concept", "show", str(tmp_path / "missing.profile")])
     _assert_user_error(r, "profile not found")
     assert not (tmp_path / "x.profile").exists()
+
+
+def test_learn_fails_loudly_on_an_uninformative_mask(tmp_path, toy_model):
+    """3 epochs at lr 1e-4 cannot move any gate from 0.5: exit 2, the numbers, what to try,
+    and no profile written."""
+    corpus, tokens = _corpus(tmp_path)
+    out = tmp_path / "flat.profile"
+    args = ["concept", "learn", "--concept", "illness", "--tokens", str(tokens)]
+    args += ["--texts", str(corpus), "-o", str(out), "--epochs", "3", "--seed", "1"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    err = " ".join(r.stderr.split("error: ", 1)[1].split())  # the one-line error
+    assert err.startswith("the learned mask is uninformative: its values span 0.")
+    for what in ("spread 0.0", "< 0.1", "of 16 gates closed", "30 pairs", "3 epochs at lr 0.0001",
+                 "--lr 1e-2", "--epochs", "--force"):  # fmt: skip
+        assert what in err, what
+    assert not out.exists()

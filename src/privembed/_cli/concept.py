@@ -84,9 +84,20 @@ def learn(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the profile summary as JSON.")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Write the profile even when the learned mask is uninformative."
+        ),
+    ] = False,
 ) -> None:
-    """Learn which embedding dimensions carry a concept and save them as a concept profile."""
+    """Learn which embedding dimensions carry a concept and save them as a concept profile.
+
+    Fails (exit 2, nothing written) when the learned mask is near-uniform -- nothing was
+    learned -- with the numbers and what to try, unless --force.
+    """
     from ..concepts import MaskLearner, learn_profile, read_tokens, resolve_concept
+    from ..concepts.profile import uninformative_mask
     from ..concepts.sources import _canonical, generate_sentences
     from ..io import read_texts
 
@@ -128,7 +139,6 @@ def learn(
         learner=learner,
     )
     profile.metadata["texts_source"] = source
-    profile.save(output)
     pairs = profile.metadata["pairs"]
     err_console.print(
         f"built {pairs['n_pairs']} pairs from {pairs['n_texts']} texts "
@@ -136,8 +146,14 @@ def learn(
         f"{pairs['n_empty_after_removal']} empty after removal)",
         highlight=False,
     )
-    err_console.print(f"wrote {output}", highlight=False)
     warning = _step_budget_warning(profile.metadata)
+    useless = uninformative_mask(profile)
+    if useless and not force:
+        raise ValueError(useless + (f" ({warning})" if warning else ""))
+    profile.save(output)
+    err_console.print(f"wrote {output}", highlight=False)
+    if useless:
+        err_console.print(f"[yellow]warning:[/yellow] {useless}", highlight=False)
     if warning:
         err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     _show(profile, top=10, as_json=as_json)

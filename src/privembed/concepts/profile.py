@@ -53,7 +53,22 @@ from .pairs import build_pairs
 from .sensitivity import neuron_sensitivity, sensitivity_diagnostic
 from .sources import Concept
 
-__all__ = ["PROFILE_FORMAT", "ConceptProfile", "learn_profile"]
+__all__ = [
+    "MIN_MASK_SPREAD",
+    "PROFILE_FORMAT",
+    "ConceptProfile",
+    "learn_profile",
+    "mask_spread",
+    "uninformative_mask",
+]
+
+#: A learned mask is *uninformative* when its values span less than this (max - min). Every
+#: gate starts at m = 0.5 (log alpha = 0, eq. 2), so a spread below 0.1 means no gate moved
+#: more than 0.1 away from the others: with mask_delta = 1e-2 the covariance
+#: diag(m + delta) then has largest/smallest ratio at most (0.55 + 0.01)/(0.45 + 0.01) = 1.22
+#: around the identity after trace normalisation -- the Mahalanobis mechanism is the Laplace
+#: mechanism with every axis rescaled by at most ~10%, whatever concept was named.
+MIN_MASK_SPREAD = 0.1
 
 #: format tag written into every profile's metadata
 PROFILE_FORMAT = "privembed.concept-profile/1"
@@ -348,6 +363,65 @@ class ConceptProfile:
             sensitivity=sensitivity,
             metadata=meta,
         )
+
+
+def mask_spread(mask: Any) -> dict[str, float]:
+    """Numbers that say whether a mask learned anything: its range, mean, closed/open counts
+    and the largest/smallest ratio of the covariance it gives (``mask_delta`` default).
+
+    Examples
+    --------
+    >>> mask_spread([0.5, 0.52, 0.49])["spread"]
+    0.030000000000000027
+    """
+    m = np.asarray(mask, dtype=np.float64).ravel()
+    cov = covariance_from_mask(m, DEFAULT_MASK_DELTA)
+    return {
+        "min": float(m.min()),
+        "max": float(m.max()),
+        "mean": float(m.mean()),
+        "spread": float(m.max() - m.min()),
+        "n_closed": int(np.count_nonzero(m == 0)),
+        "n_open": int(np.count_nonzero(m == 1)),
+        "covariance_ratio": float(cov.max() / cov.min()) if cov.min() > 0 else float("inf"),
+    }
+
+
+def uninformative_mask(profile: ConceptProfile) -> str | None:
+    """Why a learned profile's mask is uninformative (near-uniform), with what to try; None if
+    its values span at least :data:`MIN_MASK_SPREAD`.
+
+    Examples
+    --------
+    >>> print(uninformative_mask(ConceptProfile(mask=[0.5, 0.51, 0.5, 0.49])))  # doctest: +ELLIPSIS
+    the learned mask is uninformative: its values span 0.49-0.51 (spread 0.02 < 0.1; mean 0.50, ...
+    >>> uninformative_mask(ConceptProfile(mask=[1.0, 0.0, 0.5, 0.0])) is None
+    True
+    """
+    s = mask_spread(profile.mask)
+    if s["spread"] >= MIN_MASK_SPREAD:
+        return None
+    md = profile.metadata
+    tr = md.get("training", {})
+    probe = md.get("probe", {})
+    pairs = md.get("pairs", {}).get("n_pairs", md.get("n_train_pairs"))
+    acc = probe.get("val_accuracy_masked")
+    acc_u = probe.get("val_accuracy_unmasked")
+    probe_txt = ""
+    if acc is not None:
+        probe_txt = f"; probe accuracy {acc:.2f} with the mask" + (
+            f", {acc_u:.2f} without" if acc_u is not None else ""
+        )
+    return (
+        f"the learned mask is uninformative: its values span {s['min']:.2f}-{s['max']:.2f} "
+        f"(spread {s['spread']:.2f} < {MIN_MASK_SPREAD:g}; mean {s['mean']:.2f}, "
+        f"{s['n_closed']} of {profile.dim} gates closed, {s['n_open']} open), so the Mahalanobis "
+        f"covariance is within {100 * (s['covariance_ratio'] - 1):.0f}% of the identity: it would "
+        f"protect no concept more than the Laplace mechanism does. Trained on {pairs} pairs, "
+        f"{tr.get('epochs')} epochs at lr {tr.get('lr')}{probe_txt}. Try more pairs (more "
+        "--texts, or --n for a built-in concept), a higher learning rate (--lr 1e-2) or more "
+        "--epochs; --force writes the profile anyway."
+    )
 
 
 def _now() -> str:
