@@ -42,4 +42,4 @@ def test_mask_delta_and_attack_lr_reach_the_sweep(tmp_path):
     # the token attacker's settings are part of the results file's identity (its header)
     header = json.loads((out / "runs.jsonl").read_text().splitlines()[0])
     attack = [json.loads(p) for p in header["privacy"] if "token_inference" in p]
-    assert attack[0]["token_inference"] == {"epochs": 1, "lr": 0.003}
+    assert attack[0]["token_inference"] == {"hidden": [256], "epochs": 1, "lr": 0.003, "top_k": 10}

@@ -3,16 +3,16 @@
 Example::
 
     privembed evaluate emb.parquet --mechanisms gaussian,laplace,mahalanobis,purkayastha \\
-        --epsilon 1,5,10,20,50 --runs 5 -o report/ --min-top1 0.9 --texts corpus.jsonl
+        --runs 5 -o report/ --min-overlap 0.5 --texts corpus.jsonl
 
 writes ``report/index.html`` (self-contained), the plots as PNG and SVG, ``results.csv`` /
 ``results.parquet`` / ``results.json`` (tidy: one row per configuration and metric) and
-``runs.csv``; ``report/runs.jsonl`` lets an interrupted sweep resume where it stopped.
+``runs.csv``; ``report/runs.jsonl`` lets an interrupted sweep resume where it stopped. The
+command only parses and prints: the work is :func:`privembed.evaluation.pipeline.evaluate_embeddings`.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +21,9 @@ import typer
 
 from .common import console, err_console, parse_floats, progress_callback, user_errors
 
-__all__ = ["evaluate", "register"]
+__all__ = ["evaluate", "print_attack_checks", "print_recommendation", "register"]
+
+_AUDIT = "default: the audit settings, 40 epochs at lr 3e-3 (one hidden layer of 256, top-10 rule)"
 
 
 def _names(text: str) -> list[str]:
@@ -31,36 +33,6 @@ def _names(text: str) -> list[str]:
     return out
 
 
-def _read_texts(path: Path, ids: list[str]) -> tuple[list[str], list[set[str]] | None]:
-    """Texts (and optional ``sensitive`` token lists) aligned with the embedding ids."""
-    by_id: dict[str, tuple[str, Any]] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                raise ValueError(f"{path}:{lineno}: not a JSON object.") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("text"), str):
-                raise ValueError(f"{path}:{lineno}: needs a 'text' string.")
-            key = str(obj.get("id", lineno - 1))
-            by_id[key] = (obj["text"], obj.get("sensitive"))
-    missing = [i for i in ids if i not in by_id]
-    if missing:
-        raise ValueError(
-            f"{path} has no text for {len(missing)} embedding id(s) (first: {missing[0]!r}); "
-            "texts are matched to embeddings by 'id'."
-        )
-    texts = [by_id[i][0] for i in ids]
-    sens = [by_id[i][1] for i in ids]
-    if all(s is None for s in sens):
-        return texts, None
-    if any(s is None for s in sens):
-        raise ValueError(f"{path}: 'sensitive' is given for some texts but not all.")
-    return texts, [{str(t).lower() for t in s} for s in sens]
-
-
 @user_errors
 def evaluate(
     input: Annotated[Path, typer.Argument(help="Embeddings (.parquet/.npy/.npz/.jsonl).")],
@@ -68,13 +40,20 @@ def evaluate(
     mechanisms: Annotated[
         str, typer.Option(help="Comma-separated mechanisms (see 'privembed protect --help').")
     ] = "gaussian,laplace,mahalanobis,purkayastha",
-    epsilon: Annotated[str, typer.Option(help="Comma-separated epsilons.")] = "1,5,10,20,50",
+    epsilon: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated epsilons (default: per mechanism, from theory: where the "
+            "expected mean cosine is 0.1, 0.3, 0.5, 0.7, 0.9 for the data's dimension)."
+        ),
+    ] = None,
     runs: Annotated[int, typer.Option(help="Independent releases per configuration.")] = 5,
     seed: Annotated[int, typer.Option(help="Seed of the sweep (every cell reproducible).")] = 0,
     delta: Annotated[float, typer.Option(help="delta of gaussian/projection.")] = 1e-5,
     sigma: Annotated[
-        str, typer.Option(help="Comma-separated sigmas of the empirical mechanism.")
-    ] = "0.05,0.1,0.2,0.5",
+        str | None,
+        typer.Option(help="Comma-separated sigmas of the empirical mechanism (default: theory)."),
+    ] = None,
     calibration: Annotated[
         str, typer.Option(help="Gaussian calibrations, comma-separated: analytic,classic.")
     ] = "analytic",
@@ -95,16 +74,40 @@ def evaluate(
             "(default: the mechanism's default)."
         ),
     ] = None,
-    min_top1: Annotated[
-        float | None, typer.Option(help="Floor on top-1 self-retrieval for the recommendation.")
+    min_overlap: Annotated[
+        float | None,
+        typer.Option(
+            help="Utility floor on knn_overlap@10 (share of each record's 10 nearest neighbours "
+            "kept; default floor 0.5 when no other utility floor is given)."
+        ),
     ] = None,
     min_cosine: Annotated[
-        float | None, typer.Option(help="Floor on the mean cosine for the recommendation.")
+        float | None, typer.Option(help="Utility floor on the mean cosine.")
+    ] = None,
+    min_top1: Annotated[
+        float | None,
+        typer.Option(
+            hidden=True,
+            help="Refused: top-1 self-retrieval is the re-identification rate, not a utility.",
+        ),
     ] = None,
     floor: Annotated[
         list[str] | None,
-        typer.Option(help="More floors, e.g. 'sts_pearson>=0.7' or 'leakage<=0.2' (repeatable)."),
+        typer.Option(
+            help="More utility floors, e.g. 'sts_pearson>=0.7' (repeatable; 'metric<=value' "
+            "adds an attack ceiling)."
+        ),
     ] = None,
+    ceiling: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Attack ceilings instead of the defaults, e.g. 'reid@1<=0.05' (repeatable)."
+        ),
+    ] = None,
+    reid_multiple: Annotated[
+        float,
+        typer.Option(help="Default linkage ceiling: reid@1 at most this multiple of chance."),
+    ] = 5.0,
     texts: Annotated[
         Path | None,
         typer.Option(
@@ -115,14 +118,13 @@ def evaluate(
     aux_fraction: Annotated[
         float, typer.Option(help="Share of the records the token attacker owns (its training set).")
     ] = 0.5,
-    attack_epochs: Annotated[int, typer.Option(help="Epochs of the token attack (T26: 20).")] = 20,
+    attack_epochs: Annotated[
+        int | None, typer.Option(help=f"Epochs of the token attack ({_AUDIT}; T26: 20).")
+    ] = None,
     attack_lr: Annotated[
-        float,
-        typer.Option(
-            help="Adam learning rate of the token attack (T26: 1e-4; with a few hundred "
-            "records it recovers nothing at 20 epochs: try --attack-epochs 40 --attack-lr 3e-3)."
-        ),
-    ] = 1e-4,
+        float | None,
+        typer.Option(help=f"Adam learning rate of the token attack ({_AUDIT}; T26: 1e-4)."),
+    ] = None,
     linkage: Annotated[
         bool, typer.Option("--linkage/--no-linkage", help="Run the re-identification attack.")
     ] = True,
@@ -134,92 +136,42 @@ def evaluate(
     title: Annotated[str | None, typer.Option(help="Report title.")] = None,
 ) -> None:
     """Measure privacy-utility trade-offs on your embeddings and write an HTML report."""
-    from ..evaluation import Linkage, TokenLeakage, UtilityEvaluator, grid, run_sweep
-    from ..evaluation.report import Floor, parse_floors, recommend, write_report
-    from ..evaluation.sweep import describe_embeddings
+    from ..attacks.token_inference import AUDIT_SETTINGS
+    from ..evaluation.pipeline import evaluate_embeddings, read_attack_texts
+    from ..evaluation.recommend import Floor, parse_floors
     from ..io import read_embeddings
-    from ..rng import as_generator
 
-    mechs = _names(mechanisms)
-    eps = parse_floats("epsilon", epsilon)
-    extra: dict[str, dict[str, Any]] = {}
-    notes: list[str] = []
-    if "gaussian" in mechs:
-        cal = _names(calibration)
-        if cal != ["analytic"]:
-            extra["gaussian"] = {"calibration": cal}
-    if "projection" in mechs:
-        if k is None:
-            raise ValueError("--k is required with the projection mechanism (e.g. --k 64,128).")
-        extra["projection"] = {"k": [int(v) for v in parse_floats("k", k)]}
-    if "mahalanobis" in mechs:
-        m: dict[str, Any] = {}
-        if profile is not None:
-            if not profile.exists():
-                raise FileNotFoundError(f"file not found: {profile}")
-            m["profile"] = str(profile)
-        else:
-            notes.append(
-                "mahalanobis was run without a concept profile (--profile): Sigma = I, so it is "
-                "the isotropic Laplace mechanism; learn a profile with 'privembed concept'."
-            )
-        if smoothing is not None:
-            m["smoothing"] = parse_floats("smoothing", smoothing)
-        if mask_delta is not None:
-            m["mask_delta"] = parse_floats("mask_delta", mask_delta)
-        if m:
-            extra["mahalanobis"] = m
-    configs = grid(
-        mechs,
-        epsilon=eps,
-        delta=delta,
-        sigma=parse_floats("sigma", sigma) if "empirical" in mechs else None,
-        params=extra,
-    )
-    floors: list[Floor] = []
     if min_top1 is not None:
-        floors.append(Floor("top1_originals", ">=", min_top1))
+        raise ValueError(
+            "--min-top1 floors top-1 self-retrieval, which is the re-identification rate (the "
+            "share of protected vectors linked back to their own record), not a utility; use "
+            "--min-overlap (knn_overlap@10), --min-cosine or --floor 'sts_pearson>=0.5'."
+        )
+    floors: list[Floor] = []
+    if min_overlap is not None:
+        floors.append(Floor("knn_overlap@10", ">=", min_overlap))
     if min_cosine is not None:
         floors.append(Floor("mean_cosine", ">=", min_cosine))
     floors += parse_floors(floor or [])
+    ceilings = parse_floors(ceiling) if ceiling else None
+    if ceilings and any(c.op != "<=" for c in ceilings):
+        raise ValueError(f"a ceiling must look like 'metric<=value', got {ceiling!r}.")
+    attack = {k: list(v) if isinstance(v, tuple) else v for k, v in AUDIT_SETTINGS.items()}
+    if attack_epochs is not None:
+        attack["epochs"] = attack_epochs
+    if attack_lr is not None:
+        attack["lr"] = attack_lr
 
     table = read_embeddings(input, column=column)
     X = np.asarray(table.X)
     ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
-    ev = UtilityEvaluator(X, n_queries=None if not n_queries else n_queries)
-    privacy: list[Any] = []
-    if linkage:
-        privacy.append(Linkage())
-    if texts is not None:
-        all_texts, sensitive = _read_texts(texts, ids)
-        n = len(all_texts)
-        if not 0 < aux_fraction < 1:
-            raise ValueError(f"aux_fraction must be in (0, 1), got aux_fraction={aux_fraction!r}.")
-        order = as_generator(seed).permutation(n)
-        n_aux = round(aux_fraction * n)
-        if n_aux < 2 or n - n_aux < 2:
-            raise ValueError(f"{n} texts are too few to split into attacker and target records.")
-        aux, tgt = np.sort(order[:n_aux]), np.sort(order[n_aux:])
-        privacy.append(
-            TokenLeakage(
-                texts=[all_texts[i] for i in tgt],
-                sensitive=None if sensitive is None else [sensitive[i] for i in tgt],
-                aux_texts=[all_texts[i] for i in aux],
-                aux_embeddings=X[aux],
-                rows=tgt.tolist(),
-                attack={"epochs": attack_epochs, "lr": attack_lr},
-            )
-        )
-    output.mkdir(parents=True, exist_ok=True)
+    all_texts, sensitive = read_attack_texts(texts, ids) if texts is not None else (None, None)
     description: dict[str, Any] = {"source": input.name}
     for key in ("embedding_model", "model", "source", "protected"):
         if key in table.metadata:
             description[f"file metadata: {key}"] = table.metadata[key]
-    description.update(describe_embeddings(X))
     if texts is not None:
-        description["texts"] = (
-            f"{texts.name} (token attacker owns {n_aux} records, targets {n - n_aux})"
-        )
+        description["texts file"] = texts.name
     with progress_callback("sweeping") as (set_total, advance):
         state = {"done": 0}
 
@@ -228,51 +180,88 @@ def evaluate(
             advance(done - state["done"])
             state["done"] = done
 
-        result = run_sweep(
+        run = evaluate_embeddings(
             X,
-            configs,
+            output,
+            mechanisms=_names(mechanisms),
+            epsilon=None if epsilon is None else parse_floats("epsilon", epsilon),
             runs=runs,
             seed=seed,
-            utility=ev,
-            privacy=privacy,
-            results=output / "runs.jsonl",
+            delta=delta,
+            sigma=None if sigma is None else parse_floats("sigma", sigma),
+            calibration=_names(calibration),
+            k=None if k is None else [int(v) for v in parse_floats("k", k)],
+            profile=profile,
+            smoothing=None if smoothing is None else parse_floats("smoothing", smoothing),
+            mask_delta=None if mask_delta is None else parse_floats("mask_delta", mask_delta),
+            floors=floors,
+            ceilings=ceilings,
+            reid_multiple=reid_multiple,
+            linkage=linkage,
+            texts=all_texts,
+            sensitive=sensitive,
+            aux_fraction=aux_fraction,
+            attack=attack,
+            n_queries=n_queries,
             restart=restart,
-            on_progress=on_progress,
             description=description,
+            title=title or f"privembed evaluation of {input.name}",
+            on_progress=on_progress,
         )
-    result.save(output)
-    page = write_report(
-        result,
-        output,
-        floors=floors,
-        title=title or f"privembed evaluation of {input.name}",
-        notes=notes,
-    )
-    rec = recommend(result, floors)
-    _print_summary(result, rec)
-    err_console.print(f"wrote {page}")
+    print_attack_checks(run.result.checks.values())
+    print_recommendation(run.result, run.recommendation)
+    err_console.print(f"wrote {run.report}")
 
 
-def _print_summary(result: Any, rec: Any) -> None:
+def print_attack_checks(checks: Any) -> None:
+    """One line per attack: its numbers on unprotected data and its verdict."""
+    for c in checks:
+        style = "green" if c.passed else "bold yellow"
+        console.print(f"[{style}]attack check[/{style}] {c.text()}", highlight=False)
+
+
+def _config_table(title: str) -> Any:
     from rich.table import Table
 
-    t = Table(title="Recommended" if rec.floors else "Pareto-optimal configurations")
-    t.add_column("configuration")
-    t.add_column("guarantee")
-    # the floored utility and the two headline attack columns (the report has them all)
-    cols = rec.utility_axes + [c for c in ("reid@1", "leakage") if c in rec.privacy_axes]
-    for c in cols:
-        t.add_column(c, justify="right")
-    for cfg in rec.pareto:
-        vals = []
+    t = Table(title=title)
+    # the configuration name identifies the row: never truncated, wrapped if it must be
+    t.add_column("configuration", overflow="fold", no_wrap=False, min_width=12)
+    t.add_column("guarantee", overflow="fold")
+    return t
+
+
+def print_recommendation(result: Any, rec: Any) -> None:
+    """The recommendation's sentence, its configurations (or the nearest on each side)."""
+    from ..evaluation.privacy import WEAK_ATTACK
+
+    console.print(rec.sentence(result), highlight=False)
+    shown = (
+        rec.pareto
+        if rec.feasible
+        else [c for c in (rec.nearest_utility, rec.nearest_attack) if c is not None]
+    )
+    if shown:
+        cols = list(
+            dict.fromkeys(
+                [*rec.utility_axes, *(f.metric for f in rec.requirements), "reid@1", "leakage"]
+            )
+        )
+        cols = [c for c in cols if c in result.metric_names()]
+        t = _config_table("Recommended" if rec.feasible else "Nearest on each side of the frontier")
         for c in cols:
-            mean, std, n = result.stats(cfg, c)
-            vals.append(f"{mean:.3f}" + (f" ± {std:.3f}" if n > 1 and np.isfinite(std) else ""))
-        t.add_row(cfg.label, result.guarantee(cfg).short(), *vals)
-    if rec.floors and not rec.feasible:
-        console.print("No configuration meets " + ", ".join(f.text() for f in rec.floors) + ".")
-    else:
+            head = c + (" (too weak)" if result.attack_status(c) == WEAK_ATTACK else "")
+            t.add_column(head, justify="right", overflow="fold")
+        for cfg in shown:
+            vals = []
+            for c in cols:
+                mean, std, n = result.stats(cfg, c)
+                vals.append(f"{mean:.3f}" + (f" ± {std:.3f}" if n > 1 and np.isfinite(std) else ""))
+            t.add_row(cfg.label, result.guarantee(cfg).short(), *vals)
         console.print(t)
+    for line in rec.nearest_lines(result):
+        console.print(f"  {line}", highlight=False)
+    for line in rec.ignored:
+        console.print(f"[yellow]note:[/yellow] {line}", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

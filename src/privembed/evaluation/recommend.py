@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from .privacy import StrengthCheck
 from .sweep import SweepConfig, SweepResult
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "REID_CHANCE_MULTIPLE",
     "Floor",
     "Recommendation",
+    "ceilings_from",
     "default_ceilings",
     "is_linkability",
     "parse_floors",
@@ -130,38 +133,43 @@ def _mean(result: SweepResult, c: SweepConfig, metric: str) -> float:
     return result.stats(c, metric)[0]
 
 
-def default_ceilings(
-    result: SweepResult, *, reid_multiple: float = REID_CHANCE_MULTIPLE
+def ceilings_from(
+    baseline: Mapping[str, Any],
+    checks: Mapping[str, StrengthCheck],
+    *,
+    reid_multiple: float = REID_CHANCE_MULTIPLE,
 ) -> list[Floor]:
-    """The attack ceilings that the sweep's attacks support (only attacks that beat chance).
+    """The default attack ceilings for the attacks whose columns appear in ``baseline`` (their
+    values on the unprotected embeddings), leaving out attacks whose check failed.
 
     * linkage (``reid@1`` with its ``reid_chance@1``): ``reid@1 <= reid_multiple * chance``;
     * token inference (``leakage_excess_low``): ``leakage_excess_low <= 0`` -- the lower end
       of the 95% interval of (leakage - the blind attacker's leakage) is not above 0, i.e. the
       leakage is within the blind baseline's interval.
+
+    Examples
+    --------
+    >>> [f.text() for f in ceilings_from({"reid@1": 1.0, "reid_chance@1": 0.002}, {})]
+    ['reid@1 ≤ 0.01 (5 × chance 0.002)']
     """
     if not (reid_multiple > 0 and math.isfinite(reid_multiple)):
         raise ValueError(f"reid_multiple must be > 0, got reid_multiple={reid_multiple!r}.")
-    names = set(result.metric_names())
+
+    def strong(column: str) -> bool:
+        return all(c.passed for c in checks.values() if column in c.columns)
+
     out = []
-    chk = result.attack_check("reid@1")
-    if "reid@1" in names and (chk is None or chk.passed):
-        chance = result.baseline.get("reid_chance@1")
-        if chance is None:
-            vals = [_mean(result, c, "reid_chance@1") for c in result.configs]
-            finite = [v for v in vals if math.isfinite(v)]
-            chance = max(finite) if finite else None
-        if chance is not None:
-            out.append(
-                Floor(
-                    "reid@1",
-                    "<=",
-                    reid_multiple * float(chance),
-                    note=f"{reid_multiple:g} × chance {float(chance):.3g}",
-                )
+    chance = baseline.get("reid_chance@1")
+    if "reid@1" in baseline and chance is not None and strong("reid@1"):
+        out.append(
+            Floor(
+                "reid@1",
+                "<=",
+                reid_multiple * float(chance),
+                note=f"{reid_multiple:g} × chance {float(chance):.3g}",
             )
-    chk = result.attack_check("leakage_excess_low")
-    if "leakage_excess_low" in names and (chk is None or chk.passed):
+        )
+    if "leakage_excess_low" in baseline and strong("leakage_excess_low"):
         out.append(
             Floor(
                 "leakage_excess_low",
@@ -171,6 +179,24 @@ def default_ceilings(
             )
         )
     return out
+
+
+def default_ceilings(
+    result: SweepResult, *, reid_multiple: float = REID_CHANCE_MULTIPLE
+) -> list[Floor]:
+    """The attack ceilings that the sweep's attacks support (:func:`ceilings_from` on its
+    unprotected baseline row and attack checks)."""
+    names = set(result.metric_names())
+    base: dict[str, Any] = {k: v for k, v in result.baseline.items() if k in names}
+    if "reid@1" in names and base.get("reid_chance@1") is None:
+        vals = [_mean(result, c, "reid_chance@1") for c in result.configs]
+        finite = [v for v in vals if math.isfinite(v)]
+        if finite:
+            base["reid_chance@1"] = max(finite)
+    for col in ("reid@1", "leakage_excess_low"):
+        if col in names:
+            base.setdefault(col, None)
+    return ceilings_from(base, result.checks, reid_multiple=reid_multiple)
 
 
 @dataclass(frozen=True)

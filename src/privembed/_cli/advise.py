@@ -1,0 +1,225 @@
+"""``privembed advise``: the smallest epsilon per mechanism that meets a utility target, and
+what the attacks get there -- or the plain answer that no epsilon meets both.
+
+Example::
+
+    privembed advise emb.parquet --texts notes.jsonl --min-cosine 0.5
+    privembed advise notes.jsonl --min-overlap 0.3 --json      # texts: embedded first
+
+The work is :func:`privembed.evaluation.advice.advise`; this module parses and prints. Attach
+it with ``register(app)``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from .common import console, err_console, print_json, user_errors
+
+__all__ = ["advise", "register"]
+
+
+def _names(text: str) -> list[str]:
+    out = [t.strip() for t in text.split(",") if t.strip()]
+    if not out:
+        raise ValueError(f"mechanisms must not be empty, got mechanisms={text!r}.")
+    return out
+
+
+def _is_texts(path: Path) -> bool:
+    """A .txt file, or JSONL whose first object has 'text' and no 'embedding'."""
+    if path.suffix.lower() == ".txt":
+        return True
+    if path.suffix.lower() not in (".jsonl", ".ndjson") or not path.exists():
+        return False
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    return False
+                return isinstance(obj, dict) and "text" in obj and "embedding" not in obj
+    return False
+
+
+@user_errors
+def advise(
+    input: Annotated[
+        Path,
+        typer.Argument(
+            help="Embeddings (.parquet/.npy/.npz/.jsonl), or texts (.txt, or JSONL with 'text' "
+            "and optional 'sensitive'), which are embedded first and also feed the token attack."
+        ),
+    ],
+    min_cosine: Annotated[
+        float | None, typer.Option(help="Utility target: mean cosine to the original.")
+    ] = None,
+    min_overlap: Annotated[
+        float | None,
+        typer.Option(help="Utility target: knn_overlap@10 (10 nearest neighbours kept)."),
+    ] = None,
+    target: Annotated[
+        str | None, typer.Option(help="Utility target as 'metric>=value', e.g. 'ndcg@10>=0.4'.")
+    ] = None,
+    mechanisms: Annotated[
+        str,
+        typer.Option(help="Comma-separated mechanisms (mahalanobis needs --profile)."),
+    ] = "gaussian,laplace,purkayastha",
+    texts: Annotated[
+        Path | None,
+        typer.Option(
+            help="JSONL {'id','text'[,'sensitive']} matching the embedding ids: runs the token "
+            "inference attack."
+        ),
+    ] = None,
+    profile: Annotated[Path | None, typer.Option(help="Concept profile for mahalanobis.")] = None,
+    delta: Annotated[float, typer.Option(help="delta of the Gaussian mechanism.")] = 1e-5,
+    ceiling: Annotated[
+        list[str] | None,
+        typer.Option(help="Attack ceilings instead of the defaults, e.g. 'reid@1<=0.05'."),
+    ] = None,
+    reid_multiple: Annotated[
+        float, typer.Option(help="Default linkage ceiling: reid@1 at most this multiple of chance.")
+    ] = 5.0,
+    linkage: Annotated[
+        bool, typer.Option("--linkage/--no-linkage", help="Run the re-identification attack.")
+    ] = True,
+    aux_fraction: Annotated[
+        float, typer.Option(help="Share of the records the token attacker owns.")
+    ] = 0.5,
+    attack_epochs: Annotated[int | None, typer.Option(help="Token attack epochs.")] = None,
+    attack_lr: Annotated[float | None, typer.Option(help="Token attack learning rate.")] = None,
+    runs: Annotated[int, typer.Option(help="Releases averaged at every reported point.")] = 3,
+    seed: Annotated[int, typer.Option(help="Seed of every release and attack.")] = 0,
+    n_queries: Annotated[
+        int | None, typer.Option(help="Queries of the ranking metrics (default 2000; 0 = all).")
+    ] = 2000,
+    column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Embedding model for text input (default: offline MiniLM).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")] = False,
+) -> None:
+    """Find the smallest epsilon per mechanism that meets a utility target, and the attacks there."""
+    from ..attacks.token_inference import AUDIT_SETTINGS
+    from ..evaluation import Linkage, UtilityEvaluator
+    from ..evaluation.advice import advise as run_advice
+    from ..evaluation.pipeline import read_attack_texts, token_attack
+    from ..evaluation.recommend import Floor, parse_floors
+    from ..io import read_embeddings
+
+    given = [t for t in (min_cosine, min_overlap, target) if t is not None]
+    if len(given) > 1:
+        raise ValueError("give one utility target: --min-cosine, --min-overlap or --target.")
+    if target is not None:
+        (goal,) = parse_floors([target])
+    elif min_overlap is not None:
+        goal = Floor("knn_overlap@10", ">=", min_overlap)
+    else:
+        goal = Floor("mean_cosine", ">=", 0.5 if min_cosine is None else min_cosine)
+    ceilings = parse_floors(ceiling) if ceiling else None
+    names = _names(mechanisms)
+    params: dict[str, dict[str, Any]] = {"gaussian": {"delta": delta}}
+    if "mahalanobis" in names:
+        if profile is None:
+            raise ValueError(
+                "mahalanobis needs a concept profile (--profile); without one it is the Laplace "
+                "mechanism."
+            )
+        params["mahalanobis"] = {"profile": str(profile)}
+
+    sensitive = None
+    all_texts = None
+    if _is_texts(input):
+        from ..embedders import Embedder
+        from ..io import read_texts
+
+        _ids, all_texts = read_texts(input)
+        if input.suffix.lower() != ".txt":
+            ids = [
+                str(i) for i in (_ids if _ids and _ids[0] is not None else range(len(all_texts)))
+            ]
+            all_texts, sensitive = read_attack_texts(input, ids)
+        err_console.print(f"embedding {len(all_texts)} texts", highlight=False)
+        X = np.asarray(Embedder(model).encode(all_texts))
+    else:
+        table = read_embeddings(input, column=column)
+        X = np.asarray(table.X)
+        ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
+        if texts is not None:
+            all_texts, sensitive = read_attack_texts(texts, ids)
+    attacks: list[Any] = [Linkage()] if linkage else []
+    if all_texts is not None:
+        attack = {k: list(v) if isinstance(v, tuple) else v for k, v in AUDIT_SETTINGS.items()}
+        if attack_epochs is not None:
+            attack["epochs"] = attack_epochs
+        if attack_lr is not None:
+            attack["lr"] = attack_lr
+        attacks.append(
+            token_attack(
+                X, all_texts, sensitive, aux_fraction=aux_fraction, seed=seed, attack=attack
+            )
+        )
+    ev = UtilityEvaluator(X, n_queries=None if not n_queries else n_queries)
+    result = run_advice(
+        X,
+        target=goal,
+        mechanisms=names,
+        params=params,
+        attacks=attacks,
+        ceilings=ceilings,
+        reid_multiple=reid_multiple,
+        runs=runs,
+        seed=seed,
+        evaluator=ev,
+        on_step=None if as_json else (lambda m: err_console.print(f"[dim]- {m}[/dim]")),
+    )
+    if as_json:
+        print_json(result.to_dict())
+        return
+    _print(result)
+
+
+def _print(result: Any) -> None:
+    from rich.table import Table
+
+    for c in result.checks:
+        style = "green" if c.passed else "bold yellow"
+        console.print(f"[{style}]attack check[/{style}] {c.text()}", highlight=False)
+    cols = [result.target.metric, *dict.fromkeys(f.metric for f in result.ceilings)]
+    t = Table(title=f"Smallest setting meeting {result.target.text()}")
+    t.add_column("mechanism", overflow="fold", no_wrap=False)
+    t.add_column("setting", overflow="fold", no_wrap=False)
+    t.add_column("guarantee", overflow="fold")
+    for c in cols:
+        t.add_column(c, justify="right")
+    t.add_column("meets both", justify="center")
+    for m in result.mechanisms:
+        if m.value is None:
+            t.add_row(m.mechanism, "none up to 1e7", "-", *["-"] * len(cols), "no")
+            continue
+        vals = [f"{m.measured.get(c, float('nan')):.3f}" for c in cols]
+        t.add_row(
+            m.mechanism, f"{m.parameter} = {m.value:.4g}", m.guarantee_short, *vals,
+            "yes" if m.ok else "no",
+        )  # fmt: skip
+        side = m.attack_side
+        if side is not None:
+            vals = [f"{side['measured'].get(c, float('nan')):.3f}" for c in cols]
+            t.add_row(
+                f"{m.mechanism}: largest meeting the ceiling",
+                f"{m.parameter} = {side['value']:.4g}", side["guarantee_short"], *vals, "no",
+            )  # fmt: skip
+    console.print(t)
+    console.print(result.sentence(), highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``advise`` command to the main app: ``register(app)`` in ``privembed.cli``."""
+    app.command(name="advise")(advise)

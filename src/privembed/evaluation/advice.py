@@ -1,0 +1,737 @@
+"""Advice on a setting: what it costs in expectation, and the smallest epsilon that is useful.
+
+Three questions an engineer asks before releasing vectors, answered from theory where a closed
+form exists and by measurement otherwise:
+
+* :func:`setting_note` -- *what does this setting do?* The expected mean cosine between a
+  protected vector and its original (closed form, :mod:`privembed.theory`) and one-line notes
+  when it is below a useful level (:data:`USEFUL_COSINE`) or when the guarantee is vacuous
+  (:data:`VACUOUS_LDP_EPSILON`, :data:`VACUOUS_DELTA`). ``protect`` and ``index`` print it.
+* :func:`epsilon_for_cosine` / :func:`theory_grid` -- *where is the transition?* The epsilon at
+  which the expected cosine reaches a target; ``evaluate``'s default grid spans expected
+  cosines 0.1 to 0.9 for the data's dimension (:data:`DEFAULT_COSINES`).
+* :func:`advise` -- *which is the smallest epsilon that meets my utility target, and what do
+  the attacks get there?* Per mechanism: the closed form where one exists (mean cosine of the
+  Gaussian, Laplace and Purkayastha mechanisms), checked by measurement, else bisection on
+  measurements; then the guarantee at that epsilon and the attacks' results against the attack
+  ceiling -- or the honest answer that no epsilon meets both, with the frontier on each side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .._validation import DataError, check_embeddings, check_int, check_real
+from ..accounting import ApproxDP, Guarantee, MetricDP, NoGuarantee, PureDP
+from ..mechanisms import Mechanism
+from ..rng import spawn
+from .privacy import Release, StrengthCheck, Unprotected
+from .recommend import (
+    REID_CHANCE_MULTIPLE,
+    Floor,
+    ceilings_from,
+    is_linkability,
+)
+from .sweep import SweepConfig, baseline_stream, cell_streams
+from .utility import UtilityEvaluator
+
+__all__ = [
+    "DEFAULT_COSINES",
+    "USEFUL_COSINE",
+    "VACUOUS_DELTA",
+    "VACUOUS_LDP_EPSILON",
+    "Advice",
+    "MechanismAdvice",
+    "SettingNote",
+    "advise",
+    "epsilon_for_cosine",
+    "implied_ldp",
+    "setting_note",
+    "theory_grid",
+]
+
+#: Expected mean cosine below which a setting is flagged as not useful. A mean cosine c means
+#: the protected vector is the original plus noise of about ``sqrt(1/c^2 - 1)`` times its
+#: length (1.7x at 0.5, 5.8x at 0.17); nearest-neighbour structure is gone well before that:
+#: on the demo notes (all-MiniLM-L6-v2, 1,000 notes) a mean cosine of 0.46 kept 0.08 of each
+#: note's 10 nearest neighbours and 0.79 kept 0.47 (docs/evaluation.md, run B), and the
+#: issue's ``index -m gaussian --epsilon 10`` (mean cosine 0.05) returned none of the clean
+#: top 5. 0.5 flags the settings where search is mostly noise without flagging every setting
+#: that loses some neighbours.
+USEFUL_COSINE = 0.5
+
+#: Per-record LDP epsilon above which the guarantee is vacuous in practice. epsilon bounds how
+#: much one release can change an attacker's odds on any yes/no question about the record:
+#: by a factor e^epsilon. At 10 that factor is 22,026 -- enough to go from 1-in-1,000 prior odds
+#: that a record is a given person's to 96% posterior belief -- so a larger epsilon promises
+#: nothing a reader could rely on (the literature's "strong" range is epsilon <= 1, and local
+#: DP deployments publish single-digit per-report epsilons).
+VACUOUS_LDP_EPSILON = 10.0
+
+#: delta above which an (epsilon, delta) guarantee is vacuous: delta is the probability that
+#: the epsilon bound fails outright, and it must be far below one over the number of records;
+#: at 1e-3, one record in a thousand may be released with no protection at all.
+VACUOUS_DELTA = 1e-3
+
+#: Expected cosines spanned by ``evaluate``'s default epsilon grid (the whole transition from
+#: "mostly noise" to "mostly signal").
+DEFAULT_COSINES = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+_LO, _HI = 1e-3, 1e7  # epsilon range searched
+
+
+# ---------------------------------------------------------------------------------------------
+# one setting
+# ---------------------------------------------------------------------------------------------
+
+
+def implied_ldp(guarantee: Guarantee) -> tuple[float, float] | None:
+    """The per-record (epsilon, delta) LDP a guarantee implies, or None if it implies none.
+
+    Metric (d_X) privacy implies pure LDP on a bounded domain (listed in ``implied``).
+
+    Examples
+    --------
+    >>> implied_ldp(PureDP(2.0)), implied_ldp(NoGuarantee("plain"))
+    ((2.0, 0.0), None)
+    """
+    if isinstance(guarantee, ApproxDP):
+        return float(guarantee.epsilon), float(guarantee.delta)
+    if isinstance(guarantee, PureDP):
+        return float(guarantee.epsilon), 0.0
+    if isinstance(guarantee, MetricDP):
+        for g in guarantee.implied:
+            got = implied_ldp(g)
+            if got is not None:
+                return got
+    return None
+
+
+@dataclass(frozen=True)
+class SettingNote:
+    """What a mechanism setting does to vectors of dimension ``dim``, in expectation.
+
+    Attributes
+    ----------
+    mechanism : str
+        The mechanism's ``repr``.
+    dim : int
+    expected_cosine : float or None
+        E[cos(x, release)] for a unit input (closed form), None where no closed form exists.
+    guarantee : str
+        The guarantee in words.
+    ldp_epsilon, ldp_delta : float or None
+        The per-record LDP it implies (None: no formal per-record guarantee).
+    notes : tuple of str
+        One line each: below :data:`USEFUL_COSINE`; vacuous guarantee; no closed form.
+    """
+
+    mechanism: str
+    dim: int
+    expected_cosine: float | None
+    guarantee: str
+    ldp_epsilon: float | None
+    ldp_delta: float | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def warn(self) -> bool:
+        """Whether any note is a warning (low utility or vacuous guarantee)."""
+        return any(not n.startswith("no closed form") for n in self.notes)
+
+    def summary(self) -> str:
+        """One line: the expected mean cosine (or that none is known) and the guarantee."""
+        cos = (
+            f"expected mean cosine {self.expected_cosine:.3f} (closed form, d = {self.dim})"
+            if self.expected_cosine is not None
+            else f"expected mean cosine: no closed form for {self.mechanism}"
+        )
+        return f"{cos}; guarantee: {self.guarantee}"
+
+    def lines(self) -> list[str]:
+        """:meth:`summary` and then every note: what ``protect`` / ``index`` print."""
+        return [self.summary(), *self.notes]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "dim": self.dim,
+            "expected_cosine": self.expected_cosine,
+            "guarantee": self.guarantee,
+            "ldp_epsilon": self.ldp_epsilon,
+            "ldp_delta": self.ldp_delta,
+            "notes": list(self.notes),
+            "useful_cosine": USEFUL_COSINE,
+            "vacuous_ldp_epsilon": VACUOUS_LDP_EPSILON,
+            "vacuous_delta": VACUOUS_DELTA,
+        }
+
+
+def _closed_form(mechanism: Any, dim: int) -> float | None:
+    fn = getattr(mechanism, "expected_cosine", None)
+    if not callable(fn):
+        return None
+    return float(fn(dim))
+
+
+def setting_note(mechanism: Mechanism, dim: int) -> SettingNote:
+    """The expected mean cosine of a setting and what is wrong with it, if anything.
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+        A built mechanism (e.g. from :func:`~privembed.mechanisms.build_mechanism`).
+    dim : int
+        The embeddings' dimension.
+
+    Returns
+    -------
+    SettingNote
+        ``lines()`` is what a command prints; ``to_dict()`` its ``--json`` form.
+
+    Examples
+    --------
+    >>> from privembed.mechanisms import GaussianMechanism, LaplaceMechanism
+    >>> n = setting_note(GaussianMechanism(epsilon=10.0, delta=1e-5), 384)
+    >>> round(n.expected_cosine, 3), n.warn
+    (0.051, True)
+    >>> print(n.notes[0])  # doctest: +ELLIPSIS
+    expected mean cosine 0.051 is below 0.5: ...
+    >>> setting_note(LaplaceMechanism(epsilon=1000.0), 384).notes[0].startswith("the guarantee is vacuous")
+    True
+    """
+    dim = check_int("dim", dim, ge=2)
+    cos = _closed_form(mechanism, dim)
+    g = mechanism.guarantee
+    ldp = implied_ldp(g)
+    notes: list[str] = []
+    if cos is None:
+        notes.append(
+            f"no closed form for the expected cosine of {mechanism.name}: measure it with "
+            "'privembed evaluate' or 'privembed advise'."
+        )
+    elif cos < USEFUL_COSINE:
+        noise = math.sqrt(max(1.0 / max(cos, 1e-12) ** 2 - 1.0, 0.0))
+        notes.append(
+            f"expected mean cosine {cos:.3f} is below {USEFUL_COSINE:g}: the noise is about "
+            f"{noise:.1f}x the vector's length, and search over such vectors mostly returns "
+            "other records than the clean search would; raise epsilon (see 'privembed advise')."
+        )
+    if isinstance(g, NoGuarantee) or ldp is None:
+        notes.append(
+            f"the guarantee is no per-record LDP ({g.describe()}): nothing bounds what one "
+            "release reveals about a record."
+        )
+    else:
+        eps, delta = ldp
+        if eps > VACUOUS_LDP_EPSILON:
+            notes.append(
+                f"the guarantee is vacuous in practice: it implies {eps:.3g}-LDP per record, "
+                f"above {VACUOUS_LDP_EPSILON:g} (a release may multiply an attacker's odds on "
+                f"any yes/no question about the record by e^{eps:.3g})."
+            )
+        elif delta > VACUOUS_DELTA:
+            notes.append(
+                f"the guarantee is vacuous in practice: delta = {delta:.3g} (above "
+                f"{VACUOUS_DELTA:g}) is the probability that the epsilon bound fails outright."
+            )
+    return SettingNote(
+        mechanism=repr(mechanism),
+        dim=dim,
+        expected_cosine=cos,
+        guarantee=g.describe(),
+        ldp_epsilon=None if ldp is None else ldp[0],
+        ldp_delta=None if ldp is None else ldp[1],
+        notes=tuple(notes),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# theory: the epsilon at a target cosine
+# ---------------------------------------------------------------------------------------------
+
+
+def _x_param(name: str) -> str:
+    return "sigma" if name == "empirical" else "epsilon"
+
+
+def _bisect_log(
+    f: Callable[[float], bool], lo: float, hi: float, *, rel: float, increasing: bool = True
+) -> float | None:
+    """Smallest x in [lo, hi] (log scale) with f(x) True, for f monotone (False...True when
+    ``increasing``, else True...False: then the largest x with f True). None if none."""
+    if increasing:
+        if not f(hi):
+            return None
+        if f(lo):
+            return lo
+    else:
+        if not f(lo):
+            return None
+        if f(hi):
+            return hi
+    a, b = math.log(lo), math.log(hi)
+    while b - a > math.log1p(rel):
+        mid = 0.5 * (a + b)
+        ok = f(math.exp(mid))
+        if ok == increasing:
+            b = mid
+        else:
+            a = mid
+    return math.exp(b if increasing else a)
+
+
+def epsilon_for_cosine(
+    mechanism: str,
+    target: float,
+    dim: int,
+    *,
+    params: Mapping[str, Any] | None = None,
+    rel: float = 1e-4,
+) -> float | None:
+    """The parameter at which a mechanism's expected mean cosine equals ``target`` (closed form).
+
+    For ``empirical`` the parameter is sigma (the largest sigma reaching ``target``); for the
+    others epsilon (the smallest). Found by bisection on the closed form
+    (:func:`~privembed.theory.expected_cosine_gaussian`, ``_laplace``, ``_purkayastha``), which
+    increases with epsilon.
+
+    Returns
+    -------
+    float or None
+        None when the mechanism has no closed form (``mahalanobis``, ``projection``) or no
+        parameter in [1e-3, 1e7] reaches ``target``.
+
+    Examples
+    --------
+    >>> eps = epsilon_for_cosine("laplace", 0.5, 384)
+    >>> from privembed.theory import expected_cosine_laplace
+    >>> round(expected_cosine_laplace(eps, 384), 3)
+    0.5
+    """
+    target = check_real("target", target, gt=0, lt=1)
+    dim = check_int("dim", dim, ge=2)
+    extra = dict(params or {})
+    if mechanism in ("gaussian", "projection"):
+        extra.setdefault("delta", 1e-5)
+    xp = _x_param(mechanism)
+
+    def cos(v: float) -> float | None:
+        return _closed_form(SweepConfig(mechanism, {**extra, xp: v}).build(), dim)
+
+    probe = cos(1.0)
+    if probe is None:
+        return None
+    if xp == "sigma":
+        return _bisect_log(
+            lambda v: (cos(v) or 0.0) >= target, 1e-6, 1e3, rel=rel, increasing=False
+        )
+    return _bisect_log(lambda v: (cos(v) or 0.0) >= target, _LO, _HI, rel=rel)
+
+
+def _round(v: float, digits: int = 2) -> float:
+    if v == 0 or not math.isfinite(v):
+        return v
+    return float(f"{v:.{digits}g}")
+
+
+def theory_grid(
+    mechanism: str,
+    dim: int,
+    *,
+    cosines: Sequence[float] = DEFAULT_COSINES,
+    params: Mapping[str, Any] | None = None,
+    X: Any = None,
+    seed: int = 0,
+) -> list[float]:
+    """Parameter values at which the expected mean cosine is each of ``cosines`` (2 digits).
+
+    From the closed form where one exists; otherwise (``mahalanobis``, ``projection``) by
+    bisection on the mean cosine *measured* on up to 256 rows of ``X`` (required then).
+
+    Examples
+    --------
+    >>> theory_grid("gaussian", 384)
+    [24.0, 130.0, 350.0, 900.0, 3600.0]
+    """
+    out = []
+    for c in cosines:
+        v = epsilon_for_cosine(mechanism, c, dim, params=params)
+        if v is None:
+            if X is None:
+                raise ValueError(
+                    f"mechanism {mechanism!r} has no closed form for the expected cosine; give "
+                    "the embeddings (X=...) to measure it."
+                )
+            v = _measured_parameter(X, mechanism, "mean_cosine", c, params or {}, seed=seed)
+        if v is None:
+            raise DataError(f"no {_x_param(mechanism)} of {mechanism} reaches mean cosine {c}.")
+        out.append(_round(v))
+    vals = sorted(set(out), reverse=_x_param(mechanism) == "sigma")
+    return vals
+
+
+def _measured_parameter(
+    X: Any,
+    mechanism: str,
+    metric: str,
+    target: float,
+    params: Mapping[str, Any],
+    *,
+    seed: int,
+    evaluator: UtilityEvaluator | None = None,
+    rows: int = 256,
+    rel: float = 0.01,
+) -> float | None:
+    """Bisection on one measured release per probe (the same seed at every probe, so that the
+    measured curve is as monotone as the noise law allows)."""
+    A, _ = check_embeddings(X, name="X")
+    A = np.asarray(A)
+    if evaluator is None:
+        if A.shape[0] > rows:
+            A = A[np.sort(spawn(seed, 1)[0].choice(A.shape[0], rows, replace=False))]
+        evaluator = UtilityEvaluator(A, n_queries=None, neighbours=min(10, A.shape[0] - 1))
+    xp = _x_param(mechanism)
+
+    def ok(v: float) -> bool:
+        m = SweepConfig(mechanism, {**params, xp: v}).build()
+        return evaluator.evaluate(m.privatize(evaluator.X, rng=seed), m)[metric] >= target
+
+    if xp == "sigma":
+        return _bisect_log(ok, 1e-6, 1e3, rel=rel, increasing=False)
+    return _bisect_log(ok, _LO, _HI, rel=rel)
+
+
+# ---------------------------------------------------------------------------------------------
+# advise
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MechanismAdvice:
+    """The answer for one mechanism.
+
+    Attributes
+    ----------
+    mechanism : str
+    parameter : str
+        ``"epsilon"`` (``"sigma"`` for ``empirical``).
+    value : float or None
+        The smallest epsilon meeting the utility target (None: none up to 1e7 does).
+    method : str
+        ``"closed form"`` (checked by measurement) or ``"bisection on measurements"``.
+    config : dict or None
+        The configuration at ``value``.
+    guarantee, guarantee_short : str
+    measured : dict
+        Means over ``runs`` releases at ``value``: every utility and attack column.
+    meets_target, meets_ceiling : bool
+    failed : list of str
+        The ceilings missed at ``value``.
+    attack_side : dict or None
+        When the ceiling is missed: the largest epsilon meeting it (``value``), with its
+        guarantee and measured means -- the other side of the frontier.
+    """
+
+    mechanism: str
+    parameter: str
+    value: float | None
+    method: str
+    config: dict[str, Any] | None = None
+    guarantee: str = ""
+    guarantee_short: str = ""
+    measured: dict[str, float] = field(default_factory=dict)
+    meets_target: bool = False
+    meets_ceiling: bool = False
+    failed: list[str] = field(default_factory=list)
+    attack_side: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None and self.meets_target and self.meets_ceiling
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "parameter": self.parameter,
+            "value": self.value,
+            "method": self.method,
+            "config": self.config,
+            "guarantee": self.guarantee,
+            "guarantee_short": self.guarantee_short,
+            "measured": self.measured,
+            "meets_target": self.meets_target,
+            "meets_ceiling": self.meets_ceiling,
+            "meets_both": self.ok,
+            "failed_ceilings": self.failed,
+            "attack_side": self.attack_side,
+        }
+
+
+@dataclass
+class Advice:
+    """What :func:`advise` found: one :class:`MechanismAdvice` per mechanism."""
+
+    target: Floor
+    ceilings: list[Floor]
+    checks: list[StrengthCheck]
+    mechanisms: list[MechanismAdvice]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def meeting_both(self) -> list[MechanismAdvice]:
+        return [m for m in self.mechanisms if m.ok]
+
+    def sentence(self) -> str:
+        """One plain sentence: the answer, or that no epsilon meets both."""
+        ceiling = " and ".join(f.text() for f in self.ceilings) or "no attack ceiling"
+        good = self.meeting_both
+        if good:
+            parts = [
+                f"{m.mechanism} {m.parameter} = {m.value:.3g} ({m.guarantee_short})" for m in good
+            ]
+            return (
+                f"Smallest setting meeting {self.target.text()} with the attacks under the "
+                f"ceiling ({ceiling}): " + "; ".join(parts) + "."
+            )
+        if not self.ceilings:
+            return f"No setting meets {self.target.text()} for any mechanism tried."
+        return (
+            f"No setting meets both {self.target.text()} and the attack ceiling ({ceiling}) "
+            "for any mechanism tried: where the utility target is met, the attacks succeed "
+            "above the ceiling."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.sentence(),
+            "target": {
+                "metric": self.target.metric,
+                "op": self.target.op,
+                "value": self.target.value,
+            },
+            "ceilings": [
+                {"metric": f.metric, "op": f.op, "value": f.value, "note": f.note}
+                for f in self.ceilings
+            ],
+            "attack_checks": [c.to_dict() for c in self.checks],
+            "mechanisms": [m.to_dict() for m in self.mechanisms],
+            "settings": self.settings,
+        }
+
+
+def _mean_measure(
+    X: Any,
+    cfg: SweepConfig,
+    *,
+    runs: int,
+    seed: int,
+    evaluator: UtilityEvaluator,
+    attacks: Sequence[Any],
+) -> dict[str, float]:
+    """Means over ``runs`` releases (the sweep's streams) of every utility and attack column."""
+    mech = cfg.build()
+    sums: dict[str, list[float]] = {}
+    for run in range(runs):
+        noise, attack_rng = cell_streams(seed, cfg, run, runs)
+        Y = mech.privatize(X, rng=noise)
+        vals: dict[str, float] = dict(evaluator.evaluate(Y, mech))
+        rel = Release(mech, X, Y, attack_rng, {"label": cfg.label, "run": run})
+        for m in attacks:
+            vals.update(m(rel))
+        for k, v in vals.items():
+            if v is not None and math.isfinite(float(v)):
+                sums.setdefault(k, []).append(float(v))
+    return {k: float(np.mean(v)) for k, v in sums.items()}
+
+
+def advise(
+    X: Any,
+    *,
+    target: Floor,
+    mechanisms: Sequence[str] = ("gaussian", "laplace", "purkayastha"),
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+    attacks: Sequence[Any] = (),
+    ceilings: Sequence[Floor] | None = None,
+    reid_multiple: float = REID_CHANCE_MULTIPLE,
+    runs: int = 3,
+    seed: int = 0,
+    n_queries: int | None = 2000,
+    evaluator: UtilityEvaluator | None = None,
+    on_step: Callable[[str], None] | None = None,
+) -> Advice:
+    """The smallest epsilon per mechanism meeting a utility target, and the attacks there.
+
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        The embeddings to protect.
+    target : Floor
+        A utility floor, e.g. ``Floor("mean_cosine", ">=", 0.5)`` or
+        ``Floor("knn_overlap@10", ">=", 0.5)`` (never a linkability column).
+    mechanisms : sequence of str
+        Registry names; ``mahalanobis`` needs ``params={"mahalanobis": {"profile": path}}``.
+    params : dict, optional
+        Extra parameters per mechanism (e.g. ``{"gaussian": {"delta": 1e-6}}``).
+    attacks : sequence of privacy metrics
+        E.g. ``[Linkage(), TokenLeakage(...)]``; each is first checked on the unprotected
+        embeddings, and only attacks that beat chance set a ceiling.
+    ceilings : sequence of Floor, optional
+        Attack ceilings; default from the attacks (reid@1 <= ``reid_multiple`` x chance,
+        token leakage within the blind attacker's interval).
+    runs : int
+        Releases averaged at every reported point.
+    seed : int
+        Seeds every release and attack (the sweep's streams, :func:`~.sweep.cell_streams`).
+
+    Notes
+    -----
+    For the mean cosine of the Gaussian, Laplace and Purkayastha mechanisms the epsilon comes
+    from the closed form (:func:`epsilon_for_cosine`) and is then measured; if the measured mean
+    falls short it is raised by 2% steps until it meets the target. For any other metric or
+    mechanism it is found by bisection on log epsilon with one measured release per probe (to
+    1% relative precision), then measured with ``runs`` releases. The attack side assumes that
+    attacks do not get weaker as epsilon grows: when the ceiling is missed at the smallest
+    useful epsilon, no larger epsilon meets both, and the largest epsilon meeting the ceiling is
+    found by bisection (one release per probe) to show the other side of the frontier.
+    """
+    say = on_step or (lambda _msg: None)
+    A, _ = check_embeddings(X, name="X")
+    A = np.asarray(A)
+    runs = check_int("runs", runs, ge=1)
+    seed = check_int("seed", seed, ge=0)
+    if not isinstance(target, Floor) or target.op != ">=":
+        raise ValueError(f"target must be a Floor with op '>=', got target={target!r}.")
+    if is_linkability(target.metric):
+        raise ValueError(
+            f"{target.metric} is the re-identification rate, not a utility; target a utility "
+            "metric (mean_cosine, knn_overlap@10, sts_pearson, ndcg@10)."
+        )
+    ev = evaluator if evaluator is not None else UtilityEvaluator(A, n_queries=n_queries)
+    if target.metric not in ev.columns:
+        raise ValueError(
+            f"target metric {target.metric!r} is not measured (available: {', '.join(ev.columns)})."
+        )
+    extra = {k: dict(v) for k, v in (params or {}).items()}
+    # the attacks prove their strength on the unprotected embeddings first
+    checks: list[StrengthCheck] = []
+    base: dict[str, float] = {}
+    if attacks:
+        say("checking the attacks on the unprotected embeddings")
+        ident = Unprotected()
+        plain = Release(ident, A, ident.privatize(A), baseline_stream(seed))
+        for m in attacks:
+            check = getattr(m, "check", None)
+            if callable(check):
+                got, verdict = check(plain)
+                checks.append(verdict.with_columns(list(got)))
+            else:
+                got = m(plain)
+            base.update({k: float(v) for k, v in got.items()})
+    if ceilings is None:
+        ceil = ceilings_from(base, {c.attack: c for c in checks}, reid_multiple=reid_multiple)
+    else:
+        ceil = list(ceilings)
+    out: list[MechanismAdvice] = []
+    d = A.shape[1]
+    for name in mechanisms:
+        p = dict(extra.get(name, {}))
+        if name in ("gaussian", "projection"):
+            p.setdefault("delta", 1e-5)
+        xp = _x_param(name)
+        say(f"{name}: searching the smallest {xp} with {target.text()}")
+        value = None
+        method = "bisection on measurements"
+        if target.metric == "mean_cosine":
+            value = epsilon_for_cosine(name, target.value, d, params=p)
+            if value is not None:
+                method = "closed form (expected mean cosine), checked by measurement"
+        if value is None and method.startswith("bisection"):
+            value = _measured_parameter(
+                A, name, target.metric, target.value, p, seed=seed, evaluator=ev
+            )
+        if value is None:
+            out.append(MechanismAdvice(name, xp, None, method))
+            continue
+        # measure at value (runs releases); raise by 2% steps if the mean falls short
+        for _ in range(25):
+            cfg = SweepConfig(name, {**p, xp: value})
+            measured = _mean_measure(A, cfg, runs=runs, seed=seed, evaluator=ev, attacks=[])
+            if measured.get(target.metric, -math.inf) >= target.value:
+                break
+            value = value / 1.02 if xp == "sigma" else value * 1.02
+        value = float(value)
+        cfg = SweepConfig(name, {**p, xp: value})
+        say(f"{name}: measuring the attacks at {xp} = {value:.4g}")
+        measured = _mean_measure(A, cfg, runs=runs, seed=seed, evaluator=ev, attacks=attacks)
+        g = cfg.build().guarantee
+        failed = [f.text() for f in ceil if not f.ok(measured.get(f.metric, math.nan))]
+        adv = MechanismAdvice(
+            mechanism=name,
+            parameter=xp,
+            value=value,
+            method=method,
+            config=cfg.to_dict(),
+            guarantee=g.describe(),
+            guarantee_short=g.short(),
+            measured=measured,
+            meets_target=measured.get(target.metric, -math.inf) >= target.value,
+            meets_ceiling=not failed,
+            failed=failed,
+        )
+        if failed:
+            adv.attack_side = _attack_side(
+                A, name, xp, p, value, ceil, seed=seed, runs=runs, evaluator=ev, attacks=attacks
+            )
+        out.append(adv)
+    return Advice(
+        target=target,
+        ceilings=ceil,
+        checks=checks,
+        mechanisms=out,
+        settings={"runs": runs, "seed": seed, "n": int(A.shape[0]), "d": int(d)},
+    )
+
+
+def _attack_side(
+    A: Any,
+    name: str,
+    xp: str,
+    params: Mapping[str, Any],
+    useful: float,
+    ceilings: Sequence[Floor],
+    *,
+    seed: int,
+    runs: int,
+    evaluator: UtilityEvaluator,
+    attacks: Sequence[Any],
+) -> dict[str, Any] | None:
+    """The largest parameter (below the useful one) at which the attacks meet the ceilings."""
+
+    def ok(v: float) -> bool:
+        cfg = SweepConfig(name, {**params, xp: v})
+        got = _mean_measure(A, cfg, runs=1, seed=seed, evaluator=evaluator, attacks=attacks)
+        return all(f.ok(got.get(f.metric, math.nan)) for f in ceilings)
+
+    if xp == "sigma":
+        v = _bisect_log(ok, useful, 1e3, rel=0.05, increasing=True)
+    else:
+        v = _bisect_log(ok, _LO, useful, rel=0.05, increasing=False)
+    if v is None:
+        return None
+    cfg = SweepConfig(name, {**params, xp: v})
+    measured = _mean_measure(A, cfg, runs=runs, seed=seed, evaluator=evaluator, attacks=attacks)
+    g = cfg.build().guarantee
+    return {
+        "value": float(v),
+        "config": cfg.to_dict(),
+        "guarantee": g.describe(),
+        "guarantee_short": g.short(),
+        "measured": measured,
+        "meets_ceiling": all(f.ok(measured.get(f.metric, math.nan)) for f in ceilings),
+    }
