@@ -1,0 +1,100 @@
+"""LEACE concept erasure: a linear probe drops to chance on held-out data; files; bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+
+from privembed import DataError
+from privembed.concepts.erasure import ConceptEraser, eraser_path
+
+pytest.importorskip("concept_erasure")
+
+
+def _data(rng, n, d=48, classes=2):
+    """Unit embeddings whose concept (a class id) shifts a few directions, plus nuisance."""
+    z = rng.integers(0, classes, n)
+    dirs = np.linalg.qr(rng.standard_normal((d, classes)))[0].T  # orthonormal class directions
+    X = rng.standard_normal((n, d)) * np.linspace(0.3, 1.5, d) + 1.5 * dirs[z]
+    return X / np.linalg.norm(X, axis=1, keepdims=True), z
+
+
+def _probe_accuracy(Xtr, ztr, Xte, zte) -> float:
+    clf = LogisticRegression(max_iter=2000, C=10.0).fit(Xtr, ztr)
+    return float(clf.score(Xte, zte))
+
+
+@pytest.mark.parametrize("classes", [2, 4])
+def test_linear_probe_drops_to_chance_on_held_out_data(classes):
+    rng = np.random.default_rng(0)
+    X, z = _data(rng, 6000, classes=classes)
+    Xtr, ztr, Xte, zte = X[:4000], z[:4000], X[4000:], z[4000:]
+    before = _probe_accuracy(Xtr, ztr, Xte, zte)
+    eraser = ConceptEraser.fit(Xtr, ztr)
+    assert eraser.rank == classes - 1
+    after = _probe_accuracy(eraser.transform(Xtr), ztr, eraser.transform(Xte), zte)
+    # chance = the majority share of the held-out labels; the probe may not beat it by more
+    # than 4.4 binomial standard errors (n = 2000)
+    chance = np.bincount(zte).max() / zte.size
+    se = np.sqrt(chance * (1 - chance) / zte.size)
+    assert before > chance + 0.25  # the concept is linearly readable before erasure
+    assert after <= chance + 4.4 * se, (before, after, chance)
+
+
+def test_from_pairs_and_utility_is_kept():
+    rng = np.random.default_rng(2)
+    X, z = _data(rng, 3000)
+    er = ConceptEraser.from_pairs(X[z == 1], X[z == 0], metadata={"concept": "toy"})
+    assert er.metadata["concept"] == "toy" and er.metadata["n_pos"] == int((z == 1).sum())
+    Y = er.transform(X)
+    # one direction of 48 is removed: rows stay close to the originals on average
+    assert np.mean(np.sum(X * Y, axis=1)) > 0.8
+    np.testing.assert_allclose(np.linalg.norm(Y, axis=1), 1.0, rtol=1e-12)
+
+
+def test_transform_keeps_dtype_and_does_not_mutate():
+    rng = np.random.default_rng(3)
+    X, z = _data(rng, 500, d=16)
+    er = ConceptEraser.fit(X, z)
+    X32 = X.astype(np.float32)
+    copy = X32.copy()
+    Y = er.transform(X32)
+    assert Y.dtype == np.float32 and Y.shape == X32.shape
+    np.testing.assert_array_equal(X32, copy)
+    assert er.transform(X[0]).shape == (16,)
+    raw = er.transform(X, renormalize=False)
+    np.testing.assert_allclose(raw, (X - er.bias) @ er.projection.T + er.bias, atol=1e-12)
+
+
+def test_saved_beside_the_profile_and_reloaded(tmp_path):
+    rng = np.random.default_rng(4)
+    X, z = _data(rng, 600, d=16)
+    er = ConceptEraser.fit(X, z, metadata={"concept": "disease"})
+    p = er.save(eraser_path(tmp_path / "disease.profile"))
+    assert p.name == "disease.profile.eraser.npz"
+    back = ConceptEraser.load(p)
+    np.testing.assert_array_equal(back.transform(X), er.transform(X))
+    assert back.metadata["concept"] == "disease" and "format" not in back.metadata
+    assert repr(back) == "ConceptEraser(dim=16, rank=1, concept='disease')"
+    np.savez(tmp_path / "x.npz", a=np.zeros(2))
+    with pytest.raises(DataError, match="is not a concept eraser"):
+        ConceptEraser.load(tmp_path / "x.npz")
+    with pytest.raises(FileNotFoundError, match="eraser not found"):
+        ConceptEraser.load(tmp_path / "nope.npz")
+
+
+def test_bad_input():
+    rng = np.random.default_rng(5)
+    X, z = _data(rng, 100, d=8)
+    with pytest.raises(DataError, match="labels has 99 entries but X has 100 rows"):
+        ConceptEraser.fit(X, z[:99])
+    with pytest.raises(DataError, match="at least 2 classes"):
+        ConceptEraser.fit(X, np.zeros(100))
+    with pytest.raises(ValueError, match="method must be one of"):
+        ConceptEraser.fit(X, z, method="ridge")
+    er = ConceptEraser.fit(X, z)
+    with pytest.raises(DataError):
+        er.transform(np.ones((3, 9)))
+    with pytest.raises(DataError, match="must match"):
+        ConceptEraser(np.zeros((8, 1)), np.zeros((2, 8)))
