@@ -216,7 +216,7 @@ def test_none_meets_both_says_so_and_names_the_nearest_point_on_each_side(tmp_pa
     assert rec.nearest_attack.label == "laplace(epsilon=5)"
     lines = rec.nearest_lines(res)
     assert lines[0].startswith("nearest meeting the utility floor: laplace(epsilon=20)")
-    assert "reid@1 0.300 (misses <= 0.05)" in lines[0]
+    assert "reid@1 0.300 (misses ≤ 0.05)" in lines[0]
     html = write_report(res, tmp_path, floors=[Floor("knn_overlap@10", ">=", 0.5)]).read_text()
     assert "No configuration meets both the utility floor" in html
     assert "nearest meeting the attack ceiling: laplace(epsilon=5)" in html
@@ -264,7 +264,7 @@ def test_a_floor_on_the_reidentification_rate_is_refused():
     res.columns["top1_originals"] = Column("top-1", "utility", True)
     for r in res.records:
         r["metrics"]["top1_originals"] = 1.0
-    with pytest.raises(ValueError, match="re-identification rate .* knn_overlap@10"):
+    with pytest.raises(ValueError, match=r"re-identification rate .* knn_overlap@10"):
         recommend(res, [Floor("top1_originals", ">=", 0.9)])
     # and it is never chosen as the utility axis
     assert recommend(res).utility_axes == ["knn_overlap@10"]

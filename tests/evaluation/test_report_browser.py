@@ -5,7 +5,12 @@ the test fast it embeds them with a transparent bag-of-words hashing embedding i
 MiniLM model (the report does not depend on where the vectors come from).
 
 Chromium is required: if it is missing the test fails (CI installs Debian's ``chromium``; set
-``PRIVEMBED_CHROMIUM`` to use another binary). A screenshot is kept in ``artifacts/``.
+``PRIVEMBED_CHROMIUM`` to use another binary). A screenshot is written to the test's temporary
+folder, or kept in ``$PRIVEMBED_ARTIFACTS`` when that is set (never into the source tree).
+
+The layout check opens the page in a 1,280-pixel-wide window: the page itself must not scroll
+sideways, and after the wide "All configurations" table is scrolled fully to the right inside
+its own box, every configuration row must still show its name (the sticky first column).
 """
 
 from __future__ import annotations
@@ -21,8 +26,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from typer.testing import CliRunner
-
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 
 # Injected at the top of <head> of a copy of the page: records every failed load (capturing
 # error events) and, once the page has loaded, each image's natural size and every resource
@@ -41,6 +44,37 @@ window.addEventListener('load', function () {
   var pre = document.createElement('pre');
   pre.id = 'probe';
   pre.textContent = JSON.stringify({images: imgs, failed: window.__failed, resources: res});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+# Injected likewise for the layout check: page-level overflow at the window's width, then the
+# configuration table scrolled fully right inside its box, and where each row's name cell is.
+LAYOUT_PROBE = """<script>
+window.addEventListener('load', function () {
+  var de = document.documentElement;
+  var out = {innerWidth: window.innerWidth, scrollWidth: de.scrollWidth,
+             bodyScrollWidth: document.body.scrollWidth};
+  var box = document.getElementById('configurations');
+  out.box = {scrollWidth: box.scrollWidth, clientWidth: box.clientWidth};
+  box.scrollLeft = box.scrollWidth;
+  out.box.scrollLeft = box.scrollLeft;
+  var b = box.getBoundingClientRect();
+  out.box.left = b.left; out.box.right = b.right;
+  out.rows = Array.prototype.map.call(box.querySelectorAll('tr[data-config]'), function (tr) {
+    tr.scrollIntoView({block: 'center'});
+    box.scrollLeft = box.scrollWidth;  // in case scrolling the row into view moved the box
+    var c = tr.querySelector('.id'), r = c.getBoundingClientRect();
+    var hit = document.elementFromPoint(r.left + Math.min(20, r.width / 2), r.top + r.height / 2);
+    return {config: tr.getAttribute('data-config'), text: c.textContent.trim(),
+            scrollLeft: box.scrollLeft,
+            left: r.left, right: r.right, width: r.width, visible: c.contains(hit)};
+  });
+  out.scrollWidthAfter = de.scrollWidth;
+  var pre = document.createElement('pre');
+  pre.id = 'layout';
+  pre.textContent = JSON.stringify(out);
   document.body.appendChild(pre);
 });
 </script>"""
@@ -108,11 +142,13 @@ def report(tmp_path_factory):
     args = [
         "evaluate", str(d / "emb.parquet"), "-o", str(out),
         "--mechanisms", "gaussian,laplace,mahalanobis,purkayastha",
-        "--epsilon", "5,50", "--runs", "2", "--min-top1", "0.9",
+        "--epsilon", "5,50", "--runs", "2", "--min-overlap", "0.5",
         "--texts", str(d / "texts.jsonl"), "--attack-epochs", "2",
     ]  # fmt: skip
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
+    # the terminal never truncates a configuration name (rich: overflow="fold")
+    assert "…" not in res.stdout.split("Recommended")[-1].split("Nearest")[-1]
     return out
 
 
@@ -130,6 +166,8 @@ def test_evaluate_writes_report_and_tables(report):
         assert (report / f"{stem}.svg").stat().st_size > 1000
     html = (report / "index.html").read_text(encoding="utf-8")
     assert "Recommend" in html and "Sigma = I" in html  # mahalanobis without a profile is flagged
+    assert "Are the attacks strong enough?" in html and "knn_overlap@10 ≥ 0.5" in html
+    assert "attack_status" in (report / "results.csv").read_text().splitlines()[0]
 
 
 @pytest.mark.slow
@@ -156,8 +194,9 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     for img in got["images"]:
         assert img["complete"] and img["w"] > 100 and img["h"] > 100, img
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "evaluate_report.png"
+    where = os.environ.get("PRIVEMBED_ARTIFACTS")
+    shot = (Path(where) if where else tmp_path) / "evaluate_report.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
     shot.unlink(missing_ok=True)
     res = run_chromium(
         ["--window-size=1280,4000", f"--screenshot={shot}", (report / "index.html").as_uri()],
@@ -165,3 +204,38 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     )
     assert shot.exists() and shot.stat().st_size > 50_000, res.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_report_fits_1280px_and_every_configuration_row_is_identifiable(report, tmp_path):
+    """At 1,280 px: no page-level horizontal overflow; the wide table scrolls in its own box;
+    scrolled fully right, every row still shows its configuration name, and names are unique."""
+    html = (report / "index.html").read_text(encoding="utf-8")
+    data = json.loads((report / "results.json").read_text())
+    labels = [c["label"] for c in data["configs"]]
+    probe = tmp_path / "layout.html"
+    probe.write_text(html.replace("<head>", "<head>" + LAYOUT_PROBE, 1), encoding="utf-8")
+    res = run_chromium(
+        ["--window-size=1280,4000", "--virtual-time-budget=15000", "--dump-dom", probe.as_uri()],
+        tmp_path / "p3",
+    )
+    m = re.search(r'<pre id="layout">(.*?)</pre>', res.stdout, re.DOTALL)
+    assert m, f"chromium did not render the page (rc={res.returncode}): {res.stderr[-2000:]}"
+    got = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert got["innerWidth"] == 1280, got
+    # no page-level horizontal overflow, before and after scrolling the table's box
+    assert got["scrollWidth"] <= got["innerWidth"], got
+    assert got["scrollWidthAfter"] <= got["innerWidth"], got
+    assert got["bodyScrollWidth"] <= got["innerWidth"], got
+    # the table is wider than its box and scrolls inside it
+    box = got["box"]
+    assert box["scrollWidth"] > box["clientWidth"] and box["scrollLeft"] > 0, box
+    assert box["right"] <= got["innerWidth"]
+    rows = got["rows"]
+    assert [r["config"] for r in rows] == ["unprotected", *labels]
+    for r in rows:
+        # the name cell stays at the box's left edge, fully inside the window, on top
+        assert r["text"].rstrip(" ★") == r["config"], r
+        assert box["left"] - 1 <= r["left"] and r["right"] <= got["innerWidth"], r
+        assert r["width"] > 50 and r["visible"] and r["scrollLeft"] > 0, r
+    assert len({r["text"] for r in rows}) == len(rows)

@@ -23,7 +23,7 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}
 .scroll{max-width:100%;overflow-x:auto;border:1px solid #e4e4e4;margin:.6em 0}
 .scroll table{margin:0}
 .scroll td,.scroll th{white-space:nowrap;overflow-wrap:normal}
-.scroll td.wrap{white-space:normal;min-width:16em;max-width:26em}
+.scroll td.wrap{white-space:normal;min-width:12em;max-width:26em}
 .scroll .id{position:sticky;left:0;z-index:1;white-space:normal;min-width:12em;max-width:17em;
 overflow-wrap:anywhere;box-shadow:2px 0 2px -1px rgba(0,0,0,.18)}
 tr.pareto td{background:#eef8ee}tr.infeasible td{color:#888}
@@ -70,7 +70,7 @@ with a 95% interval excluding it, proves nothing about the protection: its numbe
 <th>95% interval of the difference</th><th class="l">verdict</th><th class="l">interval</th></tr>
 {% for c in checks %}<tr><td class="l id">{{ c.attack }}</td><td class="l">{{ c.statistic }}</td>
 <td>{{ c.value }}</td><td>{{ c.chance }}</td><td>{{ c.interval }}</td>
-<td class="l{% if not c.passed %} weak{% endif %}">{{ c.verdict }}</td><td class="l">{{ c.method }}</td></tr>
+<td class="l{% if not c.passed %} weak{% endif %}">{{ c.verdict }}</td><td class="l wrap">{{ c.method }}</td></tr>
 {% endfor %}</table></div>
 {% else %}<div class="box warn">No attack was run on these releases (pass texts for token inference,
 or keep the linkage attack on): the privacy side of this report is the formal guarantee only.</div>

@@ -173,10 +173,12 @@ class SettingNote:
 
 
 def _closed_form(mechanism: Any, dim: int) -> float | None:
+    """``mechanism.expected_cosine(dim)`` (the Mechanism hook; None where no closed form)."""
     fn = getattr(mechanism, "expected_cosine", None)
     if not callable(fn):
         return None
-    return float(fn(dim))
+    value = fn(dim)
+    return None if value is None else float(value)
 
 
 def setting_note(mechanism: Mechanism, dim: int) -> SettingNote:
@@ -235,7 +237,7 @@ def setting_note(mechanism: Mechanism, dim: int) -> SettingNote:
                 f"above {VACUOUS_LDP_EPSILON:g} (a release may multiply an attacker's odds on "
                 f"any yes/no question about the record by e^{eps:.3g})."
             )
-        elif delta > VACUOUS_DELTA:
+        if delta > VACUOUS_DELTA:
             notes.append(
                 f"the guarantee is vacuous in practice: delta = {delta:.3g} (above "
                 f"{VACUOUS_DELTA:g}) is the probability that the epsilon bound fails outright."

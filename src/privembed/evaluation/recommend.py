@@ -276,7 +276,8 @@ class Recommendation:
         for f in self.requirements:
             mean = _mean(result, config, f.metric)
             mark = "meets" if f.ok(mean) else "misses"
-            parts.append(f"{f.metric} {mean:.3f} ({mark} {f.op} {f.value:.3g})")
+            op = "≥" if f.op == ">=" else "≤"
+            parts.append(f"{f.metric} {mean:.3f} ({mark} {op} {f.value:.3g})")
         return f"{config.label} [{result.guarantee(config).short()}]: " + "; ".join(parts)
 
     def nearest_lines(self, result: SweepResult) -> list[str]:
@@ -415,7 +416,7 @@ def recommend(
     ceil = kept
     for chk in result.checks.values():
         if not chk.passed and not any(chk.attack in s for s in ignored):
-            ignored.append(f"{chk.attack} results are no evidence: {chk.text()}")
+            ignored.append(chk.text())
     reqs = [*util_floors, *ceil]
     means = {c.key: {f.metric: _mean(result, c, f.metric) for f in reqs} for c in result.configs}
 
