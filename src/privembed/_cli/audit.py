@@ -1,0 +1,233 @@
+"""``privembed audit``: audit a mechanism's claim -- an epsilon lower bound from sampling and a
+white-box check of its noise law (:mod:`privembed.audit`).
+
+Examples::
+
+    privembed audit -m laplace --epsilon 1 --dim 2 --samples 1000000
+    privembed audit -m gaussian --epsilon 4 --delta 1e-5 --dim 384 --json
+    privembed audit --from-file protected.parquet          # the configuration in its metadata
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from .common import console, err_console, print_json, user_errors
+
+__all__ = ["audit", "register"]
+
+
+def _from_file(path: Path, mask: Path | None, covariance: Path | None) -> tuple[Any, int]:
+    """The mechanism recorded in a protected file's metadata, and the file's input dimension."""
+    from ..audit import mechanism_from_config
+    from ..io import iter_batches, read_metadata
+
+    meta = read_metadata(path)
+    config = meta.get("mechanism")
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} records no mechanism configuration (is it a protected file?).")
+    try:
+        mech = mechanism_from_config(
+            config,
+            mask=None if mask is None else str(mask),
+            covariance=None if covariance is None else str(covariance),
+        )
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"cannot rebuild the mechanism recorded in {path}: {exc}") from None
+    proj = meta.get("projection")
+    if isinstance(proj, dict) and isinstance(proj.get("d"), int):
+        return mech, int(proj["d"])
+    if isinstance(config.get("input_dim"), int):
+        return mech, int(config["input_dim"])
+    _, dim, _, batches = iter_batches(path, batch_rows=1)
+    if dim <= 0:
+        dim = int(next(iter(batches)).X.shape[1])
+    return mech, dim
+
+
+def _fmt_n(n: float | None) -> str:
+    if n is None:
+        return "-"
+    if math.isinf(n):
+        return "> 1e32"
+    return f"{n:.2g}"
+
+
+def _print(result: Any) -> None:
+    r = result
+    unit = f" per unit of {r.metric.split()[0]}" if r.metric else ""
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column()
+    t.add_row("mechanism", f"{r.mechanism.get('mechanism')} at d={r.dim}")
+    t.add_row("claim", r.guarantee)
+    t.add_row("pair", r.pair)
+    pair_note = (
+        f"; pair {r.pair_epsilon_lower:.4g} at distance {r.distance:.4g}" if r.metric else ""
+    )
+    t.add_row(
+        "audited epsilon",
+        f">= {r.epsilon_lower:.4g}{unit} with {r.confidence:.0%} confidence "
+        f"(claimed {r.claimed_epsilon:.4g}{', delta ' + format(r.delta, '.3g') if r.delta else ''}"
+        f"{pair_note}; {r.score} score)",
+    )
+    t.add_row(
+        "test errors",
+        f"{r.false_positives} false positives, {r.false_negatives} false negatives of "
+        f"{r.test_samples} per side (upper bounds {r.fpr_upper:.3g}, {r.fnr_upper:.3g})",
+    )
+    t.add_row("ceiling", f"{r.ceiling:.4g}{unit}: the most {r.test_samples} test draws can certify")
+    if r.samples_needed is not None or r.samples_needed_exact is not None:
+        lower = "" if r.samples_needed_exact else " (at least; law before renormalisation)"
+        t.add_row("N for claim / 2", _fmt_n(r.samples_needed) + " draws per side" + lower)
+    if r.whitebox is not None:
+        wb = r.whitebox
+        t.add_row("white-box", f"{wb.verdict}: {wb.reason}")
+        for e in wb.estimates:
+            t.add_row("", e.text())
+        for test in wb.tests:
+            t.add_row("", f"{test.name}: p={test.pvalue:.3g} ({'ok' if test.passed else 'FAIL'})")
+    t.add_row("samples", f"{r.samples} per side ({r.test_samples} test), {r.seconds:.1f} s")
+    for note in r.notes:
+        t.add_row("note", note)
+    style = "bold red" if r.verdict == "violation" else "bold green"
+    t.add_row("verdict", f"[{style}]{r.verdict}[/{style}]")
+    console.print(t, highlight=False)
+
+
+@user_errors
+def audit(
+    mechanism: Annotated[
+        str | None,
+        typer.Option(
+            "--mechanism",
+            "-m",
+            help="gaussian|empirical|laplace|mahalanobis|purkayastha|projection",
+        ),
+    ] = None,
+    epsilon: Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")] = None,
+    delta: Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")] = None,
+    sigma: Annotated[float | None, typer.Option(help="Noise scale (empirical).")] = None,
+    calibration: Annotated[str | None, typer.Option(help="analytic|classic (Gaussian).")] = None,
+    covariance: Annotated[
+        Path | None, typer.Option(help="Covariance .npy, (d,) (Mahalanobis).")
+    ] = None,
+    mask: Annotated[
+        Path | None, typer.Option(help="Concept mask .npy or profile .npz (Mahalanobis).")
+    ] = None,
+    mask_delta: Annotated[
+        float | None, typer.Option(help="delta added to the mask (Mahalanobis).")
+    ] = None,
+    smoothing: Annotated[
+        float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")
+    ] = None,
+    k: Annotated[int | None, typer.Option("--k", help="Projection dimension (projection).")] = None,
+    kind: Annotated[str | None, typer.Option(help="gaussian|sparse|srht (projection).")] = None,
+    projection_seed: Annotated[int | None, typer.Option(help="Public projection seed.")] = None,
+    neighbouring: Annotated[str | None, typer.Option(help="record|attribute (projection).")] = None,
+    input_norm: Annotated[str | None, typer.Option(help="normalize|clip|none.")] = None,
+    renormalize: Annotated[
+        bool | None, typer.Option("--renormalize/--no-renormalize", help="Unit-length outputs.")
+    ] = None,
+    from_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-file", help="Audit the mechanism recorded in a protected file's metadata."
+        ),
+    ] = None,
+    dim: Annotated[
+        int | None, typer.Option("--dim", help="Input dimension (default 16, or the file's).")
+    ] = None,
+    samples: Annotated[int, typer.Option(help="Releases drawn per input of the pair.")] = 100_000,
+    distance: Annotated[
+        float | None,
+        typer.Option(help="Pair distance in the claim's metric (default: the worst case)."),
+    ] = None,
+    score: Annotated[
+        str, typer.Option(help="lr (likelihood ratio of the claimed law)|logistic|mlp.")
+    ] = "lr",
+    confidence: Annotated[float, typer.Option(help="Confidence of the lower bound.")] = 0.95,
+    whitebox: Annotated[
+        bool, typer.Option("--whitebox/--no-whitebox", help="Check the noise law's parameters.")
+    ] = True,
+    power: Annotated[
+        bool, typer.Option(help="Also compute the draws needed for a bound of half the claim.")
+    ] = False,
+    seed: Annotated[int | None, typer.Option(help="Seed (reproducible audit).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    fail_on_violation: Annotated[
+        bool, typer.Option(help="Exit with status 3 when the verdict is a violation.")
+    ] = False,
+) -> None:
+    """Audit a mechanism: an empirical epsilon lower bound and a white-box noise-law check."""
+    from ..audit import audit as run_audit
+    from ..mechanisms import get_mechanism
+
+    params = {
+        "epsilon": epsilon,
+        "delta": delta,
+        "sigma": sigma,
+        "calibration": calibration,
+        "mask_delta": mask_delta,
+        "smoothing": smoothing,
+        "k": k,
+        "kind": kind,
+        "projection_seed": projection_seed,
+        "neighbouring": neighbouring,
+        "input_norm": input_norm,
+        "renormalize": renormalize,
+    }
+    if from_file is not None:
+        given = [f"--{n.replace('_', '-')}" for n, v in params.items() if v is not None]
+        if mechanism is not None or given:
+            raise ValueError(
+                "--from-file takes the mechanism from the file; do not also give "
+                + ", ".join((["-m"] if mechanism is not None else []) + given)
+                + "."
+            )
+        mech, file_dim = _from_file(from_file, mask, covariance)
+        d = file_dim if dim is None else dim
+    else:
+        if mechanism is None:
+            raise ValueError("give -m/--mechanism (with its parameters) or --from-file.")
+        for name, path in (("mask", mask), ("covariance", covariance)):
+            if path is not None and not path.exists():
+                raise FileNotFoundError(f"{name} file not found: {path}")
+        mech = get_mechanism(
+            mechanism,
+            **params,
+            mask=None if mask is None else str(mask),
+            covariance=None if covariance is None else str(covariance),
+        )
+        d = 16 if dim is None else dim
+    result = run_audit(
+        mech,
+        dim=d,
+        samples=samples,
+        score=score,
+        distance=distance,
+        confidence=confidence,
+        whitebox=whitebox,
+        power=power,
+        rng=seed,
+    )
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        _print(result)
+    if result.verdict == "violation":
+        err_console.print(
+            "audit: VIOLATION -- the measured privacy is worse than the claim", highlight=False
+        )
+        if fail_on_violation:
+            raise typer.Exit(3)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``audit`` command to the main app."""
+    app.command(name="audit")(audit)

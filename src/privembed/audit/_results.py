@@ -1,0 +1,210 @@
+"""Immutable audit records (``to_dict`` gives JSON-safe output)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["AuditResult", "Estimate", "LawTest", "WhiteBoxResult"]
+
+
+def _json(v: Any) -> Any:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return v.to_dict() if hasattr(v, "to_dict") else dataclasses.asdict(v)
+    if isinstance(v, tuple | list):
+        return [_json(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _json(x) for k, x in v.items()}
+    if isinstance(v, float) and not math.isfinite(v):
+        return "inf" if v > 0 else ("-inf" if v < 0 else "nan")
+    return v
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A parameter of the noise law estimated from samples, with a confidence interval."""
+
+    name: str
+    value: float
+    low: float | None = None
+    high: float | None = None
+    claimed: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    def text(self) -> str:
+        s = f"{self.name} {self.value:.5g}"
+        if self.low is not None and self.high is not None:
+            s += f" [{self.low:.5g}, {self.high:.5g}]"
+        if self.claimed is not None:
+            s += f" (claimed {self.claimed:.5g})"
+        return s
+
+
+@dataclass(frozen=True)
+class LawTest:
+    """A goodness-of-fit test of the noise law (fails when ``pvalue < threshold``)."""
+
+    name: str
+    statistic: float
+    pvalue: float
+    threshold: float
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.pvalue >= self.threshold)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: _json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["passed"] = self.passed
+        return out
+
+
+@dataclass(frozen=True)
+class WhiteBoxResult:
+    """The white-box check: the noise law's parameters estimated from samples, and what they imply.
+
+    Attributes
+    ----------
+    family : str
+        The law checked ("gaussian", "l2 laplace", "mahalanobis", "purkayastha angle").
+    samples : int
+        Noise draws used.
+    level : float
+        Two-sided confidence level of the intervals; goodness-of-fit tests fail below
+        ``1 - level``.
+    estimates : tuple of Estimate
+    tests : tuple of LawTest
+    epsilon_estimate : float
+        The epsilon (claim's units; at the claimed delta for (epsilon, delta) claims) that the
+        estimated law gives.
+    epsilon_low : float
+        The smallest such epsilon consistent with the samples at ``level``: the verdict compares
+        this, the value most favourable to the mechanism, with the claim. ``inf`` when the
+        estimated law has unbounded privacy loss.
+    delta_at_claim : float or None
+        (epsilon, delta) claims: the delta the estimated law (at the favourable end of its
+        interval) gives at the claimed epsilon.
+    verdict : {"consistent", "violation"}
+    reason : str
+    """
+
+    family: str
+    samples: int
+    level: float
+    estimates: tuple[Estimate, ...]
+    tests: tuple[LawTest, ...]
+    epsilon_estimate: float
+    epsilon_low: float
+    delta_at_claim: float | None
+    verdict: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    """Result of :func:`privembed.audit.audit`.
+
+    Epsilons are in the claim's units: per unit of the metric for metric (d_X) privacy (the
+    pair's bound divided by its distance), plain epsilon otherwise.
+
+    Attributes
+    ----------
+    mechanism : dict
+        ``Mechanism.config`` of the audited mechanism.
+    guarantee : str
+        The claim, as the mechanism describes it.
+    claim_kind : {"approx_dp", "pure_dp", "metric_dp"}
+    claimed_epsilon, delta : float
+        The claimed epsilon and the delta the bound is computed at (0 for pure and metric DP).
+    metric : str or None
+        The metric of a metric-DP claim.
+    dim : int
+        Input dimension.
+    distance : float
+        Distance between the pair in the claim's metric (the l2 distance for LDP claims).
+    pair : str
+        How the pair was built.
+    score : str
+        "lr" (the claimed law's likelihood-ratio statistic) or a classifier name.
+    samples, test_samples : int
+        Draws per side in all, and in the split that gives the reported bound.
+    threshold : float
+    flipped : bool
+        The test says "x1" when the score is *below* the threshold.
+    false_positives, false_negatives : int
+        Errors of the test on the test split.
+    fpr_upper, fnr_upper : float
+        Their one-sided Clopper-Pearson upper bounds (each at ``(1 - confidence)/2``).
+    pair_epsilon_lower : float
+        The bound for the pair (for metric DP: before dividing by ``distance``).
+    epsilon_lower : float
+        The audited lower bound, in the claim's units; holds with probability ``confidence``.
+    confidence : float
+    ceiling : float
+        The largest bound ``test_samples`` draws can certify (claim's units).
+    samples_needed : float or None
+        Draws per side for an *expected* bound of half the claim (``power=True``); ``inf`` when
+        beyond ~1e32.
+    samples_needed_exact : bool or None
+        False when computed from the law before renormalisation (then a lower bound).
+    whitebox : WhiteBoxResult or None
+    seconds : float
+    """
+
+    mechanism: dict[str, Any]
+    guarantee: str
+    claim_kind: str
+    claimed_epsilon: float
+    delta: float
+    metric: str | None
+    dim: int
+    distance: float
+    pair: str
+    score: str
+    samples: int
+    test_samples: int
+    threshold: float
+    flipped: bool
+    false_positives: int
+    false_negatives: int
+    fpr_upper: float
+    fnr_upper: float
+    pair_epsilon_lower: float
+    epsilon_lower: float
+    confidence: float
+    ceiling: float
+    samples_needed: float | None = None
+    samples_needed_exact: bool | None = None
+    whitebox: WhiteBoxResult | None = None
+    seconds: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def sampling_violation(self) -> bool:
+        """The audited lower bound exceeds the claim."""
+        return bool(self.epsilon_lower > self.claimed_epsilon)
+
+    @property
+    def verdict(self) -> str:
+        """ "violation" if the sampling bound exceeds the claim or the white-box check fails."""
+        wb = self.whitebox is not None and self.whitebox.verdict == "violation"
+        return "violation" if (self.sampling_violation or wb) else "consistent"
+
+    @property
+    def ratio(self) -> float:
+        """Audited lower bound / claim (1 would be a tight audit)."""
+        return self.epsilon_lower / self.claimed_epsilon if self.claimed_epsilon > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: _json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["verdict"] = self.verdict
+        out["sampling_violation"] = self.sampling_violation
+        out["ratio"] = _json(self.ratio)
+        return out
