@@ -54,7 +54,7 @@ def _fmt_n(n: float | None) -> str:
     if n is None:
         return "-"
     if math.isinf(n):
-        return "> 1e32"
+        return "> 1e26"
     return f"{n:.2g}"
 
 
@@ -85,6 +85,11 @@ def _print(result: Any) -> None:
     if r.samples_needed is not None or r.samples_needed_exact is not None:
         lower = "" if r.samples_needed_exact else " (at least; law before renormalisation)"
         t.add_row("N for claim / 2", _fmt_n(r.samples_needed) + " draws per side" + lower)
+    if r.epsilon_exact is not None:
+        t.add_row(
+            "exact for pair",
+            f"{r.epsilon_exact:.4g}{unit}: what the score's law gives with no sampling error",
+        )
     if r.whitebox is not None:
         wb = r.whitebox
         t.add_row("white-box", f"{wb.verdict}: {wb.reason}")

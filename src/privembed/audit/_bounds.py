@@ -36,7 +36,9 @@ from .._validation import check_int, check_real
 
 __all__ = [
     "ScoreLaw",
+    "cp_lower",
     "cp_upper",
+    "epsilon_from_bounds",
     "epsilon_from_rates",
     "epsilon_lower_bound",
     "evaluate_threshold",
@@ -87,6 +89,54 @@ def cp_upper(k: Any, n: Any, alpha: float) -> NDArray[np.float64]:
     return np.asarray(np.clip(out, 0.0, 1.0), dtype=np.float64)
 
 
+def cp_lower(k: Any, n: Any, alpha: float) -> NDArray[np.float64]:
+    """One-sided Clopper-Pearson lower bound at level ``1 - alpha`` on p from k of n.
+
+    Exactly ``1 - cp_upper(n - k, n, alpha)``, computed without that subtraction (which loses
+    every digit when the bound is tiny).
+
+    Examples
+    --------
+    >>> float(cp_lower(1000, 1000, 0.025)) == 1 - float(cp_upper(0, 1000, 0.025))
+    True
+    """
+    k, n = np.broadcast_arrays(np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64))
+    q = alpha
+    out = np.zeros(k.shape)
+    pos = k > 0
+    large = pos & (k > 1e6) & (n - k > 1e6)
+    poisson = pos & ~large & (n > _POISSON_N) & (k < n)
+    exact = pos & ~(large | poisson)
+    with np.errstate(all="ignore"):
+        if exact.any():
+            out[exact] = special.betaincinv(k[exact], n[exact] - k[exact] + 1.0, q)
+        if poisson.any():
+            out[poisson] = special.gammaincinv(k[poisson], q) / n[poisson]
+        if large.any():
+            out[large] = 1.0 - cp_upper(n[large] - k[large], n[large], alpha)
+    return np.asarray(np.clip(out, 0.0, 1.0), dtype=np.float64)
+
+
+def epsilon_from_bounds(
+    fpr_up: Any, fnr_up: Any, tnr_lo: Any, tpr_lo: Any, delta: float
+) -> NDArray[np.float64]:
+    """Epsilon lower bound from bounds on a test's rates, floored at 0.
+
+    For the event S the test calls "x1": ``fpr_up`` >= P0(S), ``tpr_lo`` <= P1(S),
+    ``fnr_up`` >= P1(not S), ``tnr_lo`` <= P0(not S); the bound is
+    ``max(ln((tpr_lo - delta) / fpr_up), ln((tnr_lo - delta) / fnr_up))``. The complements
+    are passed separately so that tiny ones keep their digits.
+    """
+    a, b = np.asarray(fpr_up, dtype=np.float64), np.asarray(fnr_up, dtype=np.float64)
+    ta, tb = np.asarray(tnr_lo, dtype=np.float64), np.asarray(tpr_lo, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        one = np.log(np.maximum(tb - delta, 0.0)) - np.log(a)
+        two = np.log(np.maximum(ta - delta, 0.0)) - np.log(b)
+        out = np.fmax(one, two)
+    out = np.where(np.isnan(out), 0.0, out)
+    return np.asarray(np.maximum(out, 0.0), dtype=np.float64)
+
+
 def epsilon_from_rates(alpha: Any, beta: Any, delta: float) -> NDArray[np.float64]:
     """The epsilon lower bound implied by error rates alpha (false positive), beta (false negative).
 
@@ -94,12 +144,7 @@ def epsilon_from_rates(alpha: Any, beta: Any, delta: float) -> NDArray[np.float6
     """
     a = np.asarray(alpha, dtype=np.float64)
     b = np.asarray(beta, dtype=np.float64)
-    with np.errstate(all="ignore"):
-        one = np.log(np.maximum(1.0 - delta - b, 0.0)) - np.log(a)
-        two = np.log(np.maximum(1.0 - delta - a, 0.0)) - np.log(b)
-        out = np.fmax(one, two)
-    out = np.where(np.isnan(out), 0.0, out)
-    return np.asarray(np.maximum(out, 0.0), dtype=np.float64)
+    return epsilon_from_bounds(a, b, 1.0 - a, 1.0 - b, delta)
 
 
 def epsilon_lower_bound(
@@ -134,9 +179,14 @@ def epsilon_lower_bound(
     n1 = check_int("n1", n1, ge=1)
     delta = check_real("delta", delta, ge=0, lt=1)
     a = _half_alpha(confidence)
+    fp, fn = false_positives, false_negatives
     return float(
-        epsilon_from_rates(
-            cp_upper(false_positives, n0, a), cp_upper(false_negatives, n1, a), delta
+        epsilon_from_bounds(
+            cp_upper(fp, n0, a),
+            cp_upper(fn, n1, a),
+            cp_lower(n0 - fp, n0, a),
+            cp_lower(n1 - fn, n1, a),
+            delta,
         )
     )
 
@@ -157,6 +207,16 @@ def max_certifiable_epsilon(n: int, *, confidence: float = 0.95, delta: float = 
     """
     n = check_int("n", n, ge=1)
     return epsilon_lower_bound(0, n, 0, n, delta=delta, confidence=confidence)
+
+
+def _eps_counts(fp: Any, n0: Any, fn: Any, n1: Any, alpha: float, delta: float) -> NDArray[Any]:
+    return epsilon_from_bounds(
+        cp_upper(fp, n0, alpha),
+        cp_upper(fn, n1, alpha),
+        cp_lower(np.asarray(n0) - fp, n0, alpha),
+        cp_lower(np.asarray(n1) - fn, n1, alpha),
+        delta,
+    )
 
 
 # ---- threshold selection on one split, evaluation on another ---------------------------------
@@ -181,8 +241,8 @@ def _bounds_at(
     n0, n1 = s0.size, s1.size
     fp = n0 - np.searchsorted(s0, t, side="left")  # x0 draws scored >= t
     fn = np.searchsorted(s1, t, side="left")  # x1 draws scored < t
-    up = epsilon_from_rates(cp_upper(fp, n0, alpha), cp_upper(fn, n1, alpha), delta)
-    down = epsilon_from_rates(cp_upper(n0 - fp, n0, alpha), cp_upper(n1 - fn, n1, alpha), delta)
+    up = _eps_counts(fp, n0, fn, n1, alpha, delta)
+    down = _eps_counts(n0 - fp, n0, n1 - fn, n1, alpha, delta)
     return up, down, fp, fn
 
 
@@ -226,7 +286,7 @@ def evaluate_threshold(
         "n1": n1,
         "fpr_upper": fpr_up,
         "fnr_upper": fnr_up,
-        "epsilon": float(epsilon_from_rates(fpr_up, fnr_up, delta)),
+        "epsilon": float(_eps_counts(fp, n0, fn, n1, alpha, delta)),
     }
 
 
@@ -245,8 +305,9 @@ class ScoreLaw:
         Score values and unnormalised log-weights under x0 and under x1.
     exact : bool
     resolution_nats : float
-        Mass below ``exp(-resolution_nats)`` is not represented; sample sizes beyond about
-        ``exp(resolution_nats - 5)`` are reported as infinite.
+        Mass below ``exp(-resolution_nats)`` is not represented; only events of probability
+        above ``exp(-(resolution_nats - margin_nats))`` are used, and sample sizes beyond that
+        (1e26 at the default 80 nats) are reported as infinite.
     """
 
     def __init__(
@@ -265,7 +326,9 @@ class ScoreLaw:
         self._side1 = self._prepare(values1, logw1)
 
     @staticmethod
-    def _prepare(values: Any, logw: Any) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any]]:
+    def _prepare(
+        values: Any, logw: Any
+    ) -> tuple[NDArray[Any], NDArray[Any], NDArray[Any], NDArray[Any]]:
         v = np.asarray(values, dtype=np.float64).ravel()
         lw = np.asarray(logw, dtype=np.float64).ravel()
         keep = np.isfinite(v) & np.isfinite(lw)
@@ -276,26 +339,44 @@ class ScoreLaw:
         # log P(s >= v[i]) and log P(s < v[i]); index len(v) means "above every value"
         ge = np.append(np.logaddexp.accumulate(lw[::-1])[::-1], -np.inf)
         lt = np.concatenate([[-np.inf], np.logaddexp.accumulate(lw)])
-        return v, ge, lt
+        # how far each tail's mass exceeds its heaviest single cell (log ratio)
+        spread_ge = ge[:-1] - np.maximum.accumulate(lw[::-1])[::-1]
+        spread_lt = lt[1:] - np.maximum.accumulate(lw)
+        spread = np.minimum(np.append(spread_ge, -np.inf), np.concatenate([[-np.inf], spread_lt]))
+        return v, ge, lt, spread
 
     @staticmethod
     def _tails(
         side: tuple[NDArray[Any], ...], t: NDArray[Any]
     ) -> tuple[NDArray[Any], NDArray[Any]]:
-        v, ge, lt = side
+        v, ge, lt, _ = side
         i = np.searchsorted(v, t, side="left")
         return ge[i], lt[i]
 
+    #: a threshold must leave, in every tail of both sides, a mass at least this many times
+    #: the tail's heaviest cell (so that no bound rests on one or two cells, whose masses and
+    #: ties at the threshold are discretisation artefacts) ...
+    min_cells: float = 50.0
+    #: ... and at least exp(-(resolution_nats - margin_nats)), so that the mass the grid drops
+    #: (below exp(-resolution_nats)) is negligible against it
+    margin_nats: float = 20.0
+
     def _thresholds(self) -> NDArray[Any]:
-        levels = -np.arange(0.0, self.resolution_nats, 0.05)
+        floor = -(self.resolution_nats - self.margin_nats)
+        levels = -np.arange(0.0, -floor, 0.05)
         out = []
-        for v, ge, lt in (self._side0, self._side1):
+        for v, ge, lt, _ in (self._side0, self._side1):
             # indices where each tail crosses the levels (ge decreasing, lt increasing in index)
             i_ge = np.searchsorted(-ge[:-1], -levels, side="left")
             i_lt = np.searchsorted(lt[1:], levels, side="left")
-            idx = np.clip(np.concatenate([i_ge, i_lt, [0, v.size - 1]]), 0, v.size - 1)
+            idx = np.clip(np.concatenate([i_ge, i_lt]), 0, v.size - 1)
             out.append(v[idx])
-        return np.unique(np.concatenate(out))
+        t = np.unique(np.concatenate(out))
+        keep = np.ones(t.size, dtype=bool)
+        for v, ge, lt, spread in (self._side0, self._side1):
+            i = np.searchsorted(v, t, side="left")
+            keep &= (ge[i] >= floor) & (lt[i] >= floor) & (spread[i] >= math.log(self.min_cells))
+        return t[keep]
 
     def expected_bound(self, n_test: float, *, delta: float, confidence: float) -> float:
         """Best epsilon bound over thresholds with ``n_test`` draws per side at expected counts."""
@@ -305,10 +386,33 @@ class ScoreLaw:
         alpha = _half_alpha(confidence)
         n = float(n_test)
         best = 0.0
-        for fpr_log, fnr_log in ((ge0, lt1), (lt0, ge1)):
-            fp = n * np.exp(fpr_log)
-            fn = n * np.exp(fnr_log)
-            b = epsilon_from_rates(cp_upper(fp, n, alpha), cp_upper(fn, n, alpha), delta)
+        # event {s >= t}: fp from P0(s >= t), fn from P1(s < t); and the complementary event
+        for f_log, fc_log, m_log, mc_log in ((ge0, lt0, lt1, ge1), (lt0, ge0, ge1, lt1)):
+            b = epsilon_from_bounds(
+                cp_upper(n * np.exp(f_log), n, alpha),
+                cp_upper(n * np.exp(m_log), n, alpha),
+                cp_lower(n * np.exp(fc_log), n, alpha),
+                cp_lower(n * np.exp(mc_log), n, alpha),
+                delta,
+            )
+            best = max(best, float(b.max()))
+        return best
+
+    def exact_epsilon(self, *, delta: float) -> float:
+        """The pair's epsilon at ``delta`` from the exact error rates of the best threshold.
+
+        What an audit with this score approaches as N grows, counting only events of
+        probability above ``exp(-(resolution_nats - margin_nats))`` (1e-26): for the likelihood-ratio score
+        the released law, the pair's privacy at ``delta`` up to events rarer than that.
+        """
+        t = self._thresholds()
+        ge0, lt0 = self._tails(self._side0, t)
+        ge1, lt1 = self._tails(self._side1, t)
+        best = 0.0
+        for f_log, fc_log, m_log, mc_log in ((ge0, lt0, lt1, ge1), (lt0, ge0, ge1, lt1)):
+            b = epsilon_from_bounds(
+                np.exp(f_log), np.exp(m_log), np.exp(fc_log), np.exp(mc_log), delta
+            )
             best = max(best, float(b.max()))
         return best
 
@@ -317,14 +421,15 @@ class ScoreLaw:
     ) -> float:
         """Draws per side (selection + test split) for an expected bound of ``target``.
 
-        Returns ``math.inf`` when even ``exp(resolution_nats - 5)`` draws would not reach it.
+        Returns ``math.inf`` when even ``exp(resolution_nats - margin_nats)`` draws would not
+        reach it.
         """
         test = 1.0 - train_fraction
 
         def f(log10_n: float) -> float:
             return self.expected_bound(10.0**log10_n * test, delta=delta, confidence=confidence)
 
-        lo, hi = 1.0, (self.resolution_nats - 5.0) / math.log(10.0)
+        lo, hi = 1.0, (self.resolution_nats - self.margin_nats) / math.log(10.0)
         if f(hi) < target:
             return math.inf
         if f(lo) >= target:

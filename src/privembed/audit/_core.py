@@ -165,7 +165,8 @@ def audit(
     whitebox : bool
         Also run :func:`whitebox_check`.
     whitebox_samples : int, optional
-        Noise draws for the white-box check (default ``samples``).
+        Noise draws for the white-box check (default ``samples``, capped at
+        ``max(20_000, 2**24 // dim)`` rows so that its arrays stay near 130 MB each).
     law_level : float in (0, 1)
         Two-sided level of the white-box intervals (default 1 - 1e-5, about 4.4 standard
         errors, so that a correct mechanism is flagged about once in 1e5 checks).
@@ -235,12 +236,17 @@ def audit(
         wb = fam.whitebox(
             mechanism,
             d,
-            check_int("whitebox_samples", whitebox_samples or n, ge=20),
+            check_int(
+                "whitebox_samples",
+                whitebox_samples or min(n, max(20_000, (1 << 24) // d)),
+                ge=20,
+            ),
             g_wb,
             check_real("law_level", law_level, gt=0, lt=1),
         )
     needed: float | None = None
     exact: bool | None = None
+    eps_exact: float | None = None
     notes: list[str] = []
     if power:
         law = fam.score_law(mechanism, pair, d)
@@ -254,6 +260,7 @@ def audit(
                 train_fraction=train_fraction,
             )
             exact = law.exact
+            eps_exact = law.exact_epsilon(delta=delta) / scale
     if wb is None and fam.name == "generic":
         notes.append(f"no white-box check for mechanism {mechanism.name!r}")
     return AuditResult(
@@ -281,6 +288,7 @@ def audit(
         ceiling=ceiling,
         samples_needed=needed,
         samples_needed_exact=exact,
+        epsilon_exact=eps_exact,
         whitebox=wb,
         seconds=time.perf_counter() - t0,
         notes=tuple(notes),
@@ -354,7 +362,7 @@ def samples_needed(
     (discretised to 80 nats): the best threshold's error rates at their expected counts, with
     the audit's Clopper-Pearson bounds. Returns ``(n, exact)``; ``exact`` is False when the law
     is that of the noise before renormalisation, which post-processing can only make harder
-    to audit (then ``n`` is a lower bound). ``inf`` means beyond about 1e32 draws.
+    to audit (then ``n`` is a lower bound). ``inf`` means beyond about 1e26 draws.
 
     Examples
     --------

@@ -151,9 +151,14 @@ class AuditResult:
         The largest bound ``test_samples`` draws can certify (claim's units).
     samples_needed : float or None
         Draws per side for an *expected* bound of half the claim (``power=True``); ``inf`` when
-        beyond ~1e32.
+        beyond ~1e26.
     samples_needed_exact : bool or None
         False when computed from the law before renormalisation (then a lower bound).
+    epsilon_exact : float or None
+        ``power=True``: what the score's exact law gives for this pair with no sampling error
+        (claim's units) -- the most any audit with this pair and score approaches. Below half
+        the claim, ``samples_needed`` is ``inf``: the release is more private than claimed for
+        this pair (e.g. renormalised Gaussian noise at d = 2).
     whitebox : WhiteBoxResult or None
     seconds : float
     """
@@ -182,6 +187,7 @@ class AuditResult:
     ceiling: float
     samples_needed: float | None = None
     samples_needed_exact: bool | None = None
+    epsilon_exact: float | None = None
     whitebox: WhiteBoxResult | None = None
     seconds: float = 0.0
     notes: tuple[str, ...] = field(default=())
