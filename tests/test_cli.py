@@ -86,7 +86,10 @@ def test_protect_mahalanobis_with_mask_file(tmp_path):
         ],
     )
     assert r.exit_code == 0, r.output
-    assert read_metadata(out)["mechanism"]["sigma_source"] == "mask"
+    cfg = read_metadata(out)["mechanism"]
+    assert (
+        cfg["mechanism"] == "mahalanobis" and len(cfg["mask"]) == 16 and cfg["covariance"] is None
+    )
 
 
 def test_info_shows_rows_dim_and_metadata(tmp_path):

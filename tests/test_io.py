@@ -156,9 +156,15 @@ def test_nan_zero_and_ragged_rows_are_rejected(tmp_path):
 
 def test_read_texts_jsonl_and_errors(tmp_path):
     p = tmp_path / "t.jsonl"
-    p.write_text('{"id": "a", "text": "hello"}\n\n{"text": "world"}\n')
+    p.write_text('{"id": "a", "text": "hello"}\n\n{"id": 1, "text": "world"}\n')
     ids, texts = read_texts(p)
-    assert ids == ["a", 1] and texts == ["hello", "world"]
+    assert ids == ["a", 1] and texts == ["hello", "world"]  # each id keeps its JSON type
+    # line numbers are not ids: a file without ids has none, a file with some has them all
+    p.write_text('{"text": "hello"}\n{"text": "world"}\n')
+    assert read_texts(p) == (None, ["hello", "world"])
+    p.write_text('{"id": "a", "text": "hello"}\n{"text": "world"}\n')
+    with pytest.raises(DataError, match=r"t.jsonl:2: missing 'id' \(other lines have ids\)"):
+        read_texts(p)
     p.write_text('{"id": "a", "text": "hello"}\n{oops\n')
     with pytest.raises(DataError, match=r"t.jsonl:2: invalid JSON"):
         read_texts(p)

@@ -1,7 +1,14 @@
-"""Keyed noise: bit-identical re-release, independence across ids/configs/keys, key files."""
+"""Keyed noise: bit-identical re-release of the same content, independence for anything else.
+
+Includes the attacks of the issue "Guarantees that survive ordinary use": changed content under
+one id (the subtraction attack), two files of texts without ids, a new embedding model, typed
+ids, and averaging.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 import stat
 
 import numpy as np
@@ -16,7 +23,18 @@ from privembed import (
     PurkayasthaMechanism,
 )
 from privembed.cli import app
-from privembed.keyed import key_id, keygen, load_key, typed_id
+from privembed.io import read_embeddings, write_embeddings
+from privembed.keyed import (
+    canonical_text,
+    key_id,
+    keygen,
+    load_key,
+    resolve_key,
+    text_digests,
+    typed_id,
+    vector_digests,
+)
+from privembed.release import Release, protect
 
 KEY = bytes(range(32))
 MECHS = [
@@ -25,6 +43,8 @@ MECHS = [
     MahalanobisMechanism(epsilon=20.0, mask=np.r_[np.ones(4), np.zeros(12)]),
     PurkayasthaMechanism(epsilon=20.0),
 ]
+#: |corr| of N independent pairs has sd 1/sqrt(N); tests use 4.4 sd (false alarm ~1e-5)
+K_SE = 4.4
 
 
 @pytest.fixture
@@ -35,23 +55,25 @@ def X() -> np.ndarray:
 @pytest.mark.parametrize("mech", MECHS, ids=lambda m: m.name)
 def test_rerelease_is_bit_identical_and_partition_free(X, mech):
     ids = [f"doc-{i}" for i in range(len(X))]
-    A = mech.privatize(X, ids=ids, key=KEY)
-    B = mech.privatize(X, ids=ids, key=KEY)
+    A = protect(X, mech, ids=ids, key=KEY)
+    B = protect(X, mech, ids=ids, key=KEY)
     assert np.array_equal(A, B)
-    # order, subsets and block size do not matter: noise depends on (key, config, id) only
+    # order, subsets, block size and threads do not matter
     perm = np.random.default_rng(1).permutation(len(X))
-    C = mech.privatize(X[perm], ids=[ids[i] for i in perm], key=KEY)
+    C = protect(X[perm], mech, ids=[ids[i] for i in perm], key=KEY)
     assert np.array_equal(C, A[perm])
-    D = mech.privatize(X[7], ids=ids[7], key=KEY)
+    D = protect(X[7], mech, ids=ids[7], key=KEY)
     assert np.array_equal(D, A[7])
+    with Release(mech, key=KEY) as rel:
+        parts = [rel.protect(X[s : s + 37], ids[s : s + 37]) for s in range(0, len(X), 37)]
+    assert np.array_equal(np.concatenate(parts), A)
 
 
-def _noise(mech, X, ids, key):
-    # pre-renormalisation noise is what must be independent; use renormalize=False copies
-    return mech.privatize(X, ids=ids, key=key) - X
+def _noise(mech, X, ids, key, **kw):
+    return protect(X, mech, ids=ids, key=key, **kw) - X
 
 
-def test_independence_across_ids_configs_and_keys():
+def test_independence_across_ids_configs_keys_models_and_generators():
     n, d = 400, 64
     X = np.tile(np.eye(d)[0], (n, 1))
     ids = list(range(n))
@@ -62,47 +84,114 @@ def test_independence_across_ids_configs_and_keys():
         "other ids": _noise(m1, X, [i + n for i in ids], KEY).ravel(),
         "other config": _noise(m2, X, ids, KEY).ravel() * (m1.sigma / m2.sigma),
         "other key": _noise(m1, X, ids, bytes(32)).ravel(),
+        "other model": _noise(m1, X, ids, KEY, model="another-model").ravel(),
+        "other generator": _noise(m1, X, ids, KEY, generator="aes").ravel(),
     }
-    # |corr| of 25,600 independent pairs: sd = 1/sqrt(25600) = 0.00625; threshold 4.4 sd
     for name, other in others.items():
         r = np.corrcoef(base, other)[0, 1]
-        assert abs(r) < 4.4 / np.sqrt(base.size), (name, r)
-    # and rows within one release are uncorrelated too
-    Z = _noise(m1, X, ids, KEY)
-    r = np.corrcoef(Z[:-1].ravel(), Z[1:].ravel())[0, 1]
-    assert abs(r) < 4.4 / np.sqrt(Z[1:].size)
+        assert abs(r) < K_SE / np.sqrt(base.size), (name, r)
 
 
-def test_keyed_noise_has_the_mechanism_law():
-    """Keyed draws come from the same exact samplers: per-coordinate sd = sigma."""
+def test_changed_content_under_one_id_gets_independent_noise():
+    """The subtraction attack: two releases of one id with different contents.
+
+    With noise bound to (key, config, id) only, Y2 - Y1 = X2 - X1 exactly and whoever knows X1
+    recovers X2. Bound to content too, the difference must correlate with the clean difference
+    no more than the difference of two *fresh* releases does.
+    """
+    rng = np.random.default_rng(3)
+    n, d = 500, 64
+    X1 = rng.standard_normal((n, d))
+    X1 /= np.linalg.norm(X1, axis=1, keepdims=True)
+    X2 = rng.standard_normal((n, d))
+    X2 /= np.linalg.norm(X2, axis=1, keepdims=True)  # "edited notes" under the same ids
+    ids = [f"note-{i}" for i in range(n)]
     m = GaussianMechanism(epsilon=5.0, delta=1e-5, renormalize=False)
-    n, d = 2000, 32
-    X = np.tile(np.eye(d)[0], (n, 1))
-    Z = m.privatize(X, ids=list(range(n)), key=KEY) - X
-    # sample variance of N = 64,000 normals: relative sd sqrt(2/N) = 0.0056; 4.4 sd tolerance
-    assert abs(Z.var() / m.sigma**2 - 1) < 4.4 * np.sqrt(2 / Z.size)
-    assert abs(Z.mean()) < 4.4 * m.sigma / np.sqrt(Z.size)
+    keyed = protect(X2, m, ids=ids, key=KEY) - protect(X1, m, ids=ids, key=KEY)
+    fresh = m.privatize(X2, rng=11) - m.privatize(X1, rng=12)
+
+    def recovery(diff: np.ndarray) -> float:
+        """Mean cosine between the released difference and the clean difference."""
+        clean = X2 - X1
+        num = np.einsum("ij,ij->i", diff, clean)
+        return float(np.mean(num / (np.linalg.norm(diff, axis=1) * np.linalg.norm(clean, axis=1))))
+
+    # the noise differences themselves are uncorrelated (independent draws)
+    Z1 = protect(X1, m, ids=ids, key=KEY) - X1
+    Z2 = protect(X2, m, ids=ids, key=KEY) - X2
+    r = np.corrcoef(Z1.ravel(), Z2.ravel())[0, 1]
+    assert abs(r) < K_SE / np.sqrt(Z1.size), r
+    # so the attacker's recovery is that of fresh noise, not ~1.0
+    rk, rf = recovery(keyed), recovery(fresh)
+    se = 1 / math.sqrt(n)
+    assert rk < 0.5 and abs(rk - rf) < K_SE * 2 * se, (rk, rf)
 
 
-def test_typed_ids_differ():
+def test_same_content_same_id_is_identical_even_from_another_batch():
+    m = LaplaceMechanism(epsilon=20.0)
+    X = np.random.default_rng(4).standard_normal((10, 16))
+    ids = list(range(10))
+    A = protect(X, m, ids=ids, key=KEY)
+    B = protect(np.vstack([X[5:], X[:5]]), m, ids=ids[5:] + ids[:5], key=KEY)
+    assert np.array_equal(A, np.vstack([B[5:], B[:5]]))
+
+
+def test_typed_ids_and_canonical_forms():
     assert typed_id(5) != typed_id("5")
+    assert typed_id(np.int64(5)) == typed_id(5) == b"i:5"
+    for bad in (1.0, True, None, np.float64(2.0)):
+        with pytest.raises(TypeError, match="record id must be an int or a string"):
+            typed_id(bad)
     m = LaplaceMechanism(epsilon=10.0)
     x = np.ones(8)
-    assert not np.array_equal(m.privatize(x, ids=5, key=KEY), m.privatize(x, ids="5", key=KEY))
+    assert not np.array_equal(protect(x, m, ids=5, key=KEY), protect(x, m, ids="5", key=KEY))
+    assert np.array_equal(protect(x, m, ids=5, key=KEY), protect(x, m, ids=np.int64(5), key=KEY))
+    # -0.0 and 0.0 are one content; float64 rows equal in float32 are one content
+    a = np.array([[0.0, 1.0, 2.0]])
+    assert vector_digests(a) == vector_digests(np.array([[-0.0, 1.0, 2.0]]))
+    assert vector_digests(a) != vector_digests(np.array([[0.0, 1.0, 2.5]]))
+    assert canonical_text(" A\u00a0 b\n") == "A b"
+    # content is the exact text (whitespace variants may embed differently); model bound too
+    assert text_digests(["A b"], "m") == text_digests(["A b"], "m")
+    assert text_digests(["A  b"], "m") != text_digests(["A b"], "m") != text_digests(["A b"], "n")
 
 
 def test_keyed_argument_errors(X):
     m = LaplaceMechanism(epsilon=1.0)
-    with pytest.raises(ValueError, match="ids are required with key"):
-        m.privatize(X, key=KEY)
-    with pytest.raises(ValueError, match="give rng or key, not both"):
-        m.privatize(X, ids=range(len(X)), key=KEY, rng=0)
-    with pytest.raises(DataError, match="ids must be unique"):
-        m.privatize(X[:3], ids=[1, 1, 2], key=KEY)
-    with pytest.raises(DataError, match="ids has 2 entries but X has 300 rows"):
-        m.privatize(X, ids=[1, 2], key=KEY)
+    with pytest.raises(DataError, match="need record ids"):
+        protect(X, m, key=KEY)
+    with pytest.raises(ValueError, match="give a seed or a key, not both"):
+        protect(X, m, ids=range(len(X)), key=KEY, rng=0)
+    with pytest.raises(DataError, match=r"unique within one release; repeated: 1 "):
+        protect(X[:3], m, ids=[1, 1, 2], key=KEY)
+    with pytest.raises(DataError, match="ids has 2 entries but there are 300 rows"):
+        protect(X, m, ids=[1, 2], key=KEY)
     with pytest.raises(ValueError, match="key must be at least 16 bytes"):
-        m.privatize(X[:2], ids=[1, 2], key=b"short")
+        protect(X[:2], m, ids=[1, 2], key=b"short")
+    with pytest.raises(TypeError, match="load_key"):
+        protect(X[:2], m, ids=[1, 2], key=12345)
+    with pytest.raises(DataError, match=r"row 1: record id must be an int or a string, got 2\.0"):
+        protect(X[:2], m, ids=[1, 2.0], key=KEY)
+
+
+def test_duplicate_ids_are_refused_across_batches(X):
+    m = LaplaceMechanism(epsilon=1.0)
+    with Release(m, key=KEY) as rel:
+        rel.protect(X[:10], [f"a{i}" for i in range(10)])
+        with pytest.raises(DataError, match="repeated: 'a3'"):
+            rel.protect(X[10:12], ["b", "a3"])
+
+
+def test_key_as_path_bytes_or_loaded(tmp_path, X):
+    p = tmp_path / "k.key"
+    keygen(p)
+    key = load_key(p)
+    m = LaplaceMechanism(epsilon=5.0)
+    a = protect(X[:4], m, ids=[1, 2, 3, 4], key=p)
+    b = protect(X[:4], m, ids=[1, 2, 3, 4], key=str(p))
+    c = protect(X[:4], m, ids=[1, 2, 3, 4], key=key)
+    assert np.array_equal(a, b) and np.array_equal(a, c)
+    assert resolve_key(p) == key
 
 
 def test_keygen_file_permissions_and_round_trip(tmp_path):
@@ -118,9 +207,11 @@ def test_keygen_file_permissions_and_round_trip(tmp_path):
         load_key(p)
 
 
-def test_cli_keygen_and_keyed_protect(tmp_path):
-    from privembed.io import read_embeddings, write_embeddings
+def _protect_cli(runner, *args):
+    return runner.invoke(app, ["protect", *map(str, args)])
 
+
+def test_cli_keygen_and_keyed_protect(tmp_path):
     runner = CliRunner()
     key = tmp_path / "s.key"
     assert runner.invoke(app, ["keygen", "-o", str(key)]).exit_code == 0
@@ -131,23 +222,10 @@ def test_cli_keygen_and_keyed_protect(tmp_path):
     outs = []
     for i, rows in enumerate(("7", "50")):  # different batch sizes, same output
         out = tmp_path / f"p{i}.parquet"
-        r = runner.invoke(
-            app,
-            [
-                "protect",
-                str(src),
-                "-o",
-                str(out),
-                "-m",
-                "laplace",
-                "--epsilon",
-                "30",
-                "--key-file",
-                str(key),
-                "--batch-rows",
-                rows,
-            ],
-        )
+        r = _protect_cli(
+            runner, src, "-o", out, "-m", "laplace", "--epsilon", 30, "--key-file", key,
+            "--batch-rows", rows,
+        )  # fmt: skip
         assert r.exit_code == 0, r.output
         outs.append(read_embeddings(out))
     assert np.array_equal(outs[0].X, outs[1].X)
@@ -155,22 +233,61 @@ def test_cli_keygen_and_keyed_protect(tmp_path):
     assert key.read_text().strip() not in (tmp_path / "p0.parquet").read_bytes().hex()
     npy = tmp_path / "x.npy"
     np.save(npy, Xf)
-    r = runner.invoke(
-        app,
-        [
-            "protect",
-            str(npy),
-            "-o",
-            str(tmp_path / "o.npy"),
-            "-m",
-            "laplace",
-            "--epsilon",
-            "3",
-            "--key-file",
-            str(key),
-        ],
-    )
-    assert r.exit_code == 2 and "no record ids" in r.stderr
+    r = _protect_cli(runner, npy, "-o", tmp_path / "o.npy", "-m", "laplace", "--epsilon", 3,
+                     "--key-file", key)  # fmt: skip
+    said = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and "need record ids" in said and "--id-column" in said
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_cli_two_text_files_without_ids_are_refused_then_bound_to_content(tmp_path):
+    """Line numbers are not ids: two files' line 1 used to share one record's noise."""
+    runner = CliRunner()
+    key = tmp_path / "s.key"
+    keygen(key)
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(json.dumps({"text": "the patient has diabetes"}) + "\n")
+    b.write_text(json.dumps({"text": "the patient has cancer"}) + "\n")
+    r = _protect_cli(runner, a, "-o", tmp_path / "oa.parquet", "-m", "gaussian", "--epsilon", 5,
+                     "--delta", 1e-5, "--key-file", key)  # fmt: skip
+    said = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and "line numbers are not ids" in said
+    assert "--ids-from-content" in said and not (tmp_path / "oa.parquet").exists()
+
+
+def test_cli_edited_note_is_charged_and_gets_new_noise(tmp_path):
+    """An edited note under the same id: fresh noise, charged; unchanged notes free."""
+    runner = CliRunner()
+    key = tmp_path / "s.key"
+    keygen(key)
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((20, 16)).astype(np.float32)
+    ids = [f"n{i}" for i in range(20)]
+    v1, v2 = tmp_path / "v1.parquet", tmp_path / "v2.parquet"
+    write_embeddings(v1, X, ids=ids)
+    X2 = X.copy()
+    X2[3] = rng.standard_normal(16)
+    write_embeddings(v2, X2, ids=ids)
+    led = tmp_path / "l.db"
+    common = ["-m", "gaussian", "--epsilon", 5, "--delta", 1e-5, "--key-file", key,
+              "--ledger", led, "--renormalize"]  # fmt: skip
+    r1 = _protect_cli(runner, v1, "-o", tmp_path / "o1.parquet", *common)
+    assert r1.exit_code == 0, r1.output
+    r2 = _protect_cli(runner, v2, "-o", tmp_path / "o2.parquet", *common)
+    assert r2.exit_code == 0, r2.output
+    said = " ".join(r2.stderr.split())
+    assert "19 free" in said and "1 charged" in said, said
+    Y1 = read_embeddings(tmp_path / "o1.parquet").X
+    Y2 = read_embeddings(tmp_path / "o2.parquet").X
+    same = [i for i in range(20) if i != 3]
+    assert np.array_equal(Y1[same], Y2[same])
+    assert not np.array_equal(Y1[3], Y2[3])
+    from privembed.ledger import Ledger
+
+    with Ledger(led, readonly=True) as L:
+        spent = {s.record_id: s for s in L.spent(["n3", "n4"])}
+    assert spent["s:n3"].releases == 2 and spent["s:n3"].free_releases == 0
+    assert spent["s:n4"].free_releases == 1
 
 
 def test_averaging_attack_gains_nothing_on_keyed_releases():
@@ -186,9 +303,8 @@ def test_averaging_attack_gains_nothing_on_keyed_releases():
         return float(np.mean(np.sum(A * X, axis=1) / np.linalg.norm(A, axis=1)))
 
     fresh = [m.privatize(X, rng=s) for s in range(16)]
-    keyed = [m.privatize(X, ids=ids, key=KEY) for _ in range(16)]
+    keyed = [protect(X, m, ids=ids, key=KEY) for _ in range(16)]
     assert cos_of_mean(fresh) > 2 * cos_of_mean(fresh[:1])  # the attack works on fresh noise
-    # and gains nothing here: the average of identical vectors is that vector (up to rounding)
     assert cos_of_mean(keyed) == pytest.approx(cos_of_mean(keyed[:1]), rel=1e-12)
 
 
@@ -200,6 +316,8 @@ def test_csprng_bit_generators_are_selectable_in_one_place(name):
         g = as_generator(3)
         assert type(g.bit_generator).__name__ in ("AESCounter", "ChaCha")
         a = LaplaceMechanism(epsilon=5.0).privatize(np.ones((4, 8)), rng=3)
+        with Release(LaplaceMechanism(epsilon=5.0), key=KEY) as rel:
+            assert rel.generator == "aes"  # the CSPRNG policy reaches keyed noise
     assert bit_generator_name() == "pcg64"
     with use_bit_generator(name):
         b = LaplaceMechanism(epsilon=5.0).privatize(np.ones((4, 8)), rng=3)
@@ -208,7 +326,26 @@ def test_csprng_bit_generators_are_selectable_in_one_place(name):
 
 def test_keyed_aes_generator():
     m = LaplaceMechanism(epsilon=10.0)
-    X = np.ones((5, 8))
-    A = m.privatize(X, ids=range(5), key=KEY, generator="aes")
-    assert np.array_equal(A, m.privatize(X, ids=range(5), key=KEY, generator="aes"))
-    assert not np.array_equal(A, m.privatize(X, ids=range(5), key=KEY))
+    X = np.random.default_rng(1).standard_normal((5, 8))
+    A = protect(X, m, ids=range(5), key=KEY, generator="aes")
+    assert np.array_equal(A, protect(X, m, ids=range(5), key=KEY, generator="aes"))
+    assert not np.array_equal(A, protect(X, m, ids=range(5), key=KEY))
+
+
+def test_cli_generator_options(tmp_path):
+    runner = CliRunner()
+    key = tmp_path / "s.key"
+    keygen(key)
+    src = tmp_path / "e.parquet"
+    write_embeddings(src, np.random.default_rng(2).standard_normal((6, 8)), ids=list(range(6)))
+    outs = {}
+    for name, extra in (("philox", []), ("aes", ["--generator", "aes"]),
+                        ("policy", ["--bit-generator", "aes"])):  # fmt: skip
+        out = tmp_path / f"{name}.parquet"
+        r = _protect_cli(runner, src, "-o", out, "-m", "laplace", "--epsilon", 9,
+                         "--key-file", key, *extra)  # fmt: skip
+        assert r.exit_code == 0, r.output
+        outs[name] = read_embeddings(out)
+    assert outs["aes"].metadata["keyed_generator"] == "aes"
+    assert np.array_equal(outs["aes"].X, outs["policy"].X)
+    assert not np.array_equal(outs["aes"].X, outs["philox"].X)

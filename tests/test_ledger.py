@@ -1,47 +1,65 @@
-"""The privacy ledger: composition, free keyed re-release, budget refusal, concurrency."""
+"""The privacy ledger: composition, free keyed re-release, budgets as ledger state, refusals,
+concurrency, read-only inspection, and the attacks of "Guarantees that survive ordinary use"."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import multiprocessing as mp
+import sqlite3
+import threading
+import time
 
 import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from privembed import EmpiricalGaussianMechanism, GaussianMechanism, LaplaceMechanism
+from privembed.accounting import UnsupportedGuarantee
 from privembed.cli import app
-from privembed.ledger import BudgetExceeded, Ledger
+from privembed.ledger import (
+    BudgetExceeded,
+    BudgetRaise,
+    DuplicateIds,
+    Ledger,
+    LedgerBusy,
+    NotALedger,
+    record_key,
+)
 from privembed.theory import analytic_gaussian_epsilon
+
+
+def _release(led, ids, mech, *, tags=None, subject=None):
+    """Stage and commit one release (what privembed.release.Release does around the noise)."""
+    st = led.stage(mech, key_id="k1" if tags else None, subject=subject)
+    st.add([record_key(i) for i in ids], tags=tags)
+    st.commit()
+    return st
 
 
 def test_basic_composition_for_metric_and_free_keyed_rerelease(tmp_path):
     led = Ledger(tmp_path / "l.db")
     m = LaplaceMechanism(epsilon=3.0)  # 3-d_X(l2) => 6-LDP on unit vectors
-    with led.release(["a", "b"], m):
-        pass
-    with led.release(["a"], m):  # fresh (unkeyed) noise again: spends again
-        pass
-    with led.release(["a"], m, key_id="k1"):
-        pass
-    with led.release(["a"], m, key_id="k1"):  # identical keyed re-release: free
-        pass
+    _release(led, ["a", "b"], m)
+    _release(led, ["a"], m)  # fresh (unkeyed) noise again: spends again
+    _release(led, ["a"], m, tags=["t1"])
+    st = _release(led, ["a"], m, tags=["t1"])  # identical keyed re-release (same tag): free
+    assert st.fresh == 0
+    _release(led, ["a"], m, tags=["t2"])  # same id, changed content (new tag): charged
     spent = {s.record_id: s for s in led.spent()}
-    assert spent["s:a"].epsilon == pytest.approx(18.0) and spent["s:a"].free_releases == 1
-    assert spent["s:a"].releases == 4 and spent["s:b"].epsilon == pytest.approx(6.0)
+    assert spent["s:a"].epsilon == pytest.approx(24.0) and spent["s:a"].free_releases == 1
+    assert spent["s:a"].releases == 5 and spent["s:b"].epsilon == pytest.approx(6.0)
 
 
 def test_gaussian_composition_matches_independent_single_release(tmp_path):
     led = Ledger(tmp_path / "l.db", budget_delta=1e-5)
     m = EmpiricalGaussianMechanism(sigma=0.5)
-    with led.release([1], m):
-        pass
+    _release(led, [1], m)
     one = led.spent([1])[0].epsilon
     # PLD of one Gaussian event vs the exact analytic curve (discretisation 1e-3 is pessimistic)
     exact = analytic_gaussian_epsilon(0.5, 1e-5, 2.0)
     assert exact <= one <= exact * 1.01 + 1e-3
-    with led.release([1], m):
-        pass
+    _release(led, [1], m)
     two = led.spent([1])[0].epsilon
     # two releases of sigma equal one release of sigma/sqrt(2) for Gaussian noise
     exact2 = analytic_gaussian_epsilon(0.5 / math.sqrt(2), 1e-5, 2.0)
@@ -49,28 +67,121 @@ def test_gaussian_composition_matches_independent_single_release(tmp_path):
     assert two < 2 * one  # tighter than basic composition
 
 
-def test_budget_refusal_names_records_and_writes_nothing(tmp_path):
+def test_budget_refusal_names_records_and_records_nothing(tmp_path):
     led = Ledger(tmp_path / "l.db", budget_epsilon=10.0, budget_delta=1e-5)
     m = LaplaceMechanism(epsilon=2.0)  # 4-LDP per release
-    with led.release(["x", "y"], m):
-        pass
-    with led.release(["x"], m):
-        pass
-    wrote = []
-    with pytest.raises(BudgetExceeded, match=r"1 record\(s\) would exceed .* s:x \(spent eps=8"):
-        with led.release(["x", "y"], m):
-            wrote.append(True)
-    assert wrote == []
+    _release(led, ["x", "y"], m)
+    _release(led, ["x"], m)
+    with pytest.raises(BudgetExceeded, match=r"1 record\(s\) would exceed .* 'x' \(spent eps=8"):
+        _release(led, ["x", "y"], m)
     assert {s.record_id: s.releases for s in led.spent()} == {"s:x": 2, "s:y": 1}
-    # an exception inside the body records nothing
-    with pytest.raises(RuntimeError), led.release(["y"], m):
-        raise RuntimeError
+    # a staged release that is never committed records nothing
+    st = led.stage(m)
+    st.add(["s:y"])
+    st.discard()
     assert {s.record_id: s.releases for s in led.spent()}["s:y"] == 1
+    # one release that alone exceeds the budget is refused before any work
+    with pytest.raises(BudgetExceeded, match="one release of"):
+        led.stage(LaplaceMechanism(epsilon=6.0))
 
 
 def test_budget_persists_in_the_file(tmp_path):
     Ledger(tmp_path / "l.db", budget_epsilon=1.0, budget_delta=1e-6).close()
-    assert Ledger(tmp_path / "l.db").budget == (1.0, 1e-6)
+    assert tuple(Ledger(tmp_path / "l.db").budget) == (1.0, 1e-6)
+
+
+def test_budget_flags_never_raise_or_reset(tmp_path):
+    """A larger --budget-epsilon used to raise the stored budget; an omitted --budget-delta
+    reset a stored 1e-8 to 1e-5."""
+    p = tmp_path / "l.db"
+    Ledger(p, budget_epsilon=8.0, budget_delta=1e-8).close()
+    with pytest.raises(BudgetRaise, match=r"would raise it.*ledger budget .* --raise"):
+        Ledger(p, budget_epsilon=16.0)
+    with Ledger(p, budget_epsilon=8.0) as led:  # confirming keeps the stored delta
+        assert tuple(led.budget) == (8.0, 1e-8)
+    with pytest.raises(BudgetRaise):
+        Ledger(p, budget_delta=1e-5)
+    with Ledger(p, budget_epsilon=4.0) as led:  # lowering is allowed and recorded
+        assert tuple(led.budget) == (4.0, 1e-8)
+        with pytest.raises(BudgetRaise):
+            led.set_budget(epsilon=20.0, delta=1e-8)
+        msg = led.set_budget(epsilon=20.0, delta=1e-8, allow_raise=True)
+        assert "raise" in msg and "was epsilon=4" in msg
+        hist = led.budget_history()
+    assert [h["action"] for h in hist] == ["set", "lower", "raise"]
+    assert all(h["changed"] > 0 for h in hist)
+
+
+def test_cli_budget_flag_cannot_raise_but_ledger_budget_can(tmp_path):
+    from privembed.io import write_embeddings
+
+    runner = CliRunner()
+    src = tmp_path / "e.parquet"
+    write_embeddings(src, np.random.default_rng(0).standard_normal((4, 8)), ids=[1, 2, 3, 4])
+    led = tmp_path / "l.db"
+    base = ["protect", str(src), "-m", "laplace", "--epsilon", "1", "--ledger", str(led)]
+    r = runner.invoke(app, [*base, "-o", str(tmp_path / "a.parquet"), "--budget-epsilon", "2",
+                            "--budget-delta", "1e-8"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(app, [*base, "-o", str(tmp_path / "b.parquet"), "--budget-epsilon", "50"])
+    assert r.exit_code == 2 and "would raise it" in " ".join(r.stderr.split())
+    assert not (tmp_path / "b.parquet").exists()
+    r = runner.invoke(app, ["ledger", "budget", str(led), "--epsilon", "50"])
+    assert r.exit_code == 2 and "--raise" in " ".join(r.stderr.split())
+    r = runner.invoke(app, ["ledger", "budget", str(led), "--epsilon", "50", "--raise"])
+    assert r.exit_code == 0, r.output
+    with Ledger(led, readonly=True) as L:
+        assert tuple(L.budget) == (50.0, 1e-8)
+
+
+def test_duplicate_ids_in_one_release_are_refused_across_batches(tmp_path):
+    led = Ledger(tmp_path / "l.db")
+    st = led.stage(LaplaceMechanism(epsilon=1.0))
+    st.add(["s:a", "s:b"])
+    with pytest.raises(DuplicateIds, match="repeated: 'b'"):
+        st.add(["s:c", "s:b"])
+    with pytest.raises(DuplicateIds, match="repeated: 'd'"):
+        st.add(["s:d", "s:d"])
+    st.discard()
+    assert led.spent() == []
+
+
+def test_relations_do_not_mix_and_unknown_guarantees_are_refused(tmp_path):
+    from privembed.mechanisms import PrivateProjection
+
+    led = Ledger(tmp_path / "l.db")
+    _release(led, ["r"], PrivateProjection(k=4, epsilon=1.0, delta=1e-5))  # record level
+    attr = PrivateProjection(k=4, epsilon=1.0, delta=1e-5, neighbouring="attribute")
+    with pytest.raises(UnsupportedGuarantee, match="'attribute' release does not compose"):
+        _release(led, ["r"], attr)
+    with pytest.raises(UnsupportedGuarantee, match="implies no per-record LDP"):
+        led.stage(LaplaceMechanism(epsilon=1.0, input_norm="none"))
+
+
+def test_subject_budget_composes_over_all_its_records(tmp_path):
+    led = Ledger(tmp_path / "l.db")
+    led.set_budget(epsilon=10.0, delta=1e-5, subject=True)
+    m = LaplaceMechanism(epsilon=1.0)  # 2-LDP per record release
+    _release(led, ["a", "b"], m, subject="alice")  # 4 spent
+    _release(led, ["c", "d", "e"], m, subject="alice")  # 10 spent
+    with pytest.raises(BudgetExceeded, match="subject 'alice' would exceed"):
+        _release(led, ["f"], m, subject="alice")
+    _release(led, ["f"], m, subject="bob")
+    assert led.spent_subject("alice").epsilon == pytest.approx(10.0)
+    # free re-releases cost the subject nothing
+    _release(led, ["g"], m, subject="bob", tags=["t"])
+    _release(led, ["g"], m, subject="bob", tags=["t"])
+    assert led.spent_subject("bob").epsilon == pytest.approx(4.0)
+
+
+def test_unpublished_releases_are_listed(tmp_path):
+    led = Ledger(tmp_path / "l.db")
+    st = led.stage(LaplaceMechanism(epsilon=1.0), destination="/x/out.parquet")
+    st.add(["s:a"])
+    st.commit()  # then the process dies before the rename
+    assert [u["destination"] for u in led.unpublished()] == ["/x/out.parquet"]
+    st.mark_published()
+    assert led.unpublished() == []
 
 
 def _worker(path: str, start: int, n_batches: int) -> None:
@@ -78,8 +189,7 @@ def _worker(path: str, start: int, n_batches: int) -> None:
     m = GaussianMechanism(epsilon=1.0, delta=1e-5)
     for b in range(n_batches):
         ids = [f"r{(start + b * 7 + i) % 40}" for i in range(10)]
-        with led.release(ids, m):
-            pass
+        _release(led, ids, m)
     led.close()
 
 
@@ -121,7 +231,7 @@ def test_cli_budget_refusal_leaves_no_output(tmp_path):
     assert r.exit_code == 0, r.output
     out = tmp_path / "b.parquet"
     r = runner.invoke(app, [*args, "-o", str(out)])
-    assert r.exit_code == 2 and "release refused: 20 record(s)" in r.stderr
+    assert r.exit_code == 2 and "release refused: 20 record(s)" in " ".join(r.stderr.split())
     assert not out.exists()
     r = runner.invoke(app, ["ledger", "spent", str(led), "--json"])
     assert r.exit_code == 0 and '"epsilon": 4.0' in r.stdout
@@ -136,10 +246,8 @@ def test_history_lookups_use_the_record_index_and_cover_every_chunk(tmp_path):
     m = LaplaceMechanism(epsilon=1.0)
     n = 2 * ledger_mod._LOOKUP_CHUNK + 7  # three IN (...) chunks
     ids = [f"r{i}" for i in range(n)]
-    with led.release(ids, m):
-        pass
-    with led.release(ids[::2], m):  # records spread over every chunk
-        pass
+    _release(led, ids, m)
+    _release(led, ids[::2], m)  # records spread over every chunk
     spent = {s.record_id: s.epsilon for s in led.spent(ids)}
     assert len(spent) == n
     assert all(spent[f"s:r{i}"] == pytest.approx(4.0 if i % 2 == 0 else 2.0) for i in range(n))
@@ -156,5 +264,124 @@ def test_history_lookups_use_the_record_index_and_cover_every_chunk(tmp_path):
     assert "releases_record" in plan, plan
     led.set_budget(epsilon=5.0, delta=1e-6)
     with pytest.raises(BudgetExceeded, match=r"^release refused: 1 record\(s\)"):
-        with led.release(["r0", "r1"], m):  # r0 spent 4 + 2 > 5; r1 spent 2 + 2 <= 5
-            pass
+        _release(led, ["r0", "r1"], m)  # r0 spent 4 + 2 > 5; r1 spent 2 + 2 <= 5
+
+
+def _sqlite_file(path):
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+    db.execute("INSERT INTO notes(body) VALUES ('unrelated data')")
+    db.commit()
+    db.close()
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("command", ["show", "spent", "export"])
+def test_inspection_never_writes_and_refuses_other_files(tmp_path, command):
+    runner = CliRunner()
+    other = tmp_path / "other.db"
+    before = _sqlite_file(other)
+    r = runner.invoke(app, ["ledger", command, str(other)])
+    assert r.exit_code == 2 and "not a privembed ledger" in " ".join(r.stderr.split())
+    assert other.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no -wal / -shm
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not sqlite at all" * 100)
+    r = runner.invoke(app, ["ledger", command, str(garbage)])
+    assert r.exit_code == 2 and garbage.read_bytes() == b"not sqlite at all" * 100
+
+
+def test_writer_refuses_a_file_that_is_not_a_ledger(tmp_path):
+    other = tmp_path / "other.db"
+    before = _sqlite_file(other)
+    with pytest.raises(NotALedger, match="left untouched"):
+        Ledger(other)
+    assert other.read_bytes() == before
+
+
+def test_read_only_ledger_can_be_inspected(tmp_path):
+    p = tmp_path / "l.db"
+    with Ledger(p) as led:
+        _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
+    digest = hashlib.sha256(p.read_bytes()).hexdigest()
+    p.chmod(0o444)
+    runner = CliRunner()
+    for cmd in (["show", str(p)], ["spent", str(p), "--json"], ["export", str(p)]):
+        r = runner.invoke(app, ["ledger", *cmd])
+        assert r.exit_code == 0, r.output
+    assert hashlib.sha256(p.read_bytes()).hexdigest() == digest
+
+
+def test_spent_finds_int_and_string_ids(tmp_path):
+    p = tmp_path / "l.db"
+    with Ledger(p) as led:
+        _release(led, [1, "x"], LaplaceMechanism(epsilon=1.0))
+    r = CliRunner().invoke(app, ["ledger", "spent", str(p), "--id", "1", "--json"])
+    assert r.exit_code == 0 and '"i:1"' in r.stdout, r.output
+
+
+def test_first_version_ledgers_are_migrated(tmp_path):
+    p = tmp_path / "v1.db"
+    db = sqlite3.connect(p)
+    db.executescript(
+        """CREATE TABLE releases (seq INTEGER PRIMARY KEY AUTOINCREMENT, record_id TEXT NOT NULL,
+        config_fp TEXT NOT NULL, key_id TEXT, kind TEXT NOT NULL, epsilon REAL NOT NULL,
+        delta REAL NOT NULL, gauss_ratio REAL, guarantee TEXT NOT NULL, free INTEGER NOT NULL,
+        output_digest TEXT, batch TEXT NOT NULL, created REAL NOT NULL);
+        CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO settings VALUES ('budget_epsilon', '10.0'), ('budget_delta', '1e-05');
+        INSERT INTO releases(record_id, config_fp, key_id, kind, epsilon, delta, gauss_ratio,
+        guarantee, free, output_digest, batch, created) VALUES
+        ('s:a', 'ff', NULL, 'metric_dp', 4.0, 0.0, NULL, '{}', 0, NULL, 'b1', 1.0);"""
+    )
+    db.commit()
+    db.close()
+    with Ledger(p, readonly=True) as led:  # inspection reads a v1 ledger as it is
+        assert led.spent()[0].epsilon == pytest.approx(4.0)
+    with Ledger(p) as led:
+        assert tuple(led.budget) == (10.0, 1e-5)
+        _release(led, ["a"], LaplaceMechanism(epsilon=2.0))
+        assert led.spent(["a"])[0].epsilon == pytest.approx(8.0)
+
+
+def test_lock_contention_is_a_bounded_wait_with_a_message(tmp_path):
+    p = tmp_path / "l.db"
+    Ledger(p).close()
+    holder = sqlite3.connect(p, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    waited = []
+    try:
+        with Ledger(p, timeout=0.5, on_wait=waited.append) as led:
+            t0 = time.monotonic()
+            with pytest.raises(LedgerBusy, match="locked by another process"):
+                _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
+            assert time.monotonic() - t0 < 5
+        assert waited == [p]
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    # released later: the same release goes through
+    with Ledger(p) as led:
+        _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
+
+
+def test_sigint_is_not_ignored_while_waiting_for_the_lock(tmp_path):
+    """Ctrl-C during a lock wait interrupts the wait (no 600 s busy handler in C)."""
+    import _thread
+
+    p = tmp_path / "l.db"
+    Ledger(p).close()
+    holder = sqlite3.connect(p, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    try:
+        with Ledger(p, timeout=30) as led:
+            timer.start()
+            t0 = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
+            assert time.monotonic() - t0 < 5
+    finally:
+        timer.cancel()
+        holder.execute("ROLLBACK")
+        holder.close()

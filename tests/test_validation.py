@@ -85,10 +85,14 @@ class TestCheckEmbeddings:
         arr, single = check_embeddings(np.ones(4, dtype=np.float32))
         assert arr.shape == (1, 4) and single and arr.dtype == np.float32
 
-    @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.float16])
+    @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8])
     def test_other_real_dtypes_become_float64(self, dtype) -> None:
         arr, _ = check_embeddings(np.ones((2, 3), dtype=dtype))
         assert arr.dtype == np.float64
+
+    def test_float16_is_kept(self) -> None:
+        arr, _ = check_embeddings(np.ones((2, 3), dtype=np.float16))
+        assert arr.dtype == np.float16
 
     def test_lists_are_accepted(self) -> None:
         arr, single = check_embeddings([[1.0, 2.0], [3.0, 4.0]])

@@ -121,7 +121,8 @@ def check_embeddings(
     Parameters
     ----------
     X : array_like, shape (n, d) or (d,)
-        Float32 or float64 embeddings (other real dtypes are converted to float64).
+        Float16, float32 or float64 embeddings (kept as they are; other real dtypes are
+        converted to float64).
     dim : int, optional
         Required dimension ``d``.
     allow_zero : bool
@@ -148,7 +149,7 @@ def check_embeddings(
     arr = np.asarray(X)
     if arr.dtype.kind not in "fiu":
         raise TypeError(f"{name} must be a real numeric array, got dtype={arr.dtype}.")
-    if arr.dtype not in (np.float32, np.float64):
+    if arr.dtype not in (np.float16, np.float32, np.float64):
         arr = arr.astype(np.float64)
     single = arr.ndim == 1
     if single:

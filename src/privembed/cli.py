@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,22 +42,6 @@ def _register_subapps() -> None:
         app.add_typer(mod.app, name=name, help=help_text)
 
 
-def _is_text_file(path: Path) -> bool:
-    if path.suffix.lower() == ".txt":
-        return True
-    if path.suffix.lower() not in (".jsonl", ".ndjson") or not path.exists():
-        return False
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    return False
-                return isinstance(obj, dict) and "text" in obj and "embedding" not in obj
-    return False
-
-
 @app.command()
 @user_errors
 def embed(
@@ -95,10 +77,6 @@ def embed(
     }
     write_embeddings(output, X, ids=ids, metadata=meta, src=input)
     err_console.print(f"wrote {X.shape[0]} x {X.shape[1]} embeddings to {output}")
-
-
-def _mechanism_params(**kw: Any) -> dict[str, Any]:
-    return {k: v for k, v in kw.items() if v is not None}
 
 
 @app.command()
@@ -146,7 +124,11 @@ def protect(
         int | None, typer.Option(help="Seed for reproducible experiments (omit in production).")
     ] = None,
     column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
-    id_column: Annotated[str | None, typer.Option(help="Id column (Parquet).")] = None,
+    id_column: Annotated[str | None, typer.Option(help="Id column / field.")] = None,
+    ids_from_content: Annotated[
+        bool,
+        typer.Option(help="Derive record ids from the content (texts or vectors without ids)."),
+    ] = False,
     model: Annotated[str | None, typer.Option(help="Embedding model for text input.")] = None,
     batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 4096,
     allow_reprotect: Annotated[
@@ -155,32 +137,48 @@ def protect(
     key_file: Annotated[
         Path | None, typer.Option(help="Secret key (privembed keygen): keyed, repeat-safe noise.")
     ] = None,
+    generator: Annotated[
+        str | None,
+        typer.Option(
+            help="Keyed noise generator: philox|aes (default: aes under a CSPRNG policy)."
+        ),
+    ] = None,
+    bit_generator: Annotated[
+        str | None,
+        typer.Option(help="Randomness policy: pcg64|philox|aes|chacha (aes/chacha: CSPRNG)."),
+    ] = None,
     ledger: Annotated[
         Path | None, typer.Option(help="Privacy ledger (SQLite) that records and checks releases.")
     ] = None,
     budget_epsilon: Annotated[
-        float | None, typer.Option(help="Per-record epsilon budget (stored in the ledger).")
+        float | None,
+        typer.Option(
+            help="Set a first per-record epsilon budget, or confirm/lower the stored one."
+        ),
     ] = None,
     budget_delta: Annotated[
-        float | None, typer.Option(help="Per-record delta budget (stored in the ledger).")
+        float | None,
+        typer.Option(help="Set a first per-record delta budget, or confirm/lower the stored one."),
     ] = None,
+    ledger_timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for another process's ledger lock.")
+    ] = 60.0,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = True,
 ) -> None:
     """Protect embeddings with a privacy mechanism (texts are embedded first)."""
-    from . import __version__
-    from .io import detect_format, read_metadata, transform_file, write_embeddings
-    from .mechanisms import Mechanism, get_mechanism
-    from .mechanisms.base import GeneratorSource
-    from .mechanisms.mahalanobis import MahalanobisMechanism
-    from .rng import as_generator
+    from ._cli.common import progress_callback
+    from .mechanisms import build_mechanism
+    from .release import protect_file
+    from .rng import bit_generator_name, use_bit_generator
 
-    detect_format(output)
-    if not input.exists():
-        raise FileNotFoundError(f"file not found: {input}")
-    params = _mechanism_params(
+    mech = build_mechanism(
+        mechanism,
         epsilon=epsilon,
         delta=delta,
         sigma=sigma,
         calibration=calibration,
+        covariance=covariance,
+        mask=mask,
         mask_delta=mask_delta,
         smoothing=smoothing,
         k=k,
@@ -190,168 +188,50 @@ def protect(
         input_norm=input_norm,
         renormalize=renormalize,
     )
-    if covariance is not None:
-        if mechanism != "mahalanobis":
-            raise ValueError("--covariance is only for --mechanism mahalanobis.")
-        if not covariance.exists():
-            raise FileNotFoundError(f"file not found: {covariance}")
-        params["covariance"] = np.load(covariance, allow_pickle=False)
-    if mask is not None:
-        if mechanism != "mahalanobis":
-            raise ValueError("--mask is only for --mechanism mahalanobis.")
-        eps = params.pop("epsilon", None)
-        if eps is None:
-            raise ValueError("epsilon is required for --mechanism mahalanobis.")
-        mech: Mechanism = MahalanobisMechanism.from_profile(mask, epsilon=eps, **params)
-    else:
-        mech = get_mechanism(mechanism, **params)
-
     if key_file is not None and seed is not None:
         raise ValueError("give --seed or --key-file, not both (keyed noise is deterministic).")
-    if (budget_epsilon is not None or budget_delta is not None) and ledger is None:
-        raise ValueError("--budget-epsilon/--budget-delta need --ledger.")
-    key = kid = None
-    if key_file is not None:
-        from .keyed import key_id, load_key
-
-        key = load_key(key_file)
-        kid = key_id(key)
-    rng = as_generator(seed) if key is None else None
-    protection: dict[str, Any] = {
-        "protected": True,
-        "privembed_version": __version__,
-        "mechanism": mech.config,
-        "guarantee": mech.guarantee.to_dict(),
-        "guarantee_text": mech.guarantee.describe(),
-        "randomness": (
-            f"keyed (key id {kid})"
-            if kid
-            else "seeded (reproducible, experiments only)"
-            if seed is not None
-            else "fresh OS entropy"
-        ),
-    }
-    if kid:
-        protection["key_id"] = kid
-
-    if _is_text_file(input):
-        from .embedders import Embedder
-        from .io import read_texts
-
-        ids, texts = read_texts(input)
-        emb = Embedder(model)
-        X = emb.encode(texts)
-        with _ledger_release(ledger, budget_epsilon, budget_delta, ids, mech, kid) as rel:
-            if key is not None:
-                Y = mech.privatize(X, ids=ids, key=key)
-            else:
-                Y = mech.privatize(X, rng=rng)
-            if rel is not None:
-                rel.add_outputs(ids, Y)
-            write_embeddings(
-                output, Y, ids=ids, metadata={**emb.metadata(), **protection}, src=input
-            )
-        err_console.print(f"embedded and protected {len(texts)} texts -> {output}")
-        _print_guarantee(mech)
-        return
-
-    meta_in = read_metadata(input)
-    if meta_in.get("protected") and not allow_reprotect:
-        raise ValueError(
-            f"{input} is already protected ({meta_in.get('guarantee_text', 'unknown mechanism')}); "
-            "pass --allow-reprotect to protect it again (the guarantees compose)."
-        )
-    source = GeneratorSource(rng) if rng is not None else None
-    all_ids = None
-    if key is not None or ledger is not None:
-        from .io import read_ids
-
-        all_ids = read_ids(input, id_column=id_column)
-        if all_ids is None:
-            raise ValueError(
-                f"{input} has no record ids; keyed noise and the ledger need an id column "
-                "(--id-column) in a Parquet, .npz or .jsonl file."
-            )
-
-    def fn(batch: Any) -> Any:
-        from ._validation import check_embeddings
-        from .keyed import KeyedSource, record_tags
-
-        X, _ = check_embeddings(
-            batch.X, name=input.name, row_offset=batch.start, allow_zero=mech.input_norm == "none"
-        )
-        mech._check_dim(X.shape[1])
-        if key is not None:
-            ids = batch.ids.tolist()
-            if len(set(ids)) != len(ids):
-                raise ValueError(f"{input.name}: record ids must be unique for keyed noise.")
-            src: Any = KeyedSource(record_tags(key, mech.fingerprint, ids))
-        else:
-            src = source
-        Y = mech.privatize_block(X, src).astype(X.dtype, copy=False)
-        if rel is not None:
-            rel.add_outputs(batch.ids.tolist(), Y)
-        return Y
-
-    def meta(m: dict[str, Any]) -> dict[str, Any]:
-        out = {**m, **protection}
-        if hasattr(mech, "projection_metadata"):
-            from .io import iter_batches
-
-            _, dim, _, first = iter_batches(input, batch_rows=1, column=column)
-            if dim <= 0:
-                dim = next(iter(first)).X.shape[1]
-            out["projection"] = mech.projection_metadata(dim)
-        if m.get("protected"):
-            out["previous_protection"] = {k: m[k] for k in ("mechanism", "guarantee") if k in m}
-        return out
-
-    from ._cli.common import progress_callback
-
     with (
-        _ledger_release(ledger, budget_epsilon, budget_delta, all_ids, mech, kid) as rel,
+        use_bit_generator(bit_generator or bit_generator_name()),
         progress_callback("protecting") as (set_total, advance),
     ):
-        summary = transform_file(
+        summary = protect_file(
             input,
             output,
-            fn,
-            metadata=meta,
-            batch_rows=batch_rows,
+            mech,
+            key=key_file,
+            rng=seed,
+            generator=generator,
+            ledger=ledger,
+            budget_epsilon=budget_epsilon,
+            budget_delta=budget_delta,
             column=column,
             id_column=id_column,
+            ids_from_content=ids_from_content,
+            model=model,
+            batch_rows=batch_rows,
+            allow_reprotect=allow_reprotect,
+            overwrite=overwrite,
+            ledger_timeout=ledger_timeout,
             on_start=set_total,
             on_batch=advance,
+            on_wait=lambda p: err_console.print(
+                f"waiting for the ledger {p} (locked by another process; up to "
+                f"{ledger_timeout:g} s)...",
+                highlight=False,
+            ),
         )
     err_console.print(
-        f"protected {summary['rows']} x {summary['dim_in']} -> "
-        f"{summary['dim_out']} embeddings -> {output}"
+        f"protected {summary.rows} x {summary.dim_in} -> {summary.dim_out} embeddings -> {output}",
+        highlight=False,
     )
-    _print_guarantee(mech)
-
-
-@contextlib.contextmanager
-def _ledger_release(
-    path: Path | None,
-    budget_epsilon: float | None,
-    budget_delta: float | None,
-    ids: Any,
-    mech: Any,
-    kid: str | None,
-) -> Iterator[Any]:
-    """Hold a ledger release around writing the output (or do nothing without a ledger)."""
-    if path is None:
-        yield None
-        return
-    from .ledger import Ledger
-
-    with Ledger(path, budget_epsilon=budget_epsilon, budget_delta=budget_delta) as led:
-        with led.release(ids, mech, key_id=kid) as rel:
-            yield rel
+    if ledger is not None:
         err_console.print(
-            f"ledger {path}: recorded {len(rel.free)} release(s), "
-            f"{len(rel.free) - rel.fresh_count} free (keyed re-release)"
+            f"ledger {ledger}: recorded {summary.rows} release(s), {summary.free} free (keyed "
+            f"re-release of unchanged content), {summary.fresh} charged",
+            highlight=False,
         )
+    _print_guarantee(mech)
+    err_console.print(summary.charge, highlight=False)
 
 
 def _print_guarantee(mech: Any) -> None:

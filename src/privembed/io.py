@@ -21,7 +21,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import re
+import secrets
+import signal
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,30 +124,135 @@ def _default_mode(dst: Path) -> int:
     return 0o666 & ~mask
 
 
-@contextlib.contextmanager
-def atomic_output(dst: str | Path, *, src: str | Path | None = None) -> Iterator[Path]:
-    """Yield a temporary path next to ``dst``; rename it to ``dst`` on success, delete on error.
+#: temporary outputs are named ``.<name>.privembed-<pid>-<random>.tmp`` next to the output
+_TMP_RE = re.compile(r"^\.(?P<name>.+)\.privembed-(?P<pid>\d+)-[0-9a-f]{8}\.tmp$")
+SIDECAR_SUFFIX = ".privembed.json"
+_SIDECAR_FORMAT = "privembed-npy-sidecar/1"
 
-    Refuses ``dst`` equal to ``src`` (the input is never touched).
+
+def sidecar_path(path: str | Path) -> Path:
+    """Where the metadata of a ``.npy`` file lives (``x.npy`` -> ``x.npy.privembed.json``)."""
+    p = Path(path)
+    return p.with_name(p.name + SIDECAR_SUFFIX)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(dst: str | Path) -> list[Path]:
+    """Delete temporary outputs for ``dst`` left by processes that no longer run (SIGKILL,
+    power loss); returns what was removed. Temporaries of running processes are kept."""
+    dst = Path(dst)
+    parent = dst.parent if str(dst.parent) else Path(".")
+    removed: list[Path] = []
+    if not parent.is_dir():
+        return removed
+    names = {dst.name, sidecar_path(dst).name}
+    for entry in parent.iterdir():
+        m = _TMP_RE.match(entry.name)
+        if m is None or m.group("name") not in names:
+            continue
+        if not _pid_alive(int(m.group("pid"))):
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+                removed.append(entry)
+    return removed
+
+
+def _temp_for(dst: Path) -> Path:
+    parent = dst.parent if str(dst.parent) else Path(".")
+    return parent / f".{dst.name}.privembed-{os.getpid()}-{secrets.token_hex(4)}.tmp"
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM (main thread) so that a commit and its rename happen together."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(
+        signal, "pthread_sigmask"
+    ):
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def atomic_output(
+    dst: str | Path,
+    *,
+    src: str | Path | None = None,
+    commit: Callable[[], object] | None = None,
+    sidecar: Callable[[Path], dict[str, Any]] | None = None,
+    overwrite: bool = True,
+) -> Iterator[Path]:
+    """Yield a temporary path next to ``dst``; publish it as ``dst`` on success, delete on error.
+
+    Publication is: ``commit()`` (e.g. the ledger records the release), then the rename --
+    with SIGINT/SIGTERM held in between, so a signal cannot separate the two. A crash there
+    (SIGKILL) leaves a committed release without output, never an output without its commit.
+    ``sidecar(tmp)`` returns metadata written to :func:`sidecar_path` just before the rename
+    (``.npy`` files carry their metadata that way). Temporaries of dead processes for the same
+    ``dst`` are removed first; on any error (or signal) this one is removed too.
+
+    Raises
+    ------
+    ValueError
+        ``dst`` equals ``src`` (the input is never touched).
+    FileExistsError
+        ``dst`` exists and ``overwrite`` is False.
     """
     dst = Path(dst)
     if src is not None and Path(src).resolve() == dst.resolve():
         raise ValueError(f"output must differ from the input, got output={str(dst)!r}.")
     if dst.is_dir():
         raise IsADirectoryError(f"output is a directory: {dst}")
+    if not overwrite and dst.exists():
+        raise FileExistsError(f"output exists: {dst} (pass --overwrite to replace it).")
     parent = dst.parent if str(dst.parent) else Path(".")
     if not parent.exists():
         raise FileNotFoundError(f"output folder does not exist: {parent}")
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=parent)
+    remove_stale_temporaries(dst)
+    tmp_path = _temp_for(dst)
+    side_tmp: Path | None = None
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.close(fd)
-    tmp_path = Path(tmp)
     try:
         yield tmp_path
         os.chmod(tmp_path, _default_mode(dst))
-        os.replace(tmp_path, dst)
+        if sidecar is not None:
+            side = sidecar_path(dst)
+            side_tmp = _temp_for(side)
+            body = {
+                "format": _SIDECAR_FORMAT,
+                "size": tmp_path.stat().st_size,
+                "metadata": sidecar(tmp_path),
+            }
+            side_tmp.write_text(json.dumps(body), encoding="utf-8")
+            os.chmod(side_tmp, _default_mode(dst))
+        with _signals_deferred():
+            if commit is not None:
+                commit()
+            if side_tmp is not None:
+                os.replace(side_tmp, sidecar_path(dst))
+            os.replace(tmp_path, dst)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
+        for t in (tmp_path, side_tmp):
+            if t is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    t.unlink()
         raise
 
 
@@ -214,15 +322,21 @@ def _numpy_to_list(X: NDArray[Any]) -> Any:
     return pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(X).ravel()), d)
 
 
-def _parquet_meta(schema: Any) -> dict[str, Any]:
-    raw = (schema.metadata or {}).get(META_KEY)
-    if not raw:
-        return {}
+def _loads_meta(raw: str | bytes, where: Path | str) -> dict[str, Any]:
     try:
         out = json.loads(raw)
     except json.JSONDecodeError:
         return {}
+    except RecursionError:
+        raise DataError(f"{where}: privembed metadata is nested too deeply to read.") from None
     return out if isinstance(out, dict) else {}
+
+
+def _parquet_meta(schema: Any, where: Path | str = "file") -> dict[str, Any]:
+    raw = (schema.metadata or {}).get(META_KEY)
+    if not raw:
+        return {}
+    return _loads_meta(raw, where)
 
 
 def _open_parquet(path: Path) -> Any:
@@ -245,11 +359,25 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     _require_exists(p)
     fmt = detect_format(p)
     if fmt == "parquet":
-        return _parquet_meta(_open_parquet(p).schema_arrow)
+        return _parquet_meta(_open_parquet(p).schema_arrow, p)
     if fmt == "npz":
         with _load_npz(p) as z:
-            return _npz_meta(z)
+            return _npz_meta(z, p)
+    if fmt == "npy":
+        return _sidecar_meta(p)
     return {}
+
+
+def _sidecar_meta(p: Path) -> dict[str, Any]:
+    """Metadata of a ``.npy`` file from its sidecar, if the sidecar belongs to this file."""
+    side = sidecar_path(p)
+    if not side.exists():
+        return {}
+    body = _loads_meta(side.read_bytes(), side)
+    if body.get("format") != _SIDECAR_FORMAT or body.get("size") != p.stat().st_size:
+        return {}  # a sidecar of another file (e.g. the .npy was replaced): not this file's
+    meta = body.get("metadata")
+    return meta if isinstance(meta, dict) else {}
 
 
 def _load_npz(p: Path) -> Any:
@@ -259,14 +387,25 @@ def _load_npz(p: Path) -> Any:
         raise DataError(f"cannot read {p} as .npz: {str(exc).splitlines()[0]}") from None
 
 
-def _npz_meta(z: Any) -> dict[str, Any]:
+def _npz_meta(z: Any, where: Path | str = "file") -> dict[str, Any]:
     if "metadata" not in z:
         return {}
-    try:
-        out = json.loads(str(z["metadata"]))
-    except json.JSONDecodeError:
-        return {}
-    return out if isinstance(out, dict) else {}
+    return _loads_meta(str(z["metadata"]), where)
+
+
+def _npz_ids(z: Any, p: Path) -> list[Any] | None:
+    """Record ids of an ``.npz``: a typed ``ids`` array, or ``ids_json`` for mixed types."""
+    if "ids_json" in z:
+        try:
+            ids = json.loads(str(z["ids_json"]))
+        except (json.JSONDecodeError, RecursionError):
+            raise DataError(f"{p}: ids_json is not a JSON list.") from None
+        if not isinstance(ids, list):
+            raise DataError(f"{p}: ids_json is not a JSON list.")
+        return ids
+    if "ids" in z:
+        return list(z["ids"].tolist())
+    return None
 
 
 def read_embeddings(
@@ -300,8 +439,9 @@ def read_embeddings(
             if key not in z:
                 raise DataError(f"{p} has no array {key!r} (arrays: {', '.join(z.files)}).")
             X = z[key]
-            ids = z["ids"] if "ids" in z else None
-            meta = _npz_meta(z)
+            npz_ids = _npz_ids(z, p)
+            ids = None if npz_ids is None else _id_array(npz_ids)
+            meta = _npz_meta(z, p)
     elif fmt == "parquet":
         pf = _open_parquet(p)
         schema = pf.schema_arrow
@@ -315,25 +455,32 @@ def read_embeddings(
         except Exception as exc:
             raise DataError(f"cannot read {p}: {str(exc).splitlines()[0]}") from None
         X = _list_to_numpy(table.column(col), col)
-        ids = table.column(idc).to_numpy(zero_copy_only=False) if idc else None
-        meta = _parquet_meta(schema)
+        ids = _id_array(table.column(idc).to_pylist()) if idc else None
+        meta = _parquet_meta(schema, p)
     else:
         ids_list: list[Any] = []
         rows: list[Any] = []
+        with_id = 0
         for lineno, obj in _iter_jsonl(p):
             if "embedding" not in obj:
                 raise DataError(
                     f"{p}:{lineno}: missing 'embedding' (is this a text file? embed it first)."
                 )
-            ids_list.append(obj.get("id", lineno - 1))
+            if "id" in obj:
+                with_id += 1
+            elif with_id:
+                raise DataError(f"{p}:{lineno}: missing 'id' (other lines have ids).")
+            ids_list.append(obj.get("id"))
             rows.append(obj["embedding"])
+        if 0 < with_id < len(rows):
+            raise DataError(f"{p}: some lines have an 'id' and others do not.")
         try:
             X = np.asarray(rows, dtype=np.float64)
         except ValueError:
             raise DataError(
                 f"{p}: embeddings have different lengths (dimension mismatch)."
             ) from None
-        ids = np.asarray(ids_list)
+        ids = _id_array(ids_list) if with_id else None
     if X.dtype.kind not in "fiu":
         raise DataError(f"{p}: embeddings must be numeric, got dtype={X.dtype}.")
     if X.ndim != 2:
@@ -352,6 +499,8 @@ def _iter_jsonl(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise DataError(f"{p}:{lineno}: invalid JSON ({exc.msg}).") from None
+            except RecursionError:
+                raise DataError(f"{p}:{lineno}: JSON nested too deeply.") from None
             if not isinstance(obj, dict):
                 raise DataError(f"{p}:{lineno}: each line must be a JSON object.")
             yield lineno, obj
@@ -370,15 +519,17 @@ def read_ids(path: str | Path, *, id_column: str | None = None) -> list[Any] | N
             raise DataError(f"{p} has no id column {idc!r}.")
         return list(pf.read(columns=[idc]).column(idc).to_pylist())
     t = read_embeddings(p, id_column=id_column, validate=False)
-    return None if t.ids is None else list(t.ids.tolist())
+    return None if t.ids is None else list(t.ids)
 
 
 def read_texts(
     path: str | Path, *, text_key: str = "text", id_key: str = "id"
-) -> tuple[list[Any], list[str]]:
-    """Read ``{"id": ..., "text": ...}`` lines; ids default to the line index.
+) -> tuple[list[Any] | None, list[str]]:
+    """Read ``{"id": ..., "text": ...}`` lines (or a plain ``.txt``, one text per line).
 
-    Also accepts a plain ``.txt`` file (one text per line, ids 0..n-1).
+    Returns ``(ids, texts)``; ``ids`` is None when the file carries none (a ``.txt`` file, or
+    JSONL lines without ``id``): line numbers are *not* record ids, because another file's line
+    5 is another record. Ids keep their JSON types (``1`` and ``"1"`` differ).
     """
     p = Path(path)
     _require_exists(p)
@@ -386,22 +537,36 @@ def read_texts(
         texts = [ln.rstrip("\n") for ln in p.open(encoding="utf-8") if ln.strip()]
         if not texts:
             raise DataError(f"{p} contains no text.")
-        return list(range(len(texts))), texts
+        return None, texts
     if detect_format(p) != "jsonl":
         raise ValueError(f"texts must be a .jsonl or .txt file, got {p}.")
     ids: list[Any] = []
     texts = []
+    with_id = 0
     for lineno, obj in _iter_jsonl(p):
         t = obj.get(text_key)
         if not isinstance(t, str) or not t.strip():
             raise DataError(f"{p}:{lineno}: missing or empty {text_key!r} string.")
-        ids.append(obj.get(id_key, len(ids)))
+        if id_key in obj:
+            with_id += 1
+        elif with_id:
+            raise DataError(f"{p}:{lineno}: missing {id_key!r} (other lines have ids).")
+        ids.append(obj.get(id_key))
         texts.append(t)
     if not texts:
         raise DataError(f"{p} contains no texts.")
-    if len(set(map(str, ids))) != len(ids):
-        raise DataError(f"{p}: ids are not unique.")
+    if with_id == 0:
+        return None, texts
+    if with_id < len(texts):
+        raise DataError(f"{p}: some lines have an {id_key!r} and others do not.")
     return ids, texts
+
+
+def _id_array(ids: list[Any]) -> NDArray[Any]:
+    """Ids as a 1-D object array that keeps each id's own type (never coerced to strings)."""
+    out = np.empty(len(ids), dtype=object)
+    out[:] = ids
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -417,8 +582,14 @@ def write_embeddings(
     metadata: dict[str, Any] | None = None,
     extra: Any = None,
     src: str | Path | None = None,
+    commit: Callable[[], object] | None = None,
+    overwrite: bool = True,
 ) -> Path:
-    """Atomically write embeddings (and ids, metadata, extra Parquet columns) to ``path``."""
+    """Atomically write embeddings (and ids, metadata, extra Parquet columns) to ``path``.
+
+    ``commit`` runs just before the output is published (see :func:`atomic_output`); a
+    ``.npy`` output gets its metadata in a sidecar (:func:`sidecar_path`).
+    """
     p = Path(path)
     fmt = detect_format(p)
     X = np.asarray(X)
@@ -427,7 +598,9 @@ def write_embeddings(
     if ids is not None and len(ids) != X.shape[0]:
         raise DataError(f"ids has {len(ids)} entries but there are {X.shape[0]} embeddings.")
     meta = dict(metadata or {})
-    with atomic_output(p, src=src) as tmp:
+    id_list = None if ids is None else _plain_ids(ids)
+    side = (lambda _tmp: meta) if fmt == "npy" and meta else None
+    with atomic_output(p, src=src, commit=commit, sidecar=side, overwrite=overwrite) as tmp:
         if fmt == "npy":
             with tmp.open("wb") as fh:
                 np.save(fh, X)
@@ -435,8 +608,8 @@ def write_embeddings(
             pa = _pa()
             pq = require("pyarrow.parquet", "io")
             cols: dict[str, Any] = {}
-            if ids is not None:
-                cols["id"] = pa.array(np.asarray(ids).tolist())
+            if id_list is not None:
+                cols["id"] = _id_column(pa, id_list)
             if extra is not None:
                 for name in extra.column_names:
                     if name not in ("id", "embedding"):
@@ -446,8 +619,25 @@ def write_embeddings(
             table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
             pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS)
         else:
-            _write_plain(tmp, fmt, X, None if ids is None else np.asarray(ids).tolist(), meta)
+            _write_plain(tmp, fmt, X, id_list, meta)
     return p
+
+
+def _plain_ids(ids: Any) -> list[Any]:
+    """Ids as a list of Python ints and strings (each keeps its own type)."""
+    return [x.item() if isinstance(x, np.generic) else x for x in list(ids)]
+
+
+def _id_column(pa: Any, ids: list[Any]) -> Any:
+    kinds = {type(x) for x in ids}
+    if len(kinds) > 1:
+        raise DataError(
+            "ids mix types ("
+            + ", ".join(sorted(k.__name__ for k in kinds))
+            + "); a Parquet id column holds one type -- write .jsonl or .npz, or make the ids "
+            "one type."
+        )
+    return pa.array(ids)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,7 +650,7 @@ class Batch:
     """One block of rows: embeddings, ids (or None) and the other Parquet columns (or None)."""
 
     X: NDArray[Any]
-    ids: NDArray[Any] | None
+    ids: list[Any] | None
     extra: Any
     start: int
 
@@ -500,7 +690,7 @@ def iter_batches(
             try:
                 for rb in pf.iter_batches(batch_size=batch_rows):
                     X = _list_to_numpy(rb.column(col), col)
-                    ids = rb.column(idc).to_numpy(zero_copy_only=False) if idc else None
+                    ids = rb.column(idc).to_pylist() if idc else None
                     others = [c for c in rb.schema.names if c not in (col, idc)]
                     extra = rb.select(others) if others else None
                     yield Batch(X, ids, extra, start)
@@ -510,7 +700,7 @@ def iter_batches(
             except OSError as exc:
                 raise DataError(f"cannot read {p}: {str(exc).splitlines()[0]}") from None
 
-        return n, dim, _parquet_meta(schema), gen_pq()
+        return n, dim, _parquet_meta(schema, p), gen_pq()
     if fmt == "npy":
         try:
             arr = np.load(p, mmap_mode="r", allow_pickle=False)
@@ -523,12 +713,12 @@ def iter_batches(
             for s in range(0, arr.shape[0], batch_rows):
                 yield Batch(np.array(arr[s : s + batch_rows]), None, None, s)
 
-        return int(arr.shape[0]), int(arr.shape[1]), {}, gen_npy()
+        return int(arr.shape[0]), int(arr.shape[1]), _sidecar_meta(p), gen_npy()
     table = read_embeddings(p, column=column, id_column=id_column, validate=False)
 
     def gen_mem() -> Iterator[Batch]:
         for s in range(0, table.n, batch_rows):
-            ids = None if table.ids is None else table.ids[s : s + batch_rows]
+            ids = None if table.ids is None else list(table.ids[s : s + batch_rows])
             yield Batch(table.X[s : s + batch_rows], ids, None, s)
 
     return table.n, table.dim, table.metadata, gen_mem()
@@ -545,12 +735,15 @@ def transform_file(
     id_column: str | None = None,
     on_start: Callable[[int], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    commit: Callable[[], object] | None = None,
+    overwrite: bool = True,
 ) -> dict[str, Any]:
     """Stream ``src`` through ``fn`` (one :class:`Batch` in, an (m, k) array out) into ``dst``.
 
     Memory is bounded by ``batch_rows`` for Parquet and ``.npy`` inputs. Other Parquet columns
     and the id column are carried through. The output is written atomically; if ``fn`` raises
-    on any batch, nothing is left at ``dst``.
+    on any batch, nothing is left at ``dst``. ``commit`` runs after the last batch and before
+    the output is published (:func:`atomic_output`); ``.npy`` outputs get a metadata sidecar.
 
     ``on_start(n_rows)`` and ``on_batch(rows_done)`` report progress.
     Returns a summary dict (rows, dim_in, dim_out, metadata written).
@@ -564,7 +757,8 @@ def transform_file(
     out_fmt = detect_format(dst)
     rows = 0
     dim_out: int | None = None
-    with atomic_output(dst, src=src) as tmp:
+    side = (lambda _tmp: meta_out) if out_fmt == "npy" and meta_out else None
+    with atomic_output(dst, src=src, commit=commit, sidecar=side, overwrite=overwrite) as tmp:
         if out_fmt == "parquet":
             pa = _pa()
             pq = require("pyarrow.parquet", "io")
@@ -575,7 +769,7 @@ def transform_file(
                     dim_out = Y.shape[1]
                     cols: dict[str, Any] = {}
                     if b.ids is not None:
-                        cols["id"] = pa.array(b.ids.tolist() if b.ids.dtype == object else b.ids)
+                        cols["id"] = _id_column(pa, _plain_ids(b.ids))
                     if b.extra is not None:
                         for name in b.extra.schema.names:
                             cols[name] = b.extra.column(name)
@@ -617,7 +811,7 @@ def transform_file(
                 Y = fn(b)
                 parts.append(Y)
                 if b.ids is not None:
-                    id_parts.extend(b.ids.tolist())
+                    id_parts.extend(_plain_ids(b.ids))
                 rows += Y.shape[0]
                 if on_batch:
                     on_batch(Y.shape[0])
@@ -635,11 +829,18 @@ def _write_plain(tmp: Path, fmt: str, X: NDArray[Any], ids: Any, meta: dict[str,
     if fmt == "npz":
         arrays: dict[str, Any] = {"embeddings": X, "metadata": np.array(json.dumps(meta))}
         if ids is not None:
-            arrays["ids"] = np.asarray(ids)
+            kinds = {type(x) for x in ids}
+            if kinds <= {int} or kinds <= {str}:
+                arrays["ids"] = np.asarray(ids)
+            else:  # mixed types: a numpy array would turn every id into a string
+                arrays["ids_json"] = np.array(json.dumps(list(ids)))
         with tmp.open("wb") as fh:
             np.savez(fh, **arrays)
     else:  # jsonl
         with tmp.open("w", encoding="utf-8") as fh:
-            id_list = list(range(X.shape[0])) if ids is None else list(ids)
-            for i, row in zip(id_list, X.tolist(), strict=True):
-                fh.write(json.dumps({"id": i, "embedding": row}) + "\n")
+            if ids is None:
+                for row in X.tolist():
+                    fh.write(json.dumps({"embedding": row}) + "\n")
+            else:
+                for i, row in zip(ids, X.tolist(), strict=True):
+                    fh.write(json.dumps({"id": i, "embedding": row}) + "\n")

@@ -1,31 +1,40 @@
-"""Keyed noise: the same record under the same configuration always gets the same noise.
+"""Keyed noise: the same record with the same content always gets the same noise.
 
+Threat
+------
 Fresh noise per release is what repeated-release attacks feed on: averaging N releases divides
 the noise by sqrt(N), and the variance fingerprint of [F26] reads the concept a Mahalanobis
-mechanism protects from the spread of repeated releases. With keyed noise the noise for a record
-is a deterministic function of (secret key, mechanism configuration, record id): re-releasing the
-record returns a bit-identical vector, so an observer of many releases learns nothing beyond the
-first. A different key, configuration or id gives independent noise.
+mechanism protects from the spread of repeated releases. Keyed noise makes a re-release of the
+same content bit-identical, so an observer of many releases learns nothing beyond the first.
+
+But noise that repeats across *different* contents is worse than fresh noise: it cancels in
+the difference of the two releases, which then reveals the clean difference exactly (whoever
+knows one text recovers the other's clean embedding). So the noise is bound to the content
+too: an edited note, a different text at the same line number of another file, or a new
+embedding model gets independent noise -- and :mod:`privembed.release` charges it as a new
+release of that record.
 
 Construction
 ------------
-For record id ``r``, configuration fingerprint ``F`` (:attr:`Mechanism.fingerprint`, SHA-256 of
-the canonical parameters) and secret key ``K`` (256 bits)::
+For secret key ``K`` (>= 128 bits; 256 recommended), a release *context* ``C`` (the mechanism's
+:attr:`~privembed.Mechanism.fingerprint`, the embedding model id, the input dimension and the
+bit generator), a record id ``r`` typed canonically (:func:`typed_id`: ``int 5`` and ``"5"``
+are different records, ``numpy.int64(5)`` and ``5`` the same) and the digest ``D`` of the
+record's content (:func:`vector_digests`: SHA-256 of the canonical float32 bytes of the clean
+vector; :func:`text_digests`: SHA-256 of the exact text and the model id)::
 
-    T = HMAC-SHA256(K, "privembed/keyed/v1" || 0x00 || F || 0x00 || typed(r))
+    T = HMAC-SHA256(K, "privembed/keyed/v2" || 0x00 || C || 0x00 || typed(r) || 0x00 || D)
 
-``T`` keys a Philox-4x64 counter-based bit generator (key = T[0:16], counter words 0-1 = T[16:32]);
-the j-th draw call a mechanism makes for a block uses counter word 2 = j, so every (record, call)
-has its own stream and no per-record state is carried between calls. Record ids are typed before
-hashing (``int 5`` and ``"5"`` are different records). Output is independent of how records are
-batched or partitioned (a Ray shard, a 4096-row block), which is what makes distributed and
-streaming protection reproducible.
+The first 128 bits of ``T`` identify the record's noise streams in a
+:class:`~privembed.rng.CounterSource` whose stream key is ``HMAC-SHA256(K, "privembed/keyed/
+v2/stream")[:16]``: Philox-4x64 positioned at counter (0, call, T[0:8], T[8:16]), or AES-128 in
+counter mode (``generator="aes"``). The output of a record therefore does not depend on how
+records are batched, sharded, partitioned or threaded.
 
-HMAC-SHA256 is a PRF, so the per-record Philox keys are indistinguishable from independent
-uniform keys to anyone without ``K``. Philox is a statistically strong counter-based generator
-(it passes BigCrush) but is not a vetted cipher; ``generator="aes"`` uses an AES-128 counter-mode
-generator instead (``randomgen``, extra ``secure``; AES key = T[0:16], counter = call index << 64), at a higher
-cost per record.
+HMAC-SHA256 is a PRF, so tags of distinct (context, id, content) triples are independent and
+uniform to anyone without ``K``. The ledger stores only :func:`tag_commitment` (SHA-256 of the
+tag), which reveals nothing about the content but tells a re-release of the same
+(context, id, content) -- free -- from a new one -- charged.
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import hmac
 import os
 import secrets
 import stat
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,27 +52,41 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ._optional import require
 from ._validation import DataError, check_choice
-from .mechanisms.base import NoiseSource
+from .rng import CounterSource
 
 __all__ = [
     "KEY_BYTES",
-    "KeyedSource",
+    "KeyLike",
+    "canonical_text",
     "key_id",
+    "keyed_source",
     "keygen",
     "load_key",
     "record_tags",
+    "release_context",
+    "resolve_key",
+    "tag_commitment",
+    "text_digests",
     "typed_id",
+    "vector_digests",
 ]
 
 KEY_BYTES = 32
-_DOMAIN = b"privembed/keyed/v1\x00"
+_DOMAIN = b"privembed/keyed/v2\x00"
+_STREAM_DOMAIN = b"privembed/keyed/v2/stream"
+_VEC_DOMAIN = b"privembed/content/vector/v1\x00"
+_TEXT_DOMAIN = b"privembed/content/text/v1\x00"
+
+KeyLike = bytes | bytearray | str | os.PathLike[str]
 
 
 def _check_key(key: Any) -> bytes:
     if not isinstance(key, bytes | bytearray):
-        raise TypeError(f"key must be bytes, got key of type {type(key).__name__}.")
+        raise TypeError(
+            f"key must be bytes, got key of type {type(key).__name__} (load a key file with "
+            "privembed.keyed.load_key(path), or pass the path to resolve_key)."
+        )
     if len(key) < 16:
         raise ValueError(
             f"key must be at least 16 bytes (256 bits recommended), got {len(key)} bytes."
@@ -98,6 +122,8 @@ def load_key(path: str | Path) -> bytes:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"key file not found: {p}")
+    if p.is_dir():
+        raise IsADirectoryError(f"key file is a directory: {p}")
     mode = stat.S_IMODE(p.stat().st_mode)
     if mode & 0o077:
         raise PermissionError(
@@ -112,6 +138,19 @@ def load_key(path: str | Path) -> bytes:
     return _check_key(key)
 
 
+def resolve_key(key: Any) -> bytes:
+    """A key given as bytes, or as the path of a key file (:func:`load_key`).
+
+    Examples
+    --------
+    >>> len(resolve_key(bytes(32)))
+    32
+    """
+    if isinstance(key, str | os.PathLike):
+        return load_key(Path(key))
+    return _check_key(key)
+
+
 def key_id(key: bytes) -> str:
     """A public identifier of a key (first 16 hex digits of a domain-separated SHA-256).
 
@@ -123,94 +162,110 @@ def key_id(key: bytes) -> str:
 def typed_id(record_id: Any) -> bytes:
     """Canonical bytes for a record id: type-tagged so ``5`` and ``"5"`` differ.
 
+    Integers of any integer type are the same record (``5``, ``numpy.int64(5)``); floats,
+    booleans and ``None`` are refused (a JSON id ``1.0`` is not the record ``1``).
+
     Examples
     --------
     >>> typed_id(5), typed_id("5"), typed_id(np.int64(5))
     (b'i:5', b's:5', b'i:5')
+    >>> typed_id(1.0)
+    Traceback (most recent call last):
+    ...
+    TypeError: record id must be an int or a string, got 1.0 (float).
     """
-    if isinstance(record_id, bool | np.bool_):
-        raise TypeError(f"record id must be an int, str or bytes, got {record_id!r}.")
-    if isinstance(record_id, int | np.integer):
+    if isinstance(record_id, int | np.integer) and not isinstance(record_id, bool | np.bool_):
         return b"i:" + str(int(record_id)).encode()
     if isinstance(record_id, str | np.str_):
-        return b"s:" + str(record_id).encode("utf-8")
+        return b"s:" + str(record_id).encode("utf-8", errors="surrogatepass")
     if isinstance(record_id, bytes | np.bytes_):
         return b"b:" + bytes(record_id)
-    raise TypeError(f"record id must be an int, str or bytes, got {record_id!r}.")
+    raise TypeError(
+        f"record id must be an int or a string, got {record_id!r} ({type(record_id).__name__})."
+    )
 
 
-def record_tags(key: bytes, fingerprint: str, ids: Sequence[Any]) -> list[bytes]:
-    """The 32-byte HMAC tag of every record (see the module docstring)."""
-    k = _check_key(key)
-    prefix = _DOMAIN + bytes.fromhex(fingerprint) + b"\x00"
-    return [hmac.digest(k, prefix + typed_id(r), "sha256") for r in ids]
+def canonical_text(text: str, *, casefold: bool = False) -> str:
+    """Unicode NFKC, whitespace runs collapsed to one space, ends stripped (optionally
+    case-folded): the form two texts must share to be "the same text".
 
-
-class KeyedSource(NoiseSource):
-    """A :class:`NoiseSource` whose row ``i`` is a deterministic function of ``tags[i]``.
-
-    Each call (normal / uniform / gamma) is the next call index ``j``; row ``i`` of call ``j``
-    is drawn from the generator keyed by ``tags[i]`` with counter word 2 set to ``j``.
+    Examples
+    --------
+    >>> canonical_text("  The\\u00a0patient\\t has  Diabetes ")
+    'The patient has Diabetes'
+    >>> canonical_text("ﬁne", casefold=True)
+    'fine'
     """
+    s = " ".join(unicodedata.normalize("NFKC", text).split())
+    return s.casefold() if casefold else s
 
-    def __init__(self, tags: Sequence[bytes], *, generator: str = "philox") -> None:
-        self.generator = check_choice("generator", generator, ("philox", "aes"))
-        self._n = len(tags)
-        self._tags = list(tags)
-        self._call = 0
-        if self.generator == "philox":
-            raw = np.frombuffer(b"".join(tags), dtype="<u8").reshape(len(tags), 4)
-            self._key_arr = np.ascontiguousarray(raw[:, :2]).astype(np.uint64)
-            self._ctr_arr = np.zeros((len(tags), 4), dtype=np.uint64)
-            self._ctr_arr[:, :2] = raw[:, 2:]
-            self._bg = np.random.Philox(key=0)
-            self._gen = np.random.Generator(self._bg)
-            self._state = self._bg.state
-        else:
-            self._rg = require("randomgen", "secure", purpose="AES counter-mode keyed noise")
 
-    def _rows(self) -> Any:
-        """Yield a generator positioned at (row, call) for each row in order."""
-        j = self._call
-        self._call += 1
-        if self.generator == "philox":
-            st = self._state
-            inner = st["state"]
-            st["buffer_pos"] = 4
-            st["has_uint32"] = 0
-            self._ctr_arr[:, 2] = j
-            for key_row, ctr_row in zip(self._key_arr, self._ctr_arr, strict=True):
-                inner["key"] = key_row
-                inner["counter"] = ctr_row
-                self._bg.state = st
-                yield self._gen
-        else:
-            for t in self._tags:
-                # AES-128 key from the tag; the 128-bit counter's high word is the call index
-                bg = self._rg.AESCounter(key=int.from_bytes(t[:16], "little"), counter=j << 64)
-                yield np.random.Generator(bg)
+def vector_digests(X: NDArray[Any]) -> list[bytes]:
+    """SHA-256 of each row's canonical bytes: float32 little-endian, ``-0.0`` as ``0.0``.
 
-    def normal(self, n: int, k: int) -> NDArray[np.float64]:
-        self._check_n(n)
-        out = np.empty((n, k))
-        for i, g in enumerate(self._rows()):
-            out[i] = g.standard_normal(k)
-        return out
+    Two rows get the same digest only if their float32 values are identical.
+    """
+    A = np.ascontiguousarray(np.asarray(X, dtype="<f4"))
+    if A.ndim != 2:
+        raise DataError(f"X must be 2-D (n, d), got shape {A.shape}.")
+    A = A + np.float32(0.0)  # -0.0 + 0.0 == +0.0: one canonical zero
+    prefix = _VEC_DOMAIN + str(A.shape[1]).encode() + b"\x00"
+    return [hashlib.sha256(prefix + row.tobytes()).digest() for row in A]
 
-    def uniform(self, n: int, k: int) -> NDArray[np.float64]:
-        self._check_n(n)
-        out = np.empty((n, k))
-        for i, g in enumerate(self._rows()):
-            out[i] = g.random(k)
-        return out
 
-    def gamma(self, shape: float, n: int) -> NDArray[np.float64]:
-        self._check_n(n)
-        out = np.empty(n)
-        for i, g in enumerate(self._rows()):
-            out[i] = g.standard_gamma(shape)
-        return out
+def text_digests(texts: Sequence[str], model: str) -> list[bytes]:
+    """SHA-256 of (model id, exact text) for each text.
 
-    def _check_n(self, n: int) -> None:
-        if n != self._n:
-            raise ValueError(f"keyed source has {self._n} rows, asked for n={n}.")
+    The *exact* text, not a canonical form: a model may embed two texts that differ only in
+    whitespace or case differently (byte-pair tokenisers keep spaces), and two different clean
+    vectors must never share noise. Canonical forms decide *identity* (budgets), not content.
+    """
+    prefix = _TEXT_DOMAIN + model.encode("utf-8") + b"\x00"
+    return [
+        hashlib.sha256(prefix + t.encode("utf-8", errors="surrogatepass")).digest() for t in texts
+    ]
+
+
+def release_context(
+    fingerprint: str, *, model: str | None, input_dim: int, generator: str = "philox"
+) -> bytes:
+    """The context bytes a tag binds: configuration, model, input dimension, bit generator."""
+    generator = check_choice("generator", generator, ("philox", "aes"))
+    return (
+        bytes.fromhex(fingerprint)
+        + b"\x00"
+        + (model or "").encode("utf-8")
+        + b"\x00"
+        + str(int(input_dim)).encode()
+        + b"\x00"
+        + generator.encode()
+    )
+
+
+def record_tags(
+    key: bytes, context: bytes, ids: Sequence[Any], digests: Sequence[bytes]
+) -> list[bytes]:
+    """The 32-byte HMAC tag of every (id, content digest) pair (see the module docstring)."""
+    k = _check_key(key)
+    if len(ids) != len(digests):
+        raise ValueError(f"ids has {len(ids)} entries but digests has {len(digests)}.")
+    prefix = _DOMAIN + context + b"\x00"
+    return [
+        hmac.digest(k, prefix + typed_id(r) + b"\x00" + dg, "sha256")
+        for r, dg in zip(ids, digests, strict=True)
+    ]
+
+
+def tag_commitment(tag: bytes) -> str:
+    """Public commitment to a tag (hex SHA-256, 128 bits): equal iff the noise is equal."""
+    return hashlib.sha256(b"privembed/tag-commitment\x00" + tag).hexdigest()[:32]
+
+
+def _stream_key(key: bytes) -> bytes:
+    return hmac.digest(_check_key(key), _STREAM_DOMAIN, "sha256")[:16]
+
+
+def keyed_source(key: bytes, tags: Sequence[bytes], *, generator: str = "philox") -> CounterSource:
+    """The :class:`~privembed.rng.CounterSource` whose row ``i`` is keyed by ``tags[i]``."""
+    rows = np.frombuffer(b"".join(t[:16] for t in tags), dtype="<u8").reshape(len(tags), 2)
+    return CounterSource(_stream_key(key), rows, generator=generator)

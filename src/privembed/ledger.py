@@ -1,81 +1,169 @@
 """The privacy ledger: every fresh release of a record spends budget; the ledger remembers.
 
-An SQLite file records each release of each record -- record id, mechanism configuration
-fingerprint, key id (keyed noise) or none, the guarantee, time and a digest of the output -- and
-composes a record's releases:
+An SQLite file records each release of each record -- its canonically typed id, the subject
+it is charged to (a user or API client, if any), the configuration fingerprint, the key id and
+*tag commitment* of keyed noise (:func:`privembed.keyed.tag_commitment`), what the release costs
+(:func:`privembed.accounting.cost_of`), a digest of the output -- and composes a record's
+releases with :func:`privembed.accounting.compose` (PLD for Gaussian noise, basic composition
+otherwise). A keyed re-release with the same tag (same key, configuration, model, id *and
+content*) returns the identical vector, so it is recorded as *free*; changed content under the
+same id has another tag and is charged.
 
-* Gaussian releases (``sigma`` and l2 ``sensitivity`` known) compose tightly through the privacy
-  loss distribution of ``dp-accounting`` (PLD accountant on ``GaussianDpEvent(sigma/sensitivity)``).
-* Pure and approximate LDP releases compose by basic composition (epsilons add, deltas add);
-  metric (d_X) releases count with the pure LDP they imply on unit inputs.
-* The two parts are added by basic composition: with Gaussian part (eps_G at delta_G) and the rest
-  (sum eps, sum delta), the record has spent (eps_G + sum eps, delta_G + sum delta).
-* A keyed re-release of the same record under the same key and configuration returns the
-  identical vector (:mod:`privembed.keyed`), so it is recorded as *free*.
+Releases are two-phase (:meth:`Ledger.stage`): the caller stages the records of a release as it
+computes the output (a temporary table on disk, so memory stays bounded and duplicate ids are
+refused across batches), then :meth:`StagedRelease.commit` takes SQLite's write lock, decides
+which records are free, checks the per-record and per-subject budgets, and records the release
+-- or refuses it, naming the records. Only after the commit may the output be published
+(:mod:`privembed.release` renames the finished file), and :meth:`StagedRelease.mark_published`
+then notes that it was. A crash between commit and publication leaves a *charged release
+without output*, which is conservative and is listed by :meth:`Ledger.unpublished`.
 
-With a per-record budget (epsilon, delta) configured, :meth:`Ledger.release` refuses -- before
-any output is written -- a release that would take any record past it, naming the records and
-their spent budget. Concurrent writers are serialised by SQLite's write lock (``BEGIN
-IMMEDIATE``): the budget check and the insert of a release happen in one transaction that also
-spans writing the output, so two processes can neither double-spend nor corrupt the file.
+Budgets are ledger state: :meth:`Ledger.set_budget` sets or lowers them; raising needs
+``allow_raise=True`` and is recorded with its time in the budget history. Inspection
+(``readonly=True``) opens the file read-only and refuses a file that is not a privembed ledger,
+leaving it byte-identical.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
 import sqlite3
 import time
 import uuid
-from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from numpy.typing import NDArray
+from ._validation import DataError, check_real
+from .accounting import Cost, Neighbouring, UnsupportedGuarantee, compose, cost_of
+from .keyed import typed_id
 
-from ._optional import require
-from ._validation import check_real
-from .accounting import ApproxDP, Guarantee, MetricDP, PureDP
+__all__ = [
+    "Budget",
+    "BudgetExceeded",
+    "BudgetRaise",
+    "DuplicateIds",
+    "Ledger",
+    "LedgerBusy",
+    "NotALedger",
+    "Spent",
+    "StagedRelease",
+    "display_key",
+    "record_key",
+]
 
-__all__ = ["BudgetExceeded", "Ledger", "Release", "Spent"]
-
+#: ``PRAGMA application_id`` of a privembed ledger ("pemb")
+APPLICATION_ID = 0x70656D62
+SCHEMA_VERSION = 2
 #: record ids per ``IN (...)`` lookup (under SQLite's historical limit of 999 parameters)
 _LOOKUP_CHUNK = 900
+#: delta at which compositions are reported when no budget is set
+DEFAULT_REPORT_DELTA = 1e-5
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS releases (
+CREATE TABLE releases (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     record_id TEXT NOT NULL,
+    subject TEXT,
     config_fp TEXT NOT NULL,
     key_id TEXT,
-    kind TEXT NOT NULL,
+    tag TEXT,
+    relation TEXT NOT NULL,
     epsilon REAL NOT NULL,
     delta REAL NOT NULL,
-    gauss_ratio REAL,
-    guarantee TEXT NOT NULL,
+    noise_multiplier REAL,
     free INTEGER NOT NULL,
     output_digest TEXT,
     batch TEXT NOT NULL,
     created REAL NOT NULL
 );
-CREATE INDEX IF NOT EXISTS releases_record ON releases(record_id);
-CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE INDEX releases_record ON releases(record_id, tag);
+CREATE INDEX releases_subject ON releases(subject) WHERE subject IS NOT NULL;
+CREATE TABLE batches (
+    batch TEXT PRIMARY KEY,
+    created REAL NOT NULL,
+    config_fp TEXT NOT NULL,
+    mechanism TEXT NOT NULL,
+    guarantee TEXT NOT NULL,
+    key_id TEXT,
+    subject TEXT,
+    destination TEXT,
+    records INTEGER NOT NULL,
+    fresh INTEGER NOT NULL,
+    published REAL
+);
+CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE budget_history (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    scope TEXT NOT NULL,
+    epsilon REAL NOT NULL,
+    delta REAL NOT NULL,
+    previous TEXT,
+    action TEXT NOT NULL,
+    changed REAL NOT NULL
+);
 """
+
+_V1_COLUMNS = {
+    "seq",
+    "record_id",
+    "config_fp",
+    "key_id",
+    "kind",
+    "epsilon",
+    "delta",
+    "gauss_ratio",
+    "guarantee",
+    "free",
+    "output_digest",
+    "batch",
+    "created",
+}
 
 
 class BudgetExceeded(ValueError):
-    """A release would take records past the configured per-record budget."""
+    """A release would take records (or a subject) past the configured budget."""
+
+
+class BudgetRaise(ValueError):
+    """A budget change would raise the stored budget without ``allow_raise``."""
+
+
+class DuplicateIds(DataError):
+    """The same record id appears more than once in one release."""
+
+
+class LedgerBusy(RuntimeError):
+    """Another process held the ledger's write lock for longer than the wait allowed."""
+
+
+class NotALedger(DataError):
+    """The file is not a privembed ledger (it is left untouched)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A per-record (or per-subject) budget: composed (epsilon, delta) may not exceed it."""
+
+    epsilon: float
+    delta: float
+
+    def __iter__(self) -> Iterator[float]:  # unpacks as (epsilon, delta)
+        return iter((self.epsilon, self.delta))
+
+    def __getitem__(self, i: int) -> float:
+        return (self.epsilon, self.delta)[i]
+
+    def describe(self) -> str:
+        return f"epsilon={self.epsilon:g}, delta={self.delta:g}"
 
 
 @dataclass(frozen=True)
 class Spent:
-    """What one record has spent: (epsilon, delta) after composition, and release counts."""
+    """What one record (or subject) has spent: (epsilon, delta) after composition, and counts."""
 
     record_id: str
     epsilon: float
@@ -84,90 +172,32 @@ class Spent:
     free_releases: int
 
 
-@dataclass(frozen=True)
-class _Cost:
-    kind: str
-    epsilon: float  # basic-composition part (pure / approximate / implied)
-    delta: float
-    gauss_ratio: float | None  # sigma / sensitivity for Gaussian releases
-
-
-def _record_key(record_id: Any) -> str:
-    from .keyed import typed_id
-
+def record_key(record_id: Any) -> str:
+    """The ledger's text form of a record id (``"i:5"``, ``"s:doc-1"``)."""
     return typed_id(record_id).decode("utf-8", errors="surrogateescape")
 
 
-def _cost_of(mechanism: Any) -> _Cost:
-    g: Guarantee = mechanism.guarantee
-    try:
-        sigma = getattr(mechanism, "sigma", None)
-        sens = getattr(mechanism, "sensitivity", None)
-    except Exception:  # e.g. a projection whose sigma depends on the (unknown) input dimension
-        sigma = sens = None
-    if (
-        isinstance(g, ApproxDP)
-        and isinstance(sigma, int | float)
-        and isinstance(sens, int | float)
-        and sens > 0
-    ):
-        return _Cost(g.kind, 0.0, 0.0, float(sigma) / float(sens))
-    if isinstance(g, ApproxDP):
-        return _Cost(g.kind, g.epsilon, g.delta, None)
-    if isinstance(g, PureDP):
-        return _Cost(g.kind, g.epsilon, 0.0, None)
-    if isinstance(g, MetricDP):
-        pure = [x for x in g.implied if isinstance(x, PureDP)]
-        return _Cost(g.kind, pure[0].epsilon if pure else math.inf, 0.0, None)
-    return _Cost(g.kind, math.inf, 0.0, None)
+def display_key(key: str) -> str:
+    """A ledger key as the user wrote the id: ``"i:5"`` -> ``5``, ``"s:doc"`` -> ``'doc'``."""
+    kind, _, rest = key.partition(":")
+    if kind == "i":
+        return rest
+    if kind == "s":
+        return repr(rest)
+    return key
 
 
-@lru_cache(maxsize=4096)
-def _gaussian_epsilon(ratios: tuple[tuple[float, int], ...], delta: float) -> float:
-    """epsilon at ``delta`` of composed Gaussian mechanisms (PLD accountant)."""
-    if not ratios:
-        return 0.0
-    if delta <= 0:
-        return math.inf
-    dpa = require("dp_accounting", "accounting", purpose="composing Gaussian releases")
-    from dp_accounting import pld
-
-    acc = pld.PLDAccountant(value_discretization_interval=1e-3)
-    for ratio, count in ratios:
-        acc.compose(dpa.GaussianDpEvent(noise_multiplier=ratio), count=count)
-    return float(acc.get_epsilon(delta))
-
-
-def _compose(costs: list[_Cost], delta_target: float) -> tuple[float, float]:
-    """(epsilon, delta) spent by a list of fresh releases, targeting total ``delta_target``."""
-    eps_basic = sum(c.epsilon for c in costs if c.gauss_ratio is None)
-    delta_basic = sum(c.delta for c in costs if c.gauss_ratio is None)
-    gauss = Counter(c.gauss_ratio for c in costs if c.gauss_ratio is not None)
-    if not gauss:
-        return eps_basic, delta_basic
-    delta_g = delta_target - delta_basic
-    key = tuple(sorted((float(r), int(n)) for r, n in gauss.items()))
-    eps_g = _gaussian_epsilon(key, delta_g) if delta_g > 0 else math.inf
-    return eps_basic + eps_g, delta_target if delta_g > 0 else delta_basic
-
-
-class Release:
-    """An open release inside a ledger transaction (see :meth:`Ledger.release`)."""
-
-    def __init__(self, record_ids: list[str], free: list[bool]) -> None:
-        self.record_ids = record_ids
-        self.free = free
-        self._digests: dict[str, str] = {}
-
-    @property
-    def fresh_count(self) -> int:
-        return int(sum(not f for f in self.free))
-
-    def add_outputs(self, ids: Sequence[Any], Y: NDArray[Any]) -> None:
-        """Record the SHA-256 of each released vector (call once per output batch)."""
-        Yc = np.ascontiguousarray(Y)
-        for rid, row in zip(ids, Yc, strict=True):
-            self._digests[_record_key(rid)] = hashlib.sha256(row.tobytes()).hexdigest()
+def _is_ledger(db: sqlite3.Connection) -> bool | str:
+    """True for a v2 ledger, ``"v1"`` for a first-version ledger, False otherwise."""
+    app_id = db.execute("PRAGMA application_id").fetchone()[0]
+    if app_id == APPLICATION_ID:
+        return True
+    tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    if "releases" in tables and "settings" in tables:
+        cols = {r[1] for r in db.execute("PRAGMA table_info(releases)")}
+        if cols == _V1_COLUMNS:
+            return "v1"
+    return False
 
 
 class Ledger:
@@ -176,36 +206,140 @@ class Ledger:
     Parameters
     ----------
     path : str or Path
-        The ledger file (created if missing).
-    budget_epsilon, budget_delta : float, optional
-        Per-record budget; stored in the file, so later opens enforce it too. ``budget_delta``
-        (default 1e-5) is also the delta at which Gaussian compositions are reported.
+        The ledger file (created if missing, unless ``readonly``).
+    readonly : bool
+        Open for inspection only: the file is opened read-only and never modified.
     timeout : float
-        Seconds to wait for another writer's lock.
+        Seconds to wait for another process's write lock before :class:`LedgerBusy`.
+    on_wait : callable, optional
+        Called once (with the path) when a write has to wait for another process's lock.
+    budget_epsilon, budget_delta : float, optional
+        Convenience for :meth:`confirm_budget` at open (set a first budget, confirm or lower).
+
+    Raises
+    ------
+    NotALedger
+        The file exists but is not a privembed ledger (it is left byte-identical).
     """
 
     def __init__(
         self,
         path: str | Path,
         *,
+        readonly: bool = False,
+        timeout: float = 60.0,
+        on_wait: Callable[[Path], None] | None = None,
         budget_epsilon: float | None = None,
         budget_delta: float | None = None,
-        timeout: float = 600.0,
     ) -> None:
         self.path = Path(path)
+        self.readonly = readonly
+        self.timeout = check_real("timeout", timeout, ge=0)
+        self.on_wait = on_wait
         if self.path.is_dir():
             raise IsADirectoryError(f"ledger path is a directory: {self.path}")
+        exists = self.path.exists() and self.path.stat().st_size > 0
+        if readonly and not self.path.exists():
+            raise FileNotFoundError(f"ledger not found: {self.path}")
         try:
-            self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.executescript(_SCHEMA)
+            if readonly:
+                self._db = self._connect_readonly()
+            else:
+                self._db = sqlite3.connect(self.path, timeout=0.2, isolation_level=None)
+            kind = _is_ledger(self._db) if exists or readonly else True
         except sqlite3.DatabaseError as exc:
-            raise ValueError(f"cannot open ledger {self.path}: {exc}") from None
-        if budget_epsilon is not None or budget_delta is not None:
-            self.set_budget(
-                epsilon=budget_epsilon if budget_epsilon is not None else math.inf,
-                delta=budget_delta if budget_delta is not None else 1e-5,
+            with contextlib.suppress(Exception):
+                self._db.close()
+            raise NotALedger(
+                f"{self.path} is not a privembed ledger ({str(exc).splitlines()[0]}); it was "
+                "left untouched."
+            ) from None
+        if not kind:
+            self._db.close()
+            raise NotALedger(
+                f"{self.path} is not a privembed ledger (an SQLite file without its tables); "
+                "it was left untouched."
             )
+        self._v1 = kind == "v1"
+        if readonly and self._v1:
+            self._v1_views()
+        if not readonly:
+            if not exists:
+                self._create()
+            elif self._v1:
+                self._migrate_v1()
+        if budget_epsilon is not None or budget_delta is not None:
+            self.confirm_budget(budget_epsilon, budget_delta)
+
+    # ---- opening ---------------------------------------------------------------------------
+    def _connect_readonly(self) -> sqlite3.Connection:
+        uri = self.path.resolve().as_uri()
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            # a WAL ledger in a read-only folder cannot create its -shm file: read it as an
+            # immutable snapshot instead (nothing is written either way)
+            db.close()
+            return sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
+
+    def _v1_views(self) -> None:
+        """Read a first-version ledger through views in the current schema (nothing written:
+        TEMP objects live in the connection's own temporary database)."""
+        self._db.execute(
+            "CREATE TEMP VIEW releases AS SELECT seq, record_id, NULL AS subject, config_fp, "
+            "key_id, NULL AS tag, 'record' AS relation, epsilon, delta, gauss_ratio AS "
+            "noise_multiplier, free, output_digest, batch, created FROM main.releases"
+        )
+        self._db.execute(
+            "CREATE TEMP VIEW batches AS SELECT batch, MIN(created) AS created, MIN(config_fp) "
+            "AS config_fp, '{}' AS mechanism, MIN(guarantee) AS guarantee, MIN(key_id) AS "
+            "key_id, NULL AS subject, NULL AS destination, COUNT(*) AS records, SUM(1 - free) AS "
+            "fresh, MIN(created) AS published FROM main.releases GROUP BY batch"
+        )
+        self._db.execute(
+            "CREATE TEMP VIEW budget_history AS SELECT 0 AS seq, '' AS scope, 0.0 AS epsilon, "
+            "0.0 AS delta, NULL AS previous, '' AS action, 0.0 AS changed WHERE 0"
+        )
+
+    def _create(self) -> None:
+        with self._write():
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip():
+                    self._db.execute(
+                        stmt.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS").replace(
+                            "CREATE INDEX", "CREATE INDEX IF NOT EXISTS"
+                        )
+                    )
+            self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._db.execute("PRAGMA journal_mode=WAL")
+
+    def _migrate_v1(self) -> None:
+        """Rewrite a first-version ledger in the current schema (one transaction)."""
+        with self._write():
+            self._db.execute("ALTER TABLE releases RENAME TO releases_v1")
+            self._db.execute("DROP INDEX IF EXISTS releases_record")
+            for stmt in _SCHEMA.split(";"):
+                if stmt.strip() and "settings" not in stmt:
+                    self._db.execute(stmt)
+            self._db.execute(
+                "INSERT INTO releases(seq, record_id, subject, config_fp, key_id, tag, relation, "
+                "epsilon, delta, noise_multiplier, free, output_digest, batch, created) "
+                "SELECT seq, record_id, NULL, config_fp, key_id, NULL, 'record', epsilon, delta, "
+                "gauss_ratio, free, output_digest, batch, created FROM releases_v1"
+            )
+            self._db.execute(
+                "INSERT INTO batches(batch, created, config_fp, mechanism, guarantee, key_id, "
+                "subject, destination, records, fresh, published) "
+                "SELECT batch, MIN(created), MIN(config_fp), '{}', MIN(guarantee), MIN(key_id), "
+                "NULL, NULL, COUNT(*), SUM(1 - free), MIN(created) FROM releases_v1 GROUP BY batch"
+            )
+            self._db.execute("DROP TABLE releases_v1")
+            self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self._v1 = False
 
     def close(self) -> None:
         self._db.close()
@@ -216,37 +350,29 @@ class Ledger:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # ---- settings --------------------------------------------------------------------------
-    def set_budget(self, *, epsilon: float, delta: float) -> None:
-        """Store the per-record budget (epsilon may be ``inf``: only delta is then bounded)."""
-        if not (isinstance(epsilon, float) and math.isinf(epsilon)):
-            check_real("budget_epsilon", epsilon, gt=0)
-        check_real("budget_delta", delta, gt=0, lt=1)
-        with self._tx():
-            for name, value in (("budget_epsilon", epsilon), ("budget_delta", delta)):
-                self._db.execute(
-                    "INSERT INTO settings(name, value) VALUES (?, ?) "
-                    "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                    (name, repr(float(value))),
-                )
-
-    @property
-    def budget(self) -> tuple[float, float] | None:
-        """(epsilon, delta) per record, or None if no budget is set."""
-        rows = dict(self._db.execute("SELECT name, value FROM settings").fetchall())
-        if "budget_delta" not in rows:
-            return None
-        return float(rows.get("budget_epsilon", "inf")), float(rows["budget_delta"])
-
-    @property
-    def report_delta(self) -> float:
-        b = self.budget
-        return b[1] if b else 1e-5
-
     # ---- transactions ----------------------------------------------------------------------
     @contextlib.contextmanager
-    def _tx(self) -> Iterator[None]:
-        self._db.execute("BEGIN IMMEDIATE")
+    def _write(self) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` with a bounded wait for another process's lock."""
+        if self.readonly:
+            raise PermissionError(f"ledger {self.path} is open read-only.")
+        deadline = time.monotonic() + self.timeout
+        told = False
+        while True:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise LedgerBusy(
+                        f"ledger {self.path} is locked by another process (waited "
+                        f"{self.timeout:g} s); try again later."
+                    ) from None
+                if not told and self.on_wait is not None:
+                    self.on_wait(self.path)
+                    told = True
         try:
             yield
         except BaseException:
@@ -254,14 +380,138 @@ class Ledger:
             raise
         self._db.execute("COMMIT")
 
+    # ---- budgets ---------------------------------------------------------------------------
+    def _settings(self) -> dict[str, str]:
+        return dict(self._db.execute("SELECT name, value FROM settings").fetchall())
+
+    def _budget(self, scope: str) -> Budget | None:
+        rows = self._settings()
+        prefix = "budget" if scope == "record" else "subject_budget"
+        if f"{prefix}_delta" not in rows:
+            return None
+        return Budget(float(rows.get(f"{prefix}_epsilon", "inf")), float(rows[f"{prefix}_delta"]))
+
+    @property
+    def budget(self) -> Budget | None:
+        """Per-record (epsilon, delta), or None if no budget is set."""
+        return self._budget("record")
+
+    @property
+    def subject_budget(self) -> Budget | None:
+        """Per-subject (epsilon, delta) over all of a subject's releases, or None."""
+        return self._budget("subject")
+
+    @property
+    def report_delta(self) -> float:
+        """The delta at which compositions are reported (the budget's, else 1e-5)."""
+        b = self.budget
+        return b.delta if b else DEFAULT_REPORT_DELTA
+
+    def set_budget(
+        self,
+        *,
+        epsilon: float,
+        delta: float,
+        subject: bool = False,
+        allow_raise: bool = False,
+    ) -> str:
+        """Set, lower or (with ``allow_raise``) raise the per-record or per-subject budget.
+
+        ``epsilon`` may be ``inf`` (only delta is then bounded). Every change is recorded with
+        its time in the budget history. Returns a one-line description of what changed.
+
+        Raises
+        ------
+        BudgetRaise
+            The new budget is larger than the stored one in epsilon or delta and
+            ``allow_raise`` is False.
+        """
+        if not (isinstance(epsilon, float) and math.isinf(epsilon) and epsilon > 0):
+            check_real("budget epsilon", epsilon, gt=0)
+        check_real("budget delta", delta, gt=0, lt=1)
+        scope = "subject" if subject else "record"
+        prefix = "budget" if scope == "record" else "subject_budget"
+        with self._write():
+            old = self._budget(scope)
+            if old is not None and (epsilon, delta) == (old.epsilon, old.delta):
+                return f"{scope} budget unchanged ({old.describe()})"
+            raising = old is not None and (epsilon > old.epsilon or delta > old.delta)
+            if raising and not allow_raise:
+                assert old is not None
+                raise BudgetRaise(
+                    f"the ledger's {scope} budget is {old.describe()}; epsilon={epsilon:g}, "
+                    f"delta={delta:g} would raise it. Budgets are ledger state: raise it "
+                    f"explicitly with `privembed ledger budget {self.path} --epsilon "
+                    f"{epsilon:g} --delta {delta:g}{' --subject' if subject else ''} --raise`."
+                )
+            action = "set" if old is None else ("raise" if raising else "lower")
+            for name, value in ((f"{prefix}_epsilon", epsilon), (f"{prefix}_delta", delta)):
+                self._db.execute(
+                    "INSERT INTO settings(name, value) VALUES (?, ?) "
+                    "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                    (name, repr(float(value))),
+                )
+            self._db.execute(
+                "INSERT INTO budget_history(scope, epsilon, delta, previous, action, changed) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    scope,
+                    float(epsilon),
+                    float(delta),
+                    None if old is None else old.describe(),
+                    action,
+                    time.time(),
+                ),
+            )
+        was = "" if old is None else f" (was {old.describe()})"
+        return f"{scope} budget {action} to epsilon={epsilon:g}, delta={delta:g}{was}"
+
+    def confirm_budget(self, epsilon: float | None, delta: float | None) -> str | None:
+        """What a command's budget flags may do: set a first budget, confirm or lower one.
+
+        An omitted flag keeps the stored value (a first budget without ``delta`` gets 1e-5,
+        and says so). Flags never raise a stored budget (:class:`BudgetRaise`).
+        """
+        if epsilon is None and delta is None:
+            return None
+        old = self.budget
+        eps = epsilon if epsilon is not None else (old.epsilon if old else math.inf)
+        dlt = delta if delta is not None else (old.delta if old else DEFAULT_REPORT_DELTA)
+        msg = self.set_budget(epsilon=float(eps), delta=float(dlt))
+        if old is None and delta is None:
+            msg += " (delta not given: 1e-5)"
+        return msg
+
+    def budget_history(self) -> list[dict[str, Any]]:
+        """Every budget change, oldest first."""
+        cur = self._db.execute("SELECT * FROM budget_history ORDER BY seq")
+        names = [c[0] for c in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+    # ---- releases --------------------------------------------------------------------------
+    def stage(
+        self,
+        mechanism: Any,
+        *,
+        key_id: str | None = None,
+        subject: str | None = None,
+        destination: str | None = None,
+    ) -> StagedRelease:
+        """Begin a release of ``mechanism`` (see the module docstring).
+
+        Raises
+        ------
+        privembed.accounting.UnsupportedGuarantee
+            The mechanism's guarantee cannot be accounted (refused before any work).
+        """
+        return StagedRelease(
+            self, mechanism, key_id=key_id, subject=subject, destination=destination
+        )
+
     def _rows_for(
         self, columns: str, keys: list[str], where: str = ""
     ) -> Iterator[tuple[Any, ...]]:
-        """Rows of ``releases`` for the given record ids, through the ``record_id`` index.
-
-        Chunked ``IN`` lookups: the cost grows with the number of ids asked for, not with the
-        size of the ledger (a full scan per release made every release slower than the last).
-        """
+        """Rows of ``releases`` for the given record ids, through the ``record_id`` index."""
         unique = list(dict.fromkeys(keys))
         for start in range(0, len(unique), _LOOKUP_CHUNK):
             chunk = unique[start : start + _LOOKUP_CHUNK]
@@ -271,121 +521,51 @@ class Ledger:
                 chunk,
             )
 
-    def _history(self, keys: list[str]) -> dict[str, list[tuple[_Cost, str, str | None]]]:
-        out: dict[str, list[tuple[_Cost, str, str | None]]] = {k: [] for k in keys}
-        for rid, kind, eps, dlt, ratio, fp, kid in self._rows_for(
-            "record_id, kind, epsilon, delta, gauss_ratio, config_fp, key_id", keys, " AND free = 0"
-        ):
-            out[rid].append((_Cost(kind, eps, dlt, ratio), fp, kid))
-        return out
-
-    @contextlib.contextmanager
-    def release(
-        self, ids: Sequence[Any], mechanism: Any, *, key_id: str | None = None
-    ) -> Iterator[Release]:
-        """Check the budget, then hold the ledger while the caller writes the output.
-
-        Use as ``with ledger.release(ids, mech, key_id=kid) as rel: ...write...``. On normal exit
-        the releases are recorded (with output digests given through
-        :meth:`Release.add_outputs`); if the body raises, nothing is recorded.
-
-        Raises
-        ------
-        BudgetExceeded
-            Before the body runs, if any record would pass the budget.
-        """
-        keys = [_record_key(i) for i in ids]
-        if len(set(keys)) != len(keys):
-            raise ValueError("ids must be unique within one release.")
-        cost = _cost_of(mechanism)
-        fp = mechanism.fingerprint
-        with self._tx():
-            history = self._history(keys)
-            free = [
-                key_id is not None and any(f == fp and k == key_id for _, f, k in history[rid])
-                for rid in keys
-            ]
-            budget = self.budget
-            if budget is not None:
-                self._check_budget(keys, free, history, cost, budget)
-            rel = Release(keys, free)
-            yield rel
-            now = time.time()
-            batch = uuid.uuid4().hex
-            gjson = json.dumps(mechanism.guarantee.to_dict(), sort_keys=True)
-            self._db.executemany(
-                "INSERT INTO releases(record_id, config_fp, key_id, kind, epsilon, delta, "
-                "gauss_ratio, guarantee, free, output_digest, batch, created) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        rid,
-                        fp,
-                        key_id,
-                        cost.kind,
-                        cost.epsilon,
-                        cost.delta,
-                        cost.gauss_ratio,
-                        gjson,
-                        int(f),
-                        rel._digests.get(rid),
-                        batch,
-                        now,
-                    )
-                    for rid, f in zip(keys, free, strict=True)
-                ],
-            )
-
-    def _check_budget(
-        self,
-        keys: list[str],
-        free: list[bool],
-        history: dict[str, list[tuple[_Cost, str, str | None]]],
-        cost: _Cost,
-        budget: tuple[float, float],
-    ) -> None:
-        eps_b, delta_b = budget
-        over: list[tuple[str, float, float]] = []
-        cache: dict[tuple[Any, ...], tuple[float, float]] = {}
-        for rid, is_free in zip(keys, free, strict=True):
-            if is_free:
-                continue
-            costs = [c for c, _, _ in history[rid]] + [cost]
-            sig = tuple(sorted((c.epsilon, c.delta, c.gauss_ratio or 0.0) for c in costs))
-            if sig not in cache:
-                cache[sig] = _compose(costs, delta_b)
-            eps, dlt = cache[sig]
-            if eps > eps_b * (1 + 1e-12) or dlt > delta_b * (1 + 1e-12):
-                before = _compose([c for c, _, _ in history[rid]], delta_b)
-                over.append((rid, before[0], before[1]))
-        if over:
-            shown = ", ".join(f"{r} (spent eps={e:.4g}, delta={d:.3g})" for r, e, d in over[:5])
-            more = f" and {len(over) - 5} more" if len(over) > 5 else ""
-            raise BudgetExceeded(
-                f"release refused: {len(over)} record(s) would exceed the per-record budget "
-                f"(epsilon={eps_b:g}, delta={delta_b:g}) with this release "
-                f"({cost.kind}): {shown}{more}."
-            )
-
     # ---- queries ---------------------------------------------------------------------------
     def spent(self, ids: Sequence[Any] | None = None) -> list[Spent]:
-        """Composed spend per record (all records if ``ids`` is None), at :attr:`report_delta`."""
-        columns = "record_id, kind, epsilon, delta, gauss_ratio, free"
+        """Composed spend per record (all records if ``ids`` is None), at :attr:`report_delta`.
+
+        ``ids`` are record ids (typed: ``5`` and ``"5"`` differ) or ledger keys (``"i:5"``).
+        """
+        columns = "record_id, relation, epsilon, delta, noise_multiplier, free"
         if ids is None:
             rows: Iterable[tuple[Any, ...]] = self._db.execute(
                 f"SELECT {columns} FROM releases ORDER BY seq"
             )
         else:
-            rows = self._rows_for(columns, [_record_key(i) for i in ids])
-        per: dict[str, list[tuple[_Cost, bool]]] = {}
-        for rid, kind, eps, dlt, ratio, fr in rows:
-            per.setdefault(rid, []).append((_Cost(kind, eps, dlt, ratio), bool(fr)))
+            keys = [i if _is_key(i) else record_key(i) for i in ids]
+            rows = self._rows_for(columns, keys)
+        per: dict[str, list[tuple[Cost, bool]]] = {}
+        for rid, rel, eps, dlt, nm, fr in rows:
+            per.setdefault(rid, []).append((Cost(Neighbouring(rel), eps, dlt, nm), bool(fr)))
         out = []
         for rid, items in per.items():
             fresh = [c for c, fr in items if not fr]
-            eps, dlt = _compose(fresh, self.report_delta)
+            eps, dlt = compose(fresh, self.report_delta)
             out.append(Spent(rid, eps, dlt, len(items), sum(fr for _, fr in items)))
         return out
+
+    def spent_subject(self, subject: str) -> Spent:
+        """Composed spend of a subject over all its records' fresh releases."""
+        rows = self._db.execute(
+            "SELECT relation, epsilon, delta, noise_multiplier, COUNT(*), SUM(free) "
+            "FROM releases WHERE subject = ? GROUP BY relation, epsilon, delta, "
+            "noise_multiplier, free",
+            (subject,),
+        ).fetchall()
+        costs, counts, total, free = [], [], 0, 0
+        for rel, eps, dlt, nm, n, fr in rows:
+            total += n
+            free += fr
+            if not fr:
+                costs.append(Cost(Neighbouring(rel), eps, dlt, nm))
+                counts.append(n)
+        eps_s, dlt_s = compose(costs, self._subject_delta(), counts=counts)
+        return Spent(subject, eps_s, dlt_s, total, free)
+
+    def _subject_delta(self) -> float:
+        b = self.subject_budget
+        return b.delta if b else self.report_delta
 
     def export(self) -> list[dict[str, Any]]:
         """Every release row as a dict (for JSON/CSV export)."""
@@ -393,26 +573,333 @@ class Ledger:
         names = [c[0] for c in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
+    def unpublished(self) -> list[dict[str, Any]]:
+        """Releases that were charged but whose output was never published (a crash between
+        the ledger commit and the rename): conservative, listed so they can be explained."""
+        cur = self._db.execute(
+            "SELECT batch, created, destination, records, fresh FROM batches "
+            "WHERE published IS NULL ORDER BY created"
+        )
+        names = [c[0] for c in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
     def summary(self) -> dict[str, Any]:
-        """Counts per configuration and the budget."""
+        """Budgets and counts per configuration, with each configuration's mechanism."""
         rows = self._db.execute(
-            "SELECT config_fp, kind, key_id, COUNT(*), SUM(free), COUNT(DISTINCT record_id), "
-            "MIN(created), MAX(created) FROM releases GROUP BY config_fp, key_id"
+            "SELECT b.config_fp, b.key_id, MAX(b.mechanism), MAX(b.guarantee), SUM(b.records), "
+            "SUM(b.records - b.fresh), MIN(b.created), MAX(b.created), COUNT(*) FROM batches b "
+            "GROUP BY b.config_fp, b.key_id ORDER BY MIN(b.created)"
         ).fetchall()
+        records = self._db.execute("SELECT COUNT(DISTINCT record_id) FROM releases").fetchone()[0]
+        out = []
+        for fp, kid, mech, guar, n, free, first, last, nb in rows:
+            out.append(
+                {
+                    "config_fp": fp[:16],
+                    "mechanism": _json_or_none(mech),
+                    "guarantee": _json_or_none(guar),
+                    "key_id": kid,
+                    "releases": n,
+                    "free": free,
+                    "batches": nb,
+                    "first": first,
+                    "last": last,
+                }
+            )
         return {
             "path": str(self.path),
-            "budget": self.budget,
-            "configurations": [
-                {
-                    "config_fp": r[0][:16],
-                    "kind": r[1],
-                    "key_id": r[2],
-                    "releases": r[3],
-                    "free": r[4],
-                    "records": r[5],
-                    "first": r[6],
-                    "last": r[7],
-                }
-                for r in rows
-            ],
+            "budget": None if self.budget is None else list(self.budget),
+            "subject_budget": None if self.subject_budget is None else list(self.subject_budget),
+            "records": records,
+            "configurations": out,
+            "unpublished": self.unpublished(),
+            "budget_history": self.budget_history(),
         }
+
+
+def _is_key(x: Any) -> bool:
+    return isinstance(x, str) and x[:2] in ("i:", "s:", "b:")
+
+
+def _json_or_none(s: str | None) -> Any:
+    if not s:
+        return None
+    try:
+        return json.loads(s)
+    except json.JSONDecodeError:
+        return s
+
+
+class StagedRelease:
+    """One release in progress: records are staged, then committed or discarded.
+
+    Staged rows live in a temporary table of the ledger's connection (on disk), so a release of
+    millions of records stays in bounded memory; its primary key refuses duplicate ids across
+    all the batches of the release.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        mechanism: Any,
+        *,
+        key_id: str | None,
+        subject: str | None,
+        destination: str | None,
+    ) -> None:
+        if ledger.readonly:
+            raise PermissionError(f"ledger {ledger.path} is open read-only.")
+        g = mechanism.guarantee
+        self.cost = cost_of(g)  # refuses unaccountable guarantees before any work
+        self.ledger = ledger
+        self.mechanism = mechanism
+        self.key_id = key_id
+        self.subject = subject
+        self.destination = destination
+        self.batch = uuid.uuid4().hex
+        self.fingerprint = mechanism.fingerprint
+        self._mech_json = json.dumps(mechanism.config, sort_keys=True)
+        self._guar_json = json.dumps(g.to_dict(), sort_keys=True)
+        self._table = f"staged_{self.batch}"
+        self.count = 0
+        self.fresh = 0
+        self.committed = False
+        db = ledger._db
+        db.execute("PRAGMA temp_store = FILE")
+        db.execute(
+            f"CREATE TEMP TABLE {self._table} (record_id TEXT PRIMARY KEY, tag TEXT, "
+            "output_digest TEXT, free INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"
+        )
+        self._check_budget_possible()
+
+    def _check_budget_possible(self) -> None:
+        """Fail fast: refuse when even one release alone exceeds a budget."""
+        subject_budget = self.ledger.subject_budget if self.subject is not None else None
+        for scope, budget in (("record", self.ledger.budget), ("subject", subject_budget)):
+            if budget is None:
+                continue
+            eps, dlt = compose([self.cost], budget.delta)
+            if eps > budget.epsilon * (1 + 1e-12) or dlt > budget.delta * (1 + 1e-12):
+                self.discard()
+                raise BudgetExceeded(
+                    f"release refused: one release of {self.mechanism!r} costs epsilon="
+                    f"{eps:.4g}, delta={dlt:.3g}, more than the per-{scope} budget "
+                    f"({budget.describe()})."
+                )
+
+    def add(
+        self,
+        keys: Sequence[str],
+        *,
+        tags: Sequence[str | None] | None = None,
+        output_digests: Sequence[str | None] | None = None,
+    ) -> None:
+        """Stage records (ledger keys from :func:`record_key`), with tag commitments (keyed)
+        and output digests.
+
+        Raises
+        ------
+        DuplicateIds
+            A record id already staged in this release (in this batch or an earlier one).
+        """
+        n = len(keys)
+        tg = list(tags) if tags is not None else [None] * n
+        od = list(output_digests) if output_digests is not None else [None] * n
+        if len(tg) != n or len(od) != n:
+            raise ValueError("keys, tags and output_digests must have the same length.")
+        db = self.ledger._db
+        try:
+            db.execute("BEGIN")
+            db.executemany(
+                f"INSERT INTO {self._table}(record_id, tag, output_digest) VALUES (?, ?, ?)",
+                zip(keys, tg, od, strict=True),
+            )
+            db.execute("COMMIT")
+        except sqlite3.IntegrityError:
+            db.execute("ROLLBACK")
+            raise DuplicateIds(self._describe_duplicates(list(keys))) from None
+        self.count += n
+
+    def _describe_duplicates(self, keys: list[str]) -> str:
+        seen: set[str] = set()
+        dups: list[str] = []
+        for k in keys:
+            if k in seen and k not in dups:
+                dups.append(k)
+            seen.add(k)
+        db = self.ledger._db
+        for start in range(0, len(keys), _LOOKUP_CHUNK):
+            chunk = list(dict.fromkeys(keys[start : start + _LOOKUP_CHUNK]))
+            marks = ",".join("?" * len(chunk))
+            for (k,) in db.execute(
+                f"SELECT record_id FROM {self._table} WHERE record_id IN ({marks})", chunk
+            ):
+                if k not in dups:
+                    dups.append(k)
+        shown = ", ".join(display_key(k) for k in dups[:5])
+        shown += f" and {len(dups) - 5} more" if len(dups) > 5 else ""
+        return (
+            f"record ids must be unique within one release; repeated: {shown} (equal ids would "
+            "release one record twice)."
+        )
+
+    def commit(self) -> StagedRelease:
+        """Lock the ledger, decide free records, check budgets, record the release.
+
+        Raises
+        ------
+        BudgetExceeded
+            Some record (or the subject) would pass its budget; nothing is recorded.
+        LedgerBusy
+            Another process held the lock longer than the ledger's timeout.
+        """
+        if self.committed:
+            raise RuntimeError("this release was already committed.")
+        led = self.ledger
+        db = led._db
+        t = self._table
+        with led._write():
+            db.execute(
+                f"UPDATE {t} SET free = EXISTS(SELECT 1 FROM releases r WHERE "
+                f"r.record_id = {t}.record_id AND r.tag = {t}.tag) WHERE tag IS NOT NULL"
+            )
+            self.fresh = db.execute(f"SELECT COUNT(*) FROM {t} WHERE free = 0").fetchone()[0]
+            self._check_records()
+            self._check_subject()
+            now = time.time()
+            c = self.cost
+            db.execute(
+                "INSERT INTO releases(record_id, subject, config_fp, key_id, tag, relation, "
+                "epsilon, delta, noise_multiplier, free, output_digest, batch, created) "
+                f"SELECT record_id, ?, ?, ?, tag, ?, ?, ?, ?, free, output_digest, ?, ? FROM {t}",
+                (
+                    self.subject,
+                    self.fingerprint,
+                    self.key_id,
+                    c.relation.value,
+                    c.epsilon,
+                    c.delta,
+                    c.noise_multiplier,
+                    self.batch,
+                    now,
+                ),
+            )
+            db.execute(
+                "INSERT INTO batches(batch, created, config_fp, mechanism, guarantee, key_id, "
+                "subject, destination, records, fresh, published) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
+                (
+                    self.batch,
+                    now,
+                    self.fingerprint,
+                    self._mech_json,
+                    self._guar_json,
+                    self.key_id,
+                    self.subject,
+                    self.destination,
+                    self.count,
+                    self.fresh,
+                ),
+            )
+        self.committed = True
+        self._drop()
+        return self
+
+    def _check_records(self) -> None:
+        led = self.ledger
+        budget = led.budget
+        if budget is None or self.fresh == 0:
+            # composition must still be possible (one relation per record)
+            self._check_relations()
+            return
+        t = self._table
+        history: dict[str, list[Cost]] = {}
+        for rid, rel, eps, dlt, nm in led._db.execute(
+            f"SELECT s.record_id, r.relation, r.epsilon, r.delta, r.noise_multiplier FROM {t} s "
+            "JOIN releases r ON r.record_id = s.record_id AND r.free = 0 WHERE s.free = 0"
+        ):
+            history.setdefault(rid, []).append(Cost(Neighbouring(rel), eps, dlt, nm))
+        cache: dict[tuple[Any, ...], tuple[float, float]] = {}
+        over: list[tuple[str, float, float]] = []
+
+        def composed(costs: list[Cost]) -> tuple[float, float]:
+            sig = tuple(
+                sorted(
+                    (c.relation.value, c.epsilon, c.delta, c.noise_multiplier or 0.0) for c in costs
+                )
+            )
+            if sig not in cache:
+                cache[sig] = compose(costs, budget.delta)
+            return cache[sig]
+
+        for rid, costs in history.items():
+            eps, dlt = composed([*costs, self.cost])
+            if eps > budget.epsilon * (1 + 1e-12) or dlt > budget.delta * (1 + 1e-12):
+                before = composed(costs)
+                over.append((rid, before[0], before[1]))
+        # records without history cost one release, which _check_budget_possible allowed
+        if over:
+            over.sort()
+            shown = ", ".join(
+                f"{display_key(r)} (spent eps={e:.4g}, delta={d:.3g})" for r, e, d in over[:5]
+            )
+            more = f" and {len(over) - 5} more" if len(over) > 5 else ""
+            raise BudgetExceeded(
+                f"release refused: {len(over)} record(s) would exceed the per-record budget "
+                f"({budget.describe()}) with this release ({self.mechanism!r}): {shown}{more}."
+            )
+
+    def _check_relations(self) -> None:
+        t = self._table
+        row = self.ledger._db.execute(
+            f"SELECT s.record_id, r.relation FROM {t} s JOIN releases r ON r.record_id = "
+            "s.record_id AND r.free = 0 WHERE s.free = 0 AND r.relation != ? LIMIT 1",
+            (self.cost.relation.value,),
+        ).fetchone()
+        if row is not None:
+            raise UnsupportedGuarantee(
+                f"record {display_key(row[0])} was released under the {row[1]!r} neighbouring relation; a "
+                f"{self.cost.relation.value!r} release does not compose with it."
+            )
+
+    def _check_subject(self) -> None:
+        if self.subject is None or self.fresh == 0:
+            return
+        led = self.ledger
+        budget = led.subject_budget
+        rows = led._db.execute(
+            "SELECT relation, epsilon, delta, noise_multiplier, COUNT(*) FROM releases "
+            "WHERE subject = ? AND free = 0 GROUP BY relation, epsilon, delta, noise_multiplier",
+            (self.subject,),
+        ).fetchall()
+        costs = [Cost(Neighbouring(r), e, d, nm) for r, e, d, nm, _ in rows] + [self.cost]
+        counts = [n for *_, n in rows] + [self.fresh]
+        if budget is None:
+            compose(costs, led.report_delta, counts=counts)  # relations must compose
+            return
+        eps, dlt = compose(costs, budget.delta, counts=counts)
+        if eps > budget.epsilon * (1 + 1e-12) or dlt > budget.delta * (1 + 1e-12):
+            before = led.spent_subject(self.subject)
+            raise BudgetExceeded(
+                f"release refused: subject {self.subject!r} would exceed the per-subject budget "
+                f"({budget.describe()}) with {self.fresh} more release(s) (spent eps="
+                f"{before.epsilon:.4g}, delta={before.delta:.3g} over {before.releases} "
+                "release(s))."
+            )
+
+    def mark_published(self) -> None:
+        """Note that the output of this committed release was published."""
+        if not self.committed:
+            raise RuntimeError("commit the release before marking it published.")
+        with self.ledger._write():
+            self.ledger._db.execute(
+                "UPDATE batches SET published = ? WHERE batch = ?", (time.time(), self.batch)
+            )
+
+    def _drop(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.ledger._db.execute(f"DROP TABLE IF EXISTS temp.{self._table}")
+
+    def discard(self) -> None:
+        """Forget the staged records (nothing was recorded)."""
+        self._drop()

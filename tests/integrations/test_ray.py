@@ -128,11 +128,12 @@ def test_ray_equals_local_and_protect_bit_for_bit(ray_session, tmp_path, key_fil
     # other columns travel with their rows
     t = pq.read_table(next((tmp_path / "ray1").glob("*.parquet"))).to_pydict()
     assert all(lang == f"l{int(i[4:]) % 3}" for i, lang in zip(t["id"], t["lang"], strict=True))
-    # the ledger: written by the driver, one release per output file, every record once
+    # the ledger: written by the driver, the job is one release, every record once, keyed
     with Ledger(ledger) as led:
         rows = led.export()
-        assert len({r["batch"] for r in rows}) == s1["ledger_releases"] == s1["files_out"]
-        assert len(rows) == N and all(r["output_digest"] for r in rows)
+        assert len({r["batch"] for r in rows}) == s1["ledger_releases"] == 1
+        assert len(rows) == N and all(r["tag"] for r in rows)
+        assert led.unpublished() == []
         assert {s.releases for s in led.spent()} == {1}
 
 

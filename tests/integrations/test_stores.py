@@ -19,6 +19,7 @@ from privembed import DataError, get_mechanism
 from privembed.integrations.collection import ProtectedCollection
 from privembed.integrations.stores import FaissStore, Hit, open_store
 from privembed.ledger import BudgetExceeded, Ledger
+from privembed.release import protect
 
 from .conftest import KEY, brute_topk, clustered, cosines, near_copies
 
@@ -238,7 +239,7 @@ def test_projection_collection_uses_the_public_projection_for_queries(tmp_path):
     assert info["protection"]["mechanism"]["mechanism"] == "projection"
     assert info["dim_in"] == 64 and info["dim"] == 48
     # the treatment (P q, no noise) against an unprojected truncated query: far better
-    Y = mech.privatize(X, ids=[f"r{i}" for i in range(200)], key=KEY)
+    Y = protect(X, mech, ids=[f"r{i}" for i in range(200)], key=KEY)
     wrong = float(np.mean(np.argmax(Q[:, :48] @ Y.T, axis=1) == np.arange(200)))
     assert rate > 0.6 and wrong < 0.1, (rate, wrong)
     own, _scale = _own_scores("faiss", tmp_path / "f", X, Q, mech)

@@ -15,7 +15,7 @@ from scipy import linalg, stats
 
 from privembed import DataError
 from privembed.accounting import guarantee_from_dict
-from privembed.mechanisms import MECHANISMS, get_mechanism
+from privembed.mechanisms import MECHANISMS, build_mechanism, get_mechanism
 from privembed.mechanisms.projection import (
     JLProjection,
     JLSketch,
@@ -292,7 +292,8 @@ def test_mechanism_contract(kind: str) -> None:
     np.testing.assert_array_equal(Y, m.privatize(X, rng=5))
     assert not np.array_equal(Y, m.privatize(X, rng=6))
     assert m.privatize(X[0], rng=5).shape == (12,)
-    assert m.output_dim(40) == 12 and m.input_dim == 40
+    # privatize never changes the mechanism: no state depends on the call history
+    assert m.output_dim(40) == 12 and m.input_dim is None
     # noiseless part = P (x / |x|)
     np.testing.assert_allclose(
         m.project(X),
@@ -331,19 +332,30 @@ def test_registry_and_cli_kwargs() -> None:
         "projection_seed": 7,
         "input_norm": "normalize",
         "renormalize": False,
+        "input_dim": None,
     }
-    meta = m.projection_metadata(64)
+    meta = m.release_metadata(64)["projection"]
     assert meta["sigma"] == m.sigma_for(64) and meta["k"] == 16 and meta["seed"] == 7
+    # input_dim only builds P early: same law, same fingerprint
+    pinned = build_mechanism(**{**m.config, "input_dim": 64})
+    assert pinned.fingerprint == m.fingerprint
 
 
-def test_sigma_is_per_dimension() -> None:
+def test_sigma_is_per_dimension_and_never_depends_on_call_history() -> None:
     m = PrivateProjection(k=8, epsilon=3.0, delta=1e-5)
     with pytest.raises(ValueError, match="sigma depends on the input dimension d"):
         _ = m.sigma
+    fp = m.fingerprint
     m.privatize(_unit(as_generator(9), 2, 20), rng=0)
-    s20 = m.sigma
     m.privatize(_unit(as_generator(9), 2, 200), rng=0)
-    assert m.sigma == m.sigma_for(200) > s20 == m.sigma_for(20)
+    with pytest.raises(ValueError, match="sigma depends on the input dimension d"):
+        _ = m.sigma  # privatize did not pin a dimension
+    assert m.fingerprint == fp and m.input_dim is None
+    assert m.sigma_for(200) > m.sigma_for(20)
+    assert PrivateProjection(k=8, epsilon=3.0, delta=1e-5, input_dim=20).sigma == m.sigma_for(20)
+    pinned = PrivateProjection(k=8, epsilon=3.0, delta=1e-5, input_dim=20)
+    with pytest.raises(DataError, match="built for input_dim=20"):
+        pinned.privatize(_unit(as_generator(9), 2, 200), rng=0)
 
 
 # ------------------------------------------------------------------------------------------
@@ -405,7 +417,7 @@ def test_cosine_estimate_for_unnormalised_inputs_uses_corrected_norms() -> None:
 
 def _setup_search():
     d, n = 48, 300
-    m = PrivateProjection(k=24, epsilon=20.0, delta=1e-5, projection_seed=1)
+    m = PrivateProjection(k=24, epsilon=20.0, delta=1e-5, projection_seed=1, input_dim=d)
     X = _unit(as_generator(15), n, d)
     Y = m.privatize(X, rng=16)
     return m, X, Y

@@ -33,7 +33,7 @@ def cfg(**tables):
         ({"server": {"max_inputs": 0}}, r"\[server\] max_inputs must be > 0, got max_inputs=0"),
         ({"server": {"port": "80"}}, r"\[server\] port must be int"),
         ({"server": {"noise": "none"}}, r"noise must be one of 'keyed', 'fresh'"),
-        ({"server": {"budget_epsilon": 5.0}}, r"budget_epsilon/budget_delta need a ledger"),
+        ({"server": {"budget_epsilon": 5.0}}, r"budgets need a ledger"),
         ({"server": {"max_inputs": 10, "max_queue": 5}}, r"max_queue \(5\) must be >= max_inputs"),
         ({"server": {"cache_siz": 3}}, r"\[server\] unknown key\(s\) 'cache_siz'"),
         ({"models": {}}, r"at least one \[models.NAME\] table"),
@@ -43,7 +43,7 @@ def cfg(**tables):
         ),
         (
             {"models": {"docs": {"mechanism": "gaussian", "params": {"epsilon": 1, "sigma": 2}}}},
-            r"\[models.docs\] params: gaussian: .*unexpected keyword argument 'sigma'",
+            r"\[models.docs\] params: mechanism 'gaussian' does not take sigma \(--sigma\)",
         ),
         ({"models": {"docs": {"mechanism": "gausian"}}}, r"\[models.docs\] mechanism: mechanism must be one of"),
         ({"models": {"docs": {"role": "documents"}}}, r"mechanism is required for role = 'documents'"),
@@ -51,7 +51,7 @@ def cfg(**tables):
         ({"models": {"docs": {**GOOD_MODEL, "backend": "gpu"}}}, r"backend 'gpu' is not defined"),
         (
             {"models": {"docs": {**GOOD_MODEL, "dimensions": [8]}}},
-            r"dimensions: only mechanism 'projection' can release other dimensions",
+            r"dimensions: only a mechanism with an output-dimension parameter",
         ),
         (
             {"models": {"docs": GOOD_MODEL, "q": {"role": "queries", "documents": "docs", "query": "project"}}},
@@ -144,13 +144,32 @@ def test_key_file_is_required_and_checked(tmp_path):
         load_config(toml)
 
 
-def test_example_config_is_valid(tmp_path, monkeypatch):
+def test_example_config_holds_no_usable_key_and_is_valid_once_filled_in(tmp_path):
     example = Path(__file__).parents[2] / "examples" / "serve.toml"
     text = example.read_text()
     (tmp_path / "serve.toml").write_text(text)
     keygen(tmp_path / "serve.key")
+    with pytest.raises(ConfigError, match="sha256 must be the 64-hex-digit SHA-256"):
+        load_config(tmp_path / "serve.toml")
+    mine = hash_api_key("pe-" + "x" * 40)
+    (tmp_path / "serve.toml").write_text(
+        text.replace("PASTE-THE-SHA256-FROM-privembed-serve---new-api-key", mine)
+    )
     c = load_config(tmp_path / "serve.toml")
     assert c.models and c.api_keys
+
+
+def test_documented_example_key_hashes_are_refused(tmp_path):
+    """The example key printed in the docs (and its hash, formerly in examples/) never works."""
+    runner = CliRunner()
+    keygen(tmp_path / "serve.key")
+    (tmp_path / "serve.toml").write_text(
+        '[server]\nkey_file = "serve.key"\n[models.docs]\nmechanism = "laplace"\n'
+        'params = { epsilon = 50.0 }\n[[api_keys]]\nname = "app"\n'
+        f'sha256 = "{hash_api_key("pe-example-do-not-use")}"\n'
+    )
+    r = runner.invoke(app, ["serve", "--config", str(tmp_path / "serve.toml"), "--check"])
+    assert r.exit_code == 2 and "printed in privembed's documentation" in " ".join(r.output.split())
 
 
 def test_cli_check_and_new_api_key(tmp_path):

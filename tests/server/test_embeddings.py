@@ -16,6 +16,8 @@ import openai
 import pytest
 
 from privembed import get_mechanism
+from privembed.keyed import text_digests
+from privembed.release import Release
 from privembed.server import backend_key, text_record_id
 from privembed.server.logs import JsonFormatter
 
@@ -99,16 +101,18 @@ def test_identical_text_identical_vector_and_reproducible(served, server_key):
     # a different request, a different batch composition: the same vector (cache is off)
     b = vectors(c.embeddings.create(model="docs", input=["gamma", "alpha"]))
     np.testing.assert_array_equal(b[1], a[0])
-    # exactly the library's keyed release: id = HMAC(key, text), per-backend noise key
+    # exactly the library's keyed release: id = HMAC(key, canonical text), content = the exact
+    # text and the backend, per-backend noise key
     key = server_key[1]
     spec = raw["models"]["docs"]
     mech = get_mechanism(spec["mechanism"], **spec["params"])
     identity = f"upstream|{raw['backends']['up']['base_url']}|fake-embed|None"
-    expected = mech.privatize(
-        clean_vector("alpha")[None, :],
-        ids=[text_record_id(key, "alpha")],
-        key=backend_key(key, identity),
-    )[0]
+    with Release(mech, key=backend_key(key, identity), model=identity) as rel:
+        expected = rel.protect(
+            clean_vector("alpha")[None, :].astype(np.float32),
+            [text_record_id(key, "alpha")],
+            digests=text_digests(["alpha"], identity),
+        )[0]
     np.testing.assert_array_equal(a[0], expected.astype(np.float64))
     # another mechanism on the same text: independent noise
     lap = vectors(c.embeddings.create(model="docs-laplace", input=["alpha"]))[0]

@@ -73,28 +73,17 @@ def _mechanism(
         if extra:
             raise ValueError(f"{', '.join(extra)} need --mechanism.")
         return None
-    from ..mechanisms import get_mechanism
-    from ..mechanisms.mahalanobis import MahalanobisMechanism
+    from ..mechanisms import build_mechanism
 
-    params = {
-        k: v
-        for k, v in {
-            "epsilon": epsilon,
-            "delta": delta,
-            "sigma": sigma,
-            "mask_delta": mask_delta,
-            "smoothing": smoothing,
-        }.items()
-        if v is not None
-    }
-    if mask is not None:
-        if name != "mahalanobis":
-            raise ValueError("--mask is only for --mechanism mahalanobis.")
-        eps = params.pop("epsilon", None)
-        if eps is None:
-            raise ValueError("epsilon is required for --mechanism mahalanobis.")
-        return MahalanobisMechanism.from_profile(mask, epsilon=eps, **params)
-    return get_mechanism(name, **params)
+    return build_mechanism(
+        name,
+        epsilon=epsilon,
+        delta=delta,
+        sigma=sigma,
+        mask=mask,
+        mask_delta=mask_delta,
+        smoothing=smoothing,
+    )
 
 
 def _key(key_file: Path | None, seed: int | None) -> bytes | None:
@@ -122,6 +111,8 @@ def _texts_and_embeddings(
     if texts is None:
         raise ValueError("give --texts (and optionally --embeddings).")
     ids, tx = read_texts(texts)
+    if ids is None:  # texts without ids: attack rows are numbered (no keyed noise needed here)
+        ids = list(range(len(tx)))
     if embeddings is not None:
         X, _ = _read_embeddings(embeddings)
         if X.shape[0] != len(tx):
@@ -213,7 +204,9 @@ def _attacker_texts(
 
 def _protect(mech: Any, X: np.ndarray, ids: list[Any], seed: int | None, key: bytes | None) -> Any:
     if key is not None:
-        return mech.privatize(X, key=key, ids=ids)
+        from ..release import protect
+
+        return protect(X, mech, ids=ids, key=key)
     return mech.privatize(X, rng=seed)
 
 

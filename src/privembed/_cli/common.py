@@ -45,6 +45,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     PermissionError,
     ImportError,
     OSError,
+    RuntimeError,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,6 +71,14 @@ def user_errors(func: F) -> F:
             if os.environ.get("PRIVEMBED_DEBUG") == "1":
                 raise
             fail(str(exc) or type(exc).__name__)
+        except MemoryError as exc:
+            if os.environ.get("PRIVEMBED_DEBUG") == "1":
+                raise
+            fail(f"out of memory ({exc or 'the request is too large for this machine'}).")
+        except RecursionError:
+            if os.environ.get("PRIVEMBED_DEBUG") == "1":
+                raise
+            fail("input nested too deeply to read (recursion limit).")
 
     return wrapper  # type: ignore[return-value]
 

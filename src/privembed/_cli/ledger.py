@@ -1,8 +1,14 @@
-"""``privembed ledger show|spent|export``: inspect a privacy ledger."""
+"""``privembed ledger show|spent|export|budget``: inspect a privacy ledger, or set its budget.
+
+Inspection opens the file read-only: it never writes to it (not even SQLite's WAL files) and
+refuses a file that is not a privembed ledger. ``budget`` is the one command that changes a
+budget; raising one needs ``--raise`` and is recorded with its time.
+"""
 
 from __future__ import annotations
 
 import csv
+import datetime as _dt
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,40 +16,104 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ..ledger import Ledger
-from .common import console, print_json, user_errors
+from ..ledger import Ledger, display_key
+from .common import console, err_console, print_json, user_errors
 
 app = typer.Typer(no_args_is_help=True)
 
 
 def _open(path: Path) -> Ledger:
-
     if not path.exists():
         raise FileNotFoundError(f"ledger not found: {path}")
-    return Ledger(path)
+    return Ledger(path, readonly=True)
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    return _dt.datetime.fromtimestamp(t, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _mechanism_text(cfg: object) -> str:
+    if not isinstance(cfg, dict) or "mechanism" not in cfg:
+        return "?"
+    shown = {
+        k: v
+        for k, v in cfg.items()
+        if k not in ("mechanism", "input_norm", "renormalize")
+        and v is not None
+        and not isinstance(v, list | dict)
+    }
+    return f"{cfg['mechanism']}(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
 
 
 @app.command()
 @user_errors
-def show(ledger: Annotated[Path, typer.Argument(help="Ledger file.")]) -> None:
-    """Budget and release counts per configuration."""
+def show(
+    ledger: Annotated[Path, typer.Argument(help="Ledger file.")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the full summary as JSON.")
+    ] = False,
+) -> None:
+    """Budgets, releases per configuration (mechanism, guarantee, key), unpublished releases."""
     with _open(ledger) as led:
         s = led.summary()
-    b = s["budget"]
+    if as_json:
+        print_json(s)
+        return
+    b, sb = s["budget"], s["subject_budget"]
     console.print(
-        f"budget per record: {'none' if b is None else f'epsilon={b[0]:g}, delta={b[1]:g}'}"
+        f"budget per record: {'none' if b is None else f'epsilon={b[0]:g}, delta={b[1]:g}'}; "
+        f"per subject: {'none' if sb is None else f'epsilon={sb[0]:g}, delta={sb[1]:g}'}; "
+        f"{s['records']} record(s)",
+        highlight=False,
     )
-    t = Table("configuration", "kind", "key id", "releases", "free", "records")
+    t = Table("mechanism", "guarantee", "key id", "releases", "free", "last", "configuration")
     for c in s["configurations"]:
+        g = c["guarantee"]
         t.add_row(
-            c["config_fp"],
-            c["kind"],
+            _mechanism_text(c["mechanism"]),
+            g.get("kind", "?") if isinstance(g, dict) else "?",
             c["key_id"] or "-",
             str(c["releases"]),
             str(c["free"]),
-            str(c["records"]),
+            _when(c["last"]),
+            c["config_fp"],
         )
     console.print(t)
+    if s["unpublished"]:
+        console.print(
+            f"{len(s['unpublished'])} release(s) were charged but never published (a crash "
+            "between the ledger commit and the output's rename; conservative):",
+            highlight=False,
+        )
+        for u in s["unpublished"]:
+            console.print(
+                f"  {_when(u['created'])}: {u['records']} record(s) -> {u['destination'] or '?'}",
+                highlight=False,
+            )
+    for h in s["budget_history"]:
+        console.print(
+            f"budget {h['action']} ({h['scope']}) at {_when(h['changed'])}: epsilon="
+            f"{h['epsilon']:g}, delta={h['delta']:g}"
+            + (f" (was {h['previous']})" if h["previous"] else ""),
+            highlight=False,
+        )
+
+
+def _lookup_keys(ids: list[str]) -> list[str]:
+    """An id typed on the command line may be an int or a string record: look up both."""
+    keys: list[str] = []
+    for text in ids:
+        if text[:2] in ("i:", "s:", "b:"):
+            keys.append(text)
+            continue
+        keys.append("s:" + text)
+        try:
+            keys.append(f"i:{int(text)}")
+        except ValueError:
+            pass
+    return keys
 
 
 @app.command()
@@ -51,30 +121,42 @@ def show(ledger: Annotated[Path, typer.Argument(help="Ledger file.")]) -> None:
 def spent(
     ledger: Annotated[Path, typer.Argument(help="Ledger file.")],
     record: Annotated[
-        list[str] | None, typer.Option("--id", help="Record id(s) (strings).")
+        list[str] | None,
+        typer.Option("--id", help="Record id(s); 5 finds the int and the string record 5."),
+    ] = None,
+    subject: Annotated[
+        str | None, typer.Option(help="Show a subject's spend over all its records.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     top: Annotated[int, typer.Option(help="Show the N records that spent most.")] = 20,
 ) -> None:
-    """Composed (epsilon, delta) spent per record."""
+    """Composed (epsilon, delta) spent per record (or per subject)."""
     with _open(ledger) as led:
-        rows = led.spent(record)
+        rows = (
+            [led.spent_subject(subject)]
+            if subject
+            else led.spent(None if record is None else _lookup_keys(record))
+        )
         delta = led.report_delta
     rows.sort(key=lambda r: -r.epsilon)
     if as_json:
         print_json([r.__dict__ for r in rows])
         return
     t = Table(
-        "record",
+        "subject" if subject else "record",
         f"epsilon (at delta={delta:g})",
         "delta",
         "releases",
         "free",
-        title=f"{len(rows)} record(s)",
+        title=f"{len(rows)} {'subject' if subject else 'record(s)'}",
     )
     for r in rows[:top]:
         t.add_row(
-            r.record_id, f"{r.epsilon:.4g}", f"{r.delta:.3g}", str(r.releases), str(r.free_releases)
+            r.record_id if subject else display_key(r.record_id),
+            f"{r.epsilon:.4g}",
+            f"{r.delta:.3g}",
+            str(r.releases),
+            str(r.free_releases),
         )
     console.print(t)
 
@@ -86,13 +168,44 @@ def export(
     fmt: Annotated[str, typer.Option("--format", help="json|csv")] = "json",
 ) -> None:
     """Every release row, to stdout."""
+    if fmt not in ("json", "csv"):
+        raise ValueError(f"format must be one of 'json', 'csv', got format={fmt!r}.")
     with _open(ledger) as led:
         rows = led.export()
     if fmt == "json":
         print_json(rows)
-    elif fmt == "csv":
+    else:
         w = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["seq"])
         w.writeheader()
         w.writerows(rows)
-    else:
-        raise ValueError(f"format must be one of 'json', 'csv', got format={fmt!r}.")
+
+
+@app.command()
+@user_errors
+def budget(
+    ledger: Annotated[Path, typer.Argument(help="Ledger file (created if missing).")],
+    epsilon: Annotated[float | None, typer.Option(help="epsilon budget.")] = None,
+    delta: Annotated[float | None, typer.Option(help="delta budget.")] = None,
+    subject: Annotated[
+        bool, typer.Option("--subject", help="Set the per-subject budget (not per record).")
+    ] = False,
+    allow_raise: Annotated[
+        bool, typer.Option("--raise", help="Allow a larger budget than the stored one.")
+    ] = False,
+) -> None:
+    """Set, lower or (with --raise) raise a budget; every change is recorded with its time."""
+    with Ledger(ledger) as led:
+        old = led.subject_budget if subject else led.budget
+        if epsilon is None and delta is None:
+            console.print(
+                f"{'subject' if subject else 'record'} budget: "
+                f"{'none' if old is None else old.describe()}",
+                highlight=False,
+            )
+            return
+        eps = epsilon if epsilon is not None else (old.epsilon if old else float("inf"))
+        dlt = delta if delta is not None else (old.delta if old else 1e-5)
+        msg = led.set_budget(
+            epsilon=float(eps), delta=float(dlt), subject=subject, allow_raise=allow_raise
+        )
+    err_console.print(f"ledger {ledger}: {msg}", highlight=False)

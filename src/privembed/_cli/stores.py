@@ -80,7 +80,7 @@ def _parse_params(items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def build_mechanism(
+def cli_mechanism(
     name: str,
     *,
     epsilon: float | None,
@@ -90,21 +90,13 @@ def build_mechanism(
     mask: Path | None,
 ) -> Any:
     """A mechanism from command-line options (``-p`` parameters are passed through)."""
-    from ..mechanisms import get_mechanism
-    from ..mechanisms.mahalanobis import MahalanobisMechanism
+    from ..mechanisms import build_mechanism
 
     kw = _parse_params(params)
-    for k, v in (("epsilon", epsilon), ("delta", delta), ("sigma", sigma)):
+    for k, v in (("epsilon", epsilon), ("delta", delta), ("sigma", sigma), ("mask", mask)):
         if v is not None:
             kw[k] = v
-    if mask is not None:
-        if name != "mahalanobis":
-            raise ValueError("--mask is only for --mechanism mahalanobis.")
-        eps = kw.pop("epsilon", None)
-        if eps is None:
-            raise ValueError("epsilon is required for --mechanism mahalanobis.")
-        return MahalanobisMechanism.from_profile(mask, epsilon=eps, **kw)
-    return get_mechanism(name, **kw)
+    return build_mechanism(name, **kw)
 
 
 def _randomness(key_file: Path | None, seed: int | None) -> tuple[bytes | None, int | None]:
@@ -128,7 +120,13 @@ def _open_ledger(
         return
     from ..ledger import Ledger
 
-    with Ledger(path, budget_epsilon=budget_epsilon, budget_delta=budget_delta) as led:
+    with Ledger(
+        path,
+        on_wait=lambda p: err_console.print(
+            f"waiting for the ledger {p} (locked by another process)...", highlight=False
+        ),
+    ) as led:
+        led.confirm_budget(budget_epsilon, budget_delta)
         yield led
 
 
@@ -173,89 +171,33 @@ def index(
     Already-protected files (privembed protect) are indexed as they are, under the
     configuration they record. Plain vectors need --mechanism (or --mechanism none).
     """
-    from ..integrations._protect import PROTECTION_KEYS
-    from ..integrations.collection import ProtectedCollection
-    from ..io import iter_batches
+    from ..integrations.collection import index_file
 
-    if not input.exists():
-        raise FileNotFoundError(f"file not found: {input}")
     key, rng = _randomness(key_file, seed)
-    n, _dim, meta_in, batches = iter_batches(
-        input, batch_rows=batch_rows, column=column, id_column=id_column
-    )
-    protected_in = bool(meta_in.get("protected"))
-    mech: Any
-    if mechanism is None:
-        if not protected_in:
-            raise ValueError(
-                f"{input} is not protected; pass --mechanism NAME to protect it on the way in "
-                "(or --mechanism none to index plain vectors)."
-            )
-        if key is not None or rng is not None:
-            raise ValueError(f"{input} is already protected; --key-file/--seed do not apply.")
-        mech = None
-    elif mechanism == "none":
-        if protected_in:
-            raise ValueError(f"{input} is protected; omit --mechanism to index it as it is.")
-        mech = "none"
-    else:
-        if protected_in and not allow_reprotect:
-            raise ValueError(
-                f"{input} is already protected ({meta_in.get('guarantee_text', 'unknown')}); "
-                "omit --mechanism to index it as it is, or pass --allow-reprotect."
-            )
-        mech = build_mechanism(
+    mech: Any = mechanism
+    if mechanism not in (None, "none"):
+        mech = cli_mechanism(
             mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
         )
-    wanted = list(metadata_column or [])
-    emb_model = meta_in.get("embedding_model") or model
-    with (
-        _open_ledger(ledger, budget_epsilon, budget_delta) as led,
-        ProtectedCollection.open(
+    with _open_ledger(ledger, budget_epsilon, budget_delta) as led:
+        res = index_file(
+            input,
             store,
             path,
             collection,
             mechanism=mech,
-            protection=(
-                {k: meta_in[k] for k in PROTECTION_KEYS if k in meta_in} if mech is None else None
-            ),
             key=key,
             rng=rng,
-            embedding_model=emb_model,
-        ) as col,
-    ):
-        if led is not None and col.protector is None:
-            raise ValueError("--ledger records new releases; this input is not protected here.")
-        rows = 0
-        for b in batches:
-            if b.ids is not None:
-                ids = b.ids.tolist()
-            elif key is not None or led is not None:
-                raise ValueError(
-                    f"{input} has no record ids; keyed noise and the ledger need an id column "
-                    "(--id-column) in a Parquet, .npz or .jsonl file."
-                )
-            else:
-                ids = list(range(b.start, b.start + b.num_rows))
-            metas = None
-            if wanted:
-                have = [] if b.extra is None else list(b.extra.schema.names)
-                missing = [c for c in wanted if c not in have]
-                if missing:
-                    raise ValueError(
-                        f"{input} has no column(s) {missing} for --metadata-column "
-                        f"(other columns: {have or 'none'})."
-                    )
-                cols = {c: b.extra.column(c).to_pylist() for c in wanted}
-                metas = [{c: cols[c][i] for c in wanted} for i in range(b.num_rows)]
-            if mech is None:
-                col.add_released(ids, b.X, metas, dim_in=meta_in.get("dim"))
-            else:
-                col.add(ids, b.X, metas, ledger=led, row_offset=b.start)
-            rows += b.num_rows
-        total = col.store.count()
-        treat = col.treatment.description
-        guarantee = col.protection.get("guarantee_text", "none (unprotected)")
+            ledger=led,
+            column=column,
+            id_column=id_column,
+            metadata_columns=metadata_column,
+            model=model,
+            batch_rows=batch_rows,
+            allow_reprotect=allow_reprotect,
+        )
+    rows, n, total = res["rows"], res["n"], res["total"]
+    treat, guarantee = res["treatment"], res["guarantee"]
     err_console.print(
         f"indexed {rows} of {n} vectors into {store} collection {collection!r} at {path} "
         f"({total} in total)",
@@ -359,16 +301,14 @@ def protect_stream(
     budget_delta: BudgetDelta = None,
 ) -> None:
     """Protect embeddings from stdin to stdout (JSONL lines or one .npy) for shell pipelines."""
-    from ..integrations._protect import BatchProtector
     from ..integrations.stream import protect_stream as run
 
     if mechanism is None or mechanism == "none":
         raise ValueError("--mechanism is required (protect-stream always protects).")
-    mech = build_mechanism(
+    mech = cli_mechanism(
         mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
     )
     key, rng = _randomness(key_file, seed)
-    protector = BatchProtector(mech, key=key, rng=rng, name="stdin")
     with contextlib.ExitStack() as stack:
         led = stack.enter_context(_open_ledger(ledger, budget_epsilon, budget_delta))
         src: IO[bytes]
@@ -389,7 +329,9 @@ def protect_stream(
         summary = run(
             src,
             dst,
-            protector,
+            mech,
+            key=key,
+            rng=rng,
             in_format=in_format,
             out_format=out_format,
             batch_rows=batch_rows,
@@ -442,7 +384,7 @@ def protect_shards(
 
     if mechanism is None or mechanism == "none":
         raise ValueError("--mechanism is required.")
-    mech = build_mechanism(
+    mech = cli_mechanism(
         mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
     )
     key, rng = _randomness(key_file, seed)

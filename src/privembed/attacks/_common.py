@@ -167,9 +167,11 @@ def protect(
 ) -> NDArray[Any]:
     """One release of ``X`` through ``mechanism`` (fresh noise from ``rng``, or keyed noise)."""
     if key is not None:
+        from ..release import protect as release
+
         if ids is None:
             ids = list(range(np.asarray(X).shape[0]))
-        return mechanism.privatize(X, key=key, ids=ids)
+        return release(X, mechanism, ids=ids, key=key)
     return mechanism.privatize(X, rng=rng)
 
 

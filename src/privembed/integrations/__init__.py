@@ -13,7 +13,9 @@ FAISS, ``distributed`` for Ray, ``embed`` for sentence-transformers) on first ac
 * ``PrivateEmbeddings`` -- LangChain ``Embeddings``.
 * ``protect_shards`` / ``protect_dataset`` -- a folder or glob of Parquet shards, local or Ray.
 * ``protect_stream`` -- stdin to stdout (JSONL / NPY).
-* ``BatchProtector`` -- the shared batch step (the same bits as ``privembed protect``).
+* ``index_file`` -- an embeddings file into a store (``privembed index``).
+
+Every path protects through :class:`privembed.release.Release`, the one release path.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import importlib
 from typing import Any
 
 __all__ = [
-    "BatchProtector",
     "ChromaStore",
     "FaissStore",
     "Hit",
@@ -33,6 +34,7 @@ __all__ = [
     "QdrantStore",
     "QueryTreatment",
     "VectorStore",
+    "index_file",
     "open_store",
     "protect_dataset",
     "protect_shards",
@@ -41,7 +43,6 @@ __all__ = [
 ]
 
 _WHERE = {
-    "BatchProtector": "_protect",
     "ChromaStore": "stores",
     "FaissStore": "stores",
     "Hit": "stores",
@@ -49,6 +50,7 @@ _WHERE = {
     "VectorStore": "stores",
     "open_store": "stores",
     "ProtectedCollection": "collection",
+    "index_file": "collection",
     "QueryTreatment": "query",
     "query_treatment": "query",
     "PrivatizeTransformer": "sklearn",

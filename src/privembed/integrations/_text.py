@@ -9,8 +9,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._validation import DataError
+from ..keyed import resolve_key, text_digests
 from ..mechanisms import Mechanism
-from ._protect import BatchProtector, text_ids
+from ..release import Release, content_ids
+from ..rng import as_generator
 from .query import QueryTreatment, query_treatment
 
 __all__ = ["TextProtector"]
@@ -21,9 +23,11 @@ Encode = Callable[[list[str]], Any]
 class TextProtector:
     """Embed texts with ``encode`` and protect them; treat queries as the mechanism requires.
 
-    With a ``key`` each document's noise is keyed by the SHA-256 of its text
-    (:func:`~privembed.integrations._protect.text_ids`): the same text always yields the same
-    protected vector, in any batch, any process.
+    With a ``key`` each document is a record whose id is the SHA-256 of its text
+    (:func:`privembed.release.content_ids`) and whose content digest is the canonical text and
+    ``model_id`` (:func:`privembed.keyed.text_digests`): the same text always yields the same
+    protected vector, in any batch, any process -- even if the model's float output jitters
+    with the batch. Every call to :meth:`documents` is one release (:class:`~privembed.release.Release`).
     """
 
     def __init__(
@@ -31,18 +35,22 @@ class TextProtector:
         encode: Encode,
         mechanism: Mechanism,
         *,
-        key: bytes | None = None,
+        key: Any = None,
         rng: Any = None,
         encode_query: Encode | None = None,
+        model_id: str | None = None,
     ) -> None:
         self.encode = encode
         self.encode_query = encode_query or encode
-        self.protector = BatchProtector(mechanism, key=key, rng=rng, name="texts")
+        if key is not None and rng is not None:
+            raise ValueError("give a seed or a key, not both (keyed noise is deterministic).")
+        self.mechanism = mechanism
+        self.key = None if key is None else resolve_key(key)
+        self.model_id = model_id or "unknown"
+        # one generator across calls: a seed gives a reproducible sequence of releases whose
+        # noise never repeats between calls
+        self._rng = None if rng is None else as_generator(rng)
         self.treatment: QueryTreatment = query_treatment(mechanism)
-
-    @property
-    def mechanism(self) -> Mechanism:
-        return self.protector.mechanism
 
     @staticmethod
     def _check(texts: Sequence[str]) -> list[str]:
@@ -67,11 +75,17 @@ class TextProtector:
         items = self._check(texts)
         if not items:
             return np.empty((0, 0), dtype=np.float32)
-        if not self.protector.keyed:
-            return self.protector(self._embed(self.encode, items))
-        # keyed: one release per distinct text (equal texts share an id, hence a vector)
+        if self.key is None:
+            with Release(self.mechanism, rng=self._rng, name="texts") as rel:
+                return rel.protect(self._embed(self.encode, items))
+        # keyed: one record per distinct text (equal texts share an id, hence a vector)
         uniq = list(dict.fromkeys(items))
-        Y = self.protector(self._embed(self.encode, uniq), text_ids(uniq))
+        with Release(self.mechanism, key=self.key, model=self.model_id, name="texts") as rel:
+            Y = rel.protect(
+                self._embed(self.encode, uniq),
+                content_ids(texts=uniq),
+                digests=text_digests(uniq, self.model_id),
+            )
         pos = {t: i for i, t in enumerate(uniq)}
         return Y[[pos[t] for t in items]]
 

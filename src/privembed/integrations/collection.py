@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,11 +34,12 @@ from numpy.typing import NDArray
 
 from .._validation import DataError, check_embeddings, check_int
 from ..mechanisms import Mechanism
-from ._protect import BatchProtector
+from ..release import Release
+from ..rng import as_generator
 from .query import QueryTreatment, query_treatment
 from .stores import Hit, VectorStore
 
-__all__ = ["ProtectedCollection"]
+__all__ = ["ProtectedCollection", "index_file"]
 
 
 def _canon(obj: Any) -> str:
@@ -113,10 +115,14 @@ class ProtectedCollection:
             raise TypeError(
                 f"mechanism must be a Mechanism, 'none' or None, got mechanism={mechanism!r}."
             )
-        self.protector: BatchProtector | None = None
+        self.key = key
+        # one generator across adds: seeded adds never repeat each other's noise
+        self._rng = None if rng is None else as_generator(rng)
         if self.mechanism is not None:
-            self.protector = BatchProtector(self.mechanism, key=key, rng=rng, name="embeddings")
-            protection = self.protector.metadata(seeded=rng is not None and key is None)
+            probe = Release(self.mechanism, key=key, rng=0 if rng is not None else None)
+            protection = probe.metadata()
+            probe.close()
+            self.key = probe.key
         elif key is not None or rng is not None:
             raise ValueError("key and rng apply only when a mechanism protects new vectors.")
         assert protection is not None
@@ -228,7 +234,7 @@ class ProtectedCollection:
             The ledger's per-record budget would be passed (nothing is sent).
         """
         id_list = list(ids)
-        if self.protector is None:
+        if self.mechanism is None:
             if self.protection.get("protected"):
                 raise ValueError(
                     "this collection was opened without a mechanism; use add_released() for "
@@ -239,13 +245,20 @@ class ProtectedCollection:
         else:
             arr = np.asarray(X)
             dim_in = arr.shape[-1] if arr.ndim else 0
-            p = self.protector
-            if ledger is not None:
-                with ledger.release(id_list, p.mechanism, key_id=p.key_id) as rel:
-                    Y = p(arr, id_list, row_offset=row_offset)
-                    rel.add_outputs(id_list, Y)
-            else:
-                Y = p(arr, id_list, row_offset=row_offset)
+            with Release(
+                self.mechanism,
+                key=self.key,
+                rng=self._rng,
+                ledger=ledger,
+                model=self.embedding_model,
+                destination=f"{type(self.store).__name__}:{self.store.collection}",
+                name="embeddings",
+            ) as rel:
+                Y = rel.protect(arr, id_list, row_offset=row_offset)
+                rel.commit()  # the ledger records the release before anything is sent
+                self._record_info(dim_in)
+                self.store.upsert(id_list, Y, metadata)
+            return Y
         self._record_info(dim_in)
         self.store.upsert(id_list, Y, metadata)
         return Y
@@ -306,3 +319,125 @@ class ProtectedCollection:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def index_file(
+    input: str | Path,
+    store: str,
+    path: str | Path,
+    collection: str = "privembed",
+    *,
+    mechanism: Mechanism | str | None = None,
+    key: Any = None,
+    rng: Any = None,
+    ledger: Any = None,
+    column: str | None = None,
+    id_column: str | None = None,
+    metadata_columns: Sequence[str] | None = None,
+    model: str | None = None,
+    batch_rows: int = 4096,
+    allow_reprotect: bool = False,
+) -> dict[str, Any]:
+    """Protect an embeddings file batch by batch and upsert it into a store (``privembed index``).
+
+    ``mechanism=None`` indexes a file already protected by ``privembed protect`` under the
+    configuration it records; ``"none"`` indexes plain vectors. Each batch is one release,
+    recorded in the ``ledger`` before its upsert; record ids must be unique over the whole
+    file (checked in bounded memory, so a second copy of an id is refused, not recorded free).
+
+    Returns
+    -------
+    dict
+        ``rows``, ``n``, ``total`` (vectors in the collection), ``treatment``, ``guarantee``.
+    """
+    from ..io import iter_batches
+    from ..ledger import record_key
+    from ..release import PROTECTION_KEYS, _IdSet
+
+    input = Path(input)
+    if not input.exists():
+        raise FileNotFoundError(f"file not found: {input}")
+    n, _dim, meta_in, batches = iter_batches(
+        input, batch_rows=batch_rows, column=column, id_column=id_column
+    )
+    protected_in = bool(meta_in.get("protected"))
+    if mechanism is None:
+        if not protected_in:
+            raise ValueError(
+                f"{input} is not protected; pass --mechanism NAME to protect it on the way in "
+                "(or --mechanism none to index plain vectors)."
+            )
+        if key is not None or rng is not None:
+            raise ValueError(f"{input} is already protected; --key-file/--seed do not apply.")
+    elif mechanism == "none":
+        if protected_in:
+            raise ValueError(f"{input} is protected; omit --mechanism to index it as it is.")
+    elif protected_in and not allow_reprotect:
+        raise ValueError(
+            f"{input} is already protected ({meta_in.get('guarantee_text', 'unknown')}); "
+            "omit --mechanism to index it as it is, or pass --allow-reprotect."
+        )
+    wanted = list(metadata_columns or [])
+    emb_model = meta_in.get("embedding_model") or model
+    protects = isinstance(mechanism, Mechanism)
+    if ledger is not None and not protects:
+        raise ValueError("--ledger records new releases; this input is not protected here.")
+    needs_ids = key is not None or ledger is not None
+    seen = _IdSet() if needs_ids else None
+    rows = 0
+    try:
+        with ProtectedCollection.open(
+            store,
+            path,
+            collection,
+            mechanism=mechanism,
+            protection=(
+                {k: meta_in[k] for k in PROTECTION_KEYS if k in meta_in}
+                if mechanism is None
+                else None
+            ),
+            key=key,
+            rng=rng,
+            embedding_model=emb_model,
+        ) as col:
+            for b in batches:
+                if b.ids is not None:
+                    ids = list(b.ids)
+                elif needs_ids:
+                    raise DataError(
+                        f"{input} has no record ids; keyed noise and the ledger need an id "
+                        "column (--id-column) in a Parquet, .npz or .jsonl file."
+                    )
+                else:
+                    ids = list(range(b.start, b.start + b.num_rows))
+                if seen is not None:
+                    try:
+                        seen.add([record_key(i) for i in ids])
+                    except TypeError as exc:
+                        raise DataError(f"{input}: {exc}") from None
+                metas = None
+                if wanted:
+                    have = [] if b.extra is None else list(b.extra.schema.names)
+                    missing = [c for c in wanted if c not in have]
+                    if missing:
+                        raise ValueError(
+                            f"{input} has no column(s) {missing} for --metadata-column "
+                            f"(other columns: {have or 'none'})."
+                        )
+                    cols = {c: b.extra.column(c).to_pylist() for c in wanted}
+                    metas = [{c: cols[c][i] for c in wanted} for i in range(b.num_rows)]
+                if mechanism is None:
+                    col.add_released(ids, b.X, metas, dim_in=meta_in.get("dim"))
+                else:
+                    col.add(ids, b.X, metas, ledger=ledger, row_offset=b.start)
+                rows += b.num_rows
+            return {
+                "rows": rows,
+                "n": n,
+                "total": col.store.count(),
+                "treatment": col.treatment.description,
+                "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
+            }
+    finally:
+        if seen is not None:
+            seen.close()

@@ -85,7 +85,14 @@ class PrivateEmbeddings(Embeddings):
                 raise ValueError("model applies only to the default embedder (embeddings=None).")
             encode = embeddings.embed_documents
         self.embeddings = embeddings
-        self._texts = TextProtector(encode, mechanism, key=key, rng=rng)
+        model_id = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
+        self._texts = TextProtector(
+            encode,
+            mechanism,
+            key=key,
+            rng=rng,
+            model_id=str(model_id) if model_id else type(embeddings).__qualname__,
+        )
 
     @property
     def mechanism(self) -> Mechanism:

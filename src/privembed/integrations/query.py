@@ -41,16 +41,14 @@ References
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from .. import theory
 from .._validation import check_embeddings, check_int
-from ..mechanisms import MECHANISMS, Mechanism, PrivateProjection
+from ..mechanisms import MECHANISMS, Mechanism, build_mechanism
 
 __all__ = ["METRICS", "QueryTreatment", "query_treatment"]
 
@@ -95,8 +93,8 @@ class QueryTreatment:
         arr, single = check_embeddings(Q, name="query")
         X = np.asarray(arr, dtype=np.float64)
         if self.kind == "projection":
-            assert isinstance(self.mechanism, PrivateProjection)
-            out = np.asarray(self.mechanism.project(X), dtype=np.float64)
+            assert self.mechanism is not None
+            out = np.asarray(self.mechanism.public_transform(X), dtype=np.float64)
         else:
             out = X / np.linalg.norm(X, axis=1, keepdims=True)
         res = out.astype(np.float32)
@@ -110,28 +108,21 @@ class QueryTreatment:
             return 1.0
         s = self._scales.get(d)
         if s is None:
-            m = self.mechanism
-            if isinstance(m, PrivateProjection):
-                c = theory.expected_cosine_gaussian(m.sigma_for(d), m.k)
-            else:
-                c = float(m.expected_cosine(d))  # type: ignore[attr-defined]
+            got = self.mechanism.expected_cosine(d)
+            c = 0.0 if got is None else float(got)
             s = 1.0 / c if c > 0 else 1.0
             self._scales[d] = s
         return s
 
 
 def _rebuild(config: dict[str, Any]) -> Mechanism | None:
-    """The mechanism a stored configuration describes, or None if it cannot be rebuilt."""
-    cls = MECHANISMS.get(str(config.get("mechanism")))
-    if cls is None:
+    """The mechanism a stored configuration describes, or None if it cannot be rebuilt
+    (e.g. a full covariance stored only by its digest)."""
+    if str(config.get("mechanism")) not in MECHANISMS:
         return None
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
-    params = {k: v for k, v in config.items() if k != "mechanism"}
-    if not set(params) <= accepted:
-        return None  # e.g. a covariance stored as its hash
     try:
-        return cls(**params)
-    except (TypeError, ValueError):
+        return build_mechanism(**config)
+    except (TypeError, ValueError, OSError):
         return None
 
 
@@ -180,8 +171,9 @@ def query_treatment(mechanism: Mechanism | dict[str, Any] | None) -> QueryTreatm
         )
     name = str(config["mechanism"])
     unit = config.get("input_norm", "normalize") == "normalize"
-    if name == PrivateProjection.name:
-        if not isinstance(mech, PrivateProjection):
+    cls = MECHANISMS.get(name)
+    if cls is not None and cls.has_public_transform:
+        if mech is None:
             raise ValueError(
                 f"cannot rebuild the projection from its configuration {config!r}; queries "
                 "need the same public projection."
@@ -195,7 +187,7 @@ def query_treatment(mechanism: Mechanism | dict[str, Any] | None) -> QueryTreatm
             mech,
             calibrated,
         )
-    calibrated = unit and mech is not None and hasattr(mech, "expected_cosine")
+    calibrated = unit and mech is not None and mech.expected_cosine(2) is not None
     return QueryTreatment(
         "none",
         "cosine",

@@ -33,7 +33,7 @@ from typing import Any
 from .._optional import require
 from .._validation import DataError
 from ..mechanisms import Mechanism
-from ._protect import BatchProtector
+from ..release import Release
 from .shards import ShardPlan, output_metadata, protect_shards
 
 __all__ = ["protect_dataset", "run_ray"]
@@ -101,7 +101,7 @@ def protect_dataset(
 
 
 def _protect_table(
-    table: Any, *, protector: BatchProtector, column: str, id_column: str | None, meta: bytes
+    table: Any, *, protector: Release, column: str, id_column: str | None, meta: bytes
 ) -> Any:
     """The ``map_batches`` function: one Arrow table in, the protected table out."""
     import pyarrow as pa
@@ -112,7 +112,7 @@ def _protect_table(
     ids = table.column(id_column).to_pylist() if id_column else None
     # errors name the batch by its first record (Ray does not say which file it came from)
     protector.name = f"the batch starting at id {ids[0]!r}" if ids else "a batch"
-    Y = protector(X, ids)
+    Y = protector.protect(X, ids)
     cols: dict[str, Any] = {}
     if id_column:
         cols["id"] = table.column(id_column)
@@ -173,7 +173,7 @@ def ray_session(address: str | None = None, num_cpus: int | None = None) -> Iter
 def run_ray(
     plan: ShardPlan,
     stage: Path,
-    protector: BatchProtector,
+    protector: Release,
     protection: dict[str, Any],
     *,
     batch_rows: int,

@@ -10,6 +10,7 @@ Code that calls ``model.encode(...)`` before writing vectors to a store can swap
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,7 +68,14 @@ class PrivateSentenceTransformer:
             encode_query = (
                 self._encoder(model, "encode_query") if hasattr(model, "encode_query") else None
             )
-        self._texts = TextProtector(encode, mechanism, key=key, rng=rng, encode_query=encode_query)
+        self._texts = TextProtector(
+            encode,
+            mechanism,
+            key=key,
+            rng=rng,
+            encode_query=encode_query,
+            model_id=_model_id(model),
+        )
 
     @staticmethod
     def _encoder(model: Any, method: str) -> Any:
@@ -122,3 +130,17 @@ class PrivateSentenceTransformer:
         fn = getattr(self.model, "get_sentence_embedding_dimension", None)
         d = getattr(self.model, "dim", None) if fn is None else fn()
         return None if d is None else self.mechanism.output_dim(int(d))
+
+
+def _model_id(model: Any) -> str:
+    """A stable id of the wrapped model for keyed noise (its name, else its class)."""
+    meta = getattr(model, "metadata", None)
+    if callable(meta):
+        with contextlib.suppress(Exception):
+            return str(meta().get("embedding_model"))
+    for attr in ("model_card_data", "name_or_path"):
+        v = getattr(model, attr, None)
+        name = getattr(v, "base_model", None) or (v if isinstance(v, str) else None)
+        if name:
+            return str(name)
+    return type(model).__qualname__

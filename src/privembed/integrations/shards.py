@@ -9,23 +9,23 @@ engines that produce **bit-identical vectors** for the same input, mechanism and
   (:mod:`privembed.integrations.ray_engine`); output file names are Ray's.
 
 Keyed noise (:mod:`privembed.keyed`) is what makes the engines agree: the noise of a record is a
-function of (key, mechanism configuration, record id) only, not of which shard, block or batch
-the record lands in. Without a key the local engine can be seeded (experiments); the Ray engine
-draws fresh OS entropy in every task.
+function of (key, configuration, model, record id, content) only, not of which shard, block or
+batch the record lands in. Without a key the local engine can be seeded (experiments; each row
+has its own stream); the Ray engine draws fresh OS entropy in every task.
 
 What happens, in order:
 
 1. the shards are listed and checked (same embedding column and dimension; not protected already
    unless allowed; record ids present and unique across all shards when a key or a ledger is
    used -- read from the id columns only);
-2. with a ledger, a **pre-flight** release of all ids is opened and rolled back: it refuses the
-   job before any work if a record would pass the budget, and records nothing;
+2. with a ledger, the driver stages **one release of all records** (:class:`~privembed.release.
+   Release`; keyed tags from the input shards, so free re-releases are recognised) -- workers
+   hold a copy of the release without the ledger and never touch it;
 3. the engine writes into a hidden staging folder next to the output;
-4. with a ledger, the driver records **one release per output shard** (ids and output digests,
-   read back from the shard) -- workers never touch the ledger;
+4. the driver commits the release in the ledger (budgets checked: a refusal publishes nothing);
 5. the staging folder is renamed to the output folder (an existing output is replaced only with
-   ``overwrite=True``). If anything fails before this, no output appears; a failure after a
-   shard was recorded over-counts (the safe direction).
+   ``overwrite=True``). A crash between 4 and 5 leaves a charged release without output (the
+   safe direction), never an output without its ledger record.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 
 from .._validation import DataError, check_choice, check_int
 from ..mechanisms import Mechanism
-from ._protect import BatchProtector
+from ..release import Release
 
 __all__ = ["ShardPlan", "plan_shards", "protect_shards", "resolve_shards"]
 
@@ -197,10 +197,6 @@ def output_metadata(meta_in: dict[str, Any], protection: dict[str, Any]) -> dict
     return out
 
 
-class _Preflight(Exception):
-    """Raised inside a ledger release to roll it back after the budget check."""
-
-
 @contextlib.contextmanager
 def _staging(output_dir: Path, overwrite: bool) -> Iterator[Path]:
     """A hidden folder next to ``output_dir``; renamed over it on success, removed on failure."""
@@ -230,22 +226,17 @@ def _staging(output_dir: Path, overwrite: bool) -> Iterator[Path]:
         raise
 
 
-def _record_shards(ledger: Any, files: Sequence[Path], mechanism: Mechanism, kid: Any) -> int:
-    """One ledger release per output shard (ids and digests read back); returns releases."""
-    from ..io import iter_batches, read_ids
+def _account_shards(rel: Release, plan: ShardPlan, batch_rows: int) -> None:
+    """Stage every input record of the plan in the driver's release (ids, keyed tags)."""
+    from ..io import iter_batches
 
-    count = 0
-    for f in files:
-        ids = read_ids(f)
-        if not ids:
-            continue
-        with ledger.release(ids, mechanism, key_id=kid) as rel:
-            _n, _d, _m, batches = iter_batches(f)
-            for b in batches:
-                assert b.ids is not None
-                rel.add_outputs(b.ids.tolist(), b.X)
-        count += 1
-    return count
+    for f in plan.files:
+        _n, _d, _m, batches = iter_batches(
+            f, batch_rows=batch_rows, column=plan.column, id_column=plan.id_column
+        )
+        for b in batches:
+            assert b.ids is not None
+            rel.account(b.X, b.ids)
 
 
 def protect_shards(
@@ -253,7 +244,7 @@ def protect_shards(
     output_dir: str | Path,
     mechanism: Mechanism,
     *,
-    key: bytes | None = None,
+    key: Any = None,
     rng: Any = None,
     engine: str = "local",
     address: str | None = None,
@@ -276,7 +267,7 @@ def protect_shards(
     output_dir : str or Path
         Output folder (must not exist unless ``overwrite``; must not hold the inputs).
     mechanism : Mechanism
-    key : bytes, optional
+    key : bytes or key file, optional
         Keyed noise (record ids required): the engines then agree bit for bit.
     rng : int, Generator or None
         Without a key: local engine only may be seeded; Ray always uses fresh entropy.
@@ -319,8 +310,6 @@ def protect_shards(
                 "shards from different folders share file names; the local engine keeps "
                 "names, so rename them or use engine='ray'."
             )
-    protector = BatchProtector(mechanism, key=key, rng=rng)
-    kid = protector.key_id
     plan = plan_shards(
         files,
         column=column,
@@ -329,39 +318,49 @@ def protect_shards(
         allow_reprotect=allow_reprotect,
     )
     if plan.dim > 0:
-        mechanism._check_dim(plan.dim)
-    protection = protector.metadata(seeded=rng is not None, dim=plan.dim)
-    led = None
+        mechanism.check_dim(plan.dim)
+    model = plan.metadata.get("embedding_model")
     t0 = time.perf_counter()
-    try:
+    with contextlib.ExitStack() as stack:
+        led = None
         if ledger is not None:
             from ..ledger import Ledger
 
-            led = Ledger(ledger, budget_epsilon=budget_epsilon, budget_delta=budget_delta)
-            assert plan.ids is not None
-            all_ids = [i for shard in plan.ids for i in shard]
-            with contextlib.suppress(_Preflight), led.release(all_ids, mechanism, key_id=kid):
-                raise _Preflight
+            led = stack.enter_context(Ledger(ledger))
+            led.confirm_budget(budget_epsilon, budget_delta)
+        rel = stack.enter_context(
+            Release(
+                mechanism,
+                key=key,
+                rng=rng,
+                ledger=led,
+                model=model,
+                destination=str(out_dir.resolve()),
+            )
+        )
+        protection = rel.metadata(plan.dim if plan.dim > 0 else None)
+        worker = rel.worker_copy()
+        if led is not None:
+            _account_shards(rel, plan, batch_rows)
         with _staging(out_dir, overwrite) as stage:
             if engine == "local":
-                _run_local(plan, stage, protector, protection, batch_rows, on_shard)
+                _run_local(plan, stage, worker, protection, batch_rows, on_shard)
             else:
                 from .ray_engine import run_ray
 
                 run_ray(
                     plan,
                     stage,
-                    protector,
+                    worker,
                     protection,
                     batch_rows=batch_rows,
                     address=address,
                     num_cpus=num_cpus,
                 )
             out_files = sorted(q for q in stage.iterdir() if q.suffix == ".parquet")
-            releases = _record_shards(led, out_files, mechanism, kid) if led is not None else 0
-    finally:
-        if led is not None:
-            led.close()
+            rel.commit()  # before the staging folder becomes the output
+        rel.mark_published()
+        releases = 1 if led is not None else 0
     return {
         "rows": plan.total_rows,
         "shards_in": len(files),
@@ -379,19 +378,20 @@ def protect_shards(
 def _run_local(
     plan: ShardPlan,
     stage: Path,
-    protector: BatchProtector,
+    worker: Release,
     protection: dict[str, Any],
     batch_rows: int,
     on_shard: Callable[[Path, int], None] | None,
 ) -> None:
     from ..io import transform_file
 
-    for f in plan.files:
-        protector.name = f.name
+    offset = 0
+    for f, n in zip(plan.files, plan.rows, strict=True):
+        worker.name = f.name
+        base = offset
 
-        def fn(batch: Any) -> Any:
-            ids = None if batch.ids is None else batch.ids.tolist()
-            return protector(batch.X, ids, row_offset=batch.start)
+        def fn(batch: Any, base: int = base) -> Any:
+            return worker.protect(batch.X, batch.ids, row_offset=base + batch.start)
 
         summary = transform_file(
             f,
@@ -402,5 +402,6 @@ def _run_local(
             column=plan.column,
             id_column=plan.id_column,
         )
+        offset += n
         if on_shard is not None:
             on_shard(f, int(summary["rows"]))

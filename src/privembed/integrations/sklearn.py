@@ -34,8 +34,8 @@ from sklearn.base import (  # noqa: E402 - after the extra check
 )
 from sklearn.utils.validation import check_is_fitted, validate_data  # noqa: E402
 
-from ..mechanisms import Mechanism, get_mechanism  # noqa: E402
-from ._protect import BatchProtector, row_ids  # noqa: E402
+from ..mechanisms import Mechanism, build_mechanism  # noqa: E402
+from ..release import Release, content_ids  # noqa: E402
 
 __all__ = ["PrivatizeTransformer"]
 
@@ -61,7 +61,7 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     Parameters
     ----------
     mechanism : str or Mechanism, default "gaussian"
-        A registered mechanism name (:func:`privembed.get_mechanism`) or a mechanism instance.
+        A registered mechanism name (:func:`privembed.mechanisms.build_mechanism`) or a mechanism instance.
     epsilon, delta : float, optional
         Passed to a named mechanism (``None``: not passed). Top-level so that
         ``GridSearchCV`` can sweep them.
@@ -129,7 +129,7 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
                 f"mechanism={self.mechanism!r}."
             )
         params = dict(self.mechanism_params or {})
-        return get_mechanism(self.mechanism, epsilon=self.epsilon, delta=self.delta, **params)
+        return build_mechanism(self.mechanism, epsilon=self.epsilon, delta=self.delta, **params)
 
     def fit(self, X: Any, y: Any = None) -> PrivatizeTransformer:
         """Validate ``X`` and build the mechanism for its dimension (``y`` is ignored)."""
@@ -137,7 +137,7 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         if self.key is not None and self.rng is not None:
             raise ValueError("give rng or key, not both (keyed noise is deterministic).")
         mech = self._build()
-        mech._check_dim(X.shape[1])
+        mech.check_dim(X.shape[1])
         self.mechanism_ = mech
         self._n_features_out = mech.output_dim(X.shape[1])
         return self
@@ -153,12 +153,13 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         check_is_fitted(self, "mechanism_")
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         if self.key is not None:
-            protector = BatchProtector(self.mechanism_, key=self.key)
-            return protector(X, row_ids(X))
+            with Release(self.mechanism_, key=self.key) as rel:
+                return rel.protect(X, content_ids(X=X))
         rng = self.rng
         if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
             rng = int(rng)  # restart the stream: scikit-learn's random_state convention
-        return BatchProtector(self.mechanism_, rng=rng)(X)
+        with Release(self.mechanism_, rng=rng) as rel:
+            return rel.protect(X)
 
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
         """scikit-learn's repr, with the secret key shown only by its public key id."""

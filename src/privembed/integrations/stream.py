@@ -13,18 +13,18 @@ Formats:
   buffers the whole stream.
 
 On bad input the stream stops with a one-line error at the first bad batch: earlier batches have
-already been written (use ``set -o pipefail`` so a pipeline sees the failure). With a ledger,
-each batch is one release, recorded before it is written.
+already been written (use ``set -o pipefail`` so a pipeline sees the failure). Each batch is one
+release (:class:`privembed.release.Release`), recorded in the ledger before it is written; record
+ids must be unique over the whole stream (checked in bounded memory).
 
 Examples
 --------
 >>> import io
 >>> from privembed import get_mechanism
->>> from privembed.integrations._protect import BatchProtector
 >>> src = io.BytesIO(b'{"id": 1, "embedding": [3.0, 4.0], "tag": "x"}\\n')
 >>> dst = io.BytesIO()
 >>> mech = get_mechanism("laplace", epsilon=1e9)          # almost no noise
->>> protect_stream(src, dst, BatchProtector(mech, rng=0))["rows"]
+>>> protect_stream(src, dst, mech, rng=0)["rows"]
 1
 >>> line = json.loads(dst.getvalue())
 >>> line["id"], line["tag"], [round(v, 6) for v in line["embedding"]]
@@ -41,7 +41,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._validation import DataError, check_choice, check_int
-from ._protect import BatchProtector
+from ..ledger import record_key
+from ..mechanisms import Mechanism
+from ..release import Release, _IdSet
 
 __all__ = ["FORMATS", "protect_stream"]
 
@@ -161,8 +163,12 @@ def _jsonl_lines(recs: list[dict[str, Any]], Y: NDArray[Any]) -> bytes:
 def protect_stream(
     src: IO[bytes],
     dst: IO[bytes],
-    protector: BatchProtector,
+    mechanism: Mechanism,
     *,
+    key: Any = None,
+    rng: Any = None,
+    generator: str | None = None,
+    model: str | None = None,
     in_format: str = "jsonl",
     out_format: str | None = None,
     batch_rows: int = 1024,
@@ -174,33 +180,39 @@ def protect_stream(
     ----------
     src, dst : binary file objects
         E.g. ``sys.stdin.buffer`` and ``sys.stdout.buffer``.
-    protector : BatchProtector
+    mechanism : Mechanism
+    key, rng, generator, model
+        As for :class:`privembed.release.Release` (a seed gives the same noise per row as
+        ``privatize(X, rng=seed)`` on the whole stream, whatever ``batch_rows``).
     in_format, out_format : {"jsonl", "npy"}
         ``out_format`` defaults to ``in_format``.
     batch_rows : int
         Lines (rows) per batch.
     ledger : Ledger, optional
-        Each batch is one release (needs ids: JSONL with ``id``).
+        Each batch is one release, committed before it is written (needs ids: JSONL ``id``).
 
     Returns
     -------
     dict
-        ``rows``, ``dim_in``, ``dim_out``, ``batches``.
+        ``rows``, ``dim_in``, ``dim_out``, ``batches``, ``fresh``, ``free``.
 
     Raises
     ------
     privembed.DataError
-        Bad lines (with line numbers), missing ids for keyed noise or a ledger, a truncated NPY.
+        Bad lines (with line numbers), missing or repeated ids for keyed noise or a ledger, a
+        truncated NPY.
     """
     in_format = check_choice("in_format", in_format, FORMATS)
     out_format = check_choice("out_format", out_format or in_format, FORMATS)
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
-    needs_ids = protector.keyed or ledger is not None
+    needs_ids = key is not None or ledger is not None
     if in_format == "npy" and needs_ids:
         raise DataError(
             "NPY input carries no record ids; keyed noise and the ledger need them -- use "
             "JSONL lines with an 'id' field."
         )
+    if key is not None and rng is not None:
+        raise ValueError("give a seed or a key, not both (keyed noise is deterministic).")
     n_known: int | None = None
     if in_format == "npy":
         n_known, batches = _npy_batches(src, batch_rows)
@@ -208,38 +220,55 @@ def protect_stream(
         batches = _jsonl_batches(src, batch_rows)
     rows = 0
     dim_in = dim_out = None
-    count = 0
+    count = fresh = free = 0
     buffered: list[NDArray[Any]] = []
-    for X, recs, first in batches:
-        ids = None
-        if needs_ids:
-            missing = [i for i, r in enumerate(recs) if "id" not in r]
-            if missing:
-                raise DataError(
-                    f"stdin:{first + missing[0]}: missing 'id' (keyed noise and the ledger "
-                    "need record ids)."
-                )
-            ids = [r["id"] for r in recs]
-        if ledger is not None:
-            assert ids is not None
-            with ledger.release(ids, protector.mechanism, key_id=protector.key_id) as rel:
-                Y = protector(X, ids, row_offset=first - 1)
-                rel.add_outputs(ids, Y)
-        else:
-            Y = protector(X, ids, row_offset=first - 1)
-        if dim_in is None:
-            dim_in, dim_out = X.shape[1], Y.shape[1]
-            if out_format == "npy" and n_known is not None:
-                _write_npy_header(dst, n_known, Y.shape[1], Y.dtype)
-        if out_format == "jsonl":
-            dst.write(_jsonl_lines(recs, Y))
-        elif n_known is not None:
-            dst.write(np.ascontiguousarray(Y).tobytes())
-        else:
-            buffered.append(Y)
-        dst.flush()
-        rows += X.shape[0]
-        count += 1
+    seen = _IdSet() if needs_ids else None
+    try:
+        for X, recs, first in batches:
+            ids = None
+            if needs_ids:
+                missing = [i for i, r in enumerate(recs) if "id" not in r]
+                if missing:
+                    raise DataError(
+                        f"stdin:{first + missing[0]}: missing 'id' (keyed noise and the ledger "
+                        "need record ids)."
+                    )
+                ids = [r["id"] for r in recs]
+                assert seen is not None
+                try:
+                    seen.add([record_key(i) for i in ids])
+                except TypeError as exc:
+                    raise DataError(f"stdin:{first}: {exc}") from None
+            with Release(
+                mechanism,
+                key=key,
+                rng=rng,
+                generator=generator,
+                ledger=ledger,
+                model=model,
+                destination="stdout",
+                name=f"stdin (lines from {first})",
+            ) as rel:
+                Y = rel.protect(X, ids, row_offset=rows)
+                rel.commit()  # recorded before the batch is written
+                fresh += rel.summary.fresh or 0
+                free += rel.summary.free or 0
+                if dim_in is None:
+                    dim_in, dim_out = X.shape[1], Y.shape[1]
+                    if out_format == "npy" and n_known is not None:
+                        _write_npy_header(dst, n_known, Y.shape[1], Y.dtype)
+                if out_format == "jsonl":
+                    dst.write(_jsonl_lines(recs, Y))
+                elif n_known is not None:
+                    dst.write(np.ascontiguousarray(Y).tobytes())
+                else:
+                    buffered.append(Y)
+                dst.flush()
+            rows += X.shape[0]
+            count += 1
+    finally:
+        if seen is not None:
+            seen.close()
     if rows == 0:
         raise DataError("stdin contains no embeddings.")
     if buffered:
@@ -247,4 +276,11 @@ def protect_stream(
         _write_npy_header(dst, Yall.shape[0], Yall.shape[1], Yall.dtype)
         dst.write(np.ascontiguousarray(Yall).tobytes())
         dst.flush()
-    return {"rows": rows, "dim_in": dim_in, "dim_out": dim_out, "batches": count}
+    return {
+        "rows": rows,
+        "dim_in": dim_in,
+        "dim_out": dim_out,
+        "batches": count,
+        "fresh": fresh,
+        "free": free,
+    }

@@ -9,15 +9,15 @@ References
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from .. import theory
 from .._validation import check_choice, check_real
-from ..accounting import ApproxDP, Guarantee
-from .base import Mechanism, NoiseSource
+from ..accounting import ApproxDP, Guarantee, Neighbouring
+from ..rng import NoiseSource
+from .base import Mechanism
 
 __all__ = ["EmpiricalGaussianMechanism", "GaussianMechanism"]
 
@@ -116,14 +116,6 @@ class GaussianMechanism(_IsotropicGaussian):
         else:
             self.sigma = theory.classic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
 
-    def _params(self) -> dict[str, Any]:
-        return {
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "calibration": self.calibration,
-            "sensitivity": self.sensitivity,
-        }
-
     @property
     def achieved_delta(self) -> float:
         """The exact delta that ``sigma`` achieves at ``epsilon`` ([BW18] Thm 8)."""
@@ -136,12 +128,15 @@ class GaussianMechanism(_IsotropicGaussian):
             if self.sensitivity == 2.0
             else f"inputs at l2 distance <= {self.sensitivity:g}"
         )
+        rel_, nm = self.relation, self.sigma / self.sensitivity
         if self.calibration == "analytic":
             return ApproxDP(
                 self.epsilon,
                 self.delta,
                 neighbouring=rel,
                 note="analytic Gaussian calibration (Balle & Wang 2018)",
+                relation=rel_,
+                noise_multiplier=nm,
             )
         achieved = self.achieved_delta
         eps_at_delta = theory.analytic_gaussian_epsilon(self.sigma, self.delta, self.sensitivity)
@@ -150,13 +145,32 @@ class GaussianMechanism(_IsotropicGaussian):
                 f"classic calibration; exact delta at this epsilon is {achieved:.3g} "
                 f"(requested {self.delta:.3g})"
             )
-            return ApproxDP(self.epsilon, self.delta, neighbouring=rel, note=note)
+            return ApproxDP(
+                self.epsilon,
+                self.delta,
+                neighbouring=rel,
+                note=note,
+                relation=rel_,
+                noise_multiplier=nm,
+            )
         note = (
             f"classic calibration under-noises: requested delta={self.delta:.3g} but the "
             f"exact delta at epsilon={self.epsilon:g} is {achieved:.3g}; at delta="
             f"{self.delta:.3g} the true epsilon is {eps_at_delta:.4g}"
         )
-        return ApproxDP(self.epsilon, min(1.0, achieved), neighbouring=rel, note=note)
+        return ApproxDP(
+            self.epsilon,
+            min(1.0, achieved),
+            neighbouring=rel,
+            note=note,
+            relation=rel_,
+            noise_multiplier=nm,
+        )
+
+    @property
+    def relation(self) -> Neighbouring:
+        """RECORD when the sensitivity covers any two unit vectors (>= 2), else BOUNDED."""
+        return Neighbouring.RECORD if self.sensitivity >= 2.0 else Neighbouring.BOUNDED
 
 
 class EmpiricalGaussianMechanism(_IsotropicGaussian):
@@ -199,9 +213,6 @@ class EmpiricalGaussianMechanism(_IsotropicGaussian):
         self.report_delta = check_real("report_delta", report_delta, gt=0, lt=1)
         self._init_common(input_norm, renormalize)
 
-    def _params(self) -> dict[str, Any]:
-        return {"sigma": self.sigma, "report_delta": self.report_delta}
-
     @property
     def implied_epsilon(self) -> float:
         """Exact epsilon of N(0, sigma^2 I) on unit vectors at ``report_delta``."""
@@ -215,4 +226,6 @@ class EmpiricalGaussianMechanism(_IsotropicGaussian):
             neighbouring="any two unit vectors (l2 sensitivity 2)",
             note=f"sigma={self.sigma:g} chosen empirically; epsilon implied at delta="
             f"{self.report_delta:g}",
+            relation=Neighbouring.RECORD,
+            noise_multiplier=self.sigma / self.sensitivity,
         )

@@ -10,15 +10,14 @@ References
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from numpy.typing import NDArray
 
 from .. import theory
 from .._validation import check_real
 from ..accounting import Guarantee, MetricDP, PureDP
-from .base import Mechanism, NoiseSource
+from ..rng import NoiseSource
+from .base import Mechanism
 
 __all__ = ["LaplaceMechanism", "sample_l2_laplace"]
 
@@ -74,9 +73,6 @@ class LaplaceMechanism(Mechanism):
     ) -> None:
         self.epsilon = check_real("epsilon", epsilon, gt=0)
         self._init_common(input_norm, renormalize)
-
-    def _params(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
 
     @property
     def noise_scale(self) -> float:

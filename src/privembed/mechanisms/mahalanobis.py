@@ -12,7 +12,6 @@ References
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,8 @@ from numpy.typing import NDArray
 
 from .._validation import DataError, check_real
 from ..accounting import Guarantee, MetricDP, PureDP
-from .base import Mechanism, NoiseSource
+from ..rng import NoiseSource
+from .base import Mechanism
 
 __all__ = [
     "DEFAULT_MASK_DELTA",
@@ -122,6 +122,7 @@ class MahalanobisMechanism(Mechanism):
     """
 
     name = "mahalanobis"
+    array_params = ("covariance", "mask")
 
     def __init__(
         self,
@@ -195,34 +196,13 @@ class MahalanobisMechanism(Mechanism):
     def from_profile(
         cls, path: str | Path, *, epsilon: float, **kwargs: Any
     ) -> MahalanobisMechanism:
-        """Build from a saved concept profile (``.npz`` with a ``mask`` array) or a mask file."""
-        p = Path(path)
-        if not p.exists():
-            raise FileNotFoundError(f"mask/profile file not found: {p}")
-        try:
-            if p.suffix == ".npy":
-                mask = np.load(p, allow_pickle=False)
-            else:
-                with np.load(p, allow_pickle=False) as z:
-                    if "mask" not in z:
-                        raise DataError(f"{p} has no 'mask' array.")
-                    mask = z["mask"]
-        except (OSError, ValueError) as exc:
-            if isinstance(exc, DataError):
-                raise
-            raise DataError(f"cannot read mask/profile {p}: {exc}") from None
-        return cls(epsilon=epsilon, mask=mask, **kwargs)
+        """Build from a saved concept profile (``.npz`` with a ``mask`` array) or a mask file
+        (the same loading as :func:`privembed.mechanisms.build_mechanism`)."""
+        from . import build_mechanism
 
-    def _params(self) -> dict[str, Any]:
-        p: dict[str, Any] = {"epsilon": self.epsilon, "smoothing": self.smoothing}
-        if self._base is not None:
-            p["sigma_source"] = self.source_kind
-            p["sigma_sha256"] = hashlib.sha256(
-                np.ascontiguousarray(self._base).tobytes()
-            ).hexdigest()
-            if self.source_kind == "mask":
-                p["mask_delta"] = self.mask_delta
-        return p
+        mech = build_mechanism(cls.name, epsilon=epsilon, mask=Path(path), **kwargs)
+        assert isinstance(mech, cls)
+        return mech
 
     def __repr__(self) -> str:
         return (
@@ -230,7 +210,7 @@ class MahalanobisMechanism(Mechanism):
             f"smoothing={self.smoothing!r})"
         )
 
-    def _check_dim(self, d: int) -> None:
+    def check_dim(self, d: int) -> None:
         if self.dim is not None and d != self.dim:
             raise DataError(
                 f"X has dimension {d} but the covariance/mask has dimension {self.dim} "

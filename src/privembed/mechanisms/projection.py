@@ -47,9 +47,9 @@ from numpy.typing import NDArray
 
 from .. import theory
 from .._validation import DataError, check_choice, check_embeddings, check_int, check_real
-from ..accounting import ApproxDP, Guarantee
-from ..rng import as_generator
-from .base import Mechanism, NoiseSource
+from ..accounting import ApproxDP, Guarantee, Neighbouring
+from ..rng import NoiseSource, as_generator
+from .base import Mechanism
 
 __all__ = [
     "KINDS",
@@ -519,8 +519,9 @@ class PrivateProjection(Mechanism):
     Notes
     -----
     Sigma depends on the input dimension ``d`` through :math:`\|P\|_2` or the column norms, so
-    ``P`` and sigma are built lazily for each ``d`` seen and cached; :attr:`sigma` is the value
-    for the most recent ``d`` and :meth:`sigma_for` gives any other. The guarantee does not
+    ``P`` and sigma are built lazily for each ``d`` seen and cached (a pure function of ``d``:
+    nothing depends on which batches came before); :attr:`sigma` is the value for the
+    constructor's ``input_dim`` and :meth:`sigma_for` gives any ``d``. The guarantee does not
     depend on ``d``: sigma is recalibrated for each.
 
     For a Gaussian ``P``, :math:`\|P\|_2 \approx 1 + \sqrt{d/k}`, so at equal (epsilon, delta)
@@ -546,6 +547,10 @@ class PrivateProjection(Mechanism):
 
     name = "projection"
     allowed_input_norms = ("normalize", "clip", "none")
+    has_public_transform = True
+    output_dim_param = "k"
+    #: ``input_dim`` only builds P (and sigma) early; the law at each d does not depend on it
+    law_independent_params = ("input_dim",)
 
     def __init__(
         self,
@@ -576,9 +581,10 @@ class PrivateProjection(Mechanism):
             )
         self.projection = JLProjection(k=self.k, kind=self.kind, seed=self.projection_seed)
         self._sigmas: dict[int, float] = {}
-        self._last_d: int | None = None
+        self._input_dim: int | None = None
         if input_dim is not None:
-            self._check_dim(check_int("input_dim", input_dim, ge=1))
+            self._input_dim = check_int("input_dim", input_dim, ge=1)
+            self.check_dim(self._input_dim)
 
     # ---- calibration ------------------------------------------------------------------------
     def sensitivity(self, d: int) -> float:
@@ -602,51 +608,59 @@ class PrivateProjection(Mechanism):
 
     @property
     def sigma(self) -> float:
-        """Noise standard deviation for the most recent input dimension.
+        """Noise standard deviation for the constructor's ``input_dim``.
 
         Raises
         ------
         ValueError
-            No input dimension is known yet (pass ``input_dim`` or privatize first).
+            No ``input_dim`` was given (use :meth:`sigma_for`).
         """
-        if self._last_d is None:
+        if self._input_dim is None:
             raise ValueError(
-                "sigma depends on the input dimension d, which is not known yet; pass "
-                "input_dim=d, call sigma_for(d), or privatize a batch first."
+                "sigma depends on the input dimension d; pass input_dim=d to the constructor "
+                "or call sigma_for(d)."
             )
-        return self.sigma_for(self._last_d)
+        return self.sigma_for(self._input_dim)
 
     @property
     def input_dim(self) -> int | None:
-        """The most recent input dimension (``None`` before any)."""
-        return self._last_d
+        """The input dimension given to the constructor (``None`` if none was)."""
+        return self._input_dim
 
     def output_dim(self, d: int) -> int:
         return self.k
 
-    def _check_dim(self, d: int) -> None:
+    #: largest public matrix built in memory (float64 bytes); larger requests are refused
+    max_matrix_bytes: int = 4 << 30
+
+    def check_dim(self, d: int) -> None:
+        """Refuse a dimension the configuration cannot serve (too large a matrix, or a
+        dimension other than the constructor's ``input_dim``); calibrates sigma for ``d``."""
+        d = check_int("d", d, ge=1)
+        if self._input_dim is not None and d != self._input_dim:
+            raise DataError(
+                f"X has dimension {d} but this projection was built for input_dim="
+                f"{self._input_dim} (dimension mismatch)."
+            )
+        need = 8 * self.k * (d if self.kind != "srht" else 1)
+        if need > self.max_matrix_bytes:
+            raise DataError(
+                f"a {self.kind} projection with k={self.k} from d={d} needs "
+                f"{need / 2**30:.1f} GiB for its matrix (limit {self.max_matrix_bytes / 2**30:.0f}"
+                " GiB): choose a smaller k."
+            )
         self.sigma_for(d)
-        self._last_d = d
 
-    def _params(self) -> dict[str, Any]:
-        return {
-            "k": self.k,
-            "epsilon": self.epsilon,
-            "delta": self.delta,
-            "kind": self.kind,
-            "neighbouring": self.neighbouring,
-            "calibration": self.calibration,
-            "projection_seed": self.projection_seed,
-        }
-
-    def projection_metadata(self, d: int | None = None) -> dict[str, Any]:
+    def release_metadata(self, d: int) -> dict[str, Any]:
         """Projection description plus sigma and sensitivity, for file metadata (``info``)."""
         d = self._require_d(d)
         return {
-            **self.projection.metadata(d),
-            "neighbouring": self.neighbouring,
-            "sensitivity": self.sensitivity(d),
-            "sigma": self.sigma_for(d),
+            "projection": {
+                **self.projection.metadata(d),
+                "neighbouring": self.neighbouring,
+                "sensitivity": self.sensitivity(d),
+                "sigma": self.sigma_for(d),
+            }
         }
 
     # ---- guarantee --------------------------------------------------------------------------
@@ -673,12 +687,16 @@ class PrivateProjection(Mechanism):
         """
         rel = self._relation()
         proj = f"public {self.kind} projection k={self.k}, seed={self.projection_seed}"
+        relation = Neighbouring.RECORD if self.neighbouring == "record" else Neighbouring.ATTRIBUTE
         if self.calibration == "analytic":
+            ratio = theory.analytic_gaussian_sigma(self.epsilon, self.delta, 1.0)
             return ApproxDP(
                 self.epsilon,
                 self.delta,
                 neighbouring=rel,
                 note=f"analytic Gaussian calibration (Balle & Wang 2018); {proj}",
+                relation=relation,
+                noise_multiplier=ratio,
             )
         ratio = theory.classic_gaussian_sigma(self.epsilon, self.delta, 1.0)
         achieved = theory.analytic_gaussian_delta(ratio, self.epsilon, 1.0)
@@ -687,24 +705,51 @@ class PrivateProjection(Mechanism):
                 f"classic calibration; exact delta at this epsilon is {achieved:.3g} "
                 f"(requested {self.delta:.3g}); {proj}"
             )
-            return ApproxDP(self.epsilon, self.delta, neighbouring=rel, note=note)
+            return ApproxDP(
+                self.epsilon,
+                self.delta,
+                neighbouring=rel,
+                note=note,
+                relation=relation,
+                noise_multiplier=ratio,
+            )
         eps_at_delta = theory.analytic_gaussian_epsilon(ratio, self.delta, 1.0)
         note = (
             f"classic calibration under-noises: requested delta={self.delta:.3g} but the "
             f"exact delta at epsilon={self.epsilon:g} is {achieved:.3g}; at delta="
             f"{self.delta:.3g} the true epsilon is {eps_at_delta:.4g}; {proj}"
         )
-        return ApproxDP(self.epsilon, min(1.0, achieved), neighbouring=rel, note=note)
+        return ApproxDP(
+            self.epsilon,
+            min(1.0, achieved),
+            neighbouring=rel,
+            note=note,
+            relation=relation,
+            noise_multiplier=ratio,
+        )
 
     # ---- the release ------------------------------------------------------------------------
     def _perturb(self, X: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
         d = X.shape[1]
-        self._check_dim(d)
         Y = np.asarray(self.projection._apply2d(X), dtype=np.float64)
         noise = source.normal(X.shape[0], self.k)
         noise *= self.sigma_for(d)
         noise += Y
         return noise
+
+    def public_transform(self, X: Any) -> NDArray[np.floating[Any]]:
+        """Same as :meth:`project` (the :class:`Mechanism` hook)."""
+        return self.project(X)
+
+    @property
+    def public_transform_key(self) -> Any:
+        """(kind, projection_seed): with the same ``k``, the same public ``P``."""
+        return (self.kind, self.projection_seed)
+
+    def expected_cosine(self, d: int) -> float | None:
+        """E[cos(Px, Px + z)] for ``x`` with ``|Px| = 1``: the Gaussian law in ``k`` dimensions
+        with this projection's sigma at input dimension ``d``."""
+        return theory.expected_cosine_gaussian(self.sigma_for(d), self.k)
 
     def project(self, X: Any) -> NDArray[np.floating[Any]]:
         """``P`` applied to inputs prepared like releases (``input_norm``) but with no noise.
@@ -719,12 +764,11 @@ class PrivateProjection(Mechanism):
     def _require_d(self, d: int | None) -> int:
         if d is not None:
             return check_int("d", d, ge=1)
-        if self._last_d is None:
+        if self._input_dim is None:
             raise ValueError(
-                "the input dimension d is not known yet; pass d=... (or input_dim= to the "
-                "constructor)."
+                "the input dimension d is not known; pass d=... (or input_dim= to the constructor)."
             )
-        return self._last_d
+        return self._input_dim
 
     def _noise_var(self, d: int | None) -> float:
         return self.sigma_for(self._require_d(d)) ** 2

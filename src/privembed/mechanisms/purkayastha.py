@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -19,7 +18,8 @@ from numpy.typing import NDArray
 from .. import theory
 from .._validation import DataError, check_int, check_real
 from ..accounting import Guarantee, MetricDP, PureDP
-from .base import Mechanism, NoiseSource
+from ..rng import NoiseSource
+from .base import Mechanism
 
 __all__ = ["AngleTable", "PurkayasthaMechanism", "purkayastha_angle_table"]
 
@@ -202,10 +202,7 @@ class PurkayasthaMechanism(Mechanism):
         self.epsilon = check_real("epsilon", epsilon, gt=0)
         self._init_common(input_norm, renormalize)
 
-    def _params(self) -> dict[str, Any]:
-        return {"epsilon": self.epsilon}
-
-    def _check_dim(self, d: int) -> None:
+    def check_dim(self, d: int) -> None:
         if d < 2:
             raise DataError(f"the Purkayastha mechanism needs dimension >= 2, got {d}.")
 

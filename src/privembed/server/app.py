@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import itertools
 import json
 import secrets
@@ -47,7 +48,7 @@ from .config import ApiKeyConfig, ModelConfig, ServeConfig, load_config
 from .errors import APIError
 from .logs import logger
 from .metrics import Metrics
-from .service import BudgetRefused, Service
+from .service import BudgetRefused, LedgerUnavailable, Service
 
 __all__ = ["create_app", "parse_embeddings_request"]
 
@@ -67,6 +68,7 @@ class EmbeddingsRequest:
     model: str
     encoding_format: str
     dimensions: int | None
+    user: str | None = None
 
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -81,7 +83,7 @@ def parse_embeddings_request(
     Examples
     --------
     >>> parse_embeddings_request({"model": "m", "input": "hi"}, max_inputs=4, max_input_chars=10)
-    EmbeddingsRequest(texts=['hi'], model='m', encoding_format='float', dimensions=None)
+    EmbeddingsRequest(texts=['hi'], model='m', encoding_format='float', dimensions=None, user=None)
     >>> parse_embeddings_request({"model": "m", "input": [1, 2]}, max_inputs=4, max_input_chars=10)
     Traceback (most recent call last):
     ...
@@ -166,7 +168,14 @@ def parse_embeddings_request(
             param="dimensions",
             code="invalid_value",
         )
-    return EmbeddingsRequest(list(texts), model, str(fmt), dims)
+    user = obj.get("user")
+    if user is not None and (not isinstance(user, str) or not user or len(user) > 256):
+        raise _bad(
+            "user must be a non-empty string of at most 256 characters.",
+            param="user",
+            code="invalid_value",
+        )
+    return EmbeddingsRequest(list(texts), model, str(fmt), dims, user)
 
 
 def _resolve_dims(model: ModelConfig, dims: int | None, backend_dim: int | None) -> int | None:
@@ -598,9 +607,11 @@ def create_app(config: ServeConfig | str | Path) -> FastAPI:
         metrics.inputs += len(req.texts)
         ids = svc.record_ids(req.texts)
         unique = dict(zip(ids, req.texts, strict=True))
+        subject = req.user or request.headers.get(s.subject_header) or principal.name
+        fields["subject"] = hashlib.sha256(subject.encode()).hexdigest()[:12]
         try:
             got = await asyncio.wait_for(
-                svc.embed(model, dims, list(unique), list(unique.values())),
+                svc.embed(model, dims, list(unique), list(unique.values()), subject=subject),
                 timeout=s.request_timeout_s,
             )
         except QueueFull:
@@ -629,13 +640,26 @@ def create_app(config: ServeConfig | str | Path) -> FastAPI:
             metrics.refused["backend"] += 1
             hdr = {"Retry-After": str(max(1, int(exc.retry_after)))} if exc.retry_after else None
             raise APIError(exc.status, str(exc) + ".", code="upstream_error", headers=hdr) from None
-        except BudgetRefused:
+        except BudgetRefused as exc:
             metrics.refused["budget"] += 1
+            what = (
+                "this subject's privacy budget (all its texts together)"
+                if exc.scope == "subject"
+                else "the per-text privacy budget"
+            )
             raise APIError(
                 403,
-                "Releasing these inputs would exceed the per-record privacy budget.",
+                f"Releasing these inputs would exceed {what}.",
                 param="input",
                 code="privacy_budget_exceeded",
+            ) from None
+        except LedgerUnavailable:
+            metrics.refused["ledger_busy"] += 1
+            raise APIError(
+                503,
+                "The privacy ledger is busy (locked by another process); retry later.",
+                code="ledger_busy",
+                headers={"Retry-After": str(max(1, int(s.ledger_timeout_s + 0.999)))},
             ) from None
         data = []
         for i, rid in enumerate(ids):
@@ -693,7 +717,15 @@ def create_app(config: ServeConfig | str | Path) -> FastAPI:
     async def healthz() -> JSONResponse:
         svc = holder.get("service")
         ready = svc is not None and svc.ready
-        body = {"status": "ok" if ready else "unavailable", "models": len(cfg.models)}
+        body: dict[str, Any] = {
+            "status": "ok" if ready else "unavailable",
+            "models": len(cfg.models),
+        }
+        if svc is not None:
+            h = svc.ledger_health
+            body["ledger"] = {"state": h.state, "since": h.since}
+            if h.state == "busy":
+                body["status"] = "degraded"  # embeddings that need the ledger answer 503
         return JSONResponse(body, status_code=200 if ready else 503)
 
     @app.get(

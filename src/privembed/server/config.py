@@ -40,10 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import numpy as np
-
-from ..mechanisms import Mechanism, get_mechanism
-from ..mechanisms.projection import PrivateProjection
+from ..mechanisms import MECHANISMS, Mechanism, build_mechanism
 from .errors import ConfigError
 
 __all__ = [
@@ -86,6 +83,26 @@ class ServerSettings:
     max_connections: int | None = None
     graceful_shutdown_s: float = 30.0
     log_level: str = "info"
+    #: identity of a text: NFKC + collapsed whitespace, and case-folded when true
+    casefold: bool = True
+    #: header naming the subject (user, client) a request is charged to; the request's
+    #: ``user`` field takes precedence; without either, the API key's name is the subject
+    subject_header: str = "X-Privembed-Subject"
+    subject_budget_epsilon: float | None = None
+    subject_budget_delta: float | None = None
+    #: seconds a request waits for another process's ledger lock before 503 + Retry-After
+    ledger_timeout_s: float = 2.0
+    #: keyed noise generator: "philox", or "aes" (AES-128 counter mode, a CSPRNG)
+    generator: str = "philox"
+
+
+#: SHA-256 of API keys printed in privembed's own documentation and examples: a
+#: configuration that lists one is refused (anyone who read the docs holds that key)
+DOCUMENTED_EXAMPLE_KEY_HASHES = frozenset(
+    {
+        "e10e3e7a65877d10c84c3cc1a292da3b1d9ffe749e1f9c4cc7d26ccdf33281f3",  # pe-example-do-not-use
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -146,7 +163,9 @@ class ModelConfig:
     def default_dim(self) -> int | None:
         """Output dimension when the request gives none (``None``: the backend's)."""
         mech = self.mechanisms.get(None)
-        return mech.k if isinstance(mech, PrivateProjection) else None
+        if mech is None or mech.output_dim_param is None:
+            return None
+        return int(mech.params[mech.output_dim_param])
 
     def mechanism(self, dims: int | None = None) -> Mechanism | None:
         """The mechanism for an allowed ``dims`` (``None``: the default; none for clean queries)."""
@@ -267,9 +286,10 @@ def _server(ctx: _Ctx, raw: Any) -> ServerSettings:
     for key, value in t.items():
         if key in ("key_file", "ledger"):
             out[key] = None if value is None else ctx.path(value, where, key)
-        elif key in ("host", "forwarded_allow_ips", "log_level", "noise"):
+        elif key in ("host", "forwarded_allow_ips", "log_level", "noise", "subject_header",
+                     "generator"):  # fmt: skip
             out[key] = _typed(ctx, where, key, value, str)
-        elif key in ("allow_unauthenticated", "metrics_require_auth"):
+        elif key in ("allow_unauthenticated", "metrics_require_auth", "casefold"):
             out[key] = _typed(ctx, where, key, value, bool)
         elif key in ("port",):
             _typed(ctx, where, key, value, int)
@@ -288,7 +308,15 @@ def _server(ctx: _Ctx, raw: Any) -> ServerSettings:
                     where, f"max_wait_ms must be in [0, 1000], got max_wait_ms={value!r}."
                 )
             out[key] = float(value)
-        elif key in ("budget_epsilon", "budget_delta", "request_timeout_s", "graceful_shutdown_s"):
+        elif key in (
+            "budget_epsilon",
+            "budget_delta",
+            "subject_budget_epsilon",
+            "subject_budget_delta",
+            "request_timeout_s",
+            "graceful_shutdown_s",
+            "ledger_timeout_s",
+        ):
             out[key] = float(_positive(ctx, where, key, value, integer=False))
         else:  # integer limits
             out[key] = _positive(ctx, where, key, value, integer=True)
@@ -300,10 +328,19 @@ def _server(ctx: _Ctx, raw: Any) -> ServerSettings:
             where,
             f"log_level must be one of 'debug', 'info', 'warning', 'error', got log_level={s.log_level!r}.",
         )
-    if s.budget_delta is not None and not s.budget_delta < 1:
-        raise ctx.fail(where, f"budget_delta must be < 1, got budget_delta={s.budget_delta!r}.")
-    if (s.budget_epsilon is not None or s.budget_delta is not None) and s.ledger is None:
-        raise ctx.fail(where, "budget_epsilon/budget_delta need a ledger (set ledger = PATH).")
+    for name in ("budget_delta", "subject_budget_delta"):
+        v = getattr(s, name)
+        if v is not None and not v < 1:
+            raise ctx.fail(where, f"{name} must be < 1, got {name}={v!r}.")
+    budgets = (s.budget_epsilon, s.budget_delta, s.subject_budget_epsilon, s.subject_budget_delta)
+    if any(b is not None for b in budgets) and s.ledger is None:
+        raise ctx.fail(where, "budgets need a ledger (set ledger = PATH).")
+    if s.generator not in ("philox", "aes"):
+        raise ctx.fail(
+            where, f"generator must be one of 'philox', 'aes', got generator={s.generator!r}."
+        )
+    if not s.subject_header or any(c in s.subject_header for c in " :\r\n"):
+        raise ctx.fail(where, f"subject_header is not a header name: {s.subject_header!r}.")
     if s.max_queue < s.max_inputs:
         raise ctx.fail(
             where,
@@ -370,35 +407,28 @@ def _build_mechanisms(
     ctx: _Ctx, where: str, name: str, params: dict[str, Any], dimensions: Any
 ) -> dict[int | None, Mechanism]:
     params = dict(params)
+    cls = MECHANISMS.get(name)
+    for key in cls.array_params if cls is not None else ():
+        if isinstance(params.get(key), str):  # a file next to the configuration
+            params[key] = _load_array(ctx, where, key, params[key])
     try:
-        if name == "mahalanobis" and "mask" in params:
-            from ..mechanisms.mahalanobis import MahalanobisMechanism
-
-            path = _load_array(ctx, where, "mask", params.pop("mask"))
-            eps = params.pop("epsilon", None)
-            if eps is None:
-                raise ValueError("epsilon is required for mechanism 'mahalanobis'.")
-            base: Mechanism = MahalanobisMechanism.from_profile(path, epsilon=eps, **params)
-        else:
-            if name == "mahalanobis" and "covariance" in params:
-                path = _load_array(ctx, where, "covariance", params["covariance"])
-                params["covariance"] = np.load(path, allow_pickle=False)
-            base = get_mechanism(name, **params)
+        base = build_mechanism(name, **params)
     except ConfigError:
         raise
     except (ValueError, TypeError, OSError) as exc:
         key = "mechanism" if "mechanism must be one of" in str(exc) else "params"
         raise ctx.fail(where, f"{key}: {exc}") from None
     mechs: dict[int | None, Mechanism] = {None: base}
-    if isinstance(base, PrivateProjection):
-        mechs[base.k] = base
+    dim_param = base.output_dim_param
+    if dim_param is not None:
+        mechs[int(base.params[dim_param])] = base
     if dimensions is None:
         return mechs
-    if not isinstance(base, PrivateProjection):
+    if dim_param is None:
         raise ctx.fail(
             where,
-            f"dimensions: only mechanism 'projection' can release other dimensions (its k); "
-            f"mechanism {name!r} keeps the backend's dimension.",
+            f"dimensions: only a mechanism with an output-dimension parameter (projection's k) "
+            f"can release other dimensions; mechanism {name!r} keeps the backend's dimension.",
         )
     if not isinstance(dimensions, list) or not dimensions:
         raise ctx.fail(
@@ -406,12 +436,12 @@ def _build_mechanisms(
         )
     for k in dimensions:
         _positive(ctx, where, "dimensions[]", k, integer=True)
-        if k == base.k:
+        if k == base.params[dim_param]:
             continue
         try:
-            mechs[k] = get_mechanism(name, **{**params, "k": k})
+            mechs[k] = build_mechanism(name, **{**params, dim_param: k})
         except (ValueError, TypeError) as exc:
-            raise ctx.fail(where, f"dimensions: k={k}: {exc}") from None
+            raise ctx.fail(where, f"dimensions: {dim_param}={k}: {exc}") from None
     return mechs
 
 
@@ -483,7 +513,7 @@ def _resolve_query(ctx: _Ctx, m: dict[str, Any], firsts: dict[str, dict[str, Any
         )
     doc_mechs: dict[int | None, Mechanism] = doc["mechanisms"]
     doc_base = doc_mechs[None]
-    projected = isinstance(doc_base, PrivateProjection)
+    projected = doc_base.has_public_transform
     if m["mechanisms"]:
         if query not in ("auto", "protect"):
             raise ctx.fail(
@@ -494,9 +524,7 @@ def _resolve_query(ctx: _Ctx, m: dict[str, Any], firsts: dict[str, dict[str, Any
         if projected:
             q = own[None]
             same = (
-                isinstance(q, PrivateProjection)
-                and isinstance(doc_base, PrivateProjection)
-                and (q.kind, q.projection_seed) == (doc_base.kind, doc_base.projection_seed)
+                q.name == doc_base.name and q.public_transform_key == doc_base.public_transform_key
             )
             if not same or set(own) != set(doc_mechs):
                 raise ctx.fail(
@@ -548,6 +576,12 @@ def _api_key(ctx: _Ctx, i: int, raw: Any, models: dict[str, ModelConfig]) -> Api
         bytes.fromhex(digest)
     except ValueError:
         raise ctx.fail(where, "sha256 must be hexadecimal.") from None
+    if digest.lower() in DOCUMENTED_EXAMPLE_KEY_HASHES:
+        raise ctx.fail(
+            where,
+            "sha256 is the hash of a key printed in privembed's documentation (anyone can use "
+            "it); create your own with privembed serve --new-api-key.",
+        )
     allowed = t.get("models", ["*"])
     if not isinstance(allowed, list) or not all(isinstance(x, str) for x in allowed):
         raise ctx.fail(where, f"models must be a list of model names, got models={allowed!r}.")

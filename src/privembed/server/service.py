@@ -1,73 +1,99 @@
-"""What the server does with texts: record ids, one model call per batch, protection, ledger.
+"""What the server does with texts: identities, one model call per batch, protection, ledger.
 
-Record ids and keys
--------------------
-The record id of a text is ``HMAC-SHA256(K, "privembed/serve/text/v1" || 0x00 || utf8(text))``
-(first 128 bits, hex), with ``K`` the server key: identical texts have identical ids, and the
-ids (which the ledger stores) reveal nothing about the texts to anyone without ``K``.
+Identities, content and keys
+----------------------------
+A text's *identity* -- its record in the ledger, its per-record budget -- is the HMAC of its
+canonical form under the server key ``K``: Unicode NFKC, whitespace runs collapsed and ends
+stripped, and case-folded unless ``casefold = false``
+(``HMAC-SHA256(K, "privembed/serve/text/v1" || 0x00 || canonical)``, first 128 bits). Texts
+whose clean embeddings are bit-identical share one identity too: the first identity seen for a
+clean vector claims it (an alias keyed by an HMAC of the vector, never the vector), so
+variants the canonical form misses still land on one record. The ids reveal nothing about the
+texts to anyone without ``K``.
 
-Each backend gets its own noise key ``K_b = HMAC-SHA256(K, "privembed/serve/backend/v1" || 0x00
-|| identity)``, with the backend's identity (type, model, upstream URL). Without it, the same
-text embedded by two backends under the same mechanism would get the *same* noise, and the
-difference of the two releases would be noise-free. With it, re-releasing a text through the
-same backend, mechanism and dimension returns the identical vector (:mod:`privembed.keyed`),
-while any other combination gets independent noise -- and is a fresh release in the ledger,
-which composes per record id (that is, per text).
+The *content* that keyed noise is bound to is the exact text and the backend's identity
+(:func:`privembed.keyed.text_digests`, no canonicalisation): the same text gets the same noise
+however it is batched, while any other text -- a variant of the same identity included -- gets
+independent noise and is charged as a new release of that identity. So 256 case and whitespace
+variants of one note are one identity whose budget admits only as many as it allows.
 
-Batches
--------
+Each backend gets its own noise key ``K_b = HMAC-SHA256(K, "privembed/serve/backend/v1" ||
+0x00 || identity)``, so the same text embedded by two backends gets independent noise.
+
+Subjects
+--------
+Each request is charged to a *subject*: the request's ``user`` field, else the configured
+header (``X-Privembed-Subject``), else the API key's name. With a per-subject budget the
+ledger composes every fresh release of every text of the subject: this, not the per-text
+budget, is the limit on averaging paraphrases (docs/server.md).
+
+Batches and the ledger
+----------------------
 Jobs from concurrent requests meet in one :class:`~.batcher.MicroBatcher` per backend: their
-distinct texts are embedded in one model call; then per (model, dimension) group the
-mechanism runs once over the group's distinct texts, inside one ledger transaction. If the
+distinct texts are embedded in one model call; then per (model, dimension, subject) group the
+release runs once (:class:`privembed.release.Release`). Releases that touch the ledger run on
+the one thread that owns its SQLite connection, with a bounded wait for another process's
+lock (``ledger_timeout_s``; then 503 with Retry-After); everything else (queries, projections,
+servers without a ledger) runs on a separate thread and never waits for the ledger. If the
 ledger refuses a group (budget), each request of the group is retried alone, so only the
 requests that would pass the budget fail.
 
 Output cache
 ------------
-Keyed releases are cached (LRU, ``cache_size`` vectors, keyed by model, dimension and record
-id -- never by text). A model's clean vector can differ in the last float32 bit depending on
-which other texts share its batch (padding changes the kernels' summation order); the cache
-makes repeats within a process bit-identical regardless, and skips the model call. Cache hits
-are not written to the ledger: they are re-releases of a vector it already recorded.
+Keyed releases are cached (LRU, ``cache_size`` vectors, keyed by model, dimension, identity and
+content digest -- never by text); cache hits are identical re-releases and are not written to
+the ledger again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ..keyed import key_id
-from ..mechanisms.projection import PrivateProjection
+from ..keyed import canonical_text, key_id, text_digests, vector_digests
+from ..release import Release
 from .backends import Backend, BackendError, make_backend
 from .batcher import Job, MicroBatcher
 from .config import ModelConfig, ServeConfig
 from .metrics import Metrics
 
-__all__ = ["BudgetRefused", "Embedded", "Service", "backend_key", "text_record_id"]
+__all__ = [
+    "BudgetRefused",
+    "Embedded",
+    "LedgerUnavailable",
+    "Service",
+    "backend_key",
+    "text_record_id",
+]
 
 _TEXT_DOMAIN = b"privembed/serve/text/v1\x00"
 _BACKEND_DOMAIN = b"privembed/serve/backend/v1\x00"
+_ALIAS_DOMAIN = b"privembed/serve/vector-alias/v1\x00"
 
 
-def text_record_id(key: bytes, text: str) -> str:
-    """The record id of ``text`` under the server key (32 hex digits; see the module docs).
+def text_record_id(key: bytes, text: str, *, casefold: bool = True) -> str:
+    """The identity of ``text`` under the server key (32 hex digits; see the module docs).
 
     Examples
     --------
     >>> a = text_record_id(bytes(32), "the patient has diabetes")
-    >>> a == text_record_id(bytes(32), "the patient has diabetes"), len(a)
+    >>> a == text_record_id(bytes(32), "  The patient  has DIABETES "), len(a)
     (True, 32)
+    >>> a == text_record_id(bytes(32), "The patient has diabetes", casefold=False)
+    False
     >>> a == text_record_id(bytes(range(32)), "the patient has diabetes")
     False
     """
-    return hmac.digest(key, _TEXT_DOMAIN + text.encode("utf-8"), "sha256").hex()[:32]
+    canon = canonical_text(text, casefold=casefold)
+    return hmac.digest(key, _TEXT_DOMAIN + canon.encode("utf-8"), "sha256").hex()[:32]
 
 
 def backend_key(key: bytes, identity: str) -> bytes:
@@ -76,12 +102,20 @@ def backend_key(key: bytes, identity: str) -> bytes:
 
 
 class BudgetRefused(Exception):
-    """The ledger refused a release: some input would pass the per-record budget."""
+    """The ledger refused a release: a text or the subject would pass its budget."""
+
+    def __init__(self, scope: str = "record") -> None:
+        super().__init__(scope)
+        self.scope = scope
+
+
+class LedgerUnavailable(Exception):
+    """The ledger stayed locked by another process longer than ``ledger_timeout_s``."""
 
 
 @dataclass
 class Embedded:
-    """The result of one request's texts: a vector and a token count per record id."""
+    """The result of one request's texts: a vector and a token count per request id."""
 
     vectors: dict[str, NDArray[np.float32]]
     tokens: dict[str, int]
@@ -93,6 +127,21 @@ class _Work:
     dims: int | None
     ids: list[str]
     texts: list[str]
+    subject: str | None = None
+
+
+@dataclass
+class LedgerHealth:
+    """What ``/healthz`` reports about the ledger (updated by every ledger operation)."""
+
+    state: str = "ok"  # "ok" | "busy" | "error" | "none"
+    since: float = field(default_factory=time.time)
+    detail: str = ""
+
+    def set(self, state: str, detail: str = "") -> None:
+        if state != self.state:
+            self.since = time.time()
+        self.state, self.detail = state, detail
 
 
 def _resolve(fut: asyncio.Future[Any], value: Any = None, exc: BaseException | None = None) -> None:
@@ -102,27 +151,6 @@ def _resolve(fut: asyncio.Future[Any], value: Any = None, exc: BaseException | N
         fut.set_exception(exc)
     else:
         fut.set_result(value)
-
-
-class _LedgerView:
-    """What the ledger reads of a mechanism, with d-dependent values fixed for one dimension.
-
-    :class:`PrivateProjection` calibrates sigma per input dimension and exposes
-    ``sensitivity(d)`` as a method, while the ledger expects numbers; the ratio sigma /
-    sensitivity that it composes is the same for every ``d``.
-    """
-
-    def __init__(self, mech: Any, sigma: float, sensitivity: float) -> None:
-        self.guarantee = mech.guarantee
-        self.fingerprint = mech.fingerprint
-        self.sigma = sigma
-        self.sensitivity = sensitivity
-
-    @staticmethod
-    def of(mech: Any, d: int) -> Any:
-        if isinstance(mech, PrivateProjection):
-            return _LedgerView(mech, mech.sigma_for(d), mech.sensitivity(d))
-        return mech
 
 
 class Service:
@@ -140,13 +168,20 @@ class Service:
             name: backend_key(config.key, b.identity) for name, b in config.backends.items()
         }
         self._bkey_ids = {name: key_id(k) for name, k in self._bkeys.items()}
+        self._identity = {name: b.identity for name, b in config.backends.items()}
         self.batchers: dict[str, MicroBatcher] = {}
-        # one thread runs every mechanism and owns the ledger's SQLite connection
-        self._protect = ThreadPoolExecutor(1, thread_name_prefix="privembed-protect")
+        # one thread owns the ledger's SQLite connection; another runs releases without it,
+        # so requests that never touch the ledger never wait for it
+        self._ledger_thread = ThreadPoolExecutor(1, thread_name_prefix="privembed-ledger")
+        self._compute = ThreadPoolExecutor(1, thread_name_prefix="privembed-protect")
         self._ledger: Any = None
-        self._cache: OrderedDict[tuple[str, int | None, str], tuple[NDArray[np.float32], int]]
+        self.ledger_health = LedgerHealth(state="none" if s.ledger is None else "ok")
+        self._cache: OrderedDict[tuple[Any, ...], tuple[NDArray[np.float32], int]]
         self._cache = OrderedDict()
         self.cache_size = s.cache_size if self.keyed else 0
+        # clean-vector aliases: HMAC(vector) -> identity (first identity seen claims a vector)
+        self._aliases: OrderedDict[bytes, str] = OrderedDict()
+        self.alias_capacity = 1 << 20
         self.ready = False
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -154,12 +189,7 @@ class Service:
         s = self.config.server
         loop = asyncio.get_running_loop()
         if s.ledger is not None:
-            from ..ledger import Ledger
-
-            path, be, bd = s.ledger, s.budget_epsilon, s.budget_delta
-            self._ledger = await loop.run_in_executor(
-                self._protect, lambda: Ledger(path, budget_epsilon=be, budget_delta=bd)
-            )
+            self._ledger = await loop.run_in_executor(self._ledger_thread, self._open_ledger)
         for name, backend in self.backends.items():
             await backend.start()
             b = MicroBatcher(
@@ -172,8 +202,32 @@ class Service:
             )
             b.start()
             self.batchers[name] = b
-        await loop.run_in_executor(self._protect, self._warm_up)
+        await loop.run_in_executor(self._compute, self._warm_up)
         self.ready = True
+
+    def _open_ledger(self) -> Any:
+        """Open the ledger; the configured budgets may set a first budget or confirm/lower one
+        (never raise it: that is ``privembed ledger budget --raise``)."""
+        from ..ledger import Ledger
+
+        s = self.config.server
+        assert s.ledger is not None
+        led = Ledger(s.ledger, timeout=s.ledger_timeout_s)
+        try:
+            led.confirm_budget(s.budget_epsilon, s.budget_delta)
+            if s.subject_budget_epsilon is not None or s.subject_budget_delta is not None:
+                old = led.subject_budget
+                eps = s.subject_budget_epsilon
+                dlt = s.subject_budget_delta
+                led.set_budget(
+                    epsilon=float(eps if eps is not None else (old.epsilon if old else "inf")),
+                    delta=float(dlt if dlt is not None else (old.delta if old else 1e-5)),
+                    subject=True,
+                )
+        except BaseException:
+            led.close()
+            raise
+        return led
 
     def _warm_up(self) -> None:
         """Check dimensions and build projections, sigmas and angle tables before serving.
@@ -188,15 +242,13 @@ class Service:
                 continue
             for mech in m.mechanisms.values():
                 try:
-                    mech._check_dim(d)
+                    mech.check_dim(d)
                 except ValueError as exc:
                     raise ConfigError(
                         f"{self.config.source}: [models.{m.name}] backend {m.backend!r} gives "
                         f"{d}-dimensional vectors: {exc}"
                     ) from None
-                table = getattr(mech, "angle_table", None)
-                if callable(table):
-                    table(d)
+                mech.expected_cosine(d)  # builds angle tables and the like once
 
     async def stop(self) -> None:
         """Finish queued work, then close backends and the ledger."""
@@ -206,8 +258,9 @@ class Service:
             await backend.close()
         loop = asyncio.get_running_loop()
         if self._ledger is not None:
-            await loop.run_in_executor(self._protect, self._ledger.close)
-        self._protect.shutdown(wait=True)
+            await loop.run_in_executor(self._ledger_thread, self._ledger.close)
+        self._ledger_thread.shutdown(wait=True)
+        self._compute.shutdown(wait=True)
 
     @property
     def queue_depth(self) -> int:
@@ -215,31 +268,49 @@ class Service:
 
     # ---- the request path --------------------------------------------------------------------
     def record_ids(self, texts: list[str]) -> list[str]:
-        return [text_record_id(self.config.key, t) for t in texts]
+        """Identities of ``texts`` (canonical form; see the module docstring)."""
+        cf = self.config.server.casefold
+        return [text_record_id(self.config.key, t, casefold=cf) for t in texts]
 
-    def cached(self, model: ModelConfig, dims: int | None, rid: str) -> tuple[Any, int] | None:
+    def _cache_key(self, model: ModelConfig, dims: int | None, rid: str, text: str) -> Any:
+        return (model.name, dims, rid, text)
+
+    def cached(
+        self, model: ModelConfig, dims: int | None, rid: str, text: str = ""
+    ) -> tuple[Any, int] | None:
         if not self.cache_size:
             return None
-        k = (model.name, dims, rid)
+        k = self._cache_key(model, dims, rid, text)
         hit = self._cache.get(k)
         if hit is not None:
             self._cache.move_to_end(k)
         return hit
 
     def _store(
-        self, model: ModelConfig, dims: int | None, vecs: dict[str, Any], toks: dict[str, int]
+        self,
+        model: ModelConfig,
+        dims: int | None,
+        vecs: dict[str, Any],
+        toks: dict[str, int],
+        texts: dict[str, str],
     ) -> None:
         if not self.cache_size:
             return
         for rid, v in vecs.items():
-            self._cache[(model.name, dims, rid)] = (v, toks[rid])
+            self._cache[self._cache_key(model, dims, rid, texts[rid])] = (v, toks[rid])
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
 
     async def embed(
-        self, model: ModelConfig, dims: int | None, ids: list[str], texts: list[str]
+        self,
+        model: ModelConfig,
+        dims: int | None,
+        ids: list[str],
+        texts: list[str],
+        *,
+        subject: str | None = None,
     ) -> Embedded:
-        """Vectors for distinct ``ids`` (with their ``texts``) under ``model`` at ``dims``.
+        """Vectors for distinct request ``ids`` (with their ``texts``) under ``model`` at ``dims``.
 
         Raises
         ------
@@ -249,12 +320,14 @@ class Service:
             The backend failed (502/503/504).
         BudgetRefused
             The ledger refused the release (403).
+        LedgerUnavailable
+            The ledger stayed locked by another process (503).
         """
         vecs: dict[str, NDArray[np.float32]] = {}
         toks: dict[str, int] = {}
         todo_ids, todo_texts = [], []
         for rid, text in zip(ids, texts, strict=True):
-            hit = self.cached(model, dims, rid)
+            hit = self.cached(model, dims, rid, text)
             if hit is not None:
                 vecs[rid], toks[rid] = hit
             else:
@@ -262,7 +335,7 @@ class Service:
                 todo_texts.append(text)
         self.metrics.cache_hits += len(ids) - len(todo_ids)
         if todo_ids:
-            work = _Work(model, dims, todo_ids, todo_texts)
+            work = _Work(model, dims, todo_ids, todo_texts, subject)
             got: Embedded = await self.batchers[model.backend].submit(work, len(todo_ids))
             vecs.update(got.vectors)
             toks.update(got.tokens)
@@ -272,25 +345,43 @@ class Service:
     async def _process(self, jobs: list[Job]) -> None:
         works: list[_Work] = [j.payload for j in jobs]
         backend = self.backends[works[0].model.backend]
-        texts: dict[str, str] = {}
+        texts: dict[str, str] = {}  # exact text -> itself; one model call per distinct text
         for w in works:
-            texts.update(zip(w.ids, w.texts, strict=True))
+            texts.update((t, t) for t in w.texts)
         order = list(texts)
         try:
-            X, counts = await backend.embed([texts[r] for r in order])
+            X, counts = await backend.embed(order)
         except BackendError as exc:
             for j in jobs:
                 _resolve(j.future, exc=exc)
             return
-        row = {r: i for i, r in enumerate(order)}
+        row = {t: i for i, t in enumerate(order)}
         tokens = dict(zip(order, counts, strict=True))
-        groups: dict[tuple[str, int | None], list[Job]] = {}
+        groups: dict[tuple[str, int | None, str | None], list[Job]] = {}
         for j in jobs:
             w = j.payload
-            groups.setdefault((w.model.name, w.dims), []).append(j)
+            groups.setdefault((w.model.name, w.dims, w.subject), []).append(j)
         loop = asyncio.get_running_loop()
         for group in groups.values():
             await self._protect_group(loop, backend, group, X, row, tokens)
+
+    def _alias(self, backend: str, X: NDArray[np.float32], rids: list[str]) -> list[str]:
+        """Identities after vector aliasing: a clean vector first seen under identity A makes
+        every later text with that exact vector identity A (bounded LRU of aliases)."""
+        key = self._bkeys[backend]
+        out = []
+        for dg, rid in zip(vector_digests(X), rids, strict=True):
+            tag = hmac.digest(key, _ALIAS_DOMAIN + dg, "sha256")[:16]
+            owner = self._aliases.get(tag)
+            if owner is None:
+                self._aliases[tag] = rid
+                if len(self._aliases) > self.alias_capacity:
+                    self._aliases.popitem(last=False)
+                owner = rid
+            else:
+                self._aliases.move_to_end(tag)
+            out.append(owner)
+        return out
 
     async def _protect_group(
         self,
@@ -302,12 +393,26 @@ class Service:
         tokens: dict[str, int],
     ) -> None:
         w0: _Work = jobs[0].payload
-        model, dims = w0.model, w0.dims
-        ids = list(dict.fromkeys(r for j in jobs for r in j.payload.ids))
-        Xg = X[[row[r] for r in ids]]
+        model, dims, subject = w0.model, w0.dims, w0.subject
+        items: dict[str, str] = {}  # request id -> exact text
+        for j in jobs:
+            items.update(zip(j.payload.ids, j.payload.texts, strict=True))
+        rids = list(items)
+        Xg = X[[row[items[r]] for r in rids]]
+        eff = self._alias(backend.name, Xg, rids) if model.treatment == "protect" else rids
+        needs_ledger = self._ledger is not None and model.treatment == "protect"
+        pool = self._ledger_thread if needs_ledger else self._compute
         try:
             Y = await loop.run_in_executor(
-                self._protect, self._release, model, dims, backend.name, ids, Xg
+                pool,
+                self._release,
+                model,
+                dims,
+                backend.name,
+                eff,
+                [items[r] for r in rids],
+                Xg,
+                subject,
             )
         except BudgetRefused as exc:
             if len(jobs) > 1:  # find the requests that pass on their own
@@ -320,12 +425,13 @@ class Service:
             for j in jobs:
                 _resolve(j.future, exc=exc)
             return
-        vecs = dict(zip(ids, Y, strict=True))
+        vecs = dict(zip(rids, Y, strict=True))
+        toks = {r: tokens[items[r]] for r in rids}
         if self.keyed:
-            self._store(model, dims, vecs, tokens)
+            self._store(model, dims, vecs, toks, items)
         for j in jobs:
             r_ids = j.payload.ids
-            _resolve(j.future, Embedded({r: vecs[r] for r in r_ids}, {r: tokens[r] for r in r_ids}))
+            _resolve(j.future, Embedded({r: vecs[r] for r in r_ids}, {r: toks[r] for r in r_ids}))
 
     def _release(
         self,
@@ -333,34 +439,71 @@ class Service:
         dims: int | None,
         backend: str,
         ids: list[str],
+        texts: list[str],
         X: NDArray[np.float32],
+        subject: str | None,
     ) -> NDArray[np.float32]:
-        """Protect (or project) one group; runs on the protect thread, inside the ledger."""
+        """Protect (or project) one group; on the ledger thread when the ledger records it."""
         mech = model.mechanism(dims)
         if model.treatment == "none" or mech is None:
             return np.ascontiguousarray(X, dtype=np.float32)
         if model.treatment == "project":
-            assert isinstance(mech, PrivateProjection)
-            return np.asarray(mech.project(X), dtype=np.float32)
-        key = self._bkeys[backend] if self.keyed else None
-        kid = self._bkey_ids[backend] if self.keyed else None
+            return np.asarray(mech.public_transform(X), dtype=np.float32)
+        ledger = self._ledger
+        # ids may repeat after aliasing (two texts with one clean vector): one release each
+        rounds: list[list[int]] = []
+        for i, rid in enumerate(ids):
+            for r in rounds:
+                if all(ids[k] != rid for k in r):
+                    r.append(i)
+                    break
+            else:
+                rounds.append([i])
+        out = np.empty((len(ids), mech.output_dim(X.shape[1])), dtype=np.float32)
+        for r in rounds:
+            out[r] = self._one_release(mech, backend, [ids[i] for i in r],
+                                       [texts[i] for i in r], X[r], subject, ledger)  # fmt: skip
+        return out
 
-        def run() -> NDArray[np.float32]:
-            if key is not None:
-                return np.asarray(mech.privatize(X, ids=ids, key=key), dtype=np.float32)
-            return np.asarray(mech.privatize(X), dtype=np.float32)
+    def _one_release(
+        self,
+        mech: Any,
+        backend: str,
+        ids: list[str],
+        texts: list[str],
+        X: NDArray[np.float32],
+        subject: str | None,
+        ledger: Any,
+    ) -> NDArray[np.float32]:
+        from ..ledger import BudgetExceeded, LedgerBusy
 
-        if self._ledger is None:
-            return run()
-        from ..ledger import BudgetExceeded
-
+        s = self.config.server
+        keyed = self.keyed
+        ident = self._identity[backend]
         try:
-            with self._ledger.release(ids, _LedgerView.of(mech, X.shape[1]), key_id=kid) as rel:
-                Y = run()
-                rel.add_outputs(ids, Y)
-        except BudgetExceeded:
-            raise BudgetRefused() from None
-        return Y
+            with Release(
+                mech,
+                key=self._bkeys[backend] if keyed else None,
+                generator=s.generator,
+                ledger=ledger,
+                subject=subject,
+                model=ident,
+                destination="serve",
+                name="request",
+            ) as rel:
+                digests = text_digests(texts, ident) if keyed else None
+                Y = rel.protect(X, ids, digests=digests)
+                rel.commit()
+        except BudgetExceeded as exc:
+            if ledger is not None:
+                self.ledger_health.set("ok")
+            raise BudgetRefused("subject" if "subject" in str(exc) else "record") from None
+        except LedgerBusy as exc:
+            self.ledger_health.set("busy", str(exc))
+            raise LedgerUnavailable(str(exc)) from None
+        if ledger is not None:
+            self.ledger_health.set("ok")
+        return np.asarray(Y, dtype=np.float32)
 
     # ---- introspection -------------------------------------------------------------------------
     def describe_models(self) -> list[dict[str, Any]]:

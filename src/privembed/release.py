@@ -1,0 +1,805 @@
+"""The one release path: (inputs, ids, mechanism, key, ledger, destination) -> a published release.
+
+Every front end -- ``privembed protect``, ``protect-stream``, ``index``, the shard and Ray
+engines, the sklearn / sentence-transformers / LangChain wrappers and the server -- turns
+embeddings into a release through :class:`Release`, so the rules below are written once:
+
+* **Randomness.** Fresh OS entropy (default), a seed (experiments; each row has its own stream,
+  so the result does not depend on batching or threads), or *keyed* noise: a record's noise is
+  a function of (secret key, configuration, embedding model, input dimension, bit generator,
+  typed record id, **content digest**) -- see :mod:`privembed.keyed`. Re-releasing the same
+  content returns the identical vector; changed content under the same id gets independent
+  noise and is charged as a new release of that id.
+* **Ids.** Keyed noise and the ledger need real record ids, typed canonically (``1`` and
+  ``"1"`` differ; ``numpy.int64(1)`` and ``1`` do not). Line numbers are not ids: a release
+  without ids is refused (or the ids are derived from the content on request). Duplicate ids
+  in one release are refused, across batches too, in bounded memory.
+* **Ledger before publish.** The records of a release are staged while the output is
+  computed; :meth:`Release.commit` checks the budgets and records the release; only then is
+  the output published (:func:`protect_file` renames the finished file inside the commit
+  hook of :func:`privembed.io.atomic_output`, with SIGINT/SIGTERM held).
+* **Checks.** Inputs are validated per block (NaN/inf/zero rows, dimension), outputs are
+  checked finite before anything is published, the input dtype is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ._validation import DataError, check_embeddings, check_int
+from .accounting import MetricDP, PureDP, cost_of
+from .keyed import (
+    key_id as _key_id,
+)
+from .keyed import (
+    keyed_source,
+    record_tags,
+    release_context,
+    resolve_key,
+    tag_commitment,
+    text_digests,
+    vector_digests,
+)
+from .ledger import DuplicateIds, Ledger, StagedRelease, display_key, record_key
+from .mechanisms.base import Mechanism
+from .rng import CounterSource, GeneratorSource, NoiseSource, bit_generator_name, seed_stream_key
+
+__all__ = [
+    "PROTECTION_KEYS",
+    "Release",
+    "ReleaseSummary",
+    "charge_text",
+    "content_ids",
+    "protect",
+    "protect_file",
+]
+
+#: the entries of file metadata that describe a protection
+PROTECTION_KEYS = (
+    "protected",
+    "privembed_version",
+    "mechanism",
+    "guarantee",
+    "guarantee_text",
+    "randomness",
+    "key_id",
+    "keyed_generator",
+    "projection",
+    "previous_protection",
+)
+
+#: bit generators of :mod:`privembed.rng` that are cryptographic: keyed noise then uses AES
+_CSPRNGS = ("aes", "chacha")
+
+
+def default_keyed_generator() -> str:
+    """``"aes"`` when the randomness policy is a CSPRNG (:func:`privembed.rng.set_bit_generator`),
+    else ``"philox"``: the CSPRNG choice reaches keyed noise too."""
+    return "aes" if bit_generator_name() in _CSPRNGS else "philox"
+
+
+def content_ids(*, texts: Sequence[str] | None = None, X: Any = None) -> list[str]:
+    """Record ids derived from content, for inputs that carry none (explicit opt-in).
+
+    ``"sha256:<hex>"`` of the UTF-8 text, or ``"vec-sha256:<hex>"`` of the canonical float32
+    row. Equal contents get equal ids (and, keyed, identical releases).
+
+    Examples
+    --------
+    >>> content_ids(texts=["a"])[0][:15]
+    'sha256:ca978112'
+    """
+    if texts is not None:
+        return ["sha256:" + hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
+    if X is None:
+        raise ValueError("give texts or X.")
+    return ["vec-sha256:" + d.hex() for d in vector_digests(np.atleast_2d(np.asarray(X)))]
+
+
+def charge_text(mechanism: Mechanism) -> str:
+    """What one release charges per record, in words, at the point of use.
+
+    Examples
+    --------
+    >>> from privembed import LaplaceMechanism
+    >>> charge_text(LaplaceMechanism(epsilon=50.0))
+    'charged 100-LDP per record (50-d_X per unit of l2 distance on unit vectors: any two differ by at most 2)'
+    """
+    g = mechanism.guarantee
+    try:
+        c = cost_of(g)
+    except ValueError as exc:
+        return f"not chargeable: {exc}"
+    if c.noise_multiplier is not None:
+        return (
+            f"charged as Gaussian noise with multiplier {c.noise_multiplier:.4g} per record "
+            f"({g.short()}; repeated releases compose by the PLD accountant)"
+        )
+    if isinstance(g, MetricDP):
+        pure = next(x for x in g.implied if isinstance(x, PureDP))
+        factor = pure.epsilon / g.epsilon if g.epsilon else math.inf
+        return (
+            f"charged {pure.epsilon:.4g}-LDP per record ({g.epsilon:.4g}-d_X per unit of "
+            f"{g.metric.split(' (')[0]} distance on unit vectors: any two differ by at most "
+            f"{factor:.4g})"
+        )
+    return f"charged {g.short()} per record"
+
+
+class _IdSet:
+    """Bounded-memory duplicate detection for a release without a ledger (temporary SQLite)."""
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect("", isolation_level=None)  # private temporary file
+        self._db.execute("CREATE TABLE ids (k TEXT PRIMARY KEY) WITHOUT ROWID")
+
+    def add(self, keys: list[str]) -> None:
+        try:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT INTO ids VALUES (?)", ((k,) for k in keys))
+            self._db.execute("COMMIT")
+        except sqlite3.IntegrityError:
+            self._db.execute("ROLLBACK")
+            seen: set[str] = set()
+            dups = [k for k in keys if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
+            for k in dict.fromkeys(keys):
+                if self._db.execute("SELECT 1 FROM ids WHERE k = ?", (k,)).fetchone():
+                    dups.append(k)
+            dups = list(dict.fromkeys(dups))
+            shown = ", ".join(display_key(k) for k in dups[:5])
+            shown += f" and {len(dups) - 5} more" if len(dups) > 5 else ""
+            raise DuplicateIds(
+                f"record ids must be unique within one release; repeated: {shown} (equal ids "
+                "would release one record twice)."
+            ) from None
+
+    def close(self) -> None:
+        self._db.close()
+
+
+@dataclass
+class ReleaseSummary:
+    """What a finished release did."""
+
+    rows: int = 0
+    dim_in: int | None = None
+    dim_out: int | None = None
+    fresh: int | None = None
+    free: int | None = None
+    ledger_batch: str | None = None
+    destination: str | None = None
+    guarantee: str = ""
+    charge: str = ""
+    randomness: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class Release:
+    """One release of protected embeddings, batch by batch.
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+    key : bytes or path, optional
+        Secret key (or key file) for keyed noise; not with ``rng``.
+    rng : int, numpy.random.Generator or None
+        Without a key: ``None`` fresh OS entropy, an int or Generator reproducible noise.
+    generator : {"philox", "aes"}, optional
+        Counter-based generator of keyed noise (default: AES when the randomness policy is a
+        CSPRNG, else Philox).
+    ledger : Ledger, optional
+        Stage the records and commit them (:meth:`commit`) before publishing.
+    subject : str, optional
+        The subject (user, client) the release is charged to in the ledger.
+    model : str, optional
+        Id of the embedding model that produced the inputs (part of the keyed context).
+    destination : str, optional
+        Where the output goes (recorded in the ledger).
+    require_ids : bool
+        Refuse batches without ids even without a key or ledger.
+    name : str
+        Input name for messages.
+
+    Examples
+    --------
+    >>> from privembed import LaplaceMechanism
+    >>> X = np.eye(3, dtype=np.float32)
+    >>> with Release(LaplaceMechanism(epsilon=20.0), key=b"k" * 32) as r:
+    ...     Y = r.protect(X, ids=["a", "b", "c"])
+    >>> with Release(LaplaceMechanism(epsilon=20.0), key=b"k" * 32) as r:
+    ...     Y2 = r.protect(X[1:], ids=["b", "c"])       # same content, same ids: identical
+    >>> Y.dtype, bool(np.array_equal(Y2, Y[1:]))
+    (dtype('float32'), True)
+    """
+
+    def __init__(
+        self,
+        mechanism: Mechanism,
+        *,
+        key: Any = None,
+        rng: Any = None,
+        generator: str | None = None,
+        ledger: Ledger | None = None,
+        subject: str | None = None,
+        model: str | None = None,
+        destination: str | None = None,
+        require_ids: bool = False,
+        name: str = "X",
+    ) -> None:
+        if not isinstance(mechanism, Mechanism):
+            raise TypeError(f"mechanism must be a Mechanism, got mechanism={mechanism!r}.")
+        if key is not None and rng is not None:
+            raise ValueError("give a seed or a key, not both (keyed noise is deterministic).")
+        self.mechanism = mechanism
+        self.key = None if key is None else resolve_key(key)
+        self.key_id = None if self.key is None else _key_id(self.key)
+        self.generator = generator or default_keyed_generator()
+        if self.generator not in ("philox", "aes"):
+            raise ValueError(
+                f"generator must be one of 'philox', 'aes', got generator={self.generator!r}."
+            )
+        self.model = model
+        self.name = name
+        self.ledger = ledger
+        self.subject = subject
+        self.seeded = key is None and rng is not None
+        self._stream_key = seed_stream_key(rng) if self.seeded else None
+        self._root = np.random.SeedSequence() if key is None and rng is None else None
+        self.needs_ids = self.key is not None or ledger is not None or require_ids
+        self.staged: StagedRelease | None = None
+        if ledger is not None:
+            self.staged = ledger.stage(
+                mechanism, key_id=self.key_id, subject=subject, destination=destination
+            )
+        self._ids = _IdSet() if self.key is not None and ledger is None else None
+        self.summary = ReleaseSummary(
+            destination=destination,
+            guarantee=mechanism.guarantee.describe(),
+            charge=charge_text(mechanism),
+            randomness=self.randomness,
+        )
+        self.dim: int | None = None
+        self._committed = False
+        self._published = False
+        self._fingerprint = mechanism.fingerprint
+
+    # ---- description -----------------------------------------------------------------------
+    @property
+    def keyed(self) -> bool:
+        return self.key is not None
+
+    @property
+    def randomness(self) -> str:
+        if self.key_id:
+            return f"keyed (key id {self.key_id}, {self.generator})"
+        if self.seeded:
+            return "seeded (reproducible, experiments only)"
+        return "fresh OS entropy"
+
+    def metadata(self, dim: int | None = None) -> dict[str, Any]:
+        """The protection metadata written next to the output (``privembed info`` shows it)."""
+        from . import __version__
+
+        m = self.mechanism
+        out: dict[str, Any] = {
+            "protected": True,
+            "privembed_version": __version__,
+            "mechanism": m.config,
+            "guarantee": m.guarantee.to_dict(),
+            "guarantee_text": m.guarantee.describe(),
+            "randomness": self.randomness,
+        }
+        if self.key_id:
+            out["key_id"] = self.key_id
+            out["keyed_generator"] = self.generator
+        d = dim if dim is not None else self.dim
+        if d is not None:
+            out.update(m.release_metadata(d))
+        return out
+
+    # ---- batches ---------------------------------------------------------------------------
+    def _typed_keys(self, ids: Sequence[Any], n: int) -> tuple[list[Any], list[str]]:
+        id_list = list(ids)
+        if len(id_list) != n:
+            raise DataError(f"{self.name}: ids has {len(id_list)} entries but there are {n} rows.")
+        keys = []
+        for i, r in enumerate(id_list):
+            try:
+                keys.append(record_key(r))
+            except TypeError as exc:
+                raise DataError(f"{self.name}: row {self.summary.rows + i}: {exc}") from None
+        return id_list, keys
+
+    def protect(
+        self,
+        X: Any,
+        ids: Sequence[Any] | None = None,
+        *,
+        digests: Sequence[bytes] | None = None,
+        row_offset: int | None = None,
+    ) -> NDArray[Any]:
+        """Protect one (n, d) batch of this release; returns (n, output_dim) in X's float dtype.
+
+        Parameters
+        ----------
+        X : array_like, shape (n, d)
+        ids : sequence, length n, optional
+            Record ids (required with a key or ledger).
+        digests : sequence of bytes, optional
+            Content digests (keyed noise); default: :func:`privembed.keyed.vector_digests` of
+            ``X``. Text front ends pass :func:`privembed.keyed.text_digests`.
+        row_offset : int, optional
+            Absolute number of the batch's first row (default: rows released so far).
+
+        Raises
+        ------
+        privembed.DataError
+            Bad rows, missing or duplicate ids, a dimension that differs from earlier batches.
+        """
+        if self._committed:
+            raise RuntimeError("this release was already committed; start a new Release.")
+        m = self.mechanism
+        arr, _ = check_embeddings(
+            X, name=self.name, allow_zero=m.input_norm == "none", check_values=False
+        )
+        n, d = arr.shape
+        if self.dim is None:
+            m.check_dim(d)
+            self.dim = d
+        elif d != self.dim:
+            raise DataError(
+                f"{self.name}: batch has dimension {d} but earlier rows have {self.dim} "
+                "(dimension mismatch)."
+            )
+        offset = (
+            self.summary.rows if row_offset is None else check_int("row_offset", row_offset, ge=0)
+        )
+        keys: list[str] | None = None
+        if ids is not None:
+            id_list, keys = self._typed_keys(ids, n)
+        elif self.needs_ids:
+            raise DataError(
+                f"{self.name}: keyed noise and the ledger need record ids (line numbers are not "
+                "ids: another file's line 5 is another record); give an id column (--id-column) "
+                "or derive ids from the content (--ids-from-content)."
+            )
+        if self._ids is not None and keys is not None:
+            self._ids.add(keys)
+        tags: list[bytes] | None = None
+        source_for: Callable[[int, int], NoiseSource]
+        if self.key is not None:
+            tags = self._tags(arr, id_list, digests)
+            key, gen, tg = self.key, self.generator, tags
+
+            def keyed(start: int, stop: int) -> NoiseSource:
+                return keyed_source(key, tg[start:stop], generator=gen)
+
+            source_for = keyed
+        elif self._stream_key is not None:
+            sk = self._stream_key
+
+            def seeded(start: int, stop: int) -> NoiseSource:
+                return CounterSource(sk, CounterSource.row_ids(offset + start, stop - start))
+
+            source_for = seeded
+        else:
+            assert self._root is not None
+            entropy = self._root.entropy
+            from .rng import _from_seedseq
+
+            def fresh(start: int, stop: int) -> NoiseSource:
+                child = np.random.SeedSequence(entropy, spawn_key=(offset + start,))
+                return GeneratorSource(_from_seedseq(child))
+
+            source_for = fresh
+        Y = m.privatize_rows(arr, source_for, name=self.name, row_offset=offset)
+        if self.staged is not None:
+            assert keys is not None
+            commits = None if tags is None else [tag_commitment(t) for t in tags]
+            Yc = np.ascontiguousarray(Y)
+            outs = [hashlib.sha256(r.tobytes()).hexdigest()[:32] for r in Yc]
+            self.staged.add(keys, tags=commits, output_digests=outs)
+        self.summary.rows += n
+        self.summary.dim_in = d
+        self.summary.dim_out = Y.shape[1]
+        return Y
+
+    def _tags(
+        self, arr: NDArray[Any], id_list: list[Any], digests: Sequence[bytes] | None
+    ) -> list[bytes]:
+        assert self.key is not None
+        n, d = arr.shape
+        dg = list(digests) if digests is not None else vector_digests(arr)
+        if len(dg) != n:
+            raise ValueError(f"digests has {len(dg)} entries but there are {n} rows.")
+        ctx = release_context(
+            self._fingerprint, model=self.model, input_dim=d, generator=self.generator
+        )
+        return record_tags(self.key, ctx, id_list, dg)
+
+    def account(
+        self, X: Any, ids: Sequence[Any], *, digests: Sequence[bytes] | None = None
+    ) -> None:
+        """Stage records whose noise other processes draw (the shard and Ray engines: workers
+        hold a copy of this release without its ledger; the driver accounts the same rows)."""
+        if self.staged is None:
+            raise ValueError("account() needs a release with a ledger.")
+        arr, _ = check_embeddings(X, name=self.name, allow_zero=True, check_values=False)
+        if self.dim is None:
+            self.mechanism.check_dim(arr.shape[1])
+            self.dim = arr.shape[1]
+        id_list, keys = self._typed_keys(ids, arr.shape[0])
+        commits = None
+        if self.key is not None:
+            commits = [tag_commitment(t) for t in self._tags(arr, id_list, digests)]
+        self.staged.add(keys, tags=commits)
+        self.summary.rows += arr.shape[0]
+
+    # ---- other processes -------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        if self.seeded:
+            raise TypeError(
+                "a seeded release cannot be sent to other processes: every copy would repeat "
+                "the same noise; use a key (keyed noise) or fresh noise there."
+            )
+        if self.ledger is not None:
+            raise TypeError(
+                "a release with a ledger stays in its process; send a copy without the ledger "
+                "to workers and account their rows with account()."
+            )
+        state = dict(self.__dict__)
+        state["_ids"] = None
+        state["_root"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if self.key is None:
+            self._root = np.random.SeedSequence()  # each copy draws its own fresh entropy
+        else:
+            self._ids = _IdSet()
+
+    def worker_copy(self) -> Release:
+        """A copy without the ledger, for workers that draw the noise of this release."""
+        other = object.__new__(Release)
+        state = dict(self.__dict__)
+        state.update(ledger=None, staged=None, _ids=None, needs_ids=self.keyed)
+        other.__dict__.update(state)
+        if self.key is not None:
+            other._ids = _IdSet()
+        return other
+
+    # ---- finishing ---------------------------------------------------------------------------
+    def commit(self) -> ReleaseSummary:
+        """Record the release in the ledger (budgets checked); call before publishing."""
+        if self._committed:
+            return self.summary
+        if self.staged is not None:
+            self.staged.commit()
+            self.summary.fresh = self.staged.fresh
+            self.summary.free = self.staged.count - self.staged.fresh
+            self.summary.ledger_batch = self.staged.batch
+        self._committed = True
+        return self.summary
+
+    def mark_published(self) -> None:
+        """Note in the ledger that the committed output was published (once)."""
+        if self.staged is not None and self.staged.committed and not self._published:
+            self.staged.mark_published()
+        self._published = True
+
+    def close(self) -> None:
+        """Forget staged records that were not committed; release resources."""
+        if self.staged is not None and not self.staged.committed:
+            self.staged.discard()
+        if self._ids is not None:
+            self._ids.close()
+            self._ids = None
+
+    def __enter__(self) -> Release:
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: object) -> None:
+        try:
+            if exc_type is None:
+                self.commit()
+                self.mark_published()
+        finally:
+            self.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# one-call front ends
+# ---------------------------------------------------------------------------------------------
+
+
+def protect(
+    X: Any,
+    mechanism: Mechanism,
+    *,
+    ids: Sequence[Any] | None = None,
+    key: Any = None,
+    rng: Any = None,
+    ledger: Ledger | None = None,
+    subject: str | None = None,
+    model: str | None = None,
+    generator: str | None = None,
+) -> NDArray[Any]:
+    """Protect an in-memory batch as one release (ledger committed before returning).
+
+    Examples
+    --------
+    >>> from privembed import GaussianMechanism
+    >>> Y = protect(np.eye(4), GaussianMechanism(epsilon=5.0, delta=1e-5), rng=0)
+    >>> Y.shape
+    (4, 4)
+    """
+    arr, single = check_embeddings(X, allow_zero=True, check_values=False)
+    if single and ids is not None and (isinstance(ids, str | bytes) or np.ndim(ids) == 0):
+        ids = [ids]
+    with Release(
+        mechanism,
+        key=key,
+        rng=rng,
+        generator=generator,
+        ledger=ledger,
+        subject=subject,
+        model=model,
+    ) as rel:
+        Y = rel.protect(arr, ids)
+    return Y[0] if single else Y
+
+
+@contextlib.contextmanager
+def _open_ledger(
+    path: str | Path | Ledger | None,
+    budget_epsilon: float | None,
+    budget_delta: float | None,
+    on_wait: Callable[[Path], None] | None,
+    timeout: float,
+) -> Iterator[Ledger | None]:
+    if path is None:
+        if budget_epsilon is not None or budget_delta is not None:
+            raise ValueError("a budget needs a ledger (--ledger).")
+        yield None
+        return
+    if isinstance(path, Ledger):
+        path.confirm_budget(budget_epsilon, budget_delta)
+        yield path
+        return
+    with Ledger(path, on_wait=on_wait, timeout=timeout) as led:
+        led.confirm_budget(budget_epsilon, budget_delta)
+        yield led
+
+
+def protect_file(
+    src: str | Path,
+    dst: str | Path,
+    mechanism: Mechanism,
+    *,
+    key: Any = None,
+    rng: Any = None,
+    generator: str | None = None,
+    ledger: str | Path | Ledger | None = None,
+    budget_epsilon: float | None = None,
+    budget_delta: float | None = None,
+    subject: str | None = None,
+    column: str | None = None,
+    id_column: str | None = None,
+    text_field: str = "text",
+    ids_from_content: bool = False,
+    model: str | None = None,
+    embedder: Any = None,
+    batch_rows: int = 4096,
+    allow_reprotect: bool = False,
+    overwrite: bool = True,
+    ledger_timeout: float = 60.0,
+    on_start: Callable[[int], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    on_wait: Callable[[Path], None] | None = None,
+) -> ReleaseSummary:
+    """Protect an embeddings file (or a file of texts, embedded first) into ``dst``.
+
+    The output is written to a temporary file, the release is committed in the ledger (if
+    any), and only then is the file renamed into place: never an output without its ledger
+    rows. See :class:`Release` for ids, keyed noise and checks.
+
+    Raises
+    ------
+    privembed.DataError, ValueError, FileNotFoundError, FileExistsError
+        Bad input, parameters or destination -- before anything is written.
+    privembed.ledger.BudgetExceeded
+        The ledger refused the release (nothing is published).
+    """
+    from . import io
+
+    src, dst = Path(src), Path(dst)
+    io.detect_format(dst)
+    if not src.exists():
+        raise FileNotFoundError(f"file not found: {src}")
+    if not overwrite and dst.exists():
+        raise FileExistsError(f"output exists: {dst} (pass --overwrite to replace it).")
+    batch_rows = check_int("batch_rows", batch_rows, ge=1)
+    if is_text_file(src):
+        return _protect_texts_file(
+            src,
+            dst,
+            mechanism,
+            key=key,
+            rng=rng,
+            generator=generator,
+            ledger=ledger,
+            budget_epsilon=budget_epsilon,
+            budget_delta=budget_delta,
+            subject=subject,
+            text_field=text_field,
+            id_field=id_column or "id",
+            ids_from_content=ids_from_content,
+            model=model,
+            embedder=embedder,
+            overwrite=overwrite,
+            ledger_timeout=ledger_timeout,
+            on_start=on_start,
+            on_batch=on_batch,
+            on_wait=on_wait,
+        )
+    meta_in = io.read_metadata(src)
+    if meta_in.get("protected") and not allow_reprotect:
+        raise ValueError(
+            f"{src} is already protected ({meta_in.get('guarantee_text', 'unknown mechanism')}); "
+            "pass --allow-reprotect to protect it again (the guarantees compose)."
+        )
+    model_id = model or meta_in.get("embedding_model") or meta_in.get("model")
+    with (
+        _open_ledger(ledger, budget_epsilon, budget_delta, on_wait, ledger_timeout) as led,
+        Release(
+            mechanism,
+            key=key,
+            rng=rng,
+            generator=generator,
+            ledger=led,
+            subject=subject,
+            model=model_id,
+            destination=str(dst.resolve()),
+            name=src.name,
+        ) as rel,
+    ):
+
+        def fn(batch: Any) -> NDArray[Any]:
+            ids = batch.ids
+            if ids is None and ids_from_content and rel.needs_ids:
+                ids = content_ids(X=batch.X)
+            return rel.protect(batch.X, ids, row_offset=batch.start)
+
+        def meta(m: dict[str, Any]) -> dict[str, Any]:
+            out = {k: v for k, v in m.items() if k not in PROTECTION_KEYS}
+            _n, dim, _, _ = io.iter_batches(src, batch_rows=1, column=column, id_column=id_column)
+            out.update(rel.metadata(dim if dim > 0 else None))
+            if m.get("protected"):
+                out["previous_protection"] = {k: m[k] for k in ("mechanism", "guarantee") if k in m}
+            return out
+
+        io.transform_file(
+            src,
+            dst,
+            fn,
+            metadata=meta,
+            batch_rows=batch_rows,
+            column=column,
+            id_column=id_column,
+            on_start=on_start,
+            on_batch=on_batch,
+            commit=rel.commit,
+            overwrite=overwrite,
+        )
+        rel.mark_published()
+        return rel.summary
+
+
+def is_text_file(path: str | Path) -> bool:
+    """Whether ``path`` holds texts (``.txt``, or JSONL whose first object has ``text`` and no
+    ``embedding``) rather than embeddings."""
+    import json
+
+    p = Path(path)
+    if p.suffix.lower() == ".txt":
+        return True
+    if p.suffix.lower() not in (".jsonl", ".ndjson") or not p.exists():
+        return False
+    with p.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except (json.JSONDecodeError, RecursionError):
+                    return False
+                return isinstance(obj, dict) and "text" in obj and "embedding" not in obj
+    return False
+
+
+def _protect_texts_file(
+    src: Path,
+    dst: Path,
+    mechanism: Mechanism,
+    *,
+    key: Any,
+    rng: Any,
+    generator: str | None,
+    ledger: str | Path | Ledger | None,
+    budget_epsilon: float | None,
+    budget_delta: float | None,
+    subject: str | None,
+    text_field: str,
+    id_field: str,
+    ids_from_content: bool,
+    model: str | None,
+    embedder: Any,
+    overwrite: bool,
+    ledger_timeout: float,
+    on_start: Callable[[int], None] | None,
+    on_batch: Callable[[int], None] | None,
+    on_wait: Callable[[Path], None] | None,
+) -> ReleaseSummary:
+    from . import io
+
+    ids, texts = io.read_texts(src, text_key=text_field, id_key=id_field)
+    needs_ids = key is not None or ledger is not None
+    if ids is None and needs_ids:
+        if not ids_from_content:
+            raise DataError(
+                f"{src.name}: keyed noise and the ledger need record ids, and these texts have "
+                f"none (line numbers are not ids); add an {id_field!r} field (--id-column) or "
+                "derive ids from the text (--ids-from-content)."
+            )
+        ids = content_ids(texts=texts)
+    if embedder is None:
+        from .embedders import Embedder
+
+        embedder = Embedder(model)
+    emb_meta = embedder.metadata()
+    model_id = str(emb_meta.get("model_id") or emb_meta.get("embedding_model"))
+    with (
+        _open_ledger(ledger, budget_epsilon, budget_delta, on_wait, ledger_timeout) as led,
+        Release(
+            mechanism,
+            key=key,
+            rng=rng,
+            generator=generator,
+            ledger=led,
+            subject=subject,
+            model=model_id,
+            destination=str(dst.resolve()),
+            name=src.name,
+        ) as rel,
+    ):
+        if on_start:
+            on_start(len(texts))
+        X = embedder.encode(texts)  # after the ledger's fail-fast budget check
+        digests = text_digests(texts, model_id) if key is not None else None
+        Y = rel.protect(X, ids, digests=digests)
+        if on_batch:
+            on_batch(len(texts))
+        io.write_embeddings(
+            dst,
+            Y,
+            ids=ids,
+            metadata={**emb_meta, **rel.metadata(X.shape[1])},
+            src=src,
+            commit=rel.commit,
+            overwrite=overwrite,
+        )
+        rel.mark_published()
+        return rel.summary

@@ -1,0 +1,158 @@
+"""Text identity, per-subject budgets and ledger contention through the server.
+
+The attacks of "Guarantees that survive ordinary use", items 3 and 9: 256 case/whitespace
+variants of one note used to get independent noise and pass a per-text budget of 8; a ledger
+locked by another process stalled every request, queries included, while /healthz said 200.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from privembed.ledger import Ledger
+from privembed.server import text_record_id
+from privembed.server.service import Service
+
+from .conftest import API_KEYS, FULL_KEY, proxy
+
+AUTH = {"Authorization": f"Bearer {FULL_KEY}"}
+#: Laplace epsilon 2 per unit l2: pure 4-LDP per release on unit vectors
+MODELS = {
+    "docs": {"backend": "up", "mechanism": "laplace", "params": {"epsilon": 2.0}},
+    "queries": {"role": "queries", "documents": "docs"},
+}
+
+
+def _variants(note: str, n: int) -> list[str]:
+    """``n`` distinct case / whitespace variants of ``note`` (same canonical, case-folded form)."""
+    words = note.split()
+    out: list[str] = []
+    i = 0
+    while len(out) < n:
+        rng = np.random.default_rng(i)
+        i += 1
+        parts = [w.upper() if rng.random() < 0.5 else w for w in words]
+        seps = [" " * int(rng.integers(1, 4)) for _ in parts[1:]]
+        v = parts[0] + "".join(s + p for s, p in zip(seps, parts[1:], strict=True))
+        v = " " * int(rng.integers(0, 3)) + v + "\n" * int(rng.integers(0, 2))
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def _post(handle, body, headers=AUTH) -> httpx.Response:
+    return httpx.post(handle.base_url + "/embeddings", json=body, headers=headers, timeout=30)
+
+
+@pytest.mark.slow
+def test_256_variants_of_one_note_share_one_identity_and_budget(server_key, tmp_path):
+    ledger = tmp_path / "ledger.sqlite"
+    note = "Jane Roe was admitted with acute pancreatitis"
+    variants = _variants(note, 256)
+    assert len(set(variants)) == 256
+    assert len({text_record_id(server_key[1], v) for v in variants}) == 1  # one identity
+    with proxy(
+        server_key[0],
+        server={"ledger": str(ledger), "budget_epsilon": 8.0, "max_inputs": 8},
+        models=MODELS,
+        api_keys=[API_KEYS[0]],
+    ) as (handle, _, _):
+        accepted, refused = [], 0
+        for v in variants:
+            r = _post(handle, {"input": v, "model": "docs", "encoding_format": "float"})
+            if r.status_code == 200:
+                accepted.append(np.array(r.json()["data"][0]["embedding"]))
+            else:
+                assert r.status_code == 403 and "per-text privacy budget" in r.text
+                refused += 1
+        # budget 8, each variant a new release of the one identity (4-LDP): two pass, no more
+        assert len(accepted) == 2 and refused == 254
+        # the exact text released before is a free, identical re-release
+        again = _post(handle, {"input": variants[0], "model": "docs", "encoding_format": "float"})
+        assert again.status_code == 200
+        np.testing.assert_array_equal(np.array(again.json()["data"][0]["embedding"]), accepted[0])
+    with Ledger(ledger, readonly=True) as led:
+        spent = led.spent()
+    assert len(spent) == 1 and spent[0].epsilon == pytest.approx(8.0)
+
+
+def test_subject_budget_is_enforced_through_the_openai_client(server_key, tmp_path):
+    ledger = tmp_path / "ledger.sqlite"
+    with proxy(
+        server_key[0],
+        server={"ledger": str(ledger), "subject_budget_epsilon": 10.0},
+        models=MODELS,
+        api_keys=[API_KEYS[0]],
+    ) as (handle, _, _):
+        c = openai.OpenAI(base_url=handle.base_url, api_key=FULL_KEY, max_retries=0, timeout=30)
+        try:
+            # alice: two distinct texts (4 + 4 = 8 <= 10), a third would make 12
+            c.embeddings.create(model="docs", input=["first note", "second note"], user="alice")
+            with pytest.raises(openai.PermissionDeniedError, match="subject's privacy budget"):
+                c.embeddings.create(model="docs", input="a third, different note", user="alice")
+            # re-releasing alice's texts is free; another subject has its own budget
+            c.embeddings.create(model="docs", input="first note", user="alice")
+            c.embeddings.create(model="docs", input="a third, different note", user="bob")
+        finally:
+            c.close()
+        # the header names a subject when the body does not
+        r = _post(
+            handle, {"input": "x1", "model": "docs"}, {**AUTH, "X-Privembed-Subject": "carol"}
+        )
+        assert r.status_code == 200
+    with Ledger(ledger, readonly=True) as led:
+        assert led.spent_subject("alice").epsilon == pytest.approx(8.0)
+        assert led.spent_subject("bob").epsilon == pytest.approx(4.0)
+        assert led.spent_subject("carol").epsilon == pytest.approx(4.0)
+
+
+def test_a_locked_ledger_gives_503_and_never_stalls_queries(server_key, tmp_path):
+    ledger = tmp_path / "ledger.sqlite"
+    Ledger(ledger).close()
+    with proxy(
+        server_key[0],
+        server={"ledger": str(ledger), "ledger_timeout_s": 0.5},
+        models=MODELS,
+        api_keys=[API_KEYS[0]],
+    ) as (handle, _, _):
+        assert _post(handle, {"input": "warm", "model": "docs"}).status_code == 200
+        holder = sqlite3.connect(ledger, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another process holds the ledger
+        try:
+            t0 = time.monotonic()
+            r = _post(handle, {"input": "needs the ledger", "model": "docs"})
+            assert r.status_code == 503 and r.json()["error"]["code"] == "ledger_busy"
+            assert int(r.headers["Retry-After"]) >= 1
+            assert time.monotonic() - t0 < 5
+            health = httpx.get(handle.base_url.removesuffix("/v1") + "/healthz").json()
+            assert health["ledger"]["state"] == "busy" and health["status"] == "degraded"
+            # queries never touch the ledger: answered at once
+            t0 = time.monotonic()
+            assert _post(handle, {"input": "a query", "model": "queries"}).status_code == 200
+            assert time.monotonic() - t0 < 2
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert _post(handle, {"input": "needs the ledger", "model": "docs"}).status_code == 200
+        health = httpx.get(handle.base_url.removesuffix("/v1") + "/healthz").json()
+        assert health["ledger"]["state"] == "ok" and health["status"] == "ok"
+
+
+def test_texts_with_one_clean_vector_share_an_identity():
+    """The alias rule: a clean vector first seen under identity A claims later texts."""
+    svc = Service.__new__(Service)
+    svc._bkeys = {"b": bytes(32)}
+    from collections import OrderedDict
+
+    svc._aliases = OrderedDict()
+    svc.alias_capacity = 4
+    X = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    assert svc._alias("b", X, ["a", "b", "c"]) == ["a", "b", "c"]
+    # "z" embeds exactly like "a" (say, a variant the canonical form missed): it becomes "a"
+    assert svc._alias("b", X[[0, 2]], ["z", "y"]) == ["a", "c"]
