@@ -186,6 +186,12 @@ def advise(
     _print(result)
 
 
+def _meets(target: bool, ceiling: bool) -> str:
+    return {(True, True): "both", (True, False): "target", (False, True): "ceiling"}.get(
+        (target, ceiling), "neither"
+    )
+
+
 def _print(result: Any) -> None:
     from rich.table import Table
 
@@ -195,26 +201,29 @@ def _print(result: Any) -> None:
     cols = [result.target.metric, *dict.fromkeys(f.metric for f in result.ceilings)]
     t = Table(title=f"Smallest setting meeting {result.target.text()}")
     t.add_column("mechanism", overflow="fold", no_wrap=False)
-    t.add_column("setting", overflow="fold", no_wrap=False)
-    t.add_column("guarantee", overflow="fold")
+    t.add_column("point", overflow="fold")
+    t.add_column("setting and guarantee", overflow="fold", no_wrap=False)
     for c in cols:
-        t.add_column(c, justify="right")
-    t.add_column("meets both", justify="center")
+        t.add_column(c, justify="right", overflow="fold")
+    t.add_column("meets", justify="center")
     for m in result.mechanisms:
         if m.value is None:
-            t.add_row(m.mechanism, "none up to 1e7", "-", *["-"] * len(cols), "no")
+            t.add_row(m.mechanism, "target", "none up to 1e7", *["-"] * len(cols), "-")
             continue
         vals = [f"{m.measured.get(c, float('nan')):.3f}" for c in cols]
         t.add_row(
-            m.mechanism, f"{m.parameter} = {m.value:.4g}", m.guarantee_short, *vals,
-            "yes" if m.ok else "no",
+            m.mechanism, "smallest meeting the target",
+            f"{m.parameter} = {m.value:.4g}: {m.guarantee_short}", *vals,
+            _meets(m.meets_target, m.meets_ceiling),
         )  # fmt: skip
         side = m.attack_side
         if side is not None:
             vals = [f"{side['measured'].get(c, float('nan')):.3f}" for c in cols]
+            hit = side["measured"].get(result.target.metric, float("nan")) >= result.target.value
             t.add_row(
-                f"{m.mechanism}: largest meeting the ceiling",
-                f"{m.parameter} = {side['value']:.4g}", side["guarantee_short"], *vals, "no",
+                "", "largest under the ceiling",
+                f"{m.parameter} = {side['value']:.4g}: {side['guarantee_short']}", *vals,
+                _meets(hit, bool(side["meets_ceiling"])),
             )  # fmt: skip
     console.print(t)
     console.print(result.sentence(), highlight=False)

@@ -56,12 +56,12 @@ T26_SETTINGS: dict[str, Any] = {"hidden": (512, 256, 128), "epochs": 20, "lr": 1
 #: Settings for *auditing* a release (what ``privembed evaluate`` and
 #: :class:`~privembed.evaluation.TokenLeakage` use by default). An audit is only evidence when
 #: the attack recovers more than a blind attacker from unprotected embeddings, and [T26]'s
-#: settings do not on a few hundred records: on the demo notes and on the PII sentences
-#: (all-MiniLM-L6-v2, 150 attacker records, 150 targets, 3 seeds) their leakage excess over the
-#: blind attacker was -0.005 to +0.002 (95% intervals containing 0 or below it). One hidden layer
-#: of 256, 40 epochs at lr 3e-3, and "recovered" = the 10 most probable tokens of a text gave
-#: +0.017 to +0.020 on the demo notes and +0.056 to +0.063 on the PII sentences, every interval's
-#: lower end above 0 (the sweep of 48 settings is in docs/evaluation.md, "Attack strength").
+#: settings often do not on a few hundred records: on the demo notes and on the PII sentences
+#: (all-MiniLM-L6-v2, 150 attacker records, 150 targets, seeds 0-2) the 95% interval of their
+#: leakage excess over the blind attacker excluded 0 in 1 of 3 seeds on each corpus. One hidden
+#: layer of 256, 40 epochs at lr 3e-3 and "recovered" = the 10 most probable tokens of a text
+#: excluded it in 3 of 3 on both (excess +0.017 to +0.023 on the demo notes, +0.056 to +0.063
+#: on the PII sentences); docs/reproductions/attack_strength.py measures six settings.
 AUDIT_SETTINGS: dict[str, Any] = {"hidden": (256,), "epochs": 40, "lr": 3e-3, "top_k": 10}
 
 

@@ -14,7 +14,7 @@ __all__ = ["CSS", "TEMPLATE"]
 CSS = """
 *{box-sizing:border-box}
 body{font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;margin:0 auto;max-width:1180px;
-padding:1.2em 2em;color:#1b1b1b;line-height:1.45;overflow-wrap:anywhere}
+padding:1.2em 2em;color:#1b1b1b;line-height:1.45;overflow-wrap:break-word}
 h1{font-size:1.6em;margin-bottom:.2em}h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:separate;border-spacing:0;font-size:.82em;margin:.6em 0}
 th,td{border:1px solid #d6d6d6;border-width:0 1px 1px 0;padding:.25em .5em;text-align:right;vertical-align:top;background:#fff}
@@ -31,11 +31,12 @@ th.weak,td.weak{background:#f6f0f0;color:#8a6d6d;font-style:italic}
 .box{border:2px solid #2c7a2c;border-radius:6px;padding:.6em 1em;background:#f6fbf6}
 .warn{border-color:#b36b00;background:#fff8ec}
 .muted{color:#666;font-size:.9em}figure{margin:1em 0}figure img{max-width:100%;height:auto;border:1px solid #eee}
-code{background:#f4f4f4;padding:0 .2em}details{margin:.3em 0}
+code{background:#f4f4f4;padding:0 .2em;white-space:nowrap}details{margin:.3em 0}
+table.kv td{overflow-wrap:anywhere}
 """
 
 TEMPLATE = """{% macro kv_table(items) -%}
-<table>{% for k, v in items %}<tr><th class='l'>{{ k }}</th><td class='l'>{{ v }}</td></tr>{% endfor %}</table>
+<table class="kv">{% for k, v in items %}<tr><th class='l'>{{ k }}</th><td class='l'>{{ v }}</td></tr>{% endfor %}</table>
 {%- endmacro %}<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">

@@ -233,9 +233,9 @@ def setting_note(mechanism: Mechanism, dim: int) -> SettingNote:
         eps, delta = ldp
         if eps > VACUOUS_LDP_EPSILON:
             notes.append(
-                f"the guarantee is vacuous in practice: it implies {eps:.3g}-LDP per record, "
+                f"the guarantee is vacuous in practice: it implies {eps:.4g}-LDP per record, "
                 f"above {VACUOUS_LDP_EPSILON:g} (a release may multiply an attacker's odds on "
-                f"any yes/no question about the record by e^{eps:.3g})."
+                f"any yes/no question about the record by e^{eps:.4g})."
             )
         if delta > VACUOUS_DELTA:
             notes.append(

@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 
 from .._validation import DataError, check_embeddings, check_int
 from ..accounting import Guarantee, NoGuarantee, guarantee_from_dict
-from ..mechanisms import MECHANISMS, Mechanism, get_mechanism
+from ..mechanisms import MECHANISMS, Mechanism, build_mechanism
 from ..rng import spawn
 from .privacy import (
     NOT_CHECKED,
@@ -161,7 +161,8 @@ class SweepConfig:
         return None
 
     def build(self) -> Mechanism:
-        """The mechanism object."""
+        """The mechanism object (:func:`~privembed.mechanisms.build_mechanism`; a ``profile``
+        is the Mahalanobis mechanism's ``mask``, read from the file)."""
         params = dict(self.params)
         profile = params.pop("profile", None)
         expected = params.pop("profile_sha256", None)
@@ -178,13 +179,8 @@ class SweepConfig:
                     f"profile is a parameter of the mahalanobis mechanism only, got it for "
                     f"{self.mechanism!r}."
                 )
-            from ..mechanisms import MahalanobisMechanism
-
-            eps = params.pop("epsilon", None)
-            if eps is None:
-                raise ValueError("mahalanobis needs epsilon.")
-            return MahalanobisMechanism.from_profile(profile, epsilon=eps, **params)
-        return get_mechanism(self.mechanism, **params)
+            params["mask"] = profile
+        return build_mechanism(self.mechanism, **params)
 
     def to_dict(self) -> dict[str, Any]:
         return {"mechanism": self.mechanism, "params": dict(self.params)}
@@ -644,9 +640,7 @@ class SweepResult:
 
     def weak_columns(self) -> list[str]:
         """Columns (privacy and reference) of attacks too weak to be evidence."""
-        return [
-            c for c in self.metric_names() if (chk := self.attack_check(c)) and not chk.passed
-        ]
+        return [c for c in self.metric_names() if (chk := self.attack_check(c)) and not chk.passed]
 
     # ---- derived views ----------------------------------------------------------------------
     def guarantee(self, config: SweepConfig) -> Guarantee:
