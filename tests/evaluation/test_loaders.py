@@ -175,46 +175,66 @@ def test_gcide_documents_are_definitions_without_quotes_notes_or_tags():
     task = gcide_retrieval(GCIDE, split="all")
     assert isinstance(task, MTEBRetrieval) and task.name == "gcide-all"
     docs = dict(zip(task.doc_ids, task.doc_texts, strict=True))
-    assert docs["Accrue#1.1"] == "Accrue: To increase; to augment."
-    assert docs["Accrue#2.0"] == "Accrue: Something that accrues; advantage accruing. [Obs.]"
+    assert docs["Accrue#1.1"] == "To increase; to augment."
+    # the document never names its headword: its own forms are masked
+    assert docs["Accrue#2.0"] == "Something that ___; advantage ___. [Obs.]"
+    # ... but only forms: "cavern" is not a form of "cave"
+    assert docs["Cave#1.0"].endswith("a subterraneous cavern; a den.")
     # accent code [ae] -> ae, braces and the source tag removed
     assert docs["Lark#1.0"].endswith("genus Alauda, of the family Alaudidae.")
-    assert docs["Lark#1.1"].startswith("Lark bunting: (Zool.), a fringilline bird")
+    assert docs["Lark#1.1"].startswith("(Zool.), a fringilline bird")
     text = " ".join(task.doc_texts)
     for gone in ("Webster", "WordNet", "Note:", "skylark", "Syn:", "rubicund", "heaven's gate",
-                 "Spenser", "[imp.", "\\Ac*crue"):  # fmt: skip
+                 "Spenser", "[imp.", "\\Ac*crue", "Lark bunting", "accru"):  # fmt: skip
         assert gone not in text
     # index entries that point into the same article ("Accrued", "It accrues") add nothing
     assert len(task.doc_ids) == len(set(task.doc_ids)) == 9
     assert all(not i.startswith(("Accrued", "It accrues")) for i in task.doc_ids)
+    # mask="query": the document is "<headword>: <definition>"
+    q_task = gcide_retrieval(GCIDE, split="all", mask="query")
+    assert q_task.doc_texts[0] == "Accrue: To increase; to augment."
+    assert q_task.doc_ids == task.doc_ids
+    with pytest.raises(ValueError, match="mask must be one of"):
+        gcide_retrieval(GCIDE, mask="both")
 
 
-def test_gcide_queries_mask_the_headword_and_point_at_the_illustrated_sense():
+def test_gcide_queries_point_at_the_illustrated_sense():
     from privembed.evaluation.loaders import gcide_retrieval
 
     task = gcide_retrieval(GCIDE, split="all")
     q = dict(zip(task.query_texts, task.query_ids, strict=True))
-    # sense 1 vs sense 2 of the same article; inflections from the header are masked
-    assert task.qrels[q["And though power failed, her courage did ___."]] == {"Accrue#1.1": 1.0}
-    adv = "The great and essential advantages ___ to society from the freedom of the press."
+    # sense 1 vs sense 2 of the same article; the attribution is cut, the word kept
+    assert task.qrels[q["And though power failed, her courage did accrue."]] == {"Accrue#1.1": 1.0}
+    adv = "The great and essential advantages accruing to society from the freedom of the press."
     assert task.qrels[q[adv]] == {"Accrue#1.2": 1.0}
-    assert "Hark, hark! the ___ at heaven's gate sings." in q  # attribution cut
-    assert "The ___ ran about in the granary all the night long." in q  # "pl. {Mice}"
-    assert "The ___ of the village stood along one narrow street." in q  # stem "hous" + "es"
-    # "Interest accrued." (2 words) and "Not a mouse stirring." (3 unmasked words) are too short
-    assert len(task.query_ids) == 6
-    assert all("accru" not in t.lower() for t in task.query_texts)
-    # every judged document exists
+    assert "Hark, hark! the lark at heaven's gate sings." in q
+    # "Interest accrued." (2 words) is too short; "Not a mouse stirring." has 4
+    assert len(task.query_ids) == 7 and "Not a mouse stirring." in q
     assert {d for r in task.qrels.values() for d in r} <= set(task.doc_ids)
     assert len(gcide_retrieval(GCIDE, split="all", min_words=9).query_ids) == 4
-    assert len(gcide_retrieval(GCIDE, split="all", max_words=8).query_ids) == 2  # 7 words each
+    assert len(gcide_retrieval(GCIDE, split="all", max_words=8).query_ids) == 3
+
+
+def test_gcide_mask_query_hides_every_listed_form():
+    from privembed.evaluation.loaders import gcide_retrieval
+
+    task = gcide_retrieval(GCIDE, split="all", mask="query")
+    q = set(task.query_texts)
+    assert "And though power failed, her courage did ___." in q
+    assert "The great and essential advantages ___ to society from the freedom of the press." in q
+    assert "The ___ ran about in the granary all the night long." in q  # "pl. {Mice}"
+    assert "The ___ of the village stood along one narrow street." in q  # stem "hous" + "es"
+    assert "They did square, and carve, and pollish fine stones in the ___." in q
+    # masked words do not count: "Not a ___ stirring." has 3 words left
+    assert len(task.query_ids) == 6
+    assert all("accru" not in t.lower() for t in task.query_texts)
 
 
 def test_gcide_splits_are_by_headword_and_share_the_corpus():
     from privembed.evaluation.loaders import gcide_retrieval, gcide_split
 
     tasks = {s: gcide_retrieval(GCIDE, split=s) for s in ("train", "dev", "test")}
-    assert [len(t.query_ids) for t in tasks.values()] == [4, 1, 1]
+    assert [len(t.query_ids) for t in tasks.values()] == [5, 1, 1]
     assert tasks["dev"].query_ids == ["q:Cave#1.0:0"]
     assert tasks["test"].query_ids == ["q:House#1.1:0"]
     assert len({tuple(t.doc_ids) for t in tasks.values()}) == 1  # one corpus
