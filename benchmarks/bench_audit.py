@@ -21,6 +21,10 @@ where even that law, with no sampling error, stays below half the claim (the rel
 private than claimed for this pair -- its exact value is shown).
 
 ``--raw`` audits the noise law before renormalisation instead (``renormalize=False``).
+``--planted`` audits the four planted bugs of issue 21 instead of the grid (defined below, as
+in ``tests/test_audit.py``): a Laplace radius with Gamma shape d - 1, a Mahalanobis Sigma
+normalised to trace 1 instead of d, a halved Gaussian sigma, and the classic calibration
+presented as (50, 1e-5)-LDP.
 
 Epsilons of metric claims (Laplace, Mahalanobis, Purkayastha) are per unit of their metric: the
 pair's bound divided by its distance (2 for l2, 2/sqrt(Sigma_max) for Mahalanobis, pi for
@@ -44,7 +48,85 @@ from typing import Any
 import numpy as np
 
 from privembed import get_mechanism
+from privembed.accounting import ApproxDP
 from privembed.audit import audit, max_certifiable_epsilon
+from privembed.mechanisms import GaussianMechanism, LaplaceMechanism, MahalanobisMechanism
+
+
+class GammaShapeMinusOne(LaplaceMechanism):
+    """Planted: Laplace radius drawn with Gamma shape d - 1 instead of d."""
+
+    def _perturb(self, X: Any, source: Any) -> Any:
+        n, d = X.shape
+        u = source.normal(n, d)
+        r = source.gamma(float(d - 1), n) / self.epsilon
+        u *= (r / np.linalg.norm(u, axis=1))[:, None]
+        return X + u
+
+
+class TraceOneMahalanobis(MahalanobisMechanism):
+    """Planted: samples with Sigma normalised to trace 1 while claiming trace d."""
+
+    def _perturb(self, X: Any, source: Any) -> Any:
+        Y = super()._perturb(X, source)
+        return X + (Y - X) / math.sqrt(X.shape[1])
+
+
+class HalfSigmaGaussian(GaussianMechanism):
+    """Planted: noise with half the calibrated sigma."""
+
+    def _perturb(self, X: Any, source: Any) -> Any:
+        noise = source.normal(*X.shape)
+        noise *= self.sigma / 2.0
+        return X + noise
+
+
+class ClassicAsClaimed(GaussianMechanism):
+    """Planted: the classic sigma presented as the requested (epsilon, delta)."""
+
+    @property
+    def guarantee(self) -> Any:
+        return ApproxDP(self.epsilon, self.delta, neighbouring="any two unit vectors")
+
+
+def planted(n: int, seed: int) -> int:
+    """Audit the planted bugs; one row each."""
+    half = [1.0, 0.0] * 8
+    cases = [
+        ("Laplace radius Gamma(d-1)", GammaShapeMinusOne(epsilon=1.0), 2),
+        ("Laplace radius Gamma(d-1)", GammaShapeMinusOne(epsilon=1.0), 16),
+        ("Laplace radius Gamma(d-1)", GammaShapeMinusOne(epsilon=1.0), 384),
+        ("Mahalanobis Sigma trace 1", TraceOneMahalanobis(epsilon=1.0, mask=[1.0, 0.0]), 2),
+        ("Mahalanobis Sigma trace 1", TraceOneMahalanobis(epsilon=1.0, mask=half), 16),
+        ("Gaussian sigma halved", HalfSigmaGaussian(epsilon=1.0, delta=1e-5), 16),
+        ("Gaussian sigma halved", HalfSigmaGaussian(epsilon=4.0, delta=1e-5), 2),
+        (
+            "classic sigma as (50, 1e-5)",
+            ClassicAsClaimed(epsilon=50.0, delta=1e-5, calibration="classic"),
+            16,
+        ),
+    ]
+    head = (
+        "| planted bug | d | claimed ε | audited ≥ | sampling | white-box | white-box finding "
+        "| N per side | s |"
+    )
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    caught = 0
+    for i, (label, m, d) in enumerate(cases):
+        r = audit(m, dim=d, samples=n, rng=seed + i)
+        wb = r.whitebox
+        assert wb is not None
+        unit = "" if r.metric is None else "/unit"
+        sampling = "violation" if r.sampling_violation else "-"
+        caught += r.verdict == "violation"
+        print(
+            f"| {label} | {d} | {r.claimed_epsilon:g}{unit} | {r.epsilon_lower:.3f} | {sampling} "
+            f"| {wb.verdict} | {wb.reason} | {r.samples:.0e} | {r.seconds:.0f} |",
+            flush=True,
+        )
+    print(f"\n{caught} of {len(cases)} planted bugs caught", file=sys.stderr)
+    return 0 if caught == len(cases) else 1
 
 
 def _mechanism(name: str, eps: float, d: int, raw: bool) -> Any:
@@ -78,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--json", default=None, help="write every AuditResult.to_dict() here")
     ap.add_argument("--raw", action="store_true", help="audit with renormalize=False")
+    ap.add_argument("--planted", action="store_true", help="audit the planted bugs instead")
     args = ap.parse_args(argv)
+    if args.planted:
+        return planted(args.samples, args.seed)
     names = [s for s in args.mechanisms.split(",") if s]
     eps_list = [float(s) for s in args.eps.split(",") if s]
     dims = [int(s) for s in args.dims.split(",") if s]

@@ -202,6 +202,19 @@ def test_classic_calibration_presented_as_50_1e5_ldp_caught_by_the_whitebox():
     assert audit(honest, dim=16, rng=4, **FAST).verdict == "consistent"
 
 
+def test_purkayastha_angle_table_truncation_breaks_the_pure_claim_at_large_epsilon():
+    # found by this audit in the shipped sampler (not planted): the angle table drops the mass
+    # more than 60 nats below the mode, so for antipodal inputs x1 produces, with probability
+    # delta, outputs x0 never does. At eps = 20, d = 2 that delta is 0.94 (the pair's pure
+    # claim is 62.8 nats, beyond any sampling audit); at eps <= 4 it is below 1e-20.
+    fam = AUDITORS["purkayastha"]
+    bad = get_mechanism("purkayastha", epsilon=20.0)
+    assert fam.truncation_delta(bad, 2) == pytest.approx(0.941, abs=0.005)
+    wb = whitebox_check(bad, dim=2, samples=5000, rng=0)
+    assert wb.verdict == "violation" and "delta=0.941" in wb.reason
+    assert fam.truncation_delta(get_mechanism("purkayastha", epsilon=4.0), 16) < 1e-20
+
+
 def test_classifier_score_also_catches_the_singular_radius():
     pytest.importorskip("sklearn")
     r = audit(

@@ -16,6 +16,7 @@ planted bug is audited as the family it claims to be):
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -166,6 +167,7 @@ class AngleLaw:
 
     def __init__(self, epsilon: float, d: int, m: int = 200_001) -> None:
         self.epsilon, self.d = float(epsilon), int(d)
+        self._norm: float | None = None
         lo, hi = self._support()
         self.theta = np.linspace(lo, hi, m)
         logf = self.log_density(self.theta)
@@ -217,6 +219,32 @@ class AngleLaw:
 
     def cdf(self, t: NDArray[Any]) -> NDArray[Any]:
         return np.interp(t, self.theta, self.cdf_grid, left=0.0, right=1.0)
+
+    def mass(self, a: float, b: float) -> float:
+        """P(a <= theta <= b) by adaptive quadrature (accurate also for tiny intervals)."""
+        a, b = max(a, 0.0), min(b, math.pi)
+        if not b > a:
+            return 0.0
+        top = float(np.max(self.log_density(self.theta)))
+
+        def f(t: float) -> float:
+            return math.exp(float(self.log_density(np.array([t]))[0]) - top)
+
+        if self._norm is None:
+            self._norm = self._quad(f, float(self.theta[0]), float(self.theta[-1]))
+        return min(1.0, self._quad(f, a, b) / self._norm)
+
+    @staticmethod
+    def _quad(f: Any, a: float, b: float) -> float:
+        from scipy import integrate
+
+        pts = np.linspace(a, b, 9)
+        return float(
+            sum(
+                integrate.quad(f, x, y, limit=200, epsabs=0.0)[0]
+                for x, y in itertools.pairwise(pts)
+            )
+        )
 
     def moments(self) -> tuple[float, float]:
         mean = float(self.weights @ self.theta)
@@ -829,9 +857,21 @@ class PurkayasthaFamily(Family):
             ),
             _sphere_coordinate_test("tangent direction uniform", cos_t, d - 1, a),
         )
-        estimates = (Estimate("epsilon (angle law MLE)", eps_hat, eps_lo, eps_hi, claim_eps),)
+        trunc = self.truncation_delta(mech, d)
+        estimates = (
+            Estimate("epsilon (angle law MLE)", eps_hat, eps_lo, eps_hi, claim_eps),
+            Estimate("delta of the pure claim from the sampler's angle range", trunc, claimed=0.0),
+        )
         failed = [t for t in tests if not t.passed]
-        if failed:
+        if trunc > self.truncation_tolerance:
+            verdict = "violation"
+            reason = (
+                f"the sampler's angle table covers [{self._range(mech, d)[0]:.4g}, "
+                f"{self._range(mech, d)[1]:.6g}] rad only: for antipodal inputs, outputs that x0 "
+                f"can never produce have probability {trunc:.3g} under x1, so the pure "
+                f"{math.pi * claim_eps:.4g}-LDP claim holds only with delta={trunc:.3g}"
+            )
+        elif failed:
             verdict = "violation"
             reason = "output is not the claimed law: " + "; ".join(
                 f"{t.name} p={t.pvalue:.3g}" for t in failed
@@ -860,6 +900,28 @@ class PurkayasthaFamily(Family):
             verdict=verdict,
             reason=reason,
         )
+
+    #: a truncated angle range is reported as a violation above this delta (the reference law's
+    #: own rounding is ~1e-14)
+    truncation_tolerance: ClassVar[float] = 1e-10
+
+    @staticmethod
+    def _range(mech: Mechanism, d: int) -> tuple[float, float]:
+        edges = mech.angle_table(d).edges  # type: ignore[attr-defined]
+        return float(edges[0]), float(edges[-1])
+
+    def truncation_delta(self, mech: Mechanism, d: int) -> float:
+        """Probability, under x1 = -x0, of outputs the sampler cannot produce from x0.
+
+        The sampler draws angles from a table on [lo, hi] (mass outside it is dropped). An
+        output at angle theta from x1 is at pi - theta from x0, so x1's outputs with theta in
+        [lo, pi - hi) or (pi - lo, hi] have density 0 under x0: for the antipodal pair the
+        release is (pi eps, delta) with at least this delta, not pure. Computed with the
+        reference law (:class:`AngleLaw`), from the table's public range.
+        """
+        lo, hi = self._range(mech, d)
+        law = AngleLaw(self.claim(mech).epsilon, d, m=2001)
+        return law.mass(lo, math.pi - hi) + law.mass(math.pi - lo, hi)
 
     def score_law(self, mech: Mechanism, pair: Pair, d: int) -> ScoreLaw | None:
         if not pair.antipodal:
