@@ -133,6 +133,16 @@ def test_profile_from_embeddings_agrees_with_from_scores_and_round_trips(tmp_pat
         ScoreProfile.load(tmp_path / "other.npz")
 
 
+def test_documents_can_stand_in_for_queries():
+    rng = np.random.default_rng(7)
+    X, _ = _corpus(rng, n=500, d=32)
+    prof = ScoreProfile.from_embeddings(X[:10], X, top_k=5, rng=0)
+    assert prof.n_docs == 499 and prof.counts.sum(axis=1).tolist() == [499] * 10
+    assert np.all(prof.top[:, 0] < 1.0 - 1e-6)
+    with_self = ScoreProfile.from_embeddings(X[:10], X, top_k=5, exclude_identical=False, rng=0)
+    np.testing.assert_allclose(with_self.top[:, 0], 1.0, atol=1e-5)
+
+
 def test_rho_is_the_mean_residual_cosine():
     rng = np.random.default_rng(4)
     d = 200

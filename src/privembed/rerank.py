@@ -243,25 +243,41 @@ class ScoreProfile:
 
     @classmethod
     def from_scores(
-        cls, scores: Any, *, dim: int, top_k: int = 100, bins: int = DEFAULT_BINS, rho: float = 0.0
+        cls,
+        scores: Any,
+        *,
+        dim: int,
+        top_k: int = 100,
+        bins: int = DEFAULT_BINS,
+        rho: float = 0.0,
+        exclude_identical: bool = False,
     ) -> ScoreProfile:
-        """A profile from clean cosines ``scores`` of shape (n_queries, n_docs)."""
+        """A profile from clean cosines ``scores`` of shape (n_queries, n_docs).
+
+        ``exclude_identical`` drops, per query, the scores above 1 - 1e-6 (the query's own
+        document when documents stand in for queries); ``n_docs`` is then the smallest count
+        left over the queries.
+        """
         S = np.asarray(scores, dtype=np.float64)
         if S.ndim != 2 or S.shape[1] < 2:
             raise DataError(
                 f"scores must be (n_queries, n_docs) with n_docs >= 2, got shape {S.shape}."
             )
+        if exclude_identical:
+            S = np.where(S > 1.0 - 1e-6, -np.inf, S)
         bins = check_int("bins", bins, ge=10)
         top_k = min(check_int("top_k", top_k, ge=1), S.shape[1])
         edges = np.linspace(-1.0, 1.0, bins + 1)
         idx = np.clip(np.searchsorted(edges, np.clip(S, -1.0, 1.0), side="right") - 1, 0, bins - 1)
         counts = np.zeros((S.shape[0], bins), dtype=np.int64)
         for r in range(S.shape[0]):
-            counts[r] = np.bincount(idx[r], minlength=bins)
+            counts[r] = np.bincount(idx[r][np.isfinite(S[r])], minlength=bins)
         top = -np.sort(
             -np.partition(S, S.shape[1] - top_k, axis=1)[:, S.shape[1] - top_k :], axis=1
         )
-        return cls(counts, top, S.shape[1], dim, rho, edges)
+        if exclude_identical and not np.isfinite(top).all():
+            raise DataError("fewer than top_k documents are left after excluding identical ones.")
+        return cls(counts, top, int(counts.sum(axis=1).min()), dim, rho, edges)
 
     @classmethod
     def from_embeddings(
@@ -273,6 +289,7 @@ class ScoreProfile:
         bins: int = DEFAULT_BINS,
         rho_sample: int = 2000,
         block: int = 256,
+        exclude_identical: bool = True,
         rng: Any = None,
     ) -> ScoreProfile:
         """A profile from sample query embeddings and the corpus' (exact) document embeddings.
@@ -288,6 +305,9 @@ class ScoreProfile:
             Largest k for which the profile can answer.
         rho_sample : int, default 2000
             Documents sampled (with ``rng``) to estimate :attr:`rho`.
+        exclude_identical : bool, default True
+            Leave out a query's own document (cosine above 1 - 1e-6), so that documents of the
+            corpus can serve as sample queries.
         """
         Q, _ = check_embeddings(queries, name="queries")
         D, _ = check_embeddings(documents, name="documents", dim=Q.shape[1])
@@ -300,7 +320,9 @@ class ScoreProfile:
         top = np.zeros((Q.shape[0], top_k))
         for s in range(0, Q.shape[0], block):
             S = (Q[s : s + block].astype(np.float32) @ D32.T).astype(np.float64)
-            part = cls.from_scores(S, dim=Q.shape[1], top_k=top_k, bins=bins)
+            part = cls.from_scores(
+                S, dim=Q.shape[1], top_k=top_k, bins=bins, exclude_identical=exclude_identical
+            )
             counts[s : s + S.shape[0]] = part.counts
             top[s : s + S.shape[0]] = part.top
         gen = as_generator(rng)
@@ -312,7 +334,7 @@ class ScoreProfile:
         return cls(
             counts,
             top,
-            D.shape[0],
+            int(counts.sum(axis=1).min()),
             Q.shape[1],
             _residual_rho(Q, D32[pick].astype(np.float64)),
             edges,
