@@ -35,16 +35,19 @@ Format (version 1, little-endian)::
     offset  size  field
     0       3     magic b"PEP"
     3       1     version = 1
-    4       1     flags: bit 0 float16 vector (else float32), bit 1 text, bit 2 metadata
+    4       1     flags: bit 0 float16 vector (else float32), bit 1 text, bit 2 metadata,
+                  bit 3 zero padding
     5       4     key check
     9       4     binding check
     13      4     plaintext length
     17      12    nonce
     29      n+16  AES-256-GCM(plaintext) || tag
     plaintext = u32 d || vector (d float32/float16) [|| u32 len || UTF-8 text]
-                [|| u32 len || metadata as canonical JSON]
+                [|| u32 len || metadata as canonical JSON] [|| zero bytes]
 
 Overhead: 45 bytes + 4 per field; a 384-d float32 vector seals to 1,585 bytes (float16: 817).
+The length of a payload is the one thing it shows: it gives away the length of the text and
+metadata unless ``pad_to`` rounds every plaintext up to a multiple of that many bytes.
 
 Examples
 --------
@@ -74,7 +77,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._optional import require
-from ._validation import DataError, check_choice
+from ._validation import DataError, check_choice, check_int
 from .keyed import load_key, typed_id
 
 __all__ = [
@@ -91,8 +94,8 @@ FORMAT_VERSION = 1
 _MAGIC = b"PEP"
 _HEADER = struct.Struct("<3sBB4s4sI12s")  # magic, version, flags, key check, binding, length, nonce
 _TAG = 16
-_F16, _TEXT, _META = 1, 2, 4
-_KNOWN_FLAGS = _F16 | _TEXT | _META
+_F16, _TEXT, _META, _PAD = 1, 2, 4, 8
+_KNOWN_FLAGS = _F16 | _TEXT | _META | _PAD
 _AD_DOMAIN = b"privembed/payload/v1/ad\x00"
 _U32 = struct.Struct("<I")
 _DTYPES: dict[str, np.dtype[Any]] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
@@ -175,6 +178,9 @@ class PayloadCodec:
         derived keys are kept.
     dtype : {"float32", "float16"}, default "float32"
         How :meth:`seal` stores vectors. :meth:`open` reads either.
+    pad_to : int, default 0
+        Round every plaintext up to a multiple of this many bytes with zeros (0: no padding),
+        so that payload lengths do not reveal text or metadata lengths (up to the multiple).
 
     Notes
     -----
@@ -182,12 +188,13 @@ class PayloadCodec:
     derived keys and a cache of AES-GCM objects per collection.
     """
 
-    def __init__(self, key: bytes, *, dtype: str = "float32") -> None:
+    def __init__(self, key: bytes, *, dtype: str = "float32", pad_to: int = 0) -> None:
         if not isinstance(key, bytes | bytearray):
             raise TypeError(f"key must be bytes, got key of type {type(key).__name__}.")
         if len(key) < 16:
             raise ValueError(f"key must be at least 16 bytes, got {len(key)} bytes.")
         self.dtype = check_choice("dtype", dtype, tuple(_DTYPES))
+        self.pad_to = check_int("pad_to", pad_to, ge=0)
         aead = require("cryptography.hazmat.primitives.ciphers.aead", "secure", purpose="payloads")
         hkdf = require("cryptography.hazmat.primitives.kdf.hkdf", "secure", purpose="payloads")
         hashes = require("cryptography.hazmat.primitives.hashes", "secure", purpose="payloads")
@@ -202,9 +209,11 @@ class PayloadCodec:
         self._collections: dict[str, tuple[Any, bytes]] = {}
 
     @classmethod
-    def from_key_file(cls, path: str | Path, *, dtype: str = "float32") -> PayloadCodec:
+    def from_key_file(
+        cls, path: str | Path, *, dtype: str = "float32", pad_to: int = 0
+    ) -> PayloadCodec:
         """A codec for the key in a privembed key file (:func:`privembed.keyed.keygen`)."""
-        return cls(load_key(path), dtype=dtype)
+        return cls(load_key(path), dtype=dtype, pad_to=pad_to)
 
     @property
     def key_check(self) -> str:
@@ -288,6 +297,9 @@ class PayloadCodec:
             parts += [_U32.pack(len(b)), b]
             flags |= _META
         plaintext = b"".join(parts)
+        if self.pad_to and len(plaintext) % self.pad_to:
+            plaintext += bytes(self.pad_to - len(plaintext) % self.pad_to)
+            flags |= _PAD
         ad_record = self._ad_record(record_id, collection)
         binding = hmac.digest(ck, b"binding\x00" + ad_record, "sha256")[:4]
         nonce = os.urandom(12)
@@ -414,6 +426,8 @@ class PayloadCodec:
             raise PayloadError(
                 f"payload of {where} has a malformed body ({exc}).", cause="format"
             ) from None
+        if flags & _PAD and not any(plaintext[pos:]):
+            pos = len(plaintext)
         if pos != len(plaintext):
             raise PayloadError(
                 f"payload of {where} has {len(plaintext) - pos} stray bytes.", cause="format"
