@@ -300,7 +300,8 @@ class Recommendation:
                 + (
                     self.point_text(result, self.nearest_attack)
                     if self.nearest_attack is not None
-                    else "none meets it"
+                    else "none of the tested settings meets it (smaller epsilons would; "
+                    "'privembed advise' finds the largest that does)"
                 )
             )
         return lines
