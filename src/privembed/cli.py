@@ -11,7 +11,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from ._cli.common import console, err_console, fail, progress, user_errors
+from ._cli.common import OneLineErrors, console, err_console, fail, progress, user_errors
 
 app = typer.Typer(
     name="privembed",
@@ -19,6 +19,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineErrors,
 )
 
 
@@ -380,9 +381,21 @@ from ._cli.stores import register as _register_stores  # noqa: E402 - after the 
 _register_stores(app)
 
 
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM as an exception: temporary outputs are removed on the way out."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     """Console-script entry point."""
-    app()
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        app(prog_name="privembed")
+    except KeyboardInterrupt:  # Ctrl-C while the command line is being parsed
+        err_console.print("interrupted", highlight=False)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,11 +17,13 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from typer.core import TyperGroup
 
 from .._validation import DataError
 
 __all__ = [
     "USER_ERRORS",
+    "OneLineErrors",
     "console",
     "err_console",
     "fail",
@@ -49,6 +51,54 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# typer vendors click: its exception classes, found through the public typer.BadParameter
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class OneLineErrors(TyperGroup):
+    """The top-level command group: usage errors (a bad option value, a missing argument, an
+    unknown option) print one ``error:`` line and exit 2, like every other user error, instead
+    of a multi-line box; Ctrl-C exits 130."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        run = functools.partial(
+            super().main,
+            args,
+            prog_name,
+            complete_var,
+            windows_expand_args=windows_expand_args,
+            **extra,
+        )
+        if not standalone_mode:
+            return run(standalone_mode=False)
+        try:
+            rv = run(standalone_mode=False)
+        except _UsageError as exc:
+            ctx = getattr(exc, "ctx", None)
+            cmd = ctx.command_path if ctx is not None else "privembed"
+            msg = " ".join(exc.format_message().split())
+            err_console.print(
+                f"error: {msg} (see '{cmd} --help')", style="bold red", highlight=False,
+                soft_wrap=True,
+            )  # fmt: skip
+            sys.exit(2)
+        except _ClickException as exc:
+            err_console.print(f"error: {' '.join(exc.format_message().split())}", soft_wrap=True)
+            sys.exit(exc.exit_code)
+        except (typer.Abort, KeyboardInterrupt):
+            err_console.print("interrupted", highlight=False)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
 
 def fail(message: str, code: int = 2) -> None:
