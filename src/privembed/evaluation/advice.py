@@ -326,14 +326,44 @@ def epsilon_for_cosine(
     def cos(v: float) -> float | None:
         return _closed_form(SweepConfig(mechanism, {**extra, xp: v}).build(), dim)
 
-    probe = cos(1.0)
-    if probe is None:
+    if cos(1.0) is None:
         return None
-    if xp == "sigma":
-        return _bisect_log(
-            lambda v: (cos(v) or 0.0) >= target, 1e-6, 1e3, rel=rel, increasing=False
-        )
-    return _bisect_log(lambda v: (cos(v) or 0.0) >= target, _LO, _HI, rel=rel)
+    lo, hi = (1e-6, 1e3) if xp == "sigma" else (_LO, _HI)
+    return _root_log(lambda v: cos(v) or 0.0, target, lo, hi, rel=rel, increasing=xp != "sigma")
+
+
+def _root_log(
+    f: Callable[[float], float],
+    target: float,
+    lo: float,
+    hi: float,
+    *,
+    rel: float,
+    increasing: bool,
+) -> float | None:
+    """Where a continuous monotone ``f`` crosses ``target`` on [lo, hi] (Brent's method on log
+    x), returned on the side where ``f >= target``; None if ``f`` never reaches ``target``."""
+    from scipy.optimize import brentq
+
+    a, b = math.log(lo), math.log(hi)
+    fa, fb = f(lo) - target, f(hi) - target
+    if increasing:
+        if fb < 0:
+            return None
+        if fa >= 0:
+            return lo
+    else:
+        if fa < 0:
+            return None
+        if fb >= 0:
+            return hi
+    xtol = math.log1p(rel) / 2
+    t = brentq(lambda u: f(math.exp(u)) - target, a, b, xtol=xtol)
+    for _ in range(50):  # step to the side that meets the target
+        if f(math.exp(t)) >= target:
+            return math.exp(t)
+        t = t + xtol if increasing else t - xtol
+    return math.exp(t)
 
 
 def _round(v: float, digits: int = 2) -> float:
@@ -358,12 +388,12 @@ def theory_grid(
 
     Examples
     --------
-    >>> theory_grid("gaussian", 384)
-    [24.0, 130.0, 350.0, 900.0, 3600.0]
+    >>> theory_grid("gaussian", 384, cosines=(0.1, 0.5, 0.9))   # default: 0.1, 0.3, ..., 0.9
+    [24.0, 350.0, 3600.0]
     """
     out = []
     for c in cosines:
-        v = epsilon_for_cosine(mechanism, c, dim, params=params)
+        v = epsilon_for_cosine(mechanism, c, dim, params=params, rel=1e-3)
         if v is None:
             if X is None:
                 raise ValueError(
@@ -595,7 +625,7 @@ def advise(
     -----
     For the mean cosine of the Gaussian, Laplace and Purkayastha mechanisms the epsilon comes
     from the closed form (:func:`epsilon_for_cosine`) and is then measured; if the measured mean
-    falls short it is raised by 2% steps until it meets the target. For any other metric or
+    falls short it is raised by 1% steps until it meets the target. For any other metric or
     mechanism it is found by bisection on log epsilon with one measured release per probe (to
     1% relative precision), then measured with ``runs`` releases. The attack side assumes that
     attacks do not get weaker as epsilon grows: when the ceiling is missed at the smallest
@@ -660,13 +690,13 @@ def advise(
         if value is None:
             out.append(MechanismAdvice(name, xp, None, method))
             continue
-        # measure at value (runs releases); raise by 2% steps if the mean falls short
-        for _ in range(25):
+        # measure at value (runs releases); raise by 1% steps if the mean falls short
+        for _ in range(50):
             cfg = SweepConfig(name, {**p, xp: value})
             measured = _mean_measure(A, cfg, runs=runs, seed=seed, evaluator=ev, attacks=[])
             if measured.get(target.metric, -math.inf) >= target.value:
                 break
-            value = value / 1.02 if xp == "sigma" else value * 1.02
+            value = value / 1.01 if xp == "sigma" else value * 1.01
         value = float(value)
         cfg = SweepConfig(name, {**p, xp: value})
         say(f"{name}: measuring the attacks at {xp} = {value:.4g}")
