@@ -71,6 +71,24 @@ def check_real(
     return v
 
 
+def check_noise_epsilon(epsilon: Any, name: str = "epsilon") -> float:
+    """``epsilon > 0`` whose noise scale ``1/epsilon`` (and ``d/epsilon``) is finite.
+
+    Examples
+    --------
+    >>> check_noise_epsilon(1e-320)
+    Traceback (most recent call last):
+    ...
+    ValueError: epsilon=1e-320 is too small: the noise scale 1/epsilon is not a finite number.
+    """
+    eps = check_real(name, epsilon, gt=0)
+    if not math.isfinite(1e6 / eps):
+        raise ValueError(
+            f"{name}={eps!r} is too small: the noise scale 1/{name} is not a finite number."
+        )
+    return eps
+
+
 def check_int(name: str, value: Any, *, ge: int | None = None, le: int | None = None) -> int:
     """Validate an integer parameter.
 

@@ -380,11 +380,18 @@ def _sidecar_meta(p: Path) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _load_npz(p: Path) -> Any:
-    try:
-        return np.load(p, allow_pickle=False)
-    except Exception as exc:
-        raise DataError(f"cannot read {p} as .npz: {str(exc).splitlines()[0]}") from None
+@contextlib.contextmanager
+def _load_npz(p: Path) -> Iterator[Any]:
+    """An open ``.npz`` (our own file handle: closed even when numpy refuses the file)."""
+    with p.open("rb") as fh:
+        try:
+            z = np.load(fh, allow_pickle=False)
+        except Exception as exc:
+            raise DataError(f"cannot read {p} as .npz: {str(exc).splitlines()[0]}") from None
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise DataError(f"cannot read {p} as .npz: it holds a single array (a .npy file?).")
+        with z:
+            yield z
 
 
 def _npz_meta(z: Any, where: Path | str = "file") -> dict[str, Any]:
@@ -534,7 +541,8 @@ def read_texts(
     p = Path(path)
     _require_exists(p)
     if p.suffix.lower() == ".txt":
-        texts = [ln.rstrip("\n") for ln in p.open(encoding="utf-8") if ln.strip()]
+        with p.open(encoding="utf-8") as fh:
+            texts = [ln.rstrip("\n") for ln in fh if ln.strip()]
         if not texts:
             raise DataError(f"{p} contains no text.")
         return None, texts

@@ -52,6 +52,7 @@ __all__ = [
     "Spent",
     "StagedRelease",
     "display_key",
+    "ledger_for_command",
     "record_key",
 ]
 
@@ -185,6 +186,23 @@ def display_key(key: str) -> str:
     if kind == "s":
         return repr(rest)
     return key
+
+
+@contextlib.contextmanager
+def ledger_for_command(path: str | Path, **kwargs: Any) -> Iterator[Ledger]:
+    """Open a ledger for one command; if the command created it and then fails, remove it
+    again (with its WAL files), so a failed command leaves nothing behind."""
+    p = Path(path)
+    created = not p.exists()
+    try:
+        with Ledger(p, **kwargs) as led:
+            yield led
+    except BaseException:
+        if created:
+            for q in (p, p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm")):
+                with contextlib.suppress(FileNotFoundError):
+                    q.unlink()
+        raise
 
 
 def _is_ledger(db: sqlite3.Connection) -> bool | str:

@@ -50,7 +50,14 @@ from .keyed import (
     text_digests,
     vector_digests,
 )
-from .ledger import DuplicateIds, Ledger, StagedRelease, display_key, record_key
+from .ledger import (
+    DuplicateIds,
+    Ledger,
+    StagedRelease,
+    display_key,
+    ledger_for_command,
+    record_key,
+)
 from .mechanisms.base import Mechanism
 from .rng import CounterSource, GeneratorSource, NoiseSource, bit_generator_name, seed_stream_key
 
@@ -580,7 +587,7 @@ def _open_ledger(
         path.confirm_budget(budget_epsilon, budget_delta)
         yield path
         return
-    with Ledger(path, on_wait=on_wait, timeout=timeout) as led:
+    with ledger_for_command(path, on_wait=on_wait, timeout=timeout) as led:
         led.confirm_budget(budget_epsilon, budget_delta)
         yield led
 

@@ -118,9 +118,9 @@ def _open_ledger(
     if path is None:
         yield None
         return
-    from ..ledger import Ledger
+    from ..ledger import ledger_for_command
 
-    with Ledger(
+    with ledger_for_command(
         path,
         on_wait=lambda p: err_console.print(
             f"waiting for the ledger {p} (locked by another process)...", highlight=False

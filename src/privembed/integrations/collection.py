@@ -385,6 +385,8 @@ def index_file(
     needs_ids = key is not None or ledger is not None
     seen = _IdSet() if needs_ids else None
     rows = 0
+    store_path = Path(path)
+    created = not store_path.exists()
     try:
         with ProtectedCollection.open(
             store,
@@ -438,6 +440,12 @@ def index_file(
                 "treatment": col.treatment.description,
                 "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
             }
+    except BaseException:
+        if created and store_path.exists():  # a failed first index leaves no store behind
+            import shutil
+
+            shutil.rmtree(store_path, ignore_errors=True)
+        raise
     finally:
         if seen is not None:
             seen.close()

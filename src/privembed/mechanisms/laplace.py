@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .. import theory
-from .._validation import check_real
+from .._validation import check_noise_epsilon
 from ..accounting import Guarantee, MetricDP, PureDP
 from ..rng import NoiseSource
 from .base import Mechanism
@@ -71,7 +71,7 @@ class LaplaceMechanism(Mechanism):
     def __init__(
         self, *, epsilon: float, input_norm: str = "normalize", renormalize: bool = True
     ) -> None:
-        self.epsilon = check_real("epsilon", epsilon, gt=0)
+        self.epsilon = check_noise_epsilon(epsilon)
         self._init_common(input_norm, renormalize)
 
     @property

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_real
+from .._validation import DataError, check_noise_epsilon, check_real
 from ..accounting import Guarantee, MetricDP, PureDP
 from ..rng import NoiseSource
 from .base import Mechanism
@@ -135,7 +135,7 @@ class MahalanobisMechanism(Mechanism):
         input_norm: str = "normalize",
         renormalize: bool = True,
     ) -> None:
-        self.epsilon = check_real("epsilon", epsilon, gt=0)
+        self.epsilon = check_noise_epsilon(epsilon)
         self.mask_delta = check_real("mask_delta", mask_delta, ge=0)
         self.smoothing = check_real("smoothing", smoothing, ge=0, le=1)
         self._init_common(input_norm, renormalize)

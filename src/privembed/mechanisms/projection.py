@@ -68,6 +68,9 @@ _KIND_CODE = {"gaussian": 1, "sparse": 2, "srht": 3}
 _FORMAT = "privembed.jl_projection/1"
 #: rows per SRHT block: a (2^m, block) float temporary stays cache-sized
 _SRHT_BLOCK = 1024
+#: largest public matrix built in memory (float64 bytes); larger requests are refused with a
+#: one-line error instead of exhausting memory
+MAX_MATRIX_BYTES = 2 << 30
 
 
 # ------------------------------------------------------------------------------------------
@@ -254,8 +257,19 @@ class JLProjection:
         ss = np.random.SeedSequence([self.seed, _KIND_CODE[self.kind], d, self.k])
         return np.random.Generator(np.random.PCG64(ss))
 
+    def check_size(self, d: int) -> None:
+        """Refuse a matrix that would not fit in memory (:data:`MAX_MATRIX_BYTES`)."""
+        need = 8 * self.k * d
+        if need > MAX_MATRIX_BYTES:
+            raise DataError(
+                f"a {self.kind} projection with k={self.k} from d={d} needs "
+                f"{need / 2**30:.1f} GiB for its matrix (limit {MAX_MATRIX_BYTES / 2**30:.0f} "
+                "GiB): choose a smaller k."
+            )
+
     def _build(self, d: int) -> _Built:
         d = check_int("d", d, ge=1)
+        self.check_size(d)
         built = self._cache.get(d)
         if built is not None:
             return built
@@ -630,9 +644,6 @@ class PrivateProjection(Mechanism):
     def output_dim(self, d: int) -> int:
         return self.k
 
-    #: largest public matrix built in memory (float64 bytes); larger requests are refused
-    max_matrix_bytes: int = 4 << 30
-
     def check_dim(self, d: int) -> None:
         """Refuse a dimension the configuration cannot serve (too large a matrix, or a
         dimension other than the constructor's ``input_dim``); calibrates sigma for ``d``."""
@@ -642,13 +653,7 @@ class PrivateProjection(Mechanism):
                 f"X has dimension {d} but this projection was built for input_dim="
                 f"{self._input_dim} (dimension mismatch)."
             )
-        need = 8 * self.k * (d if self.kind != "srht" else 1)
-        if need > self.max_matrix_bytes:
-            raise DataError(
-                f"a {self.kind} projection with k={self.k} from d={d} needs "
-                f"{need / 2**30:.1f} GiB for its matrix (limit {self.max_matrix_bytes / 2**30:.0f}"
-                " GiB): choose a smaller k."
-            )
+        self.projection.check_size(d)
         self.sigma_for(d)
 
     def release_metadata(self, d: int) -> dict[str, Any]:

@@ -1,0 +1,106 @@
+"""The release path end to end: metadata that travels with every output, dtypes, text inputs
+with content-derived ids, and seeded output that no batching or thread count changes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from privembed import LaplaceMechanism
+from privembed.cli import app
+from privembed.io import read_embeddings, read_metadata, sidecar_path, write_embeddings
+from privembed.keyed import keygen
+from privembed.mechanisms.base import get_num_threads, set_num_threads
+from privembed.release import content_ids, protect_file
+
+runner = CliRunner()
+
+
+def test_npy_outputs_carry_their_metadata_and_refuse_reprotection(tmp_path):
+    src = tmp_path / "x.npy"
+    np.save(src, np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32))
+    out = tmp_path / "p.npy"
+    r = runner.invoke(app, ["protect", str(src), "-o", str(out), "-m", "laplace", "--epsilon", "9"])
+    assert r.exit_code == 0, r.output
+    assert sidecar_path(out).exists()
+    meta = read_metadata(out)
+    assert meta["protected"] and meta["mechanism"]["mechanism"] == "laplace"
+    r = runner.invoke(
+        app, ["protect", str(out), "-o", str(tmp_path / "q.npy"), "-m", "laplace", "--epsilon", "9"]
+    )
+    assert r.exit_code == 2 and "already protected" in " ".join(r.stderr.split())
+    # a sidecar that belongs to another file (the .npy was replaced) is not this file's
+    np.save(out, np.ones((3, 8), dtype=np.float32))
+    assert read_metadata(out) == {}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_input_dtype_is_kept(tmp_path, dtype):
+    src = tmp_path / "x.npz"
+    write_embeddings(src, np.random.default_rng(0).standard_normal((4, 8)).astype(dtype))
+    out = tmp_path / "y.npz"
+    protect_file(src, out, LaplaceMechanism(epsilon=9.0), rng=1)
+    assert read_embeddings(out).X.dtype == dtype
+
+
+class _FakeEmbedder:
+    """Stands in for the model: a unit vector seeded by the text."""
+
+    def metadata(self):
+        return {"embedding_model": "fake-model", "dim": 8, "normalized": True}
+
+    def encode(self, texts):
+        import hashlib
+
+        rows = []
+        for t in texts:
+            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
+            v = np.random.default_rng(seed).standard_normal(8)
+            rows.append(v / np.linalg.norm(v))
+        return np.asarray(rows, dtype=np.float32)
+
+
+def test_texts_without_ids_take_content_ids_on_request(tmp_path):
+    key = tmp_path / "k.key"
+    keygen(key)
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("the patient has diabetes\nshared line\n")
+    b.write_text("the patient has cancer\nshared line\n")
+    mech = LaplaceMechanism(epsilon=20.0)
+    with pytest.raises(ValueError, match="line numbers are not ids"):
+        protect_file(a, tmp_path / "oa.parquet", mech, key=key, embedder=_FakeEmbedder())
+    for f in (a, b):
+        protect_file(f, tmp_path / f"o{f.stem}.parquet", mech, key=key, ids_from_content=True,
+                     embedder=_FakeEmbedder())  # fmt: skip
+    A, B = read_embeddings(tmp_path / "oa.parquet"), read_embeddings(tmp_path / "ob.parquet")
+    assert list(A.ids) == content_ids(texts=["the patient has diabetes", "shared line"])
+    assert not np.array_equal(A.X[0], B.X[0])  # line 1 of two files: two records
+    assert np.array_equal(A.X[1], B.X[1])  # the same text: the same record, the same vector
+
+
+def test_seeded_output_is_the_same_for_cli_api_batches_and_threads(tmp_path):
+    X = np.random.default_rng(3).standard_normal((5000, 16)).astype(np.float32)
+    src = tmp_path / "x.parquet"
+    write_embeddings(src, X, ids=list(range(len(X))))
+    mech = LaplaceMechanism(epsilon=30.0)
+    ref = mech.privatize(X, rng=12345)
+    outs = []
+    for rows in ("4096", "2048", "1000", "7"):
+        out = tmp_path / f"o{rows}.parquet"
+        r = runner.invoke(app, ["protect", str(src), "-o", str(out), "-m", "laplace",
+                                "--epsilon", "30", "--seed", "12345", "--batch-rows", rows])  # fmt: skip
+        assert r.exit_code == 0, r.output
+        outs.append(read_embeddings(out).X)
+    for Y in outs:
+        np.testing.assert_array_equal(Y, ref)
+    old = get_num_threads()
+    try:
+        for n in (1, 2, 3):
+            set_num_threads(n)
+            np.testing.assert_array_equal(mech.privatize(X, rng=12345), ref)
+    finally:
+        set_num_threads(old)
+    # a slice of the array, told where it starts, gets the same rows
+    np.testing.assert_array_equal(mech.privatize(X[1000:1500], rng=12345, row_offset=1000),
+                                  ref[1000:1500])  # fmt: skip
