@@ -53,8 +53,12 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
 F = TypeVar("F", bound=Callable[..., Any])
 
 # typer vendors click: its exception classes, found through the public typer.BadParameter
-_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
-_ClickException = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_UsageError: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+_ClickException: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
 
 
 class OneLineErrors(TyperGroup):
@@ -62,7 +66,7 @@ class OneLineErrors(TyperGroup):
     unknown option) print one ``error:`` line and exit 2, like every other user error, instead
     of a multi-line box; Ctrl-C exits 130."""
 
-    def main(  # type: ignore[override]
+    def main(
         self,
         args: Any = None,
         prog_name: str | None = None,
@@ -86,15 +90,16 @@ class OneLineErrors(TyperGroup):
         except _UsageError as exc:
             ctx = getattr(exc, "ctx", None)
             cmd = ctx.command_path if ctx is not None else "privembed"
-            msg = " ".join(exc.format_message().split())
+            msg = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
             err_console.print(
                 f"error: {msg} (see '{cmd} --help')", style="bold red", highlight=False,
                 soft_wrap=True,
             )  # fmt: skip
             sys.exit(2)
         except _ClickException as exc:
-            err_console.print(f"error: {' '.join(exc.format_message().split())}", soft_wrap=True)
-            sys.exit(exc.exit_code)
+            msg = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+            err_console.print(f"error: {msg}", soft_wrap=True)
+            sys.exit(getattr(exc, "exit_code", 1))
         except (typer.Abort, KeyboardInterrupt):
             err_console.print("interrupted", highlight=False)
             sys.exit(130)
