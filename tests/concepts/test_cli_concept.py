@@ -120,7 +120,9 @@ def test_learn_show_combine_and_protect(tmp_path, toy_model):
     )
     assert r.exit_code == 0, r.output
     t = read_embeddings(dst)
-    assert t.X.shape == X.shape and t.metadata["mechanism"]["sigma_source"] == "mask"
+    assert t.X.shape == X.shape and t.metadata["mechanism"]["mechanism"] == "mahalanobis"
+    # the release records the configuration it used: the combined profile's mask
+    np.testing.assert_allclose(t.metadata["mechanism"]["mask"], ConceptProfile.load(both).mask)
 
 
 def test_user_errors(tmp_path, toy_model):
