@@ -49,6 +49,7 @@ from .keyed import (
     tag_commitment,
     text_digests,
     vector_digests,
+    vector_tags,
 )
 from .ledger import (
     DuplicateIds,
@@ -318,7 +319,7 @@ class Release:
         return out
 
     # ---- batches ---------------------------------------------------------------------------
-    def _typed_keys(self, ids: Sequence[Any], n: int) -> tuple[list[Any], list[str]]:
+    def _typed_keys(self, ids: Sequence[Any], n: int) -> list[str]:
         id_list = list(ids)
         if len(id_list) != n:
             raise DataError(f"{self.name}: ids has {len(id_list)} entries but there are {n} rows.")
@@ -328,7 +329,7 @@ class Release:
                 keys.append(record_key(r))
             except TypeError as exc:
                 raise DataError(f"{self.name}: row {self.summary.rows + i}: {exc}") from None
-        return id_list, keys
+        return keys
 
     def protect(
         self,
@@ -376,7 +377,7 @@ class Release:
         )
         keys: list[str] | None = None
         if ids is not None:
-            id_list, keys = self._typed_keys(ids, n)
+            keys = self._typed_keys(ids, n)
         elif self.needs_ids:
             raise DataError(
                 f"{self.name}: keyed noise and the ledger need record ids (line numbers are not "
@@ -388,7 +389,8 @@ class Release:
         tags: list[bytes] | None = None
         source_for: Callable[[int, int], NoiseSource]
         if self.key is not None:
-            tags = self._tags(arr, id_list, digests)
+            assert keys is not None
+            tags = self._tags(arr, keys, digests)
             key, gen, tg = self.key, self.generator, tags
 
             def keyed(start: int, stop: int) -> NoiseSource:
@@ -425,17 +427,19 @@ class Release:
         return Y
 
     def _tags(
-        self, arr: NDArray[Any], id_list: list[Any], digests: Sequence[bytes] | None
+        self, arr: NDArray[Any], keys: list[str], digests: Sequence[bytes] | None
     ) -> list[bytes]:
         assert self.key is not None
         n, d = arr.shape
-        dg = list(digests) if digests is not None else vector_digests(arr)
-        if len(dg) != n:
-            raise ValueError(f"digests has {len(dg)} entries but there are {n} rows.")
         ctx = release_context(
             self._fingerprint, model=self.model, input_dim=d, generator=self.generator
         )
-        return record_tags(self.key, ctx, id_list, dg)
+        typed = [k.encode("utf-8", errors="surrogateescape") for k in keys]
+        if digests is None:
+            return vector_tags(self.key, ctx, typed, arr)
+        if len(digests) != n:
+            raise ValueError(f"digests has {len(digests)} entries but there are {n} rows.")
+        return record_tags(self.key, ctx, typed, digests)
 
     def account(
         self, X: Any, ids: Sequence[Any], *, digests: Sequence[bytes] | None = None
@@ -448,10 +452,10 @@ class Release:
         if self.dim is None:
             self.mechanism.check_dim(arr.shape[1])
             self.dim = arr.shape[1]
-        id_list, keys = self._typed_keys(ids, arr.shape[0])
+        keys = self._typed_keys(ids, arr.shape[0])
         commits = None
         if self.key is not None:
-            commits = [tag_commitment(t) for t in self._tags(arr, id_list, digests)]
+            commits = [tag_commitment(t) for t in self._tags(arr, keys, digests)]
         self.staged.add(keys, tags=commits)
         self.summary.rows += arr.shape[0]
 
