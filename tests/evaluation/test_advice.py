@@ -90,14 +90,17 @@ def test_default_grid_spans_the_transition():
     cos = [expected_cosine_laplace(e, 384) for e in eps]
     assert cos == sorted(cos) and abs(cos[0] - 0.1) < 0.02 and abs(cos[-1] - 0.9) < 0.02
     X = np.random.default_rng(0).standard_normal((100, 32))
-    configs, notes = build_configs(["gaussian", "mahalanobis", "empirical"], dim=32, X=X)
+    cosines = (0.1, 0.5, 0.9)
+    configs, notes = build_configs(
+        ["gaussian", "mahalanobis", "empirical"], dim=32, X=X, cosines=cosines
+    )
     by = {}
     for c in configs:
         by.setdefault(c.mechanism, []).append(c.params.get("epsilon", c.params.get("sigma")))
-    assert len(by["gaussian"]) == len(by["mahalanobis"]) == len(by["empirical"]) == 5
+    assert len(by["gaussian"]) == len(by["mahalanobis"]) == len(by["empirical"]) == 3
     assert any("from theory" in n for n in notes) and any("Sigma = I" in n for n in notes)
     # mahalanobis has no closed form: measured, and (Sigma = I) close to Laplace's theory
-    lap = theory_grid("laplace", 32)
+    lap = theory_grid("laplace", 32, cosines=cosines)
     for m, t in zip(by["mahalanobis"], lap, strict=True):
         assert 0.5 * t < m < 2 * t
 
