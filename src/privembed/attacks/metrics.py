@@ -142,9 +142,10 @@ def auc(scores: Any, labels: Any) -> float:
     n_pos = int(y.sum())
     if n_pos == 0 or n_pos == y.size:
         return float("nan")
-    from sklearn.metrics import roc_auc_score
+    from .._optional import require
 
-    return float(roc_auc_score(y, s))
+    sk = require("sklearn.metrics", "learn", purpose="ROC AUC")
+    return float(sk.roc_auc_score(y, s))
 
 
 def per_token_auc(

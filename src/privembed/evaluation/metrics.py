@@ -325,8 +325,9 @@ def ndcg_at_k(ranking: Any, qrels: Any, *, k: int = 10) -> float:
     >>> round(ndcg_at_k({"q1": ["b", "x", "a"], "q2": ["c"]}, qrels, k=3), 6)
     0.880094
     """
-    from sklearn.metrics import ndcg_score
+    from .._optional import require
 
+    ndcg_score = require("sklearn.metrics", "report", purpose="NDCG").ndcg_score
     k = check_int("k", k, ge=1)
     judged = _judged(qrels)
     rows: list[tuple[list[float], list[float]]] = []
