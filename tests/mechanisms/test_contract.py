@@ -448,3 +448,76 @@ class TestMechanismContract:
         assert changed.fingerprint != mech.fingerprint
         flipped = MECHANISMS[name](**{**params, "renormalize": not mech.renormalize})
         assert flipped.fingerprint != mech.fingerprint
+
+
+# ---- the fingerprint covers every constructor parameter, by construction --------------------
+
+#: one valid configuration per registered mechanism (and a second for Mahalanobis' covariance)
+_FP_BASES: dict[str, list[dict[str, Any]]] = {
+    "gaussian": [{"epsilon": 5.0, "delta": 1e-5}],
+    "empirical": [{"sigma": 0.2}],
+    "laplace": [{"epsilon": 10.0}],
+    "mahalanobis": [{"epsilon": 10.0, "mask": _MASK}, {"epsilon": 10.0, "covariance": _DIAG}],
+    "purkayastha": [{"epsilon": 20.0}],
+    "projection": [{"k": 4, "epsilon": 2.0, "delta": 1e-5}],
+}
+
+
+def _alternatives(cls: type[Mechanism], name: str, value: Any) -> list[Any]:
+    """Candidate other values for one constructor parameter (the first valid one is used)."""
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int) and name in ("k", "projection_seed", "input_dim"):
+        return [value + 1] if value is not None else [D]
+    if isinstance(value, float):
+        return [v for v in (value * 1.5, value * 0.5, value + 0.25, 0.5, 0.25) if v != value]
+    if isinstance(value, np.ndarray):
+        other = value.copy()
+        other[0] = other[0] + 0.25 if other[0] <= 0.5 else other[0] - 0.25
+        return [other]
+    if value is None:
+        return {"covariance": [_DIAG], "mask": [_MASK], "input_dim": [D]}.get(name, [])
+    if isinstance(value, str):
+        choices = {
+            "calibration": ["analytic", "classic"],
+            "input_norm": list(cls.allowed_input_norms),
+            "kind": ["gaussian", "sparse", "srht"],
+            "neighbouring": ["record", "attribute"],
+        }.get(name, [])
+        return [c for c in choices if c != value]
+    return []
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_every_keyword_changes_the_fingerprint(name: str) -> None:
+    """Changing any constructor keyword changes the fingerprint (and so the keyed noise and the
+    ledger's configuration) -- except the documented law-independent ones, which must leave the
+    output unchanged. A mechanism with a parameter this test cannot vary fails loudly."""
+    cls = MECHANISMS[name]
+    assert name in _FP_BASES, f"add a base configuration for {name!r} to _FP_BASES"
+    X = np.random.default_rng(0).standard_normal((6, D))
+    covered: set[str] = set()
+    for base in _FP_BASES[name]:
+        mech = cls(**base)
+        fp = mech.fingerprint
+        for param, value in mech.params.items():
+            if param in ("covariance", "mask") and ({"covariance", "mask"} & set(base)) - {param}:
+                continue  # the other of the two is given: they are exclusive
+            for alt in _alternatives(cls, param, value):
+                try:
+                    other = cls(**{**base, param: alt})
+                except (TypeError, ValueError):
+                    continue
+                if param in cls.law_independent_params:
+                    assert other.fingerprint == fp, param
+                    np.testing.assert_array_equal(
+                        other.privatize(X, rng=1), mech.privatize(X, rng=1), err_msg=param
+                    )
+                else:
+                    assert other.fingerprint != fp, (name, param, value, alt)
+                covered.add(param)
+                break
+    if len(cls.allowed_input_norms) == 1:
+        covered.add("input_norm")  # nothing to vary: only one value is valid
+    missing = set(cls.parameter_names()) - covered
+    assert not missing, f"{name}: no valid alternative tried for {sorted(missing)}"
