@@ -28,6 +28,8 @@ def _register_subapps() -> None:
     import importlib
 
     app.command(name="serve")(importlib.import_module("privembed._cli.serve").serve)
+    for name in ("advise", "audit"):
+        importlib.import_module(f"privembed._cli.{name}").register(app)
     for name, help_text in (
         ("text", "Word-level text sanitisation (d_X privacy) and its analysis."),
         ("concept", "Learn and inspect concept profiles (which dimensions carry a concept)."),
@@ -165,8 +167,16 @@ def protect(
         float, typer.Option(help="Seconds to wait for another process's ledger lock.")
     ] = 60.0,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = True,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
+    ] = False,
 ) -> None:
-    """Protect embeddings with a privacy mechanism (texts are embedded first)."""
+    """Protect embeddings with a privacy mechanism (texts are embedded first).
+
+    Prints what the release charges each record and the setting's expected mean cosine, with a
+    note when it is below a useful level or the guarantee is vacuous.
+    """
     from ._cli.common import progress_callback
     from .mechanisms import build_mechanism
     from .release import protect_file
@@ -221,6 +231,21 @@ def protect(
                 highlight=False,
             ),
         )
+    note = _setting_note(mech, summary.dim_in)
+    if as_json:
+        from ._cli.common import print_json
+
+        print_json(
+            {
+                **summary.to_dict(),
+                "output": str(output),
+                "mechanism": mech.config,
+                "setting": None if note is None else note.to_dict(),
+            }
+        )
+        return
+    if quiet:
+        return
     err_console.print(
         f"protected {summary.rows} x {summary.dim_in} -> {summary.dim_out} embeddings -> {output}",
         highlight=False,
@@ -233,6 +258,24 @@ def protect(
         )
     _print_guarantee(mech)
     err_console.print(summary.charge, highlight=False)
+    _print_note(note)
+
+
+def _setting_note(mech: Any, dim: int | None) -> Any:
+    """The expected mean cosine and warnings for a setting (None without a dimension)."""
+    if dim is None or dim < 2:
+        return None
+    from .evaluation.advice import setting_note
+
+    return setting_note(mech, dim)
+
+
+def _print_note(note: Any) -> None:
+    if note is None:
+        return
+    err_console.print(note.summary(), highlight=False)
+    for line in note.notes:
+        err_console.print(f"[yellow]note:[/yellow] {line}", highlight=False)
 
 
 def _print_guarantee(mech: Any) -> None:

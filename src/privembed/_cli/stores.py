@@ -165,6 +165,10 @@ def index(
     ledger: LedgerOpt = None,
     budget_epsilon: BudgetEps = None,
     budget_delta: BudgetDelta = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
+    ] = False,
 ) -> None:
     """Protect embeddings and upsert them into a vector store (Chroma embedded by default).
 
@@ -198,6 +202,16 @@ def index(
         )
     rows, n, total = res["rows"], res["n"], res["total"]
     treat, guarantee = res["treatment"], res["guarantee"]
+    note = None
+    if not isinstance(mech, str) and mech is not None and res["dim"] and res["dim"] >= 2:
+        from ..evaluation.advice import setting_note
+
+        note = setting_note(mech, res["dim"])
+    if as_json:
+        print_json({**res, "setting": None if note is None else note.to_dict()})
+        return
+    if quiet:
+        return
     err_console.print(
         f"indexed {rows} of {n} vectors into {store} collection {collection!r} at {path} "
         f"({total} in total)",
@@ -205,6 +219,13 @@ def index(
     )
     err_console.print(f"guarantee: {guarantee}", highlight=False)
     err_console.print(f"query treatment: {treat}", highlight=False)
+    if note is not None:
+        from ..release import charge_text
+
+        err_console.print(charge_text(mech), highlight=False)
+        err_console.print(note.summary(), highlight=False)
+        for line in note.notes:
+            err_console.print(f"[yellow]note:[/yellow] {line}", highlight=False)
 
 
 # ---- search -----------------------------------------------------------------------------------

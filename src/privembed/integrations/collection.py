@@ -385,6 +385,7 @@ def index_file(
     needs_ids = key is not None or ledger is not None
     seen = _IdSet() if needs_ids else None
     rows = 0
+    dim: int | None = _dim if _dim > 0 else None
     store_path = Path(path)
     created = not store_path.exists()
     try:
@@ -433,9 +434,11 @@ def index_file(
                 else:
                     col.add(ids, b.X, metas, ledger=ledger, row_offset=b.start)
                 rows += b.num_rows
+                dim = int(b.X.shape[1])
             return {
                 "rows": rows,
                 "n": n,
+                "dim": dim,
                 "total": col.store.count(),
                 "treatment": col.treatment.description,
                 "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
