@@ -36,11 +36,14 @@ def test_embedder_offline_model(embedder):
     np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, rtol=1e-5)
     # semantic sanity: the two medical sentences are closer to each other than to finance
     assert X[0] @ X[1] > X[0] @ X[2] + 0.3
-    assert embedder.metadata() == {
+    md = embedder.metadata()
+    assert md == {
         "embedding_model": "all-MiniLM-L6-v2",
         "dim": 384,
         "normalized": True,
+        "embedding_backend": md["embedding_backend"],
     }
+    assert md["embedding_backend"] in ("onnx", "torch")  # fp32 onnx keeps the model id
     with pytest.raises(DataError, match="empty or non-string"):
         embedder.encode(["ok", "  "])
 
