@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._validation import DataError, check_int, check_real
-from ..evaluation.metrics import mean_cosine
+from ..geometry import mean_cosine
 from ._common import embeddings_f64
 
 __all__ = ["AveragingReport", "averaging_attack", "expected_average_cosine"]

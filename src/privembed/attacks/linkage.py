@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._validation import DataError, check_int
-from ..evaluation.metrics import retrieval_ranks
+from ..geometry import retrieval_ranks
 from ._common import embeddings_f64
 
 __all__ = ["LinkageAttack", "LinkageReport", "linkage_ranks", "rate_interval"]

@@ -12,6 +12,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._validation import DataError, check_embeddings, check_int
+from ..geometry import mean_cosine, retrieval_ranks, unit_pairs
 from ..mechanisms.base import unit_rows
 
 __all__ = [
@@ -36,43 +37,6 @@ __all__ = [
 _BLOCK = 2048
 
 
-def _pair(X: Any, Y: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    A, _ = check_embeddings(X, name="X")
-    B, _ = check_embeddings(Y, name="Y")
-    if A.shape != B.shape:
-        raise DataError(f"X and Y must have the same shape, got {A.shape} and {B.shape}.")
-    return unit_rows(A.astype(np.float64)), unit_rows(B.astype(np.float64))
-
-
-def mean_cosine(X: Any, Y: Any) -> float:
-    """Mean cosine similarity between matching rows of ``X`` and ``Y`` ([K26]).
-
-    Examples
-    --------
-    >>> mean_cosine([[1.0, 0.0], [0.0, 1.0]], [[1.0, 1.0], [0.0, 2.0]])
-    0.8535533905932737
-    """
-    A, B = _pair(X, Y)
-    return float(np.einsum("ij,ij->i", A, B).mean())
-
-
-def retrieval_ranks(queries: Any, database: Any) -> NDArray[np.int64]:
-    """Rank (0 = best) of row ``i`` of ``database`` among all rows for query ``i``, by cosine.
-
-    Ties count against the query (a tie with the target ranks the target behind it), so a
-    degenerate output never scores as a success.
-    """
-    Q, D = _pair(queries, database)
-    n = Q.shape[0]
-    ranks = np.empty(n, dtype=np.int64)
-    for s in range(0, n, _BLOCK):
-        S = Q[s : s + _BLOCK] @ D.T
-        target = S[np.arange(S.shape[0]), np.arange(s, s + S.shape[0])]
-        greater_eq = (S >= target[:, None]).sum(axis=1) - 1
-        ranks[s : s + S.shape[0]] = greater_eq
-    return ranks
-
-
 def self_retrieval(protected: Any, originals: Any, *, k: int = 1) -> float:
     """Share of protected vectors whose own original is among the ``k`` most similar originals.
 
@@ -90,7 +54,7 @@ def self_retrieval(protected: Any, originals: Any, *, k: int = 1) -> float:
 
 def neighbourhood_overlap(X: Any, Y: Any, *, k: int = 10) -> float:
     """Mean overlap |kNN_X(i) ∩ kNN_Y(i)| / k of each row's k nearest neighbours (self excluded)."""
-    A, B = _pair(X, Y)
+    A, B = unit_pairs(X, Y)
     n = A.shape[0]
     k = check_int("k", k, ge=1, le=max(1, n - 1))
     total = 0.0
@@ -125,7 +89,7 @@ def rank_counts(queries: Any, database: Any) -> tuple[NDArray[np.int64], NDArray
     >>> g.tolist(), t.tolist()
     ([0, 0], [1, 1])
     """
-    Q, D = _pair(queries, database)
+    Q, D = unit_pairs(queries, database)
     n = Q.shape[0]
     greater = np.empty(n, dtype=np.int64)
     ties = np.empty(n, dtype=np.int64)
@@ -249,7 +213,7 @@ def spearman(x: Any, y: Any) -> float:
 
 def paired_cosines(A: Any, B: Any) -> NDArray[np.float64]:
     """Cosine similarity of each row of ``A`` with the same row of ``B`` (float64)."""
-    U, V = _pair(A, B)
+    U, V = unit_pairs(A, B)
     return np.einsum("ij,ij->i", U, V)
 
 

@@ -57,7 +57,7 @@ _WHERE = {
     "PrivateSentenceTransformer": "sentence_transformers",
     "PrivateEmbeddings": "langchain",
     "protect_shards": "shards",
-    "protect_dataset": "ray_engine",
+    "protect_dataset": "shards",
     "protect_stream": "stream",
 }
 

@@ -1,7 +1,8 @@
 """Protect Parquet shards with Ray Data: ``read_parquet -> map_batches(protect) -> write_parquet``.
 
-:func:`protect_dataset` is :func:`~privembed.integrations.shards.protect_shards` with
-``engine="ray"``: everything around the Ray job -- listing and checking shards, the ledger
+:func:`privembed.integrations.shards.protect_dataset` is
+:func:`~privembed.integrations.shards.protect_shards` with ``engine="ray"``; this module is the
+engine only (it imports the shared plan, never the driver). Everything around the Ray job -- listing and checking shards, the ledger
 pre-flight, one ledger release per output shard recorded by the driver, the atomic output
 folder -- is shared with the local engine, and with a key the vectors are bit-identical to the
 local engine's and to ``privembed protect`` on each shard.
@@ -26,78 +27,16 @@ import contextlib
 import functools
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .._optional import require
 from .._validation import DataError
-from ..mechanisms import Mechanism
 from ..release import Release
-from .shards import ShardPlan, output_metadata, protect_shards
+from ._shardplan import ShardPlan, output_metadata
 
-__all__ = ["protect_dataset", "run_ray"]
-
-
-def protect_dataset(
-    paths_or_dir: str | Path | Sequence[str | Path],
-    output_dir: str | Path,
-    mechanism: Mechanism,
-    key: bytes | None = None,
-    *,
-    address: str | None = None,
-    num_cpus: int | None = None,
-    batch_rows: int = 4096,
-    column: str | None = None,
-    id_column: str | None = None,
-    ledger: str | Path | None = None,
-    budget_epsilon: float | None = None,
-    budget_delta: float | None = None,
-    allow_reprotect: bool = False,
-    overwrite: bool = False,
-) -> dict[str, Any]:
-    """Protect a folder, glob or list of Parquet shards with Ray Data (see the module docstring).
-
-    Parameters
-    ----------
-    paths_or_dir : folder, glob pattern, file or list of them
-    output_dir : str or Path
-        Output folder of Parquet files (written atomically: staged, then renamed).
-    mechanism : Mechanism
-    key : bytes, optional
-        Keyed noise: output independent of partitioning, equal to the local engine's. Without
-        a key every task draws fresh OS entropy.
-    address : str, optional
-        An existing Ray cluster; default: start a local one.
-    num_cpus : int, optional
-        CPUs of the local instance (default: all).
-    batch_rows : int
-        Rows per ``map_batches`` call.
-    ledger, budget_epsilon, budget_delta, allow_reprotect, overwrite
-        As in :func:`~privembed.integrations.shards.protect_shards`.
-
-    Returns
-    -------
-    dict
-        Summary (rows, files, seconds, ...).
-    """
-    return protect_shards(
-        paths_or_dir,
-        output_dir,
-        mechanism,
-        key=key,
-        engine="ray",
-        address=address,
-        num_cpus=num_cpus,
-        batch_rows=batch_rows,
-        column=column,
-        id_column=id_column,
-        ledger=ledger,
-        budget_epsilon=budget_epsilon,
-        budget_delta=budget_delta,
-        allow_reprotect=allow_reprotect,
-        overwrite=overwrite,
-    )
+__all__ = ["run_ray"]
 
 
 def _protect_table(

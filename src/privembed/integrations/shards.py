@@ -31,170 +31,36 @@ What happens, in order:
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import secrets
 import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._validation import DataError, check_choice, check_int
+from .._validation import check_choice, check_int
 from ..mechanisms import Mechanism
 from ..release import Release
+from ._shardplan import (
+    PARQUET_SUFFIXES,
+    ShardPlan,
+    output_metadata,
+    plan_shards,
+    resolve_shards,
+)
 
-__all__ = ["ShardPlan", "plan_shards", "protect_shards", "resolve_shards"]
+__all__ = [
+    "PARQUET_SUFFIXES",
+    "ShardPlan",
+    "output_metadata",
+    "plan_shards",
+    "protect_dataset",
+    "protect_shards",
+    "resolve_shards",
+]
 
-PARQUET_SUFFIXES = (".parquet", ".pq")
 ENGINES = ("local", "ray")
-
-
-def resolve_shards(inputs: str | Path | Sequence[str | Path]) -> list[Path]:
-    """The Parquet files named by a folder, a glob pattern, a file, or a list of those.
-
-    A folder contributes its ``*.parquet`` / ``*.pq`` files (not recursive). The result is
-    sorted within each entry, without duplicates.
-
-    Raises
-    ------
-    FileNotFoundError
-        Nothing matches.
-    ValueError
-        A named file is not Parquet.
-    """
-    entries = [inputs] if isinstance(inputs, str | Path) else list(inputs)
-    if not entries:
-        raise ValueError("no input shards given.")
-    out: list[Path] = []
-    for entry in entries:
-        p = Path(entry)
-        text = str(entry)
-        if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.suffix.lower() in PARQUET_SUFFIXES)
-            if not found:
-                raise FileNotFoundError(f"no .parquet files in folder {p}")
-        elif any(ch in text for ch in "*?["):
-            found = sorted(
-                Path(q) for q in glob.glob(text) if Path(q).suffix.lower() in PARQUET_SUFFIXES
-            )
-            if not found:
-                raise FileNotFoundError(f"no .parquet files match {text!r}")
-        elif p.exists():
-            if p.suffix.lower() not in PARQUET_SUFFIXES:
-                raise ValueError(f"shards must be Parquet files (.parquet/.pq), got {p}.")
-            found = [p]
-        else:
-            raise FileNotFoundError(f"file not found: {p}")
-        out.extend(found)
-    seen: set[Path] = set()
-    uniq = []
-    for q in out:
-        r = q.resolve()
-        if r not in seen:
-            seen.add(r)
-            uniq.append(q)
-    return uniq
-
-
-@dataclass
-class ShardPlan:
-    """What :func:`plan_shards` found: the files, row counts, dimension, metadata and ids."""
-
-    files: list[Path]
-    rows: list[int]
-    dim: int
-    metadata: dict[str, Any]
-    ids: list[list[Any]] | None = None
-    column: str | None = None
-    id_column: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def total_rows(self) -> int:
-        return int(sum(self.rows))
-
-
-def plan_shards(
-    files: Sequence[Path],
-    *,
-    column: str | None = None,
-    id_column: str | None = None,
-    need_ids: bool = False,
-    allow_reprotect: bool = False,
-) -> ShardPlan:
-    """Check shards before any work: schema, dimension, protection state and (optionally) ids.
-
-    Raises
-    ------
-    privembed.DataError
-        Different embedding dimensions across shards, missing or duplicate ids.
-    ValueError
-        A shard is already protected (and ``allow_reprotect`` is false).
-    """
-    from ..io import iter_batches, read_ids
-
-    rows, dims, metas = [], [], []
-    for f in files:
-        n, d, meta, _ = iter_batches(f, column=column, id_column=id_column)
-        rows.append(int(n))
-        dims.append(int(d))
-        metas.append(meta)
-        if meta.get("protected") and not allow_reprotect:
-            raise ValueError(
-                f"{f} is already protected ({meta.get('guarantee_text', 'unknown mechanism')}); "
-                "pass allow_reprotect (--allow-reprotect) to protect it again (the guarantees "
-                "compose)."
-            )
-    known = {d for d in dims if d > 0}
-    if len(known) > 1:
-        detail = ", ".join(f"{f.name}: {d}" for f, d in zip(files, dims, strict=True) if d > 0)
-        raise DataError(f"shards have different embedding dimensions ({detail}).")
-    models = {str(m["embedding_model"]) for m in metas if m.get("embedding_model")}
-    if len(models) > 1:
-        raise DataError(f"shards come from different embedding models: {sorted(models)}.")
-    ids = None
-    if need_ids:
-        ids = []
-        seen: set[Any] = set()
-        from ..keyed import typed_id
-
-        for f in files:
-            got = read_ids(f, id_column=id_column)
-            if got is None:
-                raise DataError(
-                    f"{f} has no record ids; keyed noise and the ledger need an id column "
-                    "(id_column / --id-column)."
-                )
-            for rid in got:
-                t = typed_id(rid)
-                if t in seen:
-                    raise DataError(
-                        f"record id {rid!r} appears more than once across the shards (first "
-                        f"repeat in {f.name}); ids must be unique for keyed noise and the ledger."
-                    )
-                seen.add(t)
-            ids.append(got)
-    return ShardPlan(
-        files=list(files),
-        rows=rows,
-        dim=known.pop() if known else -1,
-        metadata=metas[0] if metas else {},
-        ids=ids,
-        column=column,
-        id_column=id_column,
-    )
-
-
-def output_metadata(meta_in: dict[str, Any], protection: dict[str, Any]) -> dict[str, Any]:
-    """File metadata of a protected shard: input metadata + protection (as ``protect`` does)."""
-    out = {**meta_in, **protection}
-    if meta_in.get("protected"):
-        out["previous_protection"] = {
-            k: meta_in[k] for k in ("mechanism", "guarantee") if k in meta_in
-        }
-    return out
 
 
 @contextlib.contextmanager
@@ -405,3 +271,64 @@ def _run_local(
         offset += n
         if on_shard is not None:
             on_shard(f, int(summary["rows"]))
+
+
+def protect_dataset(
+    paths_or_dir: str | Path | Sequence[str | Path],
+    output_dir: str | Path,
+    mechanism: Mechanism,
+    key: bytes | None = None,
+    *,
+    address: str | None = None,
+    num_cpus: int | None = None,
+    batch_rows: int = 4096,
+    column: str | None = None,
+    id_column: str | None = None,
+    ledger: str | Path | None = None,
+    budget_epsilon: float | None = None,
+    budget_delta: float | None = None,
+    allow_reprotect: bool = False,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Protect a folder, glob or list of Parquet shards with Ray Data (see the module docstring).
+
+    Parameters
+    ----------
+    paths_or_dir : folder, glob pattern, file or list of them
+    output_dir : str or Path
+        Output folder of Parquet files (written atomically: staged, then renamed).
+    mechanism : Mechanism
+    key : bytes, optional
+        Keyed noise: output independent of partitioning, equal to the local engine's. Without
+        a key every task draws fresh OS entropy.
+    address : str, optional
+        An existing Ray cluster; default: start a local one.
+    num_cpus : int, optional
+        CPUs of the local instance (default: all).
+    batch_rows : int
+        Rows per ``map_batches`` call.
+    ledger, budget_epsilon, budget_delta, allow_reprotect, overwrite
+        As in :func:`~privembed.integrations.shards.protect_shards`.
+
+    Returns
+    -------
+    dict
+        Summary (rows, files, seconds, ...).
+    """
+    return protect_shards(
+        paths_or_dir,
+        output_dir,
+        mechanism,
+        key=key,
+        engine="ray",
+        address=address,
+        num_cpus=num_cpus,
+        batch_rows=batch_rows,
+        column=column,
+        id_column=id_column,
+        ledger=ledger,
+        budget_epsilon=budget_epsilon,
+        budget_delta=budget_delta,
+        allow_reprotect=allow_reprotect,
+        overwrite=overwrite,
+    )

@@ -1,0 +1,149 @@
+"""The package's import graph has no cycles (issue: one way to build a mechanism...).
+
+Every ``import`` in ``src/privembed`` counts -- at module level and inside functions alike (a lazy
+import still couples the two modules), except under ``if TYPE_CHECKING:``. ``from pkg import
+sub`` where ``sub`` is a module is an edge to ``pkg.sub``; importing a package's ``__init__``
+only for a submodule is not a dependency on everything the package re-exports.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import privembed
+
+ROOT = Path(privembed.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for f in ROOT.rglob("*.py"):
+        parts = list(f.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def _targets(mod: str, path: Path, node: ast.AST, mods: dict[str, Path]) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    assert isinstance(node, ast.ImportFrom)
+    if node.level:
+        base = mod.split(".")
+        if path.name != "__init__.py":
+            base = base[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in mods]
+    names_are_modules = len(subs) == len(node.names)
+    return subs if names_are_modules else [target, *subs]
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.imports: list[ast.AST] = []
+
+    def visit_If(self, node: ast.If) -> None:
+        if isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return  # annotations only
+        self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.imports.append(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        self.imports.append(node)
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = _modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, f in mods.items():
+        v = _Visitor()
+        v.visit(ast.parse(f.read_text(encoding="utf-8")))
+        for node in v.imports:
+            for t in _targets(m, f, node, mods):
+                while t and t not in mods and "." in t:
+                    t = t.rsplit(".", 1)[0]
+                if t in mods and t != m and not m.startswith(t + "."):
+                    graph[m].add(t)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_the_import_graph_has_no_cycles() -> None:
+    found = cycles(import_graph())
+    assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_checker_finds_a_planted_cycle() -> None:
+    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(g) == [["a", "b", "c"]]
+
+
+def test_no_module_outside_mechanisms_tests_for_a_concrete_mechanism_class() -> None:
+    """Front ends use the Mechanism hooks, not isinstance(..., PrivateProjection) and friends."""
+    concrete = {
+        "PrivateProjection",
+        "GaussianMechanism",
+        "EmpiricalGaussianMechanism",
+        "LaplaceMechanism",
+        "MahalanobisMechanism",
+        "PurkayasthaMechanism",
+    }
+    offenders = []
+    for f in ROOT.rglob("*.py"):
+        if "mechanisms" in f.relative_to(ROOT).parts or "audit" in f.relative_to(ROOT).parts:
+            continue
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "isinstance"
+                and len(node.args) == 2
+            ):
+                names = {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name)}
+                names |= {n.attr for n in ast.walk(node.args[1]) if isinstance(n, ast.Attribute)}
+                if names & concrete:
+                    offenders.append(f"{f.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, offenders
