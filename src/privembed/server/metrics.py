@@ -1,4 +1,4 @@
-"""In-process metrics in the Prometheus text format (and JSON): no client library needed.
+"""In-process metrics, exposed in the Prometheus text format (by ``prometheus_client``) and JSON.
 
 Counted: requests per (route, status), request latency (a cumulative histogram per route and
 p50/p90/p99 over the last :data:`WINDOW` embeddings requests), inputs, vectors released per
@@ -14,7 +14,7 @@ Examples
 >>> snap = m.snapshot()
 >>> snap["requests"], snap["vectors"]
 ({'/v1/embeddings 200': 1}, {'docs protect': 3})
->>> 'privembed_vectors_total{model="docs",treatment="protect"} 3' in m.prometheus()
+>>> 'privembed_vectors_total{model="docs",treatment="protect"} 3.0' in m.prometheus()
 True
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import time
 from collections import Counter, deque
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -34,10 +35,6 @@ BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5
 #: number of recent embeddings requests the percentiles are computed over
 WINDOW = 4096
 _BATCH_BUCKETS: tuple[float, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-
-
-def _esc(v: str) -> str:
-    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class _Histogram:
@@ -123,41 +120,87 @@ class Metrics:
         }
 
     def prometheus(self) -> str:
-        """The Prometheus text exposition format (version 0.0.4)."""
-        L: list[str] = []
+        """The Prometheus text exposition format, written by ``prometheus_client`` from these
+        counters (one registry per server, so tests and several apps never share state)."""
+        from prometheus_client import CollectorRegistry, generate_latest
 
-        def head(name: str, kind: str, help_: str) -> None:
-            L.append(f"# HELP {name} {help_}")
-            L.append(f"# TYPE {name} {kind}")
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Collector(self))
+        return str(generate_latest(registry).decode("utf-8"))
 
-        head("privembed_requests_total", "counter", "HTTP requests by route and status.")
-        for (route, status), n in sorted(self.requests.items()):
-            L.append(f'privembed_requests_total{{route="{_esc(route)}",status="{status}"}} {n}')
-        head("privembed_request_seconds", "histogram", "Request latency by route.")
-        for route, h in sorted(self.latency.items()):
-            L.extend(h.lines("privembed_request_seconds", f'route="{_esc(route)}"'))
-        head(
-            "privembed_embeddings_latency_seconds",
-            "summary",
-            f"Latency quantiles of the last {WINDOW} successful embeddings requests.",
+
+class _Collector:
+    """Turns a :class:`Metrics` into ``prometheus_client`` metric families on each scrape."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.m = metrics
+
+    @staticmethod
+    def _histogram(fam: Any, labels: list[str], h: _Histogram) -> None:
+        buckets, cum = [], 0
+        for b, c in zip(h.bounds, h.counts, strict=False):
+            cum += c
+            buckets.append((f"{b:g}", cum))
+        buckets.append(("+Inf", h.n))
+        fam.add_metric(labels, buckets, h.total)
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
         )
-        for q, v in zip(("0.5", "0.9", "0.99"), self.percentiles().values(), strict=True):
+
+        m = self.m
+        c = CounterMetricFamily(
+            "privembed_requests", "HTTP requests by route and status.", labels=["route", "status"]
+        )
+        for (route, status), n in sorted(m.requests.items()):
+            c.add_metric([route, str(status)], n)
+        yield c
+        h = HistogramMetricFamily(
+            "privembed_request_seconds", "Request latency by route.", labels=["route"]
+        )
+        for route, hist in sorted(m.latency.items()):
+            self._histogram(h, [route], hist)
+        yield h
+        # quantiles of a sliding window are a gauge per quantile (a Summary would need counts)
+        q = GaugeMetricFamily(
+            "privembed_embeddings_latency_seconds",
+            f"Latency quantiles of the last {WINDOW} successful embeddings requests.",
+            labels=["quantile"],
+        )
+        for name, v in zip(("0.5", "0.9", "0.99"), m.percentiles().values(), strict=True):
             if v is not None:
-                L.append(f'privembed_embeddings_latency_seconds{{quantile="{q}"}} {v:.6f}')
-        head("privembed_inputs_total", "counter", "Input texts received in valid requests.")
-        L.append(f"privembed_inputs_total {self.inputs}")
-        head("privembed_vectors_total", "counter", "Vectors returned, by model and treatment.")
-        for (model, t), n in sorted(self.vectors.items()):
-            L.append(f'privembed_vectors_total{{model="{_esc(model)}",treatment="{t}"}} {n}')
-        head("privembed_cache_hits_total", "counter", "Vectors served from the release cache.")
-        L.append(f"privembed_cache_hits_total {self.cache_hits}")
-        head("privembed_refused_total", "counter", "Requests refused, by reason.")
-        for reason, n in sorted(self.refused.items()):
-            L.append(f'privembed_refused_total{{reason="{_esc(reason)}"}} {n}')
-        head("privembed_batch_texts", "histogram", "Texts per model call (micro-batch size).")
-        L.extend(self.batch_sizes.lines("privembed_batch_texts", ""))
-        head("privembed_queue_texts", "gauge", "Texts waiting for a model call.")
-        L.append(f"privembed_queue_texts {self.queue_depth}")
-        head("privembed_in_flight_requests", "gauge", "Requests being handled.")
-        L.append(f"privembed_in_flight_requests {self.in_flight}")
-        return "\n".join(L) + "\n"
+                q.add_metric([name], v)
+        yield q
+        yield CounterMetricFamily(
+            "privembed_inputs", "Input texts received in valid requests.", value=m.inputs
+        )
+        v = CounterMetricFamily(
+            "privembed_vectors", "Vectors returned, by model and treatment.",
+            labels=["model", "treatment"],
+        )  # fmt: skip
+        for (model, t), n in sorted(m.vectors.items()):
+            v.add_metric([model, t], n)
+        yield v
+        yield CounterMetricFamily(
+            "privembed_cache_hits", "Vectors served from the release cache.", value=m.cache_hits
+        )
+        r = CounterMetricFamily(
+            "privembed_refused", "Requests refused, by reason.", labels=["reason"]
+        )
+        for reason, n in sorted(m.refused.items()):
+            r.add_metric([reason], n)
+        yield r
+        b = HistogramMetricFamily(
+            "privembed_batch_texts", "Texts per model call (micro-batch size)."
+        )
+        self._histogram(b, [], m.batch_sizes)
+        yield b
+        yield GaugeMetricFamily(
+            "privembed_queue_texts", "Texts waiting for a model call.", value=m.queue_depth
+        )
+        yield GaugeMetricFamily(
+            "privembed_in_flight_requests", "Requests being handled.", value=m.in_flight
+        )
