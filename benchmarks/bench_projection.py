@@ -23,7 +23,7 @@ import time
 import numpy as np
 import scipy
 
-from privembed.mechanisms.projection import JLProjection
+from privembed.mechanisms import JLProjection
 from privembed.rng import as_generator
 
 

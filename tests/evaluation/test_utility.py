@@ -17,6 +17,7 @@ from privembed.evaluation import (
     sts_correlation,
 )
 from privembed.mechanisms import LaplaceMechanism, PrivateProjection
+from privembed.search import projection_search
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +87,7 @@ def test_projection_uses_the_query_side_projection(data):
     assert r["mean_cosine"] == pytest.approx(mean_cosine(P, Y), abs=1e-6)
     assert r["top1_protected"] == pytest.approx(recall_at_k(P, Y, k=1))
     # the library's search (plain cosine to raw releases) ranks the same way
-    _, idx = m.search(X, Y, 1)
+    _, idx = projection_search(m, X, Y, 1)
     assert r["top1_protected"] == pytest.approx(float(np.mean(idx[:, 0] == np.arange(300))))
     with pytest.raises(DataError, match="has no project"):
         UtilityEvaluator(X).evaluate(Y)

@@ -15,10 +15,12 @@ from .._validation import DataError
 from ..rng import GeneratorSource, NoiseSource
 from .base import Mechanism
 from .gaussian import EmpiricalGaussianMechanism, GaussianMechanism
+from .jl import JLProjection
 from .laplace import LaplaceMechanism
 from .mahalanobis import MahalanobisMechanism
-from .projection import JLProjection, JLSketch, PrivateProjection
+from .projection import PrivateProjection
 from .purkayastha import PurkayasthaMechanism
+from .sketches import JLSketch
 
 __all__ = [
     "MECHANISMS",
