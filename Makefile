@@ -5,7 +5,10 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: install browser demo test lint typecheck pytest bench clean
+LC_VENV ?= .venv-langchain
+LC_STAMP := $(LC_VENV)/.installed
+
+.PHONY: install browser demo test lint typecheck pytest langchain-tests bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +23,7 @@ demo: $(STAMP)
 	$(VENV)/bin/privembed demo
 
 ## Install everything and run the whole test suite (lint, format, types, tests).
-test: $(STAMP) browser lint typecheck pytest
+test: $(STAMP) browser lint typecheck pytest langchain-tests
 
 ## Debian's chromium renders the HTML report in a test (installed when missing and root).
 browser:
@@ -30,8 +33,8 @@ browser:
 	  else echo "the report test needs Debian's chromium: sudo apt-get install chromium"; exit 1; fi; }
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests tests_langchain benchmarks
+	$(VENV)/bin/ruff format --check src tests tests_langchain benchmarks
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
@@ -39,8 +42,18 @@ typecheck: $(STAMP)
 pytest: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
+## LangChain's standard suites, in their own environment: their pytest plugins stay out of ours.
+$(LC_STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(LC_VENV)
+	$(LC_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LC_VENV)/bin/python -m pip install -q -c constraints.txt -e . langchain-core 'langchain-tests>=1.1'
+	touch $(LC_STAMP)
+
+langchain-tests: $(LC_STAMP)
+	$(LC_VENV)/bin/python -m pytest -q -c tests_langchain/pytest.ini tests_langchain
+
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LC_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -110,19 +110,28 @@ def test_floors():
 @pytest.mark.slow
 def test_report_is_self_contained_and_shows_guarantees(tmp_path):
     X = np.random.default_rng(0).standard_normal((150, 16))
-    res = run_sweep(
-        X, grid(["gaussian", "laplace", "empirical"], epsilon=[5, 50], sigma=[0.2]), runs=2
+    configs = grid(
+        ["gaussian", "laplace", "empirical"],
+        epsilon=[5, 50],
+        sigma=[0.2],
+        params={"gaussian": {"calibration": ["analytic", "classic"]}},
     )
+    res = run_sweep(X, configs, runs=2)
     page = write_report(res, tmp_path, floors=[Floor("knn_overlap@10", ">=", 0.9)])
     assert (tmp_path / "frontier.png").exists()
     html = page.read_text(encoding="utf-8")
     assert "http://" not in html and "https://" not in html
     refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']*)""", html)
     assert refs and all(r.startswith("data:image/png;base64,") for r in refs)
-    assert html.count("<img") == len(refs) == 5  # utility, frontier, 3 mechanisms
+    # utility, frontier, and one panel per mechanism variant (gaussian analytic and classic,
+    # laplace, empirical)
+    assert html.count("<img") == len(refs) == 6
     for c in res.configs:  # every configuration's guarantee, written out, beside its numbers
         assert res.guarantee(c).describe().replace("&", "&amp;") in html
-    assert "exact delta" not in html or "classic" in html
+    # the classic calibration at epsilon = 50 under-noises: the page says the true delta
+    classic = next(c for c in res.configs if "classic" in c.label and "epsilon=50" in c.label)
+    assert "exact delta at epsilon=50 is 0.5" in res.guarantee(classic).describe()
+    assert "exact delta at epsilon=50 is 0.5" in html
     for stem in ("utility_vs_epsilon", "frontier", "mechanism_laplace"):
         assert (tmp_path / f"{stem}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert (tmp_path / f"{stem}.svg").read_text().lstrip().startswith("<?xml")

@@ -1,17 +1,15 @@
 """``PrivateEmbeddings`` against LangChain's ``Embeddings`` interface.
 
 * LangChain's standard test suites (``langchain-tests``: ``EmbeddingsUnitTests``,
-  ``EmbeddingsIntegrationTests``) run when that package is installed (it is not a dependency
-  of privembed; the async tests also need ``pytest-asyncio``).
-* The same assertions are also made explicitly below, so the interface is checked either way,
-  plus what the standard suites do not cover: keyed determinism, use inside a LangChain vector
-  store, the query-side treatment and errors.
+  ``EmbeddingsIntegrationTests``) run in their own environment and pytest invocation:
+  ``tests_langchain/test_standard.py`` (``make langchain-tests``, part of ``make test``).
+* Here: the interface assertions made explicitly, plus what the standard suites do not cover:
+  keyed determinism, use inside a LangChain vector store, the query-side treatment and errors.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 
 import numpy as np
 import pytest
@@ -27,33 +25,6 @@ from .conftest import KEY
 def _model(**kw):
     kw.setdefault("mechanism", get_mechanism("gaussian", epsilon=10.0, delta=1e-5))
     return PrivateEmbeddings(DeterministicFakeEmbedding(size=16), **kw)
-
-
-# ---- langchain-tests' standard suites (when installed) -----------------------------------------
-if importlib.util.find_spec("langchain_tests") is not None:  # pragma: no cover - optional
-    from langchain_tests.integration_tests import EmbeddingsIntegrationTests
-    from langchain_tests.unit_tests import EmbeddingsUnitTests
-
-    class _Params:
-        @property
-        def embeddings_class(self) -> type[Embeddings]:
-            return PrivateEmbeddings
-
-        @property
-        def embedding_model_params(self) -> dict:
-            return {
-                "embeddings": DeterministicFakeEmbedding(size=16),
-                "mechanism": get_mechanism("laplace", epsilon=20.0),
-                "key": KEY,
-            }
-
-    class TestStandardUnit(_Params, EmbeddingsUnitTests):
-        pass
-
-    if importlib.util.find_spec("pytest_asyncio") is not None:
-
-        class TestStandardIntegration(_Params, EmbeddingsIntegrationTests):
-            pass
 
 
 # ---- the same interface checks, explicitly ----------------------------------------------------

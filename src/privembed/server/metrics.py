@@ -170,9 +170,9 @@ class _Collector:
             f"Latency quantiles of the last {WINDOW} successful embeddings requests.",
             labels=["quantile"],
         )
-        for name, v in zip(("0.5", "0.9", "0.99"), m.percentiles().values(), strict=True):
-            if v is not None:
-                q.add_metric([name], v)
+        for name, value in zip(("0.5", "0.9", "0.99"), m.percentiles().values(), strict=True):
+            if value is not None:
+                q.add_metric([name], value)
         yield q
         yield CounterMetricFamily(
             "privembed_inputs", "Input texts received in valid requests.", value=m.inputs

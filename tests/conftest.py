@@ -1,0 +1,31 @@
+"""Suite-wide settings: no test writes into the source tree.
+
+Hypothesis keeps its example database in a temporary folder (not ``.hypothesis/`` in the
+checkout), and a session fixture fails the run if any test left a new file or folder at the top
+of the repository (``artifacts/``, ``.hypothesis/``, reports ...).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="privembed-hypothesis-")
+)
+
+REPO = Path(__file__).resolve().parents[1]
+#: what a checkout may gain while tests run (tool caches, never test output)
+_ALLOWED = {".venv", ".venv-langchain", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _source_tree_untouched() -> Iterator[None]:
+    before = {p.name for p in REPO.iterdir()}
+    yield
+    new = {p.name for p in REPO.iterdir()} - before - _ALLOWED
+    assert not new, f"tests wrote into the source tree: {sorted(new)}"
