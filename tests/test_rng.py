@@ -96,7 +96,6 @@ def test_mechanisms_follow_the_policy() -> None:
 
 @pytest.mark.parametrize("name", ["aes", "chacha"])
 def test_cryptographic_generators(name: str) -> None:
-    pytest.importorskip("randomgen")
     X = np.eye(5)[:2] + 0.2
     m = LaplaceMechanism(epsilon=20.0)
     with use_bit_generator(name):

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from privembed import DataError
 from privembed.concepts.masks import (
@@ -19,8 +20,6 @@ from privembed.concepts.masks import (
     hard_concrete_sample,
     learn_mask,
 )
-
-torch = pytest.importorskip("torch")
 
 N_DRAWS = 200_000
 K_SE = 5.0  # tolerance: 5 binomial standard errors (two-sided p ~ 6e-7 per check)

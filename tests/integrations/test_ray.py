@@ -30,7 +30,8 @@ N, D = 500, 16
 
 @pytest.fixture(scope="module")
 def ray_session():
-    ray = pytest.importorskip("ray")
+    import ray
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()

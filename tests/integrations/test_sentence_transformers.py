@@ -56,7 +56,8 @@ def test_encode_protects_and_encode_query_does_not():
 
 
 def test_projection_and_tensor_output():
-    torch = pytest.importorskip("torch")
+    import torch
+
     mech = get_mechanism("projection", k=5, epsilon=5.0, delta=1e-5)
     m = PrivateSentenceTransformer(FakeST(), mechanism=mech, rng=0)
     t = m.encode(["a", "b"], convert_to_tensor=True)
