@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write every AuditResult.to_dict() here")
     ap.add_argument("--raw", action="store_true", help="audit with renormalize=False")
     ap.add_argument("--planted", action="store_true", help="audit the planted bugs instead")
+    ap.add_argument(
+        "--noise", default="seeded", help="seeded|fresh: the privatize randomness path audited"
+    )
     args = ap.parse_args(argv)
     if args.planted:
         return planted(args.samples, args.seed)
@@ -169,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     dims = [int(s) for s in args.dims.split(",") if s]
     n = args.samples
     print(
-        f"# privembed audit{' (raw: renormalize=False)' if args.raw else ''}: N = {n:,} per side ({n // 2:,} test), 95% confidence; "
+        f"# privembed audit{' (raw: renormalize=False)' if args.raw else ''}, {args.noise} "
+        f"noise: N = {n:,} per side ({n // 2:,} test), 95% confidence; "
         f"ceiling ln-N: {max_certifiable_epsilon(n - n // 2):.2f} nats per pair"
     )
     print(f"# python {platform.python_version()}, numpy {np.__version__}, {platform.machine()}\n")
@@ -186,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             for eps in eps_list:
                 cell += 1
                 m = _mechanism(name, eps, d, args.raw)
-                r = audit(m, dim=d, samples=n, power=True, rng=args.seed + cell)
+                r = audit(m, dim=d, samples=n, power=True, noise=args.noise, rng=args.seed + cell)
                 wb = r.whitebox
                 wb_text = "-" if wb is None else f"{wb.verdict} ({wb.epsilon_estimate:.4g})"
                 unit = "" if r.metric is None else "/unit"

@@ -215,6 +215,15 @@ def test_purkayastha_angle_table_truncation_breaks_the_pure_claim_at_large_epsil
     assert fam.truncation_delta(get_mechanism("purkayastha", epsilon=4.0), 16) < 1e-20
 
 
+def test_fresh_noise_path_is_selectable():
+    # the production path (rng=None inside privatize) is not reproducible: only the wiring is
+    # checked here, nothing statistical
+    r = audit(get_mechanism("laplace", epsilon=1.0), dim=4, samples=200, noise="fresh", rng=0)
+    assert r.noise == "fresh" and r.samples == 200 and r.whitebox is not None
+    with pytest.raises(ValueError, match="noise"):
+        audit(get_mechanism("laplace", epsilon=1.0), dim=4, samples=200, noise="keyed")
+
+
 def test_classifier_score_also_catches_the_singular_radius():
     pytest.importorskip("sklearn")
     r = audit(

@@ -97,7 +97,10 @@ def _print(result: Any) -> None:
             t.add_row("", e.text())
         for test in wb.tests:
             t.add_row("", f"{test.name}: p={test.pvalue:.3g} ({'ok' if test.passed else 'FAIL'})")
-    t.add_row("samples", f"{r.samples} per side ({r.test_samples} test), {r.seconds:.1f} s")
+    t.add_row(
+        "samples",
+        f"{r.samples} per side ({r.test_samples} test), {r.noise} noise, {r.seconds:.1f} s",
+    )
     for note in r.notes:
         t.add_row("note", note)
     style = "bold red" if r.verdict == "violation" else "bold green"
@@ -164,6 +167,12 @@ def audit(
         bool, typer.Option(help="Also compute the draws needed for a bound of half the claim.")
     ] = False,
     seed: Annotated[int | None, typer.Option(help="Seed (reproducible audit).")] = None,
+    fresh_noise: Annotated[
+        bool,
+        typer.Option(
+            help="Audit the fresh-entropy noise path (production) instead of seeded streams."
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     fail_on_violation: Annotated[
         bool, typer.Option(help="Exit with status 3 when the verdict is a violation.")
@@ -219,6 +228,7 @@ def audit(
         confidence=confidence,
         whitebox=whitebox,
         power=power,
+        noise="fresh" if fresh_noise else "seeded",
         rng=seed,
     )
     if as_json:

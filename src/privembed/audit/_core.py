@@ -40,6 +40,7 @@ def _draw(
     n: int,
     rng: np.random.Generator,
     fn: Callable[[NDArray[np.float64]], NDArray[np.float64]],
+    fresh: bool = False,
 ) -> NDArray[np.float64]:
     """``fn`` of ``n`` releases of ``x``, drawn in bounded-memory chunks."""
     rows = _chunk_rows(x.size)
@@ -47,7 +48,7 @@ def _draw(
     parts = []
     for start in range(0, n, rows):
         m = min(rows, n - start)
-        Y = np.asarray(mech.privatize(X[:m], rng=rng), dtype=np.float64)
+        Y = np.asarray(mech.privatize(X[:m], rng=None if fresh else rng), dtype=np.float64)
         parts.append(fn(Y))
     return np.concatenate(parts)
 
@@ -132,6 +133,7 @@ def audit(
     whitebox_samples: int | None = None,
     law_level: float = 1.0 - 1e-5,
     power: bool = False,
+    noise: str = "seeded",
     rng: Any = None,
 ) -> AuditResult:
     r"""Audit a mechanism's claim: an epsilon lower bound from sampling, plus a white-box check.
@@ -173,6 +175,11 @@ def audit(
     power : bool
         Also compute ``samples_needed``: the draws per side an audit needs for an expected
         bound of half the claim (:func:`samples_needed`).
+    noise : {"seeded", "fresh"}
+        Which randomness path of ``privatize`` is audited: ``"seeded"`` (the default) hands it
+        a generator derived from ``rng`` (per-row counter streams; reproducible), ``"fresh"``
+        hands it ``None`` (fresh OS entropy, bulk block generators: the production path; the
+        result then varies from run to run). Keyed noise is not audited here.
     rng : int, numpy.random.Generator or None
 
     Returns
@@ -189,6 +196,7 @@ def audit(
     t0 = time.perf_counter()
     fam, d, n = _check_common(mechanism, dim, samples)
     score = check_choice("score", score, SCORES)
+    fresh = check_choice("noise", noise, ("seeded", "fresh")) == "fresh"
     confidence = check_real("confidence", confidence, gt=0, lt=1)
     train_fraction = check_real("train_fraction", train_fraction, gt=0, lt=1)
     claim = fam.claim(mechanism)
@@ -211,12 +219,12 @@ def audit(
         def fn(Y: NDArray[np.float64]) -> NDArray[np.float64]:
             return fam.statistic(mechanism, pair, Y)
 
-        s0 = _draw(mechanism, pair.x0, n, g0, fn)
-        s1 = _draw(mechanism, pair.x1, n, g1, fn)
+        s0 = _draw(mechanism, pair.x0, n, g0, fn, fresh)
+        s1 = _draw(mechanism, pair.x1, n, g1, fn, fresh)
     else:
         m0, m1 = fam.centres(mechanism, pair)
-        F0 = _draw(mechanism, pair.x0, n, g0, lambda Y: features(Y, m0, m1))
-        F1 = _draw(mechanism, pair.x1, n, g1, lambda Y: features(Y, m0, m1))
+        F0 = _draw(mechanism, pair.x0, n, g0, lambda Y: features(Y, m0, m1), fresh)
+        F1 = _draw(mechanism, pair.x1, n, g1, lambda Y: features(Y, m0, m1), fresh)
         n_fit = n_sel // 2
         s0, s1 = _fit_scores(score, F0, F1, n_fit, int(g_fit.integers(2**31)))
         s0, s1 = s0[n_fit:], s1[n_fit:]
@@ -243,6 +251,7 @@ def audit(
             ),
             g_wb,
             check_real("law_level", law_level, gt=0, lt=1),
+            fresh=fresh,
         )
     needed: float | None = None
     exact: bool | None = None
@@ -286,6 +295,7 @@ def audit(
         epsilon_lower=ev["epsilon"] / scale,
         confidence=confidence,
         ceiling=ceiling,
+        noise="fresh" if fresh else "seeded",
         samples_needed=needed,
         samples_needed_exact=exact,
         epsilon_exact=eps_exact,
@@ -301,6 +311,7 @@ def whitebox_check(
     dim: int,
     samples: int = 100_000,
     level: float = 1.0 - 1e-5,
+    noise: str = "seeded",
     rng: Any = None,
 ) -> WhiteBoxResult:
     """Estimate the noise law's parameters from samples and compute the privacy they imply.
@@ -322,6 +333,8 @@ def whitebox_check(
     * Purkayastha: epsilon by maximum likelihood from the angles to the input; KS against the
       angle law (computed independently of the sampler); uniformity of the tangent direction.
 
+    ``noise`` picks the randomness path as in :func:`audit`.
+
     The verdict is "violation" when a goodness-of-fit test fails (p below ``1 - level``) or
     when even the end of the interval most favourable to the mechanism exceeds the claim.
 
@@ -340,7 +353,8 @@ def whitebox_check(
     """
     fam, d, n = _check_common(mechanism, dim, samples)
     level = check_real("level", level, gt=0, lt=1)
-    out = fam.whitebox(mechanism, d, n, spawn(rng, 1)[0], level)
+    fresh = check_choice("noise", noise, ("seeded", "fresh")) == "fresh"
+    out = fam.whitebox(mechanism, d, n, spawn(rng, 1)[0], level, fresh=fresh)
     if out is None:
         raise ValueError(f"no white-box check is known for mechanism {mechanism.name!r}.")
     return out

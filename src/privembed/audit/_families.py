@@ -81,6 +81,12 @@ def _sphere_pair(u: NDArray[Any], v: NDArray[Any], l2: float) -> tuple[NDArray[A
     return a * u - half * v, a * u + half * v
 
 
+def _noise(rng: np.random.Generator, fresh: bool) -> np.random.Generator | None:
+    """The ``rng`` handed to ``privatize``: None (fresh OS entropy, the production path) or the
+    audit's generator (seeded per-row streams, reproducible)."""
+    return None if fresh else rng
+
+
 def raw_twin(mech: Mechanism) -> Mechanism:
     """A shallow copy that releases the noisy vector before renormalisation (same noise law).
 
@@ -363,7 +369,14 @@ class Family:
         )
 
     def whitebox(
-        self, mech: Mechanism, d: int, n: int, rng: np.random.Generator, level: float
+        self,
+        mech: Mechanism,
+        d: int,
+        n: int,
+        rng: np.random.Generator,
+        level: float,
+        *,
+        fresh: bool = False,
     ) -> WhiteBoxResult | None:
         return None
 
@@ -429,12 +442,21 @@ class GaussianFamily(Family):
         return mech.prepare_inputs(X)
 
     def whitebox(
-        self, mech: Mechanism, d: int, n: int, rng: np.random.Generator, level: float
+        self,
+        mech: Mechanism,
+        d: int,
+        n: int,
+        rng: np.random.Generator,
+        level: float,
+        *,
+        fresh: bool = False,
     ) -> WhiteBoxResult:
         claim = self.claim(mech)
         raw = raw_twin(mech)
         X = random_unit_rows(rng, n, d)
-        Z = np.asarray(raw.privatize(X, rng=rng), dtype=np.float64) - self.noise_free(raw, X)
+        Z = np.asarray(
+            raw.privatize(X, rng=_noise(rng, fresh)), dtype=np.float64
+        ) - self.noise_free(raw, X)
         m = Z.size
         k = Z.shape[1]
         ss = float(np.einsum("ij,ij->", Z, Z))
@@ -644,12 +666,21 @@ class LaplaceFamily(Family):
         return self.claim(mech).epsilon
 
     def whitebox(
-        self, mech: Mechanism, d: int, n: int, rng: np.random.Generator, level: float
+        self,
+        mech: Mechanism,
+        d: int,
+        n: int,
+        rng: np.random.Generator,
+        level: float,
+        *,
+        fresh: bool = False,
     ) -> WhiteBoxResult:
         claim_eps = self.claimed_epsilon(mech)
         raw = raw_twin(mech)
         X = random_unit_rows(rng, n, d)
-        Z = np.asarray(raw.privatize(X, rng=rng), dtype=np.float64) - raw.prepare_inputs(X)
+        Z = np.asarray(
+            raw.privatize(X, rng=_noise(rng, fresh)), dtype=np.float64
+        ) - raw.prepare_inputs(X)
         extra = self._extra_estimates(mech, Z, d)
         W = Z * self.weights(mech, d)
         rho = _norms(W)
@@ -831,11 +862,18 @@ class PurkayasthaFamily(Family):
         return angles_to(Y, pair.x0) - angles_to(Y, pair.x1)
 
     def whitebox(
-        self, mech: Mechanism, d: int, n: int, rng: np.random.Generator, level: float
+        self,
+        mech: Mechanism,
+        d: int,
+        n: int,
+        rng: np.random.Generator,
+        level: float,
+        *,
+        fresh: bool = False,
     ) -> WhiteBoxResult:
         claim_eps = self.claim(mech).epsilon
         X = random_unit_rows(rng, n, d)
-        Y = np.asarray(mech.privatize(X, rng=rng), dtype=np.float64)
+        Y = np.asarray(mech.privatize(X, rng=_noise(rng, fresh)), dtype=np.float64)
         theta = angles_to(Y, X)
         a = 1.0 - level
         z = float(stats.norm.isf(a / 2.0))

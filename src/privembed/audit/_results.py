@@ -149,6 +149,8 @@ class AuditResult:
     confidence : float
     ceiling : float
         The largest bound ``test_samples`` draws can certify (claim's units).
+    noise : {"seeded", "fresh"}
+        The randomness path of ``privatize`` that was audited.
     samples_needed : float or None
         Draws per side for an *expected* bound of half the claim (``power=True``); ``inf`` when
         beyond ~1e26.
@@ -185,6 +187,7 @@ class AuditResult:
     epsilon_lower: float
     confidence: float
     ceiling: float
+    noise: str = "seeded"
     samples_needed: float | None = None
     samples_needed_exact: bool | None = None
     epsilon_exact: float | None = None
