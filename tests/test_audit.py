@@ -41,6 +41,7 @@ from privembed.mechanisms import (
     MahalanobisMechanism,
     get_mechanism,
 )
+from privembed.mechanisms.purkayastha import AngleTable, PurkayasthaMechanism
 from privembed.rng import as_generator
 
 FAST = {"samples": 20_000, "whitebox_samples": 20_000}
@@ -202,13 +203,31 @@ def test_classic_calibration_presented_as_50_1e5_ldp_caught_by_the_whitebox():
     assert audit(honest, dim=16, rng=4, **FAST).verdict == "consistent"
 
 
-def test_purkayastha_angle_table_truncation_breaks_the_pure_claim_at_large_epsilon():
-    # found by this audit in the shipped sampler (not planted): the angle table drops the mass
-    # more than 60 nats below the mode, so for antipodal inputs x1 produces, with probability
-    # delta, outputs x0 never does. At eps = 20, d = 2 that delta is 0.94 (the pair's pure
-    # claim is 62.8 nats, beyond any sampling audit); at eps <= 4 it is below 1e-20.
+class _OldAngleTable(AngleTable):
+    """The angle table as shipped before the audit: it stopped 60 nats below the mode."""
+
+    def __init__(self, epsilon: float, d: int) -> None:
+        super().__init__(epsilon, d)
+        c = self.core_cells
+        self.edges, self.slope, self.widths = self.edges[: c + 1], self.slope[:c], self.widths[:c]
+        self.cdf = self.cdf[: c + 1] / self.cdf[c]
+
+
+class _TruncatedPurkayastha(PurkayasthaMechanism):
+    def angle_table(self, d: int) -> AngleTable:
+        return _OldAngleTable(self.epsilon, d)
+
+
+def test_purkayastha_table_reaches_pi_and_a_truncated_table_is_caught():
+    # found by this audit in the shipped sampler: the angle table dropped the mass more than 60
+    # nats below the mode, so for antipodal inputs x1 produced, with probability delta, outputs
+    # x0 never did (eps = 20, d = 2: delta 0.94; the pure claim is 62.8 nats, beyond any
+    # sampling audit). The table now reaches pi; the old one is planted here and caught.
     fam = AUDITORS["purkayastha"]
-    bad = get_mechanism("purkayastha", epsilon=20.0)
+    fixed = get_mechanism("purkayastha", epsilon=20.0)
+    assert fam.truncation_delta(fixed, 2) < 1e-10
+    assert whitebox_check(fixed, dim=2, samples=5000, rng=0).verdict == "consistent"
+    bad = _TruncatedPurkayastha(epsilon=20.0)
     assert fam.truncation_delta(bad, 2) == pytest.approx(0.941, abs=0.005)
     wb = whitebox_check(bad, dim=2, samples=5000, rng=0)
     assert wb.verdict == "violation" and "delta=0.941" in wb.reason

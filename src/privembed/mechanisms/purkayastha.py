@@ -34,10 +34,15 @@ class AngleTable:
     r"""Inverse-CDF sampler for :math:`f(\theta) \propto e^{-\varepsilon\theta}\sin^{d-2}\theta` on [0, pi].
 
     The log-density :math:`g(\theta) = -\varepsilon\theta + (d-2)\log\sin\theta` is concave. The
-    table covers the interval where g is within ``_TAIL_NATS`` nats of its maximum (stopping
-    ``_PI_MARGIN`` short of pi); the rest holds less than ~1e-20 of the mass. The interval is split
-    into ``cells`` cells; inside a cell g is replaced by its chord, so the density is exactly
-    exponential there and both the cell mass and the inverse CDF are closed forms.
+    table's *core* covers the interval where g is within ``_TAIL_NATS`` nats of its maximum with
+    ``cells`` cells; a *tail* of another ``cells`` cells continues it to pi (``_PI_MARGIN`` short
+    of pi for d > 2, where the density vanishes). The tail holds less than ~1e-20 of the mass,
+    but it must be there: a table that stopped short of pi would let the antipode of an input
+    produce outputs that this input never does, and pure LDP would fail outright (found by the
+    white-box audit, ``privembed.audit``). Inside a cell g is replaced by its chord, so the
+    density is exactly exponential there and both the cell mass and the inverse CDF are closed
+    forms. (Cells whose mass underflows float64 get none: see docs/security.md on what a
+    floating-point sampler cannot draw.)
 
     Because g is concave the chord lies below it, by at most :math:`h^2 \max|g''|/8` nats on a
     cell of width h, with :math:`|g''| = (d-2)/\sin^2\theta`. For d = 2 g is linear and the table is
@@ -48,6 +53,9 @@ class AngleTable:
     bound; it bounds the relative error of the sampled density, hence the CDF error by
     ``expm1(max_log_error)``. With the default 16384 cells it is below 1e-5 nats for every
     (epsilon, d) from d = 2 to thousands and epsilon up to 1e4 (worst at d = 3, about 4e-6).
+    The tail's cells are coarser (``max_log_error_tail``, up to ~1e-3 nats at d in the
+    thousands): they hold less than 1e-20 of the mass, and the error adds at most twice that
+    to the privacy loss bound of outputs there.
 
     Examples
     --------
@@ -62,12 +70,17 @@ class AngleTable:
         self.epsilon = float(epsilon)
         self.d = int(d)
         lo, hi = self._support()
+        end = math.pi if self.d == 2 else math.pi - _PI_MARGIN
         if self.d == 2:
-            edges = np.linspace(lo, hi, cells + 1)
+            core = np.linspace(lo, hi, cells + 1)
+            tail = np.linspace(hi, end, cells + 1) if hi < end else core[-1:]
         else:
-            u = np.linspace(math.log(math.tan(lo / 2)), math.log(math.tan(hi / 2)), cells + 1)
-            edges = 2.0 * np.arctan(np.exp(u))
-            edges[0], edges[-1] = lo, hi
+            core = self._log_tan_cells(lo, hi, cells)
+            tail = self._log_tan_cells(hi, end, cells) if hi < end else core[-1:]
+        # core: within _TAIL_NATS of the mode; tail: on to pi, so that no input's table stops
+        # short of an angle another input's table reaches (a cut there breaks pure LDP)
+        edges = np.concatenate([core, tail[1:]])
+        self.core_cells = cells
         self.edges = edges
         g = self.log_density(edges)
         widths = np.diff(edges)
@@ -87,9 +100,19 @@ class AngleTable:
         if self.d > 2:
             # sin is concave on [0, pi]: its minimum over a cell is at one of the ends
             sin_min = np.minimum(np.sin(edges[:-1]), np.sin(edges[1:]))
-            self.max_log_error = float(np.max(widths**2 * (self.d - 2) / sin_min**2) / 8.0)
+            err = widths**2 * (self.d - 2) / sin_min**2 / 8.0
+            self.max_log_error = float(np.max(err[:cells]))
+            self.max_log_error_tail = float(np.max(err[cells:])) if err.size > cells else 0.0
         else:
-            self.max_log_error = 0.0
+            self.max_log_error = self.max_log_error_tail = 0.0
+
+    @staticmethod
+    def _log_tan_cells(a: float, b: float, cells: int) -> NDArray[np.float64]:
+        """Cell edges on [a, b] equally spaced in u = log tan(theta / 2) (ends exact)."""
+        u = np.linspace(math.log(math.tan(a / 2)), math.log(math.tan(b / 2)), cells + 1)
+        edges = 2.0 * np.arctan(np.exp(u))
+        edges[0], edges[-1] = a, b
+        return edges
 
     def log_density(self, theta: NDArray[np.float64]) -> NDArray[np.float64]:
         """Unnormalised log-density g(theta)."""
