@@ -10,6 +10,10 @@ Formats (chosen by suffix):
 * ``.jsonl`` / ``.ndjson`` -- one object per line: ``{"id": ..., "text": ...}`` for texts
   (:func:`read_texts`) or ``{"id": ..., "embedding": [...]}`` for embeddings.
 
+Texts (:func:`read_text_table`, :data:`TEXT_FORMATS`) come from JSONL, CSV (a header row), a
+Parquet string column, or a ``.txt`` file (one text per line); the text and id fields are named
+by the caller, and every other field or column is kept alongside.
+
 Writes are atomic: data goes to a temporary file in the destination's folder, which is renamed
 over the destination only after everything succeeded, so a failure leaves no partial output, and
 the input file is never opened for writing (an output path equal to the input is refused).
@@ -37,13 +41,18 @@ from ._optional import require
 from ._validation import DataError, check_embeddings
 
 __all__ = [
+    "TEXT_FORMATS",
     "EmbeddingTable",
+    "TextTable",
     "atomic_output",
     "detect_format",
+    "detect_text_format",
+    "holds_texts",
     "iter_batches",
     "read_embeddings",
     "read_ids",
     "read_metadata",
+    "read_text_table",
     "read_texts",
     "transform_file",
     "write_embeddings",
@@ -56,6 +65,15 @@ FORMATS = {
     ".pq": "parquet",
     ".jsonl": "jsonl",
     ".ndjson": "jsonl",
+}
+#: files of texts, by suffix (:func:`read_text_table`)
+TEXT_FORMATS = {
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".txt": "txt",
 }
 META_KEY = b"privembed"
 #: rows per Parquet row group we write (readers then stream in bounded memory)
@@ -80,6 +98,27 @@ def detect_format(path: str | Path) -> str:
             f"unsupported file format {suffix!r} for {path} (use .npy, .npz, .parquet, .jsonl)."
         )
     return FORMATS[suffix]
+
+
+def detect_text_format(path: str | Path) -> str:
+    """Format name of a file of texts, from its suffix.
+
+    Examples
+    --------
+    >>> detect_text_format("notes.csv"), detect_text_format("notes.JSONL")
+    ('csv', 'jsonl')
+    >>> detect_text_format("c.xyz")
+    Traceback (most recent call last):
+    ...
+    ValueError: unsupported text file format '.xyz' for c.xyz (use .jsonl, .csv, .parquet, .txt).
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix not in TEXT_FORMATS:
+        raise ValueError(
+            f"unsupported text file format {suffix!r} for {path} (use .jsonl, .csv, .parquet, "
+            ".txt)."
+        )
+    return TEXT_FORMATS[suffix]
 
 
 @dataclass
@@ -529,45 +568,215 @@ def read_ids(path: str | Path, *, id_column: str | None = None) -> list[Any] | N
     return None if t.ids is None else list(t.ids)
 
 
+@dataclass
+class TextTable:
+    """Texts read from a file, with their ids and the file's other fields.
+
+    Attributes
+    ----------
+    texts : list of str
+        Non-empty strings, in file order.
+    ids : list or None
+        Record ids (each keeps its type: ``1`` and ``"1"`` differ), or None when the file has
+        none -- line numbers are not record ids.
+    columns : pyarrow.Table or None
+        Every other field or column, one row per text (None when there are none).
+    """
+
+    texts: list[str]
+    ids: list[Any] | None = None
+    columns: Any = None
+
+    @property
+    def n(self) -> int:
+        return len(self.texts)
+
+
+def holds_texts(path: str | Path, *, text_field: str = "text") -> bool:
+    """Whether ``path`` holds texts rather than embeddings: a ``.txt`` or ``.csv`` file, JSONL
+    whose first object has ``text_field`` and no ``embedding``, or Parquet with a
+    ``text_field`` column and no float-list column."""
+    p = Path(path)
+    fmt = TEXT_FORMATS.get(p.suffix.lower())
+    if fmt in ("txt", "csv"):
+        return True
+    if fmt is None or not p.is_file():
+        return False
+    if fmt == "parquet":
+        try:
+            schema = _open_parquet(p).schema_arrow
+        except DataError:
+            return False
+        try:
+            _embedding_column(schema, None, p)
+        except DataError:  # no (single) embedding column
+            return text_field in schema.names
+        return False
+    with p.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except (json.JSONDecodeError, RecursionError):
+                    return False
+                return isinstance(obj, dict) and text_field in obj and "embedding" not in obj
+    return False
+
+
 def read_texts(
     path: str | Path, *, text_key: str = "text", id_key: str = "id"
 ) -> tuple[list[Any] | None, list[str]]:
-    """Read ``{"id": ..., "text": ...}`` lines (or a plain ``.txt``, one text per line).
+    """Read ``{"id": ..., "text": ...}`` lines, a CSV or Parquet text column, or a plain
+    ``.txt`` (one text per line).
 
     Returns ``(ids, texts)``; ``ids`` is None when the file carries none (a ``.txt`` file, or
     JSONL lines without ``id``): line numbers are *not* record ids, because another file's line
-    5 is another record. Ids keep their JSON types (``1`` and ``"1"`` differ).
+    5 is another record. Ids keep their JSON types (``1`` and ``"1"`` differ). See
+    :func:`read_text_table` for the other fields.
+    """
+    t = read_text_table(path, text_field=text_key, id_field=id_key)
+    return t.ids, t.texts
+
+
+def read_text_table(
+    path: str | Path,
+    *,
+    text_field: str = "text",
+    id_field: str = "id",
+    require_ids: bool = False,
+) -> TextTable:
+    """Read texts, their ids and every other field from JSONL, CSV, Parquet or ``.txt``.
+
+    Parameters
+    ----------
+    path : path
+        ``.jsonl``/``.ndjson`` (one object per line), ``.csv`` (a header row), ``.parquet``
+        (a string column), or ``.txt`` (one text per non-empty line; no ids, no fields).
+    text_field : str, default "text"
+        The field or column holding the texts.
+    id_field : str, default "id"
+        The field or column holding record ids; a file without it has no ids.
+    require_ids : bool, default False
+        Refuse a file without ``id_field`` (when the caller named it explicitly).
+
+    Raises
+    ------
+    ValueError
+        Unsupported suffix (the message lists the text formats).
+    privembed.DataError
+        No ``text_field``, an empty text, ids on some rows only, a corrupt file.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "notes.csv"
+    >>> _ = p.write_text("id,text,lang\\n1,Bonjour,fr\\n2,Hello,en\\n")
+    >>> t = read_text_table(p)
+    >>> t.ids, t.texts, t.columns.column_names
+    ([1, 2], ['Bonjour', 'Hello'], ['lang'])
     """
     p = Path(path)
+    fmt = detect_text_format(p)
     _require_exists(p)
-    if p.suffix.lower() == ".txt":
+    if fmt == "txt":
+        if require_ids:
+            raise DataError(f"{p}: a .txt file has no {id_field!r} field; use JSONL or CSV.")
         with p.open(encoding="utf-8") as fh:
             texts = [ln.rstrip("\n") for ln in fh if ln.strip()]
         if not texts:
             raise DataError(f"{p} contains no text.")
-        return None, texts
-    if detect_format(p) != "jsonl":
-        raise ValueError(f"texts must be a .jsonl or .txt file, got {p}.")
+        return TextTable(texts=texts)
+    if fmt == "jsonl":
+        table = _text_table_jsonl(p, text_field, id_field)
+    else:
+        table = _text_table_arrow(p, fmt, text_field, id_field)
+    if require_ids and table.ids is None:
+        raise DataError(f"{p} has no {id_field!r} field for the record ids.")
+    return table
+
+
+def _text_table_jsonl(p: Path, text_field: str, id_field: str) -> TextTable:
     ids: list[Any] = []
-    texts = []
+    texts: list[str] = []
+    others: list[dict[str, Any]] = []
     with_id = 0
     for lineno, obj in _iter_jsonl(p):
-        t = obj.get(text_key)
+        t = obj.get(text_field)
         if not isinstance(t, str) or not t.strip():
-            raise DataError(f"{p}:{lineno}: missing or empty {text_key!r} string.")
-        if id_key in obj:
+            raise DataError(f"{p}:{lineno}: missing or empty {text_field!r} string.")
+        if id_field in obj:
             with_id += 1
         elif with_id:
-            raise DataError(f"{p}:{lineno}: missing {id_key!r} (other lines have ids).")
-        ids.append(obj.get(id_key))
+            raise DataError(f"{p}:{lineno}: missing {id_field!r} (other lines have ids).")
+        ids.append(obj.get(id_field))
         texts.append(t)
+        others.append({k: v for k, v in obj.items() if k not in (text_field, id_field)})
     if not texts:
         raise DataError(f"{p} contains no texts.")
-    if with_id == 0:
-        return None, texts
-    if with_id < len(texts):
-        raise DataError(f"{p}: some lines have an {id_key!r} and others do not.")
-    return ids, texts
+    if 0 < with_id < len(texts):
+        raise DataError(f"{p}: some lines have an {id_field!r} and others do not.")
+    return TextTable(texts=texts, ids=ids if with_id else None, columns=_columns_of(others))
+
+
+def _columns_of(rows: list[dict[str, Any]]) -> Any:
+    """Other JSONL fields as a pyarrow table (missing fields are nulls; a field whose values
+    mix types is kept as JSON text)."""
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    if not names:
+        return None
+    pa = _pa()
+    arrays = {}
+    for name in names:
+        values = [r.get(name) for r in rows]
+        try:
+            arrays[name] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            arrays[name] = pa.array([None if v is None else json.dumps(v) for v in values])
+    return pa.table(arrays)
+
+
+def _text_table_arrow(p: Path, fmt: str, text_field: str, id_field: str) -> TextTable:
+    pa = _pa()
+    if fmt == "csv":
+        pcsv = require("pyarrow.csv", "io", purpose="CSV files")
+        try:
+            # the text column stays text even when it looks like numbers (absent: ignored)
+            convert = pcsv.ConvertOptions(column_types={text_field: pa.string()})
+            table = pcsv.read_csv(p, convert_options=convert)
+        except pa.ArrowInvalid as exc:
+            raise DataError(f"cannot read {p} as CSV: {str(exc).splitlines()[0]}") from None
+    else:
+        try:
+            table = _open_parquet(p).read()
+        except DataError:
+            raise
+        except Exception as exc:  # pyarrow raises several types for corrupt files
+            raise DataError(f"cannot read {p}: {str(exc).splitlines()[0]}") from None
+    names = table.column_names
+    if text_field not in names:
+        raise DataError(
+            f"{p} has no {text_field!r} column (columns: {', '.join(names) or 'none'}); name "
+            "the text column (--text-field)."
+        )
+    col = table.column(text_field)
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        raise DataError(f"{p}: column {text_field!r} must hold strings, got {col.type}.")
+    texts = col.to_pylist()
+    for i, t in enumerate(texts):
+        if t is None or not t.strip():
+            raise DataError(f"{p}: row {i + 1}: missing or empty {text_field!r}.")
+    if not texts:
+        raise DataError(f"{p} contains no texts.")
+    ids = None
+    if id_field in names:
+        ids = table.column(id_field).to_pylist()
+        missing = [i for i, v in enumerate(ids) if v is None]
+        if missing:
+            raise DataError(
+                f"{p}: row {missing[0] + 1}: missing {id_field!r} (other rows have ids)."
+            )
+    rest = [n for n in names if n not in (text_field, id_field)]
+    return TextTable(texts=texts, ids=ids, columns=table.select(rest) if rest else None)
 
 
 def _id_array(ids: list[Any]) -> NDArray[Any]:
@@ -627,7 +836,7 @@ def write_embeddings(
             table = table.replace_schema_metadata({META_KEY: json.dumps(meta).encode()})
             pq.write_table(table, tmp, row_group_size=ROW_GROUP_ROWS)
         else:
-            _write_plain(tmp, fmt, X, id_list, meta)
+            _write_plain(tmp, fmt, X, id_list, meta, extra=extra)
     return p
 
 
@@ -833,7 +1042,10 @@ def transform_file(
     return {"rows": rows, "dim_in": dim, "dim_out": dim_out, "metadata": meta_out}
 
 
-def _write_plain(tmp: Path, fmt: str, X: NDArray[Any], ids: Any, meta: dict[str, Any]) -> None:
+def _write_plain(
+    tmp: Path, fmt: str, X: NDArray[Any], ids: Any, meta: dict[str, Any], *, extra: Any = None
+) -> None:
+    """``.npz`` or JSONL; JSONL lines also carry ``extra``'s columns (a pyarrow table)."""
     if fmt == "npz":
         arrays: dict[str, Any] = {"embeddings": X, "metadata": np.array(json.dumps(meta))}
         if ids is not None:
@@ -845,10 +1057,14 @@ def _write_plain(tmp: Path, fmt: str, X: NDArray[Any], ids: Any, meta: dict[str,
         with tmp.open("wb") as fh:
             np.savez(fh, **arrays)
     else:  # jsonl
+        others: list[dict[str, Any]] = [{}] * X.shape[0]
+        if extra is not None:
+            keep = [c for c in extra.column_names if c not in ("id", "embedding")]
+            others = extra.select(keep).to_pylist()
         with tmp.open("w", encoding="utf-8") as fh:
             if ids is None:
-                for row in X.tolist():
-                    fh.write(json.dumps({"embedding": row}) + "\n")
+                for row, more in zip(X.tolist(), others, strict=True):
+                    fh.write(json.dumps({**more, "embedding": row}, default=str) + "\n")
             else:
-                for i, row in zip(ids, X.tolist(), strict=True):
-                    fh.write(json.dumps({"id": i, "embedding": row}) + "\n")
+                for i, row, more in zip(ids, X.tolist(), others, strict=True):
+                    fh.write(json.dumps({"id": i, **more, "embedding": row}, default=str) + "\n")

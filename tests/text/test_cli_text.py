@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from typer.testing import CliRunner
@@ -36,6 +38,28 @@ def test_sanitize_text_huge_epsilon_is_identity(vocab_files):
     assert r.exit_code == 0, r.output
     assert r.stdout == text + "\n"
     assert "d_X privacy" in r.stderr
+
+
+def test_sanitize_json(vocab_files):
+    r = runner.invoke(
+        app, ["sanitize", "the cat sat", "-e", "1e6", "--seed", "1", "--json", *vocab_files]
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["texts"] == [{"text": "the cat sat", "sanitized": "the cat sat"}]
+    assert out["mechanism"] == "laplace" and "d_X privacy" in out["guarantee"]
+
+
+def test_analyze_refuses_a_folder_with_files_unless_overwrite(tmp_path, vocab_files):
+    out = tmp_path / "an"
+    out.mkdir()
+    (out / "proportions.csv").write_text("old")
+    args = ["analyze", "-e", "5", "--words", "5", "--mc", "0", "--no-plots", "-o", str(out)]
+    _assert_user_error(runner.invoke(app, [*args, *vocab_files]), "pass --overwrite")
+    assert (out / "proportions.csv").read_text() == "old"
+    r = runner.invoke(app, [*args, "--overwrite", *vocab_files])
+    assert r.exit_code == 0, r.output
+    assert (out / "proportions.csv").read_text() != "old"
 
 
 def test_sanitize_is_reproducible_with_a_seed(vocab_files):
@@ -73,7 +97,7 @@ def test_sanitize_file_one_output_line_per_input_line(tmp_path, vocab_files, ext
         (["sanitize", "x"], "--epsilon is required"),
         (["sanitize", "-e", "1"], "give either a TEXT argument or --file"),
         (["sanitize", "x", "-e", "1", "--post", "rank"], "c must be given with post='rank'"),
-        (["sanitize", "x", "-e", "1", "--post", "best"], "post must be one of"),
+        (["sanitize", "x", "-e", "1", "--post", "best"], "'best' is not one of 'nearest', 'rank'"),
         (["sanitize", "x", "-e", "1", "--mechanism", "exponential", "--c", "1"], "apply to"),
         (["analyze", "-e", "1,a", "-o", "out"], "epsilon must be a comma-separated list"),
         (["analyze", "-e", "0", "--words", "5", "-o", "out"], "epsilon must be > 0"),
@@ -81,8 +105,10 @@ def test_sanitize_file_one_output_line_per_input_line(tmp_path, vocab_files, ext
     ],
 )
 def test_bad_input_gives_one_line_errors(tmp_path, monkeypatch, vocab_files, args, pattern):
+    from privembed.cli import app as main_app  # usage errors are one line at the top level
+
     monkeypatch.chdir(tmp_path)
-    _assert_user_error(runner.invoke(app, [*args, *vocab_files]), pattern)
+    _assert_user_error(runner.invoke(main_app, ["text", *args, *vocab_files]), pattern)
 
 
 def test_missing_files_give_one_line_errors(tmp_path, vocab_files):

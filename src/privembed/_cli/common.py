@@ -1,8 +1,13 @@
-"""Shared CLI helpers: one-line errors with a non-zero exit, progress bars, parsing lists.
+"""Shared CLI helpers: one-line errors with a non-zero exit, progress bars, parsing lists,
+and the closed sets that options choose from.
 
 User errors (bad files, bad parameters, bad data) print ``error: <message>`` on one line to
 stderr and exit with status 2 (1 for unexpected internal errors); no traceback is shown unless
 ``PRIVEMBED_DEBUG=1`` is set.
+
+Closed sets (mechanisms, calibrations, ...) are ``Literal`` types: typer turns them into choices
+that ``--help`` lists in full and that the parser checks. ``tests/test_conventions.py`` checks
+each against the library's own list, so a new mechanism cannot be left out of the command line.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
@@ -23,19 +28,50 @@ from .._validation import DataError
 
 __all__ = [
     "USER_ERRORS",
+    "BitGeneratorName",
+    "Calibration",
+    "InputNorm",
+    "KeyedGenerator",
+    "MechanismName",
+    "Neighbouring",
     "OneLineErrors",
+    "ProjectionKind",
+    "StoreKind",
     "console",
     "err_console",
     "fail",
+    "mechanism_text",
     "parse_floats",
     "print_json",
     "progress",
     "progress_callback",
+    "progress_done",
+    "show_progress",
+    "tidy_help",
     "user_errors",
 ]
 
 console = Console()
 err_console = Console(stderr=True)
+
+#: mechanisms of :data:`privembed.mechanisms.MECHANISMS` (checked by a test)
+MechanismName = Literal[
+    "gaussian", "empirical", "laplace", "mahalanobis", "purkayastha", "projection"
+]
+#: Gaussian sigma calibration
+Calibration = Literal["analytic", "classic"]
+#: public JL matrix kinds (:data:`privembed.mechanisms.jl.KINDS`)
+ProjectionKind = Literal["gaussian", "sparse", "srht"]
+#: neighbouring relation a projection's noise is calibrated for
+Neighbouring = Literal["record", "attribute"]
+#: how inputs reach the sphere a sensitivity bound assumes
+InputNorm = Literal["normalize", "clip", "none"]
+#: keyed-noise stream generators (:mod:`privembed.keyed`)
+KeyedGenerator = Literal["philox", "aes"]
+#: randomness policies (:func:`privembed.rng.set_bit_generator`; aes/chacha need randomgen)
+BitGeneratorName = Literal["pcg64", "pcg64dxsm", "philox", "sfc64", "aes", "chacha"]
+#: vector stores (:mod:`privembed.integrations.stores`)
+StoreKind = Literal["chroma", "qdrant", "faiss"]
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     DataError,
@@ -61,10 +97,57 @@ _ClickException: type[Exception] = next(
 )
 
 
+def _choice_label(choice: Any) -> str:
+    return str(getattr(choice, "value", choice))
+
+
+#: width of the option column of ``--help`` (click's default); longer choices go in the help
+_OPTION_COLUMN = 30
+
+
+def _tidy_param(param: Any) -> None:
+    """A flag shows no value type (typer prints ``<bool>``, which reads as if it took a value);
+    a choice shows all its values: after the option name when they fit the option column,
+    else at the end of the help text, where they wrap at 80 columns."""
+    if getattr(param, "param_type_name", None) != "option" or param.metavar is not None:
+        return
+    if getattr(param, "is_flag", False) and not getattr(param, "count", False):
+        param.metavar = ""
+        return
+    desc = getattr(param, "type_descriptor", None)
+    choices = getattr(desc, "choices", None) if desc is not None else None
+    if not choices:
+        return
+    labels = [_choice_label(c) for c in choices]
+    inline = "<" + "|".join(labels) + ">"
+    if len(", ".join(param.opts)) + 1 + len(inline) <= _OPTION_COLUMN:
+        param.metavar = inline
+    else:
+        param.metavar = f"<{param.name.replace('_', '-')}>"
+        param.help = f"{param.help or ''} One of: {', '.join(labels)}.".strip()
+
+
+def tidy_help(command: Any) -> None:
+    """Apply :func:`_tidy_param` to every option of ``command`` and its subcommands (the help
+    option included)."""
+    for param in command.params:
+        _tidy_param(param)
+    help_option = command.get_help_option(typer.Context(command))
+    if help_option is not None:
+        _tidy_param(help_option)
+    for sub in getattr(command, "commands", {}).values():
+        tidy_help(sub)
+
+
 class OneLineErrors(TyperGroup):
     """The top-level command group: usage errors (a bad option value, a missing argument, an
     unknown option) print one ``error:`` line and exit 2, like every other user error, instead
-    of a multi-line box; Ctrl-C exits 130."""
+    of a multi-line box; Ctrl-C exits 130. Help pages show flags without a value type and
+    every value of a choice (:func:`tidy_help`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        tidy_help(self)
 
     def main(
         self,
@@ -91,6 +174,7 @@ class OneLineErrors(TyperGroup):
             ctx = getattr(exc, "ctx", None)
             cmd = ctx.command_path if ctx is not None else "privembed"
             msg = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+            msg = msg.replace(": Value error, ", ": ")  # typer's prefix on a bad choice
             err_console.print(
                 f"error: {msg} (see '{cmd} --help')", style="bold red", highlight=False,
                 soft_wrap=True,
@@ -104,6 +188,30 @@ class OneLineErrors(TyperGroup):
             err_console.print("interrupted", highlight=False)
             sys.exit(130)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def mechanism_text(cfg: Any, *, skip: tuple[str, ...] = ()) -> str:
+    """A mechanism configuration as ``name(key=value, ...)``; arrays appear by their digest.
+
+    Examples
+    --------
+    >>> mechanism_text({"mechanism": "laplace", "epsilon": 50.0, "input_norm": "normalize"})
+    'laplace(epsilon=50, input_norm=normalize)'
+    """
+    if not isinstance(cfg, dict) or "mechanism" not in cfg:
+        return "?"
+    parts = []
+    for k, v in cfg.items():
+        if k == "mechanism" or k in skip or v is None:
+            continue
+        if isinstance(v, dict) and "sha256" in v:
+            v = f"sha256:{str(v['sha256'])[:12]}"
+        elif isinstance(v, dict | list):
+            continue
+        elif isinstance(v, float):
+            v = f"{v:g}"
+        parts.append(f"{k}={v}")
+    return f"{cfg['mechanism']}(" + ", ".join(parts) + ")"
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -151,31 +259,58 @@ def parse_floats(name: str, text: str) -> list[float]:
     return vals
 
 
+def _bar(description: str, total: int | None, unit: str, out: Console | None = None) -> Any:
+    """A transient rich progress bar: done/total, rate (``unit``/s), time left."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TimeRemainingColumn,
+    )
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            speed = task.finished_speed or task.speed
+            shown = "-" if speed is None else f"{speed:,.0f}" if speed >= 10 else f"{speed:.2g}"
+            return Text(f"{shown} {unit}/s", style="progress.data.speed")
+
+    bar = Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        Rate(),
+        TimeRemainingColumn(),
+        console=out or err_console,
+        transient=True,
+    )
+    return bar, bar.add_task(description, total=total)
+
+
+def show_progress() -> bool:
+    """Progress bars are drawn on a terminal (stderr), never into logs or pipes."""
+    return sys.stderr.isatty()
+
+
 def progress(
     iterable: Iterable[Any],
     *,
     total: int | None,
     description: str,
     size: Callable[[Any], int] | None = None,
+    unit: str = "rows",
 ) -> Iterator[Any]:
     """A progress bar on a terminal (stderr), silent otherwise.
 
-    ``size(item)`` gives how much each item advances the bar (default 1), e.g. rows per batch.
+    ``size(item)`` gives how much each item advances the bar (default 1), e.g. rows per batch;
+    the bar shows done/total, the rate in ``unit`` per second and the time left.
     """
-    if not sys.stderr.isatty():
+    if not show_progress():
         yield from iterable
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(description, total=total)
+    bar, task = _bar(description, total, unit)
+    with bar:
         for item in iterable:
             yield item
             bar.advance(task, size(item) if size else 1)
@@ -188,21 +323,25 @@ def print_json(obj: Any) -> None:
 
 @contextlib.contextmanager
 def progress_callback(
-    description: str,
+    description: str, *, unit: str = "rows"
 ) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
-    """Yield ``(set_total, advance)`` callbacks driving a progress bar on a terminal (stderr)."""
-    if not sys.stderr.isatty():
+    """Yield ``(set_total, advance)`` callbacks driving a progress bar on a terminal (stderr):
+    done/total, the rate in ``unit`` per second, the time left."""
+    if not show_progress():
         yield (lambda _n: None), (lambda _k: None)
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=err_console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(description, total=None)
+    bar, task = _bar(description, None, unit)
+    with bar:
         yield (lambda n: bar.update(task, total=n)), (lambda k: bar.advance(task, k))
+
+
+@contextlib.contextmanager
+def progress_done(description: str, total: int, *, unit: str) -> Iterator[Callable[[int], None]]:
+    """Yield ``on_progress(done)`` (a cumulative count, as :meth:`privembed.embedders.Embedder.encode`
+    reports it) driving a progress bar on a terminal (stderr)."""
+    if not show_progress():
+        yield lambda _done: None
+        return
+    bar, task = _bar(description, total, unit)
+    with bar:
+        yield lambda done: bar.update(task, completed=done)

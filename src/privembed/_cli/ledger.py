@@ -11,13 +11,14 @@ import csv
 import datetime as _dt
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
+from rich.padding import Padding
 from rich.table import Table
 
 from ..ledger import Ledger, display_key
-from .common import console, err_console, print_json, user_errors
+from .common import console, err_console, mechanism_text, print_json, user_errors
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -34,17 +35,16 @@ def _when(t: float | None) -> str:
     return _dt.datetime.fromtimestamp(t, tz=_dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _mechanism_text(cfg: object) -> str:
-    if not isinstance(cfg, dict) or "mechanism" not in cfg:
+def _guarantee_text(g: object) -> str:
+    """A recorded guarantee in words (``?`` when it cannot be read)."""
+    from ..accounting import guarantee_from_dict
+
+    if not isinstance(g, dict):
         return "?"
-    shown = {
-        k: v
-        for k, v in cfg.items()
-        if k not in ("mechanism", "input_norm", "renormalize")
-        and v is not None
-        and not isinstance(v, list | dict)
-    }
-    return f"{cfg['mechanism']}(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")"
+    try:
+        return guarantee_from_dict(g).describe()
+    except (TypeError, ValueError):
+        return str(g.get("kind", "?"))
 
 
 @app.command()
@@ -55,7 +55,8 @@ def show(
         bool, typer.Option("--json", help="Print the full summary as JSON.")
     ] = False,
 ) -> None:
-    """Budgets, releases per configuration (mechanism, guarantee, key), unpublished releases."""
+    """Budgets, and per configuration: mechanism, guarantee, key id, releases; unpublished
+    releases; budget changes."""
     with _open(ledger) as led:
         s = led.summary()
     if as_json:
@@ -63,27 +64,31 @@ def show(
         return
     b, sb = s["budget"], s["subject_budget"]
     console.print(
-        f"budget per record: {'none' if b is None else f'epsilon={b[0]:g}, delta={b[1]:g}'}; "
-        f"per subject: {'none' if sb is None else f'epsilon={sb[0]:g}, delta={sb[1]:g}'}; "
-        f"{s['records']} record(s)",
+        f"{ledger}: {s['records']} record(s); budget per record: "
+        f"{'none' if b is None else f'epsilon={b[0]:g}, delta={b[1]:g}'}; per subject: "
+        f"{'none' if sb is None else f'epsilon={sb[0]:g}, delta={sb[1]:g}'}",
         highlight=False,
     )
-    t = Table("mechanism", "guarantee", "key id", "releases", "free", "last", "configuration")
-    for c in s["configurations"]:
-        g = c["guarantee"]
-        t.add_row(
-            _mechanism_text(c["mechanism"]),
-            g.get("kind", "?") if isinstance(g, dict) else "?",
-            c["key_id"] or "-",
-            str(c["releases"]),
-            str(c["free"]),
-            _when(c["last"]),
-            c["config_fp"],
+    configs = s["configurations"]
+    if not configs:
+        console.print("no releases recorded", highlight=False)
+    for n, c in enumerate(configs, start=1):
+        console.print(f"\n[bold]{n}. {mechanism_text(c['mechanism'])}[/bold]", highlight=False)
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        grid.add_row("guarantee:", _guarantee_text(c["guarantee"]))
+        grid.add_row(
+            "releases:",
+            f"{c['releases']} ({c['free']} free: keyed re-releases of unchanged content), "
+            f"last {_when(c['last'])}",
         )
-    console.print(t)
+        noise = f"keyed, key id {c['key_id']}" if c["key_id"] else "fresh (no key)"
+        grid.add_row("noise:", f"{noise}; configuration {c['config_fp']}")
+        console.print(Padding(grid, (0, 0, 0, 3)), highlight=False)
     if s["unpublished"]:
         console.print(
-            f"{len(s['unpublished'])} release(s) were charged but never published (a crash "
+            f"\n{len(s['unpublished'])} release(s) were charged but never published (a crash "
             "between the ledger commit and the output's rename; conservative):",
             highlight=False,
         )
@@ -92,6 +97,8 @@ def show(
                 f"  {_when(u['created'])}: {u['records']} record(s) -> {u['destination'] or '?'}",
                 highlight=False,
             )
+    if s["budget_history"]:
+        console.print("")
     for h in s["budget_history"]:
         console.print(
             f"budget {h['action']} ({h['scope']}) at {_when(h['changed'])}: epsilon="
@@ -165,11 +172,11 @@ def spent(
 @user_errors
 def export(
     ledger: Annotated[Path, typer.Argument(help="Ledger file.")],
-    fmt: Annotated[str, typer.Option("--format", help="json|csv")] = "json",
+    fmt: Annotated[
+        Literal["json", "csv"], typer.Option("--format", help="Output format.")
+    ] = "json",
 ) -> None:
     """Every release row, to stdout."""
-    if fmt not in ("json", "csv"):
-        raise ValueError(f"format must be one of 'json', 'csv', got format={fmt!r}.")
     with _open(ledger) as led:
         rows = led.export()
     if fmt == "json":

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 
-from .common import err_console, parse_floats, user_errors
+from .common import err_console, parse_floats, print_json, user_errors
 
 app = typer.Typer(
     help="Word-level text sanitisation with d_X privacy (multivariate Laplace + nearest word, "
@@ -34,8 +34,11 @@ LimitOpt = Annotated[
     int | None, typer.Option("--limit", help="Keep only the first (most frequent) N words.")
 ]
 IndexOpt = Annotated[
-    str,
-    typer.Option("--index", help="exact (FAISS flat) or hnsw (approximate; privacy is unchanged)."),
+    Literal["exact", "hnsw"],
+    typer.Option(
+        "--index",
+        help="Nearest-word search: exact (FAISS flat) or hnsw (approximate; privacy is unchanged).",
+    ),
 ]
 IndexCacheOpt = Annotated[
     Path | None,
@@ -60,7 +63,8 @@ def sanitize(
         float | None, typer.Option("--epsilon", "-e", help="Privacy per unit of l2 (required).")
     ] = None,
     post: Annotated[
-        str, typer.Option("--post", help="nearest ([A26] eq. 3) or rank (the [A26] §7 fix).")
+        Literal["nearest", "rank"],
+        typer.Option("--post", help="nearest ([A26] eq. 3) or rank (the [A26] §7 fix)."),
     ] = "nearest",
     c: Annotated[
         float | None, typer.Option("--c", help="Rank temperature for --post rank (e.g. 0.04).")
@@ -69,13 +73,13 @@ def sanitize(
         int | None, typer.Option("--seed", help="Seed (reproducible noise; experiments only).")
     ] = None,
     oov: Annotated[
-        str,
+        Literal["keep", "replace"],
         typer.Option(
             "--oov", help="Out-of-vocabulary words: keep (unprotected) or replace (uniform word)."
         ),
     ] = "keep",
     mechanism: Annotated[
-        str,
+        Literal["laplace", "exponential"],
         typer.Option("--mechanism", help="laplace (with --post) or exponential (SanText)."),
     ] = "laplace",
     index: IndexOpt = "exact",
@@ -83,9 +87,12 @@ def sanitize(
     vectors: VectorsOpt = None,
     word_list: WordListOpt = None,
     limit: LimitOpt = None,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the guarantee and each text with its sanitised form."),
+    ] = False,
 ) -> None:
     """Sanitise text word by word; punctuation, spacing and capitalisation are kept."""
-    from .._validation import check_choice
     from ..io import _require_exists
     from ..text import ExponentialSanitizer, NearestNeighbourIndex, WordSanitizer
 
@@ -93,7 +100,6 @@ def sanitize(
         raise ValueError("give either a TEXT argument or --file, not both or neither.")
     if epsilon is None:
         raise ValueError("--epsilon is required, e.g. --epsilon 10.")
-    mechanism = check_choice("mechanism", mechanism, ("laplace", "exponential"))
     if file is not None:
         _require_exists(file)
         lines = file.read_text(encoding="utf-8").splitlines()
@@ -110,8 +116,19 @@ def sanitize(
         if index_cache is not None:
             search = NearestNeighbourIndex(voc.vectors, method=index, cache=index_cache)
         san = WordSanitizer(vocabulary=voc, epsilon=epsilon, post=post, c=c, oov=oov, index=search)
+    out = san.sanitize_many(lines, rng=seed)
+    if as_json:
+        print_json(
+            {
+                "mechanism": mechanism,
+                "epsilon": epsilon,
+                "guarantee": san.guarantee.describe(),
+                "texts": [{"text": a, "sanitized": b} for a, b in zip(lines, out, strict=True)],
+            }
+        )
+        return
     err_console.print(f"guarantee: {san.guarantee.describe()}", highlight=False)
-    for line in san.sanitize_many(lines, rng=seed):
+    for line in out:
         sys.stdout.write(line + "\n")
 
 
@@ -126,7 +143,8 @@ def analyze(
         "text-analysis"
     ),
     mechanisms: Annotated[
-        str, typer.Option("--mechanisms", help="Any of nearest,rank,exponential.")
+        str,
+        typer.Option("--mechanisms", help="Comma-separated, any of: nearest, rank, exponential."),
     ] = "nearest,rank,exponential",
     c: Annotated[str, typer.Option("--c", help="Rank temperature(s), comma-separated.")] = "0.04",
     neighbours: Annotated[
@@ -137,6 +155,9 @@ def analyze(
     ] = 50_000,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for reproducible runs.")] = None,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG figures.")] = True,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace the files of an earlier analysis in the output folder.")
+    ] = False,
     index: IndexOpt = "exact",
     index_cache: IndexCacheOpt = None,
     vectors: VectorsOpt = None,
@@ -159,9 +180,12 @@ def analyze(
     words = check_int("words", words, ge=1)
     neighbours = check_int("neighbours", neighbours, ge=1)
     mc = check_int("mc", mc, ge=0)
-    index = check_choice("index", index, ("exact", "hnsw"))
     if output.exists() and not output.is_dir():
         raise FileExistsError(f"output must be a directory, got an existing file: {output}")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise FileExistsError(
+            f"output folder is not empty: {output} (pass --overwrite to replace its files)."
+        )
     voc = _vocabulary(vectors, word_list, limit)
     gen = as_generator(seed)
     n_words = min(words, len(voc))
