@@ -50,11 +50,10 @@ def test_linkage_on_files_aligns_by_id(tmp_path):
             [
                 "attack",
                 "linkage",
-                "--protected",
                 str(prot),
                 "--candidates",
                 str(cand),
-                "--k",
+                "--ks",
                 "1,5",
                 "-o",
                 str(out),
@@ -76,7 +75,6 @@ def test_linkage_and_averaging_on_a_mechanism_spec(tmp_path):
             [
                 "attack",
                 "linkage",
-                "--embeddings",
                 str(src),
                 "-m",
                 "laplace",
@@ -99,7 +97,6 @@ def test_linkage_and_averaging_on_a_mechanism_spec(tmp_path):
             [
                 "attack",
                 "averaging",
-                "--embeddings",
                 str(src),
                 "-m",
                 "laplace",
@@ -126,7 +123,7 @@ def test_averaging_on_release_files(tmp_path):
         for s in range(4)
     ]
     orig = _emb(tmp_path, X, "o.npy")
-    args = ["attack", "averaging", "--originals", str(orig)]
+    args = ["attack", "averaging", str(orig)]
     for p in rel:
         args += ["--release", str(p)]
     r = _ok(runner.invoke(app, args))
@@ -149,7 +146,7 @@ def test_fingerprint_simulation_and_release_files(tmp_path):
     _ok(
         runner.invoke(
             app,
-            ["attack", "fingerprint", *profiles, "--embeddings", str(src), *sim, "-o", str(out)],
+            ["attack", "fingerprint", str(src), *profiles, *sim, "-o", str(out)],
         )
     )
     res = json.loads(out.read_text())
@@ -160,14 +157,14 @@ def test_fingerprint_simulation_and_release_files(tmp_path):
             [
                 "attack",
                 "fingerprint",
-                *profiles,
-                "--embeddings",
                 str(src),
+                *profiles,
                 *sim,
                 "--noise",
                 "isotropic",
                 "-o",
                 str(out),
+                "--overwrite",
             ],
         )
     )
@@ -179,7 +176,11 @@ def test_fingerprint_simulation_and_release_files(tmp_path):
     rels = []
     for s in range(3):
         rels += ["--release", str(_emb(tmp_path, mech.privatize(X, rng=s), f"rel{s}.npy"))]
-    r = _ok(runner.invoke(app, ["attack", "fingerprint", *profiles, *rels, "-o", str(out)]))
+    r = _ok(
+        runner.invoke(
+            app, ["attack", "fingerprint", *profiles, *rels, "-o", str(out), "--overwrite"]
+        )
+    )
     assert json.loads(out.read_text())["prediction"] == "beta" and "beta" in r.stdout
 
 
@@ -189,7 +190,7 @@ def test_token_and_inversion_on_texts_and_a_mechanism(tmp_path):
     tp = _texts(tmp_path, texts)
     ep = _emb(tmp_path, X)
     out = tmp_path / "t.json"
-    common = ["--texts", str(tp), "--embeddings", str(ep), "--seed", "0"]
+    common = [str(tp), "--embeddings", str(ep), "--seed", "0"]
     _ok(
         runner.invoke(
             app,
@@ -241,11 +242,13 @@ def test_token_and_inversion_on_texts_and_a_mechanism(tmp_path):
     "args,msg",
     [
         (["linkage", "--epsilon", "3"], "--epsilon need --mechanism"),
-        (["linkage"], "give --protected and --candidates"),
-        (["token", "--embeddings", "x.npy"], "--embeddings needs the matching --texts"),
-        (["fingerprint", "--profile", "nope.npy", "--embeddings", "e.npy"], "not found"),
-        (["averaging", "-m", "laplace", "--epsilon", "1"], "give --embeddings or --texts"),
-        (["fingerprint", "--profile", "a.npy", "--noise", "loud"], "noise must be one of"),
+        (["linkage"], "give the protected file (INPUT) and --candidates"),
+        (["token", "--embeddings", "x.npy"], "--embeddings needs the matching texts (INPUT)"),
+        (["fingerprint", "e.npy", "--profile", "nope.npy"], "not found"),
+        (["averaging", "-m", "laplace", "--epsilon", "1"], "give INPUT"),
+        (["fingerprint", "--profile", "a.npy", "--noise", "loud"], "'loud' is not one of"),
+        (["linkage", "a.npy", "--protected", "b.npy"], "give the input once"),
+        (["linkage", "a.npy", "--k", "1"], "No such option: --k"),
     ],
 )
 def test_user_errors_are_one_line(args, msg):
@@ -253,3 +256,43 @@ def test_user_errors_are_one_line(args, msg):
     assert r.exit_code == 2, r.output
     err = r.stderr.strip()
     assert err.startswith("error: ") and len(err.splitlines()) == 1 and msg in err, err
+
+
+def test_deprecated_input_options_still_work_and_say_so(tmp_path):
+    X = np.random.default_rng(1).standard_normal((20, 8))
+    ids = [f"r{i}" for i in range(20)]
+    cand = _emb(tmp_path, X, "cand.npz", ids)
+    prot = _emb(tmp_path, X + 0.01, "prot.npz", ids)
+    r = _ok(
+        runner.invoke(
+            app, ["attack", "linkage", "--protected", str(prot), "--candidates", str(cand)]
+        )
+    )
+    assert "--protected is deprecated" in r.stderr and "re-identified" in r.stdout
+
+
+def test_existing_output_is_kept_unless_overwrite(tmp_path):
+    X = np.random.default_rng(1).standard_normal((20, 8))
+    ids = [f"r{i}" for i in range(20)]
+    cand = _emb(tmp_path, X, "cand.npz", ids)
+    prot = _emb(tmp_path, X + 0.01, "prot.npz", ids)
+    out = tmp_path / "l.json"
+    out.write_text("keep me")
+    args = ["attack", "linkage", str(prot), "--candidates", str(cand), "-o", str(out)]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "pass --overwrite" in r.stderr
+    assert out.read_text() == "keep me"
+    _ok(runner.invoke(app, [*args, "--overwrite"]))
+    assert json.loads(out.read_text())["attack"] == "linkage"
+
+
+def test_linkage_on_texts_embeds_them(tmp_path):
+    texts = [f"note {i} about topic {i % 7} and more words" for i in range(12)]
+    tp = _texts(tmp_path, texts, "t.csv")
+    tp.write_text("id,text\n" + "".join(f"r{i},{t}\n" for i, t in enumerate(texts)))
+    r = _ok(
+        runner.invoke(
+            app, ["attack", "linkage", str(tp), "-m", "laplace", "--epsilon", "500", "--seed", "0"]
+        )
+    )
+    assert "12 protected vectors vs 12 candidates" in " ".join(r.stdout.split())

@@ -1,9 +1,10 @@
 """``privembed attack token|fingerprint|averaging|linkage|inversion`` (thin; logic in
 :mod:`privembed.attacks`).
 
-Every command runs either on files (protected vectors someone released) or on a mechanism spec
-(``--mechanism laplace --epsilon 10``: the command protects the inputs itself, seeded with
-``--seed`` or keyed with ``--key-file``), prints a table and writes JSON with ``-o``.
+Every command takes its data as one positional INPUT and runs either on files (protected
+vectors someone released) or on a mechanism spec (``--mechanism laplace --epsilon 10``: the
+command protects the inputs itself, seeded with ``--seed`` or keyed with ``--key-file``),
+prints a table and writes JSON with ``-o``.
 """
 
 from __future__ import annotations
@@ -11,26 +12,32 @@ from __future__ import annotations
 import json
 import secrets
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import typer
 from rich.table import Table
 
 from ..mechanisms.mahalanobis import DEFAULT_MASK_DELTA
-from .common import console, err_console, parse_floats, user_errors
+from .common import (
+    MechanismName,
+    console,
+    err_console,
+    parse_floats,
+    progress_done,
+    user_errors,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
 # ---- shared options -------------------------------------------------------------------------
 
 Mechanism = Annotated[
-    str | None,
+    MechanismName | None,
     typer.Option(
         "--mechanism",
         "-m",
-        help="Protect internally with this mechanism (gaussian|empirical|laplace|mahalanobis|"
-        "purkayastha|projection); omit to attack the given files as they are.",
+        help="Protect internally with this mechanism; omit to attack the given files as they are.",
     ),
 ]
 Epsilon = Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")]
@@ -46,15 +53,53 @@ KeyFile = Annotated[
     Path | None, typer.Option(help="Secret key file: protect with keyed (repeat-safe) noise.")
 ]
 Output = Annotated[Path | None, typer.Option("-o", "--output", help="Write the results as JSON.")]
-Texts = Annotated[
-    Path | None,
-    typer.Option(help="Texts (JSONL with 'id'/'text', or .txt), aligned with --embeddings."),
-]
-Embeddings = Annotated[
-    Path | None,
-    typer.Option(help="Embeddings file (.parquet/.npy/.npz/.jsonl); default: embed --texts."),
-]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing --output file.")]
 Model = Annotated[str | None, typer.Option(help="Embedding model for texts (default: offline).")]
+TextsInput = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Texts (JSONL, CSV or Parquet with 'id'/'text', or .txt); default: the built-in "
+        "PII corpus.",
+        show_default=False,
+    ),
+]
+AlignedEmbeddings = Annotated[
+    Path | None,
+    typer.Option(help="Embeddings of INPUT's texts, row by row (default: embed them)."),
+]
+# earlier spellings of the positional INPUT, kept working (hidden)
+OldTexts = Annotated[
+    Path | None, typer.Option("--texts", hidden=True, help="Deprecated: give INPUT.")
+]
+OldEmbeddings = Annotated[
+    Path | None, typer.Option("--embeddings", hidden=True, help="Deprecated: give INPUT.")
+]
+
+
+def _one_input(given: Path | None, **aliases: Path | None) -> Path | None:
+    """The positional INPUT, or the one deprecated option that names it."""
+    named = {k: v for k, v in aliases.items() if v is not None}
+    if given is not None and named:
+        raise ValueError(
+            f"give the input once: as INPUT or with {', '.join(named)} (deprecated), not both."
+        )
+    if len(named) > 1:
+        raise ValueError(f"give one input, got {', '.join(named)}.")
+    if named:
+        ((opt, path),) = named.items()
+        err_console.print(
+            f"[yellow]note:[/yellow] {opt} is deprecated: give the file as INPUT "
+            f"(privembed attack ... {path}).",
+            highlight=False,
+        )
+        return path
+    return given
+
+
+def _check_output(output: Path | None, overwrite: bool) -> None:
+    """Refuse an existing -o before the (slow) attack runs."""
+    if output is not None and output.exists() and not overwrite:
+        raise FileExistsError(f"output exists: {output} (pass --overwrite to replace it).")
 
 
 def _mechanism(
@@ -103,13 +148,18 @@ def _read_embeddings(path: Path) -> tuple[np.ndarray, list[Any] | None]:
     return np.asarray(t.X, dtype=np.float64), None if t.ids is None else list(t.ids.tolist())
 
 
+def _encode(texts: list[str], model: str | None) -> np.ndarray:
+    from ..embedders import Embedder
+
+    with progress_done("embedding", len(texts), unit="texts") as on_progress:
+        return np.asarray(Embedder(model).encode(texts, on_progress=on_progress), np.float64)
+
+
 def _texts_and_embeddings(
-    texts: Path | None, embeddings: Path | None, model: str | None
+    texts: Path, embeddings: Path | None, model: str | None
 ) -> tuple[list[Any], list[str], np.ndarray]:
     from ..io import read_texts
 
-    if texts is None:
-        raise ValueError("give --texts (and optionally --embeddings).")
     ids, tx = read_texts(texts)
     if ids is None:  # texts without ids: attack rows are numbered (no keyed noise needed here)
         ids = list(range(len(tx)))
@@ -118,24 +168,22 @@ def _texts_and_embeddings(
         if X.shape[0] != len(tx):
             raise ValueError(f"{embeddings} has {X.shape[0]} rows but {texts} has {len(tx)} texts.")
     else:
-        from ..embedders import Embedder
-
         err_console.print(f"[dim]- embedding {len(tx)} texts[/dim]", highlight=False)
-        X = np.asarray(Embedder(model).encode(tx), dtype=np.float64)
+        X = _encode(tx, model)
     return ids, tx, X
 
 
-def _pool(
-    texts: Path | None, embeddings: Path | None, model: str | None
-) -> tuple[list[Any], np.ndarray]:
-    """Embeddings (and ids) from --embeddings, else from embedding --texts."""
-    if embeddings is not None:
-        X, ids = _read_embeddings(embeddings)
-        return ids if ids is not None else list(range(X.shape[0])), X
-    if texts is None:
-        raise ValueError("give --embeddings or --texts.")
-    ids, _tx, X = _texts_and_embeddings(texts, None, model)
-    return ids, X
+def _pool(data: Path | None, model: str | None) -> tuple[list[Any], np.ndarray]:
+    """Embeddings (and ids) of INPUT: an embeddings file, or texts embedded here."""
+    from ..io import holds_texts
+
+    if data is None:
+        raise ValueError("give INPUT: an embeddings file, or texts to embed.")
+    if holds_texts(data):
+        ids, _tx, X = _texts_and_embeddings(data, None, model)
+        return ids, X
+    X, ids = _read_embeddings(data)
+    return ids if ids is not None else list(range(X.shape[0])), X
 
 
 def _corpus(
@@ -152,12 +200,10 @@ def _corpus(
 
     if texts is None:
         if embeddings is not None:
-            raise ValueError("--embeddings needs the matching --texts.")
-        from ..embedders import Embedder
-
+            raise ValueError("--embeddings needs the matching texts (INPUT).")
         c = pii_corpus(n, seed=seed or 0)
         err_console.print(f"[dim]- built-in PII corpus: embedding {n} notes[/dim]", highlight=False)
-        X = np.asarray(Embedder(model).encode(c.texts), dtype=np.float64)
+        X = _encode(c.texts, model)
         return c.ids, c.texts, X, c.sensitive, f"built-in PII corpus ({n} notes)"
     ids, tx, X = _texts_and_embeddings(texts, embeddings, model)
     sens = None
@@ -210,12 +256,12 @@ def _protect(mech: Any, X: np.ndarray, ids: list[Any], seed: int | None, key: by
     return mech.privatize(X, rng=seed)
 
 
-def _write(output: Path | None, obj: dict[str, Any]) -> None:
+def _write(output: Path | None, obj: dict[str, Any], overwrite: bool) -> None:
     if output is None:
         return
     from ..io import atomic_output
 
-    with atomic_output(output) as tmp:
+    with atomic_output(output, overwrite=overwrite) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
     err_console.print(f"wrote {output}")
 
@@ -240,8 +286,8 @@ def _describe(mech: Any) -> dict[str, Any] | None:
 @app.command()
 @user_errors
 def token(
-    texts: Texts = None,
-    embeddings: Embeddings = None,
+    input: TextsInput = None,
+    embeddings: AlignedEmbeddings = None,
     train_texts: Annotated[
         Path | None, typer.Option(help="Attacker's auxiliary texts (default: split --texts).")
     ] = None,
@@ -277,10 +323,14 @@ def token(
     key_file: KeyFile = None,
     model: Model = None,
     output: Output = None,
+    overwrite: Overwrite = False,
+    texts: OldTexts = None,
 ) -> None:
     """Token inference (MLC, [T26] App. I.3): which words do the protected vectors reveal?"""
     from ..attacks import MLCAttack
 
+    texts = _one_input(input, **{"--texts": texts})
+    _check_output(output, overwrite)
     mech = _mechanism(
         mechanism,
         epsilon=epsilon,
@@ -344,6 +394,7 @@ def token(
             "n_target": len(t_tx),
             "results": rows,
         },
+        overwrite,
     )
 
 
@@ -357,25 +408,32 @@ def fingerprint(
         list[Path],
         typer.Option(help="Candidate concept profile or mask .npy (repeat, one per concept)."),
     ],
+    input: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Embeddings or texts to simulate releases on (when no --release is given).",
+            show_default=False,
+        ),
+    ] = None,
     release: Annotated[
         list[Path] | None,
         typer.Option(help="A release of the same records (repeat, one file per release)."),
     ] = None,
-    texts: Texts = None,
-    embeddings: Embeddings = None,
     epsilon: Annotated[float, typer.Option(help="epsilon of the simulated mechanism.")] = 10.0,
     smoothing: Annotated[float, typer.Option(help="Covariance smoothing lambda.")] = 0.0,
     mask_delta: Annotated[
         float, typer.Option(help="delta added to the masks (the mechanism's default).")
     ] = DEFAULT_MASK_DELTA,
     noise: Annotated[
-        str, typer.Option(help="anisotropic | isotropic | permuted (defender's noise).")
+        Literal["anisotropic", "isotropic", "permuted"],
+        typer.Option(help="The defender's noise."),
     ] = "anisotropic",
     releases: Annotated[int, typer.Option(help="Releases per document (N).")] = 10,
     groups: Annotated[int, typer.Option(help="Groups per concept.")] = 50,
     group_size: Annotated[int, typer.Option(help="Documents per group.")] = 30,
     across: Annotated[
-        str, typer.Option(help="releases (eq. 4) | documents (single-release variant).")
+        Literal["releases", "documents"],
+        typer.Option(help="Variance across releases (eq. 4) or documents (single release)."),
     ] = "releases",
     mlp: Annotated[
         bool, typer.Option("--mlp/--no-mlp", help="Also train the MLP fingerprint classifier.")
@@ -384,9 +442,11 @@ def fingerprint(
     key_file: KeyFile = None,
     model: Model = None,
     output: Output = None,
+    overwrite: Overwrite = False,
+    texts: OldTexts = None,
+    embeddings: OldEmbeddings = None,
 ) -> None:
     """Variance fingerprint ([F26]): which concept does an anisotropic mechanism protect?"""
-    from .._validation import check_choice
     from ..attacks import (
         FingerprintClassifier,
         TemplateMatcher,
@@ -397,7 +457,8 @@ def fingerprint(
     from ..mechanisms import LaplaceMechanism, MahalanobisMechanism
     from ..mechanisms.mahalanobis import smooth_covariance
 
-    noise = check_choice("noise", noise, ("anisotropic", "isotropic", "permuted"))
+    data = _one_input(input, **{"--texts": texts, "--embeddings": embeddings})
+    _check_output(output, overwrite)
     names, bases = [], []
     for p in profile:
         m = MahalanobisMechanism.from_profile(p, epsilon=epsilon, mask_delta=mask_delta)
@@ -432,10 +493,10 @@ def fingerprint(
         result.update({"groups": len(idx), "votes": votes, "distances": D.mean(axis=0).tolist()})
         result["prediction"] = max(names, key=lambda k: (votes[k], -D[:, names.index(k)].mean()))
         console.print(f"most likely protected concept: [bold]{result['prediction']}[/bold]")
-        _write(output, result)
+        _write(output, result, overwrite)
         return
     key = _key(key_file, seed)
-    _ids, X = _pool(texts, embeddings, model)
+    _ids, X = _pool(data, model)
     gen = np.random.default_rng(seed)
     half = gen.permutation(X.shape[0])
     test_pool, ref_pool = X[np.sort(half[: X.shape[0] // 2])], X[np.sort(half[X.shape[0] // 2 :])]
@@ -485,7 +546,7 @@ def fingerprint(
             "results": reports,
         }
     )
-    _write(output, result)
+    _write(output, result, overwrite)
 
 
 # ---- averaging ------------------------------------------------------------------------------
@@ -494,15 +555,19 @@ def fingerprint(
 @app.command()
 @user_errors
 def averaging(
+    input: Annotated[
+        Path | None,
+        typer.Argument(
+            help="The originals: embeddings (or texts, with --mechanism). With --mechanism "
+            "they are released --releases times; else the --release files are compared to "
+            "them, row by row.",
+            show_default=False,
+        ),
+    ] = None,
     release: Annotated[
         list[Path] | None,
         typer.Option(help="A release of the same records (repeat, one file per release)."),
     ] = None,
-    originals: Annotated[
-        Path | None, typer.Option(help="Original embeddings (file mode; aligned rows).")
-    ] = None,
-    texts: Texts = None,
-    embeddings: Embeddings = None,
     mechanism: Mechanism = None,
     epsilon: Epsilon = None,
     delta: Delta = None,
@@ -515,10 +580,20 @@ def averaging(
     key_file: KeyFile = None,
     model: Model = None,
     output: Output = None,
+    overwrite: Overwrite = False,
+    originals: Annotated[
+        Path | None, typer.Option(hidden=True, help="Deprecated: give INPUT.")
+    ] = None,
+    texts: OldTexts = None,
+    embeddings: OldEmbeddings = None,
 ) -> None:
     """Averaging attack: cosine to the originals of the mean of N releases (fresh vs keyed)."""
     from ..attacks import averaging_attack, release_stack
 
+    data = _one_input(
+        input, **{"--originals": originals, "--texts": texts, "--embeddings": embeddings}
+    )
+    _check_output(output, overwrite)
     mech = _mechanism(
         mechanism,
         epsilon=epsilon,
@@ -530,13 +605,13 @@ def averaging(
     )
     reports: dict[str, Any] = {}
     if mech is None:
-        if not release or originals is None:
-            raise ValueError("give --release files and --originals, or a --mechanism.")
+        if not release or data is None:
+            raise ValueError("give the originals (INPUT) and --release files, or a --mechanism.")
         R = np.stack([_read_embeddings(p)[0] for p in release])
-        X, _ = _read_embeddings(originals)
+        X, _ = _read_embeddings(data)
         reports["files"] = averaging_attack(R, X).to_dict()
     else:
-        ids, X = _pool(texts, embeddings, model)
+        ids, X = _pool(data, model)
         key = _key(key_file, seed) or secrets.token_bytes(32)
         fresh = release_stack(mech, X, releases, rng=seed)
         keyed = release_stack(mech, X, releases, key=key, ids=ids)
@@ -559,7 +634,11 @@ def averaging(
     console.print(t)
     for k, r in reports.items():
         console.print(f"{k}: gain from averaging = {r['gain']:+.4f}")
-    _write(output, {"attack": "averaging", "mechanism": _describe(mech), "results": reports})
+    _write(
+        output,
+        {"attack": "averaging", "mechanism": _describe(mech), "results": reports},
+        overwrite,
+    )
 
 
 # ---- linkage --------------------------------------------------------------------------------
@@ -568,15 +647,18 @@ def averaging(
 @app.command()
 @user_errors
 def linkage(
-    protected: Annotated[
-        Path | None, typer.Option(help="Protected embeddings (file mode).")
+    input: Annotated[
+        Path | None,
+        typer.Argument(
+            help="The vectors to attack: a protected file (with --candidates), or with "
+            "--mechanism clean embeddings or texts, protected here first.",
+            show_default=False,
+        ),
     ] = None,
     candidates: Annotated[
         Path | None,
         typer.Option(help="Candidate originals: rows with the protected file's ids, or row i."),
     ] = None,
-    texts: Texts = None,
-    embeddings: Embeddings = None,
     mechanism: Mechanism = None,
     epsilon: Epsilon = None,
     delta: Delta = None,
@@ -584,17 +666,28 @@ def linkage(
     mask: MaskOpt = None,
     mask_delta: MaskDelta = None,
     smoothing: Smoothing = None,
-    k: Annotated[str, typer.Option(help="Comma-separated k of top-k.")] = "1,5,10",
+    ks: Annotated[
+        str, typer.Option("--ks", help="Comma-separated k of the top-k success rates.")
+    ] = "1,5,10",
     seed: Seed = None,
     key_file: KeyFile = None,
     model: Model = None,
     output: Output = None,
+    overwrite: Overwrite = False,
+    protected: Annotated[
+        Path | None, typer.Option(hidden=True, help="Deprecated: give INPUT.")
+    ] = None,
+    texts: OldTexts = None,
+    embeddings: OldEmbeddings = None,
 ) -> None:
     """Re-identification: link protected vectors to a pool of originals (= top-1 retrieval)."""
     from ..attacks import LinkageAttack
 
-    ks = [int(v) for v in parse_floats("k", k)]
-    atk = LinkageAttack(ks=ks)
+    data = _one_input(
+        input, **{"--protected": protected, "--texts": texts, "--embeddings": embeddings}
+    )
+    _check_output(output, overwrite)
+    atk = LinkageAttack(ks=[int(v) for v in parse_floats("ks", ks)])
     mech = _mechanism(
         mechanism,
         epsilon=epsilon,
@@ -605,9 +698,9 @@ def linkage(
         smoothing=smoothing,
     )
     if mech is None:
-        if protected is None or candidates is None:
-            raise ValueError("give --protected and --candidates, or a --mechanism.")
-        P, pid = _read_embeddings(protected)
+        if data is None or candidates is None:
+            raise ValueError("give the protected file (INPUT) and --candidates, or a --mechanism.")
+        P, pid = _read_embeddings(data)
         C, cid = _read_embeddings(candidates)
         targets = None
         if pid is not None and cid is not None:
@@ -619,9 +712,9 @@ def linkage(
                 )
             targets = [pos[str(v)] for v in pid]
         rep = atk.score(P, C, targets=targets)
-        label = str(protected.name)
+        label = str(data.name)
     else:
-        ids, X = _pool(texts, embeddings, model)
+        ids, X = _pool(data, model)
         Y = _protect(mech, X, ids, seed, _key(key_file, seed))
         rep = atk.score(Y, X)
         label = repr(mech)
@@ -638,6 +731,7 @@ def linkage(
     _write(
         output,
         {"attack": "linkage", "target": label, "mechanism": _describe(mech), **rep.to_dict()},
+        overwrite,
     )
 
 
@@ -647,8 +741,8 @@ def linkage(
 @app.command()
 @user_errors
 def inversion(
-    texts: Texts = None,
-    embeddings: Embeddings = None,
+    input: TextsInput = None,
+    embeddings: AlignedEmbeddings = None,
     train_texts: Annotated[
         Path | None, typer.Option(help="Attacker's auxiliary texts (default: split --texts).")
     ] = None,
@@ -673,10 +767,10 @@ def inversion(
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).")] = 1,
     vec2text: Annotated[
-        str | None,
+        Literal["gtr-base", "text-embedding-ada-002"] | None,
         typer.Option(
-            help="Use vec2text's pretrained corrector instead (gtr-base | text-embedding-ada-002; "
-            "needs vec2text and the weights locally)."
+            help="Use vec2text's pretrained corrector instead (needs vec2text and the weights "
+            "locally)."
         ),
     ] = None,
     baseline: Annotated[
@@ -686,10 +780,14 @@ def inversion(
     key_file: KeyFile = None,
     model: Model = None,
     output: Output = None,
+    overwrite: Overwrite = False,
+    texts: OldTexts = None,
 ) -> None:
     """Sentence inversion (GEIA-style decoder trained here, or vec2text): leakage of reconstructions."""
     from ..attacks import GEIAAttack, Vec2TextAdapter
 
+    texts = _one_input(input, **{"--texts": texts})
+    _check_output(output, overwrite)
     mech = _mechanism(
         mechanism,
         epsilon=epsilon,
@@ -746,4 +844,5 @@ def inversion(
     _write(
         output,
         {"attack": "inversion", "source": source, "mechanism": _describe(mech), "results": rows},
+        overwrite,
     )

@@ -109,7 +109,12 @@ def _tidy_param(param: Any) -> None:
     """A flag shows no value type (typer prints ``<bool>``, which reads as if it took a value);
     a choice shows all its values: after the option name when they fit the option column,
     else at the end of the help text, where they wrap at 80 columns."""
-    if getattr(param, "param_type_name", None) != "option" or param.metavar is not None:
+    if param.metavar is not None:
+        return
+    if getattr(param, "param_type_name", None) == "argument":
+        param.metavar = param.name.upper()  # INPUT, as the help texts call it
+        return
+    if getattr(param, "param_type_name", None) != "option":
         return
     if getattr(param, "is_flag", False) and not getattr(param, "count", False):
         param.metavar = ""
