@@ -153,7 +153,7 @@ CASES: list[Case] = [
     (
         "protect: unknown mechanism",
         lambda f: _protect(_ok(f), "-m", "laplas", "--epsilon", "1"),
-        "mechanism must be one of",
+        "'laplas' is not one of 'gaussian'",
     ),
     (
         "protect: missing parameter",
@@ -172,7 +172,7 @@ CASES: list[Case] = [
     ),
     (
         "protect: output equals input",
-        lambda f: _protect(_ok(f), *LAP, out=str(f / "e.parquet")),
+        lambda f: _protect(_ok(f), *LAP, "--overwrite", out=str(f / "e.parquet")),
         "output must differ from the input",
     ),
     (

@@ -11,7 +11,20 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from ._cli.common import OneLineErrors, console, err_console, fail, progress, user_errors
+from ._cli.common import (
+    BitGeneratorName,
+    Calibration,
+    InputNorm,
+    KeyedGenerator,
+    MechanismName,
+    Neighbouring,
+    OneLineErrors,
+    ProjectionKind,
+    console,
+    err_console,
+    fail,
+    user_errors,
+)
 
 app = typer.Typer(
     name="privembed",
@@ -20,6 +33,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     cls=OneLineErrors,
+    rich_markup_mode=None,
 )
 
 
@@ -48,38 +62,91 @@ def _register_subapps() -> None:
 @app.command()
 @user_errors
 def embed(
-    input: Annotated[Path, typer.Argument(help="Texts: JSONL with {'id', 'text'} or a .txt file.")],
+    input: Annotated[
+        Path,
+        typer.Argument(
+            help="Texts: JSONL, CSV or Parquet with a text field (--text-field), or .txt (one "
+            "text per line)."
+        ),
+    ],
     output: Annotated[
         Path, typer.Option("-o", "--output", help="Output (.parquet/.npz/.npy/.jsonl).")
     ],
+    text_field: Annotated[str, typer.Option(help="Field or column holding the texts.")] = "text",
+    id_field: Annotated[
+        str | None,
+        typer.Option(help="Field or column holding the record ids (default: 'id' if present)."),
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="Model name or folder (default: offline all-MiniLM-L6-v2).")
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Texts per model call.")] = 64,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing output file.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
+    ] = False,
 ) -> None:
-    """Embed texts with a sentence-transformers model (offline by default)."""
-    from . import __version__
-    from .embedders import Embedder
-    from .io import detect_format, read_texts, write_embeddings
+    """Embed texts with a sentence-transformers model (offline by default).
 
-    detect_format(output)
-    ids, texts = read_texts(input)
+    Every other field or column of the input (not the texts) is kept in Parquet and JSONL
+    outputs, so that 'privembed index --metadata-column' and 'protect' see it.
+    """
+    from . import __version__
+    from ._cli.common import print_json, progress_done
+    from .embedders import Embedder
+    from .io import detect_format, read_text_table, write_embeddings
+
+    out_format = detect_format(output)
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"output exists: {output} (pass --overwrite to replace it).")
+    table = read_text_table(
+        input, text_field=text_field, id_field=id_field or "id", require_ids=id_field is not None
+    )
     emb = Embedder(model, batch_size=batch_size)
-    chunks = []
-    step = 1024
-    for s in progress(
-        range(0, len(texts), step), total=math.ceil(len(texts) / step), description="embedding"
-    ):
-        chunks.append(emb.encode(texts[s : s + step]))
-    X = np.concatenate(chunks)
+    with progress_done("embedding", table.n, unit="texts") as on_progress:
+        X = emb.encode(table.texts, on_progress=on_progress)
     meta = {
         **emb.metadata(),
         "privembed_version": __version__,
         "source": str(input.name),
         "protected": False,
     }
-    write_embeddings(output, X, ids=ids, metadata=meta, src=input)
-    err_console.print(f"wrote {X.shape[0]} x {X.shape[1]} embeddings to {output}")
+    columns = [] if table.columns is None else list(table.columns.column_names)
+    kept = columns if out_format in ("parquet", "jsonl") else []
+    write_embeddings(
+        output,
+        X,
+        ids=table.ids,
+        metadata=meta,
+        extra=table.columns if kept else None,
+        src=input,
+        overwrite=overwrite,
+    )
+    if as_json:
+        print_json(
+            {
+                "output": str(output),
+                "rows": int(X.shape[0]),
+                "dim": int(X.shape[1]),
+                "embedding_model": meta["embedding_model"],
+                "ids": table.ids is not None,
+                "columns": kept,
+            }
+        )
+        return
+    err_console.print(
+        f"wrote {X.shape[0]} x {X.shape[1]} embeddings to {output}"
+        + (f" with columns {', '.join(kept)}" if kept else ""),
+        highlight=False,
+    )
+    if columns and not kept:
+        err_console.print(
+            f"[yellow]note:[/yellow] .{out_format} files hold no other columns: "
+            f"{', '.join(columns)} not kept (write .parquet or .jsonl to keep them).",
+            highlight=False,
+        )
 
 
 @app.command()
@@ -92,17 +159,15 @@ def protect(
         Path, typer.Option("-o", "--output", help="Output file (written atomically).")
     ],
     mechanism: Annotated[
-        str,
-        typer.Option(
-            "--mechanism",
-            "-m",
-            help="gaussian|empirical|laplace|mahalanobis|purkayastha|projection",
-        ),
+        MechanismName,
+        typer.Option("--mechanism", "-m", help="The privacy mechanism (see the README)."),
     ],
     epsilon: Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")] = None,
     delta: Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")] = None,
     sigma: Annotated[float | None, typer.Option(help="Noise scale (empirical).")] = None,
-    calibration: Annotated[str | None, typer.Option(help="analytic|classic (Gaussian).")] = None,
+    calibration: Annotated[
+        Calibration | None, typer.Option(help="Sigma calibration (gaussian, projection).")
+    ] = None,
     covariance: Annotated[
         Path | None, typer.Option(help="Covariance .npy, (d,) or (d, d) (Mahalanobis).")
     ] = None,
@@ -116,10 +181,16 @@ def protect(
         float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")
     ] = None,
     k: Annotated[int | None, typer.Option("--k", help="Projection dimension (projection).")] = None,
-    kind: Annotated[str | None, typer.Option(help="gaussian|sparse|srht (projection).")] = None,
+    kind: Annotated[
+        ProjectionKind | None, typer.Option(help="Public matrix kind (projection).")
+    ] = None,
     projection_seed: Annotated[int | None, typer.Option(help="Public projection seed.")] = None,
-    neighbouring: Annotated[str | None, typer.Option(help="record|attribute (projection).")] = None,
-    input_norm: Annotated[str | None, typer.Option(help="normalize|clip|none.")] = None,
+    neighbouring: Annotated[
+        Neighbouring | None, typer.Option(help="Neighbouring relation (projection).")
+    ] = None,
+    input_norm: Annotated[
+        InputNorm | None, typer.Option(help="How inputs reach the unit sphere.")
+    ] = None,
     renormalize: Annotated[
         bool | None, typer.Option("--renormalize/--no-renormalize", help="Unit-length outputs.")
     ] = None,
@@ -130,25 +201,26 @@ def protect(
     id_column: Annotated[str | None, typer.Option(help="Id column / field.")] = None,
     ids_from_content: Annotated[
         bool,
-        typer.Option(help="Derive record ids from the content (texts or vectors without ids)."),
+        typer.Option(
+            "--ids-from-content",
+            help="Derive record ids from the content (texts or vectors without ids).",
+        ),
     ] = False,
     model: Annotated[str | None, typer.Option(help="Embedding model for text input.")] = None,
     batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 4096,
     allow_reprotect: Annotated[
-        bool, typer.Option(help="Protect a file that is already protected.")
+        bool, typer.Option("--allow-reprotect", help="Protect a file that is already protected.")
     ] = False,
     key_file: Annotated[
         Path | None, typer.Option(help="Secret key (privembed keygen): keyed, repeat-safe noise.")
     ] = None,
     generator: Annotated[
-        str | None,
-        typer.Option(
-            help="Keyed noise generator: philox|aes (default: aes under a CSPRNG policy)."
-        ),
+        KeyedGenerator | None,
+        typer.Option(help="Keyed noise generator (default: aes under a CSPRNG policy)."),
     ] = None,
     bit_generator: Annotated[
-        str | None,
-        typer.Option(help="Randomness policy: pcg64|philox|aes|chacha (aes/chacha: CSPRNG)."),
+        BitGeneratorName | None,
+        typer.Option(help="Randomness policy (aes, chacha: CSPRNG; need randomgen)."),
     ] = None,
     ledger: Annotated[
         Path | None, typer.Option(help="Privacy ledger (SQLite) that records and checks releases.")
@@ -166,7 +238,9 @@ def protect(
     ledger_timeout: Annotated[
         float, typer.Option(help="Seconds to wait for another process's ledger lock.")
     ] = 60.0,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = True,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing output file.")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
@@ -288,16 +362,21 @@ def _print_guarantee(mech: Any) -> None:
 def info(
     file: Annotated[Path, typer.Argument(help="An embeddings file.")],
     column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the full record as JSON (stdout).")
+    ] = False,
 ) -> None:
-    """Rows, dimension, norms and privembed metadata of an embeddings file."""
+    """What an embeddings file holds: rows, dimension, norms, model, and for a protected file
+    the mechanism, its parameters, its guarantee and the key id."""
     from .io import iter_batches
 
     _n, dim, meta, batches = iter_batches(file, column=column)
     norms_min, norms_max, norms_sum, bad, zero, dtype, rows = math.inf, 0.0, 0.0, 0, 0, None, 0
+    has_ids = False
     for b in batches:
         X = np.asarray(b.X, dtype=np.float64)
         dtype = dtype or str(b.X.dtype)
+        has_ids = has_ids or b.ids is not None
         finite = np.isfinite(X).all(axis=1)
         bad += int((~finite).sum())
         nr = np.linalg.norm(X[finite], axis=1)
@@ -313,6 +392,7 @@ def info(
         "rows": rows,
         "dim": dim,
         "dtype": dtype,
+        "ids": has_ids,
         "norm_min": norms_min if good else None,
         "norm_mean": norms_sum / good if good else None,
         "norm_max": norms_max if good else None,
@@ -325,23 +405,72 @@ def info(
 
         print_json(report)
         return
-    t = Table(title=str(file), show_header=False)
-    for key in (
+    _print_info(report)
+
+
+def _print_info(report: dict[str, Any]) -> None:
+    """The readable summary of ``privembed info`` (every field is in ``--json``)."""
+    from ._cli.common import mechanism_text
+
+    meta = dict(report["metadata"])
+
+    def g(v: Any) -> str:
+        return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    t = Table(title=report["file"], show_header=False, title_justify="left")
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    t.add_row(
         "rows",
-        "dim",
-        "dtype",
-        "norm_min",
-        "norm_mean",
-        "norm_max",
-        "nonfinite_rows",
-        "zero_rows",
-    ):
-        v = report[key]
-        t.add_row(key, f"{v:.6g}" if isinstance(v, float) else str(v))
+        f"{report['rows']} x {report['dim']} ({report['dtype']}), "
+        + ("with record ids" if report["ids"] else "no record ids"),
+    )
+    t.add_row(
+        "norms",
+        f"min {g(report['norm_min'])}, mean {g(report['norm_mean'])}, max "
+        f"{g(report['norm_max'])}; {report['nonfinite_rows']} non-finite, "
+        f"{report['zero_rows']} zero row(s)",
+    )
+    model = meta.pop("embedding_model", None) or meta.pop("model", None)
+    if model is not None:
+        details = [meta.pop("embedding_backend", None)]
+        if meta.pop("normalized", None):
+            details.append("normalised")
+        quant = meta.pop("embedding_quantization", None)
+        details.append(None if quant is None else f"quantisation {quant}")
+        shown = ", ".join(str(d) for d in details if d)
+        t.add_row("model", f"{model}" + (f" ({shown})" if shown else ""))
+    meta.pop("dim", None)  # the model's dimension: already in 'rows'
+    protected = bool(meta.pop("protected", False))
+    cfg = meta.pop("mechanism", None)
+    guarantee_text = meta.pop("guarantee_text", None)
+    meta.pop("guarantee", None)  # the same as guarantee_text, as data (--json)
+    if protected:
+        t.add_row("protected", "yes")
+        if cfg is not None:
+            t.add_row("mechanism", mechanism_text(cfg))
+        if guarantee_text:
+            t.add_row("guarantee", str(guarantee_text))
+    else:
+        t.add_row("protected", "no (clean embeddings: keep them inside the trust boundary)")
+    randomness = meta.pop("randomness", None)
+    if randomness is not None:
+        t.add_row("randomness", str(randomness))
+    key_id = meta.pop("key_id", None)
+    if key_id is not None:
+        gen = meta.pop("keyed_generator", None)
+        t.add_row("key id", str(key_id) + (f" (keyed noise, {gen} generator)" if gen else ""))
+    previous = meta.pop("previous_protection", None)
+    if isinstance(previous, dict):
+        t.add_row("protected before", mechanism_text(previous.get("mechanism")))
+    source = meta.pop("source", None)
+    version = meta.pop("privembed_version", None)
+    if source is not None or version is not None:
+        t.add_row("source", f"{source or '?'} (privembed {version or '?'})")
     for key, v in meta.items():
-        if key == "guarantee":
-            continue
-        t.add_row(key, json.dumps(v) if isinstance(v, dict | list) else str(v))
+        if isinstance(v, dict | list):
+            v = json.dumps(v) if len(json.dumps(v)) <= 60 else f"({type(v).__name__}; see --json)"
+        t.add_row(key.replace("_", " "), g(v))
     console.print(t)
 
 
@@ -354,12 +483,17 @@ def demo(
     output: Annotated[
         Path | None, typer.Option("-o", "--output", help="Also write the summary as JSON.")
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing --output file.")
+    ] = False,
 ) -> None:
     """The main job on a bundled sample: synthetic clinical notes, embedded, protected, measured."""
     from .demo import run_demo
 
     if n < 10:
         fail(f"n must be >= 10, got n={n}.")
+    if output is not None and output.exists() and not overwrite:
+        raise FileExistsError(f"output exists: {output} (pass --overwrite to replace it).")
     res = run_demo(
         n=n,
         seed=seed,
@@ -389,7 +523,7 @@ def demo(
     if output is not None:
         from .io import atomic_output
 
-        with atomic_output(output) as tmp:
+        with atomic_output(output, overwrite=overwrite) as tmp:
             tmp.write_text(
                 json.dumps({**res, "rows": [r.to_dict() for r in res["rows"]]}, indent=2)
             )
@@ -399,21 +533,53 @@ def demo(
 @user_errors
 def keygen(
     output: Annotated[Path, typer.Option("-o", "--output", help="Key file to create (mode 0600).")],
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing key file.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing key file.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the key file and key id as JSON (stdout).")
+    ] = False,
 ) -> None:
     """Create a 256-bit secret key for keyed (repeat-safe) noise."""
     from .keyed import keygen as _keygen
 
     kid = _keygen(output, overwrite=overwrite)
+    if as_json:
+        from ._cli.common import print_json
+
+        print_json({"key_file": str(output), "key_id": kid})
+        return
     err_console.print(f"wrote key {output} (key id {kid}); keep it secret and backed up")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        console.print(f"privembed {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            "-V",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Protect text embeddings before they leave a trust boundary, and measure the cost."""
 
 
 @app.command()
 def version() -> None:
-    """Print the privembed version."""
-    from . import __version__
-
-    console.print(__version__)
+    """Print the privembed version (the same as 'privembed --version')."""
+    _print_version(True)
 
 
 __import__("privembed._cli.evaluate", fromlist=["register"]).register(app)

@@ -51,8 +51,8 @@ def _assert_user_error(result, pattern):
 def test_learn_show_combine_and_protect(tmp_path, toy_model):
     corpus, tokens = _corpus(tmp_path)
     out = tmp_path / "disease.profile"
-    args = ["concept", "learn", "--concept", "illness", "--tokens", str(tokens)]
-    args += ["--texts", str(corpus), "-o", str(out), "--epochs", "3", "--lr", "0.01"]
+    args = ["concept", "learn", str(corpus), "--concept", "illness", "--tokens", str(tokens)]
+    args += ["-o", str(out), "--epochs", "3", "--lr", "0.01"]
     r = runner.invoke(app, [*args, "--lambda", "0.01", "--seed", "1", "--force"])
     assert r.exit_code == 0, r.output
     assert "built 30 pairs from 40 texts (10 without a concept token" in r.stderr
@@ -96,6 +96,13 @@ def test_learn_show_combine_and_protect(tmp_path, toy_model):
     r = runner.invoke(app, ["concept", "combine", str(out), str(city), "-o", str(both)])
     assert r.exit_code == 0, r.output
     assert ConceptProfile.load(both).concept_names == ["illness", "city"]
+    before = both.read_bytes()
+    r = runner.invoke(app, ["concept", "combine", str(city), "-o", str(both)])
+    _assert_user_error(r, "pass --overwrite")
+    assert both.read_bytes() == before
+    r = runner.invoke(app, ["concept", "learn", "-c", "location", "-o", str(both), "--n", "40"])
+    _assert_user_error(r, "pass --overwrite")  # refused before any training
+    assert both.read_bytes() == before
 
     # privembed protect --mechanism mahalanobis --mask <profile>
     X = np.random.default_rng(0).standard_normal((12, 16)).astype(np.float32)
@@ -144,7 +151,7 @@ def test_user_errors(tmp_path, toy_model):
             str(tmp_path / "x.p"),
         ],
     )
-    _assert_user_error(r, "give a corpus with --texts")
+    _assert_user_error(r, "give a corpus of texts (INPUT)")
     r = runner.invoke(
         app,
         [
@@ -179,7 +186,7 @@ def test_learn_fails_loudly_on_an_uninformative_mask(tmp_path, toy_model):
     corpus, tokens = _corpus(tmp_path)
     out = tmp_path / "flat.profile"
     args = ["concept", "learn", "--concept", "illness", "--tokens", str(tokens)]
-    args += ["--texts", str(corpus), "-o", str(out), "--epochs", "3", "--seed", "1"]
+    args += ["--texts", str(corpus), "-o", str(out), "--epochs", "3", "--seed", "1"]  # old spelling
     r = runner.invoke(app, args)
     assert r.exit_code == 2, r.output
     err = " ".join(r.stderr.split("error: ", 1)[1].split())  # the one-line error

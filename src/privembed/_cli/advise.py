@@ -12,16 +12,18 @@ it with ``register(app)``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import numpy as np
 import typer
 
-from .common import console, err_console, print_json, user_errors
+from .common import MechanismName, console, err_console, print_json, progress_done, user_errors
 
 __all__ = ["advise", "register"]
+
+#: the values of the comma-separated --mechanisms (every registered mechanism)
+_MECHANISMS = ", ".join(get_args(MechanismName))
 
 
 def _names(text: str) -> list[str]:
@@ -31,30 +33,14 @@ def _names(text: str) -> list[str]:
     return out
 
 
-def _is_texts(path: Path) -> bool:
-    """A .txt file, or JSONL whose first object has 'text' and no 'embedding'."""
-    if path.suffix.lower() == ".txt":
-        return True
-    if path.suffix.lower() not in (".jsonl", ".ndjson") or not path.exists():
-        return False
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    return False
-                return isinstance(obj, dict) and "text" in obj and "embedding" not in obj
-    return False
-
-
 @user_errors
 def advise(
     input: Annotated[
         Path,
         typer.Argument(
-            help="Embeddings (.parquet/.npy/.npz/.jsonl), or texts (.txt, or JSONL with 'text' "
-            "and optional 'sensitive'), which are embedded first and also feed the token attack."
+            help="Embeddings (.parquet/.npy/.npz/.jsonl), or texts (JSONL, CSV or Parquet with "
+            "'text' and optional 'sensitive', or .txt), which are embedded first and also feed "
+            "the token attack."
         ),
     ],
     min_cosine: Annotated[
@@ -69,7 +55,9 @@ def advise(
     ] = None,
     mechanisms: Annotated[
         str,
-        typer.Option(help="Comma-separated mechanisms (mahalanobis needs --profile)."),
+        typer.Option(
+            help=f"Comma-separated mechanisms, any of: {_MECHANISMS} (mahalanobis needs --profile)."
+        ),
     ] = "gaussian,laplace,purkayastha",
     texts: Annotated[
         Path | None,
@@ -112,7 +100,7 @@ def advise(
     from ..evaluation.advice import advise as run_advice
     from ..evaluation.pipeline import read_attack_texts, token_attack
     from ..evaluation.recommend import Floor, parse_floors
-    from ..io import read_embeddings
+    from ..io import holds_texts, read_embeddings
 
     given = [t for t in (min_cosine, min_overlap, target) if t is not None]
     if len(given) > 1:
@@ -136,18 +124,19 @@ def advise(
 
     sensitive = None
     all_texts = None
-    if _is_texts(input):
+    if holds_texts(input):
         from ..embedders import Embedder
         from ..io import read_texts
 
         _ids, all_texts = read_texts(input)
-        if input.suffix.lower() != ".txt":
+        if input.suffix.lower() in (".jsonl", ".ndjson"):
             ids = [
                 str(i) for i in (_ids if _ids and _ids[0] is not None else range(len(all_texts)))
             ]
             all_texts, sensitive = read_attack_texts(input, ids)
         err_console.print(f"embedding {len(all_texts)} texts", highlight=False)
-        X = np.asarray(Embedder(model).encode(all_texts))
+        with progress_done("embedding", len(all_texts), unit="texts") as on_progress:
+            X = np.asarray(Embedder(model).encode(all_texts, on_progress=on_progress))
     else:
         table = read_embeddings(input, column=column)
         X = np.asarray(table.X)

@@ -180,8 +180,8 @@ def _pool(data: Path | None, model: str | None) -> tuple[list[Any], np.ndarray]:
     if data is None:
         raise ValueError("give INPUT: an embeddings file, or texts to embed.")
     if holds_texts(data):
-        ids, _tx, X = _texts_and_embeddings(data, None, model)
-        return ids, X
+        text_ids, _tx, T = _texts_and_embeddings(data, None, model)
+        return text_ids, T
     X, ids = _read_embeddings(data)
     return ids if ids is not None else list(range(X.shape[0])), X
 

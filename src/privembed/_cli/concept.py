@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -12,6 +12,14 @@ from rich.table import Table
 from .common import console, err_console, print_json, user_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+
+
+def _check_output(output: Path, overwrite: bool) -> None:
+    """Refuse a directory, or an existing file without --overwrite, before any work."""
+    if output.is_dir():
+        raise IsADirectoryError(f"output is a directory: {output}")
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"output exists: {output} (pass --overwrite to replace it).")
 
 
 def _fmt(v: Any) -> str:
@@ -35,6 +43,14 @@ def learn(
         ),
     ],
     output: Annotated[Path, typer.Option("-o", "--output", help="Profile file to write.")],
+    input: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Corpus: texts (JSONL, CSV or Parquet with 'text', or .txt). Default for "
+            "built-in concepts: generated, seeded sentences.",
+            show_default=False,
+        ),
+    ] = None,
     tokens: Annotated[
         Path | None,
         typer.Option(help="Concept tokens/phrases: .txt (one per line), .json list or .jsonl."),
@@ -50,13 +66,6 @@ def learn(
         bool | None,
         typer.Option(
             "--case-sensitive/--ignore-case", help="How tokens match (default: concept's)."
-        ),
-    ] = None,
-    texts: Annotated[
-        Path | None,
-        typer.Option(
-            help="Corpus (JSONL with 'text', or .txt). Default for built-in concepts: "
-            "generated, seeded sentences."
         ),
     ] = None,
     n: Annotated[int, typer.Option(help="Sentences to generate when no --texts is given.")] = 2000,
@@ -90,6 +99,12 @@ def learn(
             "--force", help="Write the profile even when the learned mask is uninformative."
         ),
     ] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing profile file.")
+    ] = False,
+    texts: Annotated[
+        Path | None, typer.Option("--texts", hidden=True, help="Deprecated: give INPUT.")
+    ] = None,
 ) -> None:
     """Learn which embedding dimensions carry a concept and save them as a concept profile.
 
@@ -101,8 +116,10 @@ def learn(
     from ..concepts.sources import _canonical, generate_sentences
     from ..io import read_texts
 
-    if output.is_dir():
-        raise IsADirectoryError(f"output is a directory: {output}")
+    if input is not None and texts is not None:
+        raise ValueError("give the corpus once: as INPUT or with --texts (deprecated).")
+    texts = input if input is not None else texts
+    _check_output(output, overwrite)
     learner = MaskLearner(
         epochs=epochs,
         lam=lam,
@@ -127,7 +144,7 @@ def learn(
         corpus = generate_sentences(concept, n, rng=seed)
         source = f"generated ({n} sentences, seed={seed})"
     else:
-        raise ValueError(f"concept {concept!r} is not built in; give a corpus with --texts.")
+        raise ValueError(f"concept {concept!r} is not built in; give a corpus of texts (INPUT).")
     err_console.print(f"[dim]- concept {c.name!r}; texts: {source}[/dim]", highlight=False)
     profile = learn_profile(
         corpus,
@@ -234,11 +251,17 @@ def _show(p: Any, *, top: int, as_json: bool, title: str | None = None) -> None:
 def combine(
     profiles: Annotated[list[Path], typer.Argument(help="Profiles to combine.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Combined profile to write.")],
-    rule: Annotated[str, typer.Option(help="max (element-wise maximum) or mean.")] = "max",
+    rule: Annotated[
+        Literal["max", "mean"], typer.Option(help="Element-wise maximum or mean of the masks.")
+    ] = "max",
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing profile file.")
+    ] = False,
 ) -> None:
     """Combine several concept profiles into one (element-wise maximum of the masks)."""
     from ..concepts import ConceptProfile
 
+    _check_output(output, overwrite)
     combined = ConceptProfile.combine([ConceptProfile.load(p) for p in profiles], rule=rule)
     combined.save(output)
     err_console.print(

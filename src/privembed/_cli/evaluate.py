@@ -14,15 +14,24 @@ command only parses and prints: the work is :func:`privembed.evaluation.pipeline
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 import numpy as np
 import typer
 
-from .common import console, err_console, parse_floats, progress_callback, user_errors
+from .common import (
+    MechanismName,
+    console,
+    err_console,
+    parse_floats,
+    progress_callback,
+    user_errors,
+)
 
 __all__ = ["evaluate", "print_attack_checks", "print_recommendation", "register"]
 
+#: the values of the comma-separated --mechanisms (every registered mechanism)
+_MECHANISMS = ", ".join(get_args(MechanismName))
 _AUDIT = "default: the audit settings, 40 epochs at lr 3e-3 (one hidden layer of 256, top-10 rule)"
 
 
@@ -38,7 +47,7 @@ def evaluate(
     input: Annotated[Path, typer.Argument(help="Embeddings (.parquet/.npy/.npz/.jsonl).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Report folder.")],
     mechanisms: Annotated[
-        str, typer.Option(help="Comma-separated mechanisms (see 'privembed protect --help').")
+        str, typer.Option(help=f"Comma-separated mechanisms, any of: {_MECHANISMS}.")
     ] = "gaussian,laplace,mahalanobis,purkayastha",
     epsilon: Annotated[
         str | None,
@@ -55,7 +64,7 @@ def evaluate(
         typer.Option(help="Comma-separated sigmas of the empirical mechanism (default: theory)."),
     ] = None,
     calibration: Annotated[
-        str, typer.Option(help="Gaussian calibrations, comma-separated: analytic,classic.")
+        str, typer.Option(help="Gaussian calibrations, comma-separated, any of: analytic, classic.")
     ] = "analytic",
     k: Annotated[
         str | None, typer.Option("--k", help="Projection output dimensions, comma-separated.")
@@ -172,7 +181,7 @@ def evaluate(
             description[f"file metadata: {key}"] = table.metadata[key]
     if texts is not None:
         description["texts file"] = texts.name
-    with progress_callback("sweeping") as (set_total, advance):
+    with progress_callback("sweeping", unit="runs") as (set_total, advance):
         state = {"done": 0}
 
         def on_progress(done: int, total: int) -> None:
