@@ -44,7 +44,7 @@ def _expected(est: PrivatizeTransformer) -> dict[str, str]:
 
 @parametrize_with_checks(
     [
-        PrivatizeTransformer("gaussian", epsilon=5.0, delta=1e-5, rng=0),
+        PrivatizeTransformer("gaussian", epsilon=5.0, delta=1e-5, random_state=0),
         PrivatizeTransformer("laplace", epsilon=20.0, key=KEY),
     ],
     expected_failed_checks=_expected,
@@ -65,7 +65,7 @@ def test_pipeline_and_grid_search_over_epsilon():
     X, y = _data()
     pipe = Pipeline(
         [
-            ("protect", PrivatizeTransformer("gaussian", delta=1e-5, rng=0)),
+            ("protect", PrivatizeTransformer("gaussian", delta=1e-5, random_state=0)),
             ("clf", LogisticRegression()),
         ]
     )
@@ -75,11 +75,37 @@ def test_pipeline_and_grid_search_over_epsilon():
     assert scores[1] > scores[0] and scores[1] > 0.9
 
 
+def test_rng_is_a_deprecated_spelling_of_random_state(tmp_path):
+    X, _ = _data(10)
+    new = PrivatizeTransformer("laplace", epsilon=10.0, random_state=3).fit_transform(X)
+    old = PrivatizeTransformer("laplace", epsilon=10.0, rng=3)
+    with pytest.warns(FutureWarning, match="use random_state"):
+        old.fit(X)
+    np.testing.assert_array_equal(old.transform(X), new)  # the same stream
+    assert "rng" in old.get_params() and "random_state" in old.get_params()
+    with pytest.raises(ValueError, match="not both"):
+        PrivatizeTransformer("laplace", epsilon=1.0, random_state=1, rng=1).fit(X)
+
+
+def test_key_file_path_is_accepted(tmp_path):
+    from privembed.keyed import keygen
+
+    X, _ = _data(10)
+    path = tmp_path / "k.key"
+    kid = keygen(path)
+    by_path = PrivatizeTransformer("laplace", epsilon=10.0, key=str(path))
+    Y = by_path.fit_transform(X)
+    np.testing.assert_array_equal(Y, by_path.transform(X))
+    assert f"<key id {kid}>" in repr(by_path)
+
+
 def test_rng_semantics():
     X, _ = _data(10)
-    seeded = PrivatizeTransformer("laplace", epsilon=10.0, rng=3).fit(X)
+    seeded = PrivatizeTransformer("laplace", epsilon=10.0, random_state=3).fit(X)
     np.testing.assert_array_equal(seeded.transform(X), seeded.transform(X))  # int: restarts
-    gen = PrivatizeTransformer("laplace", epsilon=10.0, rng=np.random.default_rng(3)).fit(X)
+    gen = PrivatizeTransformer("laplace", epsilon=10.0, random_state=np.random.default_rng(3)).fit(
+        X
+    )
     assert not np.array_equal(gen.transform(X), gen.transform(X))  # Generator: advances
     fresh = PrivatizeTransformer("laplace", epsilon=10.0).fit(X)
     assert not np.array_equal(fresh.transform(X), fresh.transform(X))  # None: fresh entropy
@@ -100,7 +126,12 @@ def test_dtypes_names_and_mechanism_instances():
     with pytest.raises(ValueError, match="apply to a mechanism name"):
         PrivatizeTransformer(mech, epsilon=3.0).fit(X)
     with pytest.raises(ValueError, match="not both"):
-        PrivatizeTransformer("laplace", epsilon=3.0, key=KEY, rng=1).fit(X)
+        with pytest.warns(FutureWarning):
+            PrivatizeTransformer("laplace", epsilon=3.0, key=KEY, rng=1).fit(X)
+    keyed = PrivatizeTransformer("laplace", epsilon=3.0, key=KEY)
+    np.testing.assert_array_equal(  # random_state is ignored with a key: keyed noise
+        clone(keyed).set_params(random_state=1).fit_transform(X), keyed.fit_transform(X)
+    )
     with pytest.raises(ValueError, match="mechanism must be one of"):
         PrivatizeTransformer("laplas", epsilon=3.0).fit(X)
     with pytest.raises(ValueError, match="epsilon"):

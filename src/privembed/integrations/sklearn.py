@@ -4,13 +4,14 @@ It drops into a :class:`sklearn.pipeline.Pipeline` in front of any estimator tha
 embeddings (a classifier, clustering, nearest neighbours), so a model can be trained and
 evaluated on exactly what would be released, and ``GridSearchCV`` can sweep ``epsilon``.
 
-Randomness follows scikit-learn's ``random_state`` convention through privembed's one ``rng``
-parameter: an int restarts the same stream on every :meth:`~PrivatizeTransformer.transform`
-(reproducible, experiments only: two different datasets transformed with the same int get the
-same noise row by row), a :class:`numpy.random.Generator` is advanced by each call, and
-``None`` draws fresh OS entropy every call. With a ``key`` the noise of each row is keyed by
-the SHA-256 of the row itself (:mod:`privembed.keyed`): identical rows always get identical
-releases (no averaging attack), the result does not depend on batching or row order, and
+Randomness is scikit-learn's ``random_state`` (it takes what privembed's ``rng`` takes): an
+int restarts the same stream on every :meth:`~PrivatizeTransformer.transform` (reproducible,
+experiments only: two different datasets transformed with the same int get the same noise row
+by row), a :class:`numpy.random.Generator` is advanced by each call, and ``None`` draws fresh
+OS entropy every call. The earlier spelling ``rng=`` still works and warns (``FutureWarning``).
+With a ``key`` the noise of each row is keyed by the SHA-256 of the row itself
+(:mod:`privembed.keyed`): identical rows always get identical releases (no averaging attack),
+the result does not depend on batching or row order, and
 :meth:`~PrivatizeTransformer.transform` is deterministic.
 """
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import copy
 import numbers
+import os
+import warnings
 from typing import Any
 
 import numpy as np
@@ -43,12 +46,12 @@ __all__ = ["PrivatizeTransformer"]
 class _KeyId:
     """Stands in for a key in reprs: ``<key id 0123456789abcdef>``."""
 
-    def __init__(self, key: bytes) -> None:
-        from ..keyed import key_id
+    def __init__(self, key: Any) -> None:
+        from ..keyed import key_id, resolve_key
 
         try:
-            self.text = f"<key id {key_id(bytes(key))}>"
-        except (TypeError, ValueError):
+            self.text = f"<key id {key_id(resolve_key(key))}>"
+        except (TypeError, ValueError, OSError):
             self.text = "<invalid key>"
 
     def __repr__(self) -> str:
@@ -67,10 +70,14 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         ``GridSearchCV`` can sweep them.
     mechanism_params : dict, optional
         Other parameters of a named mechanism (e.g. ``{"k": 64}`` for ``"projection"``).
-    key : bytes, optional
-        Secret key: keyed noise per row content (see the module docstring).
+    key : bytes or path, optional
+        Secret key, or the path of a key file (``privembed keygen``): keyed noise per row
+        content (see the module docstring).
+    random_state : int, numpy.random.Generator or None
+        Randomness without a key; see the module docstring. Ignored with a ``key`` (keyed
+        noise is deterministic), as scikit-learn's tools set it on every estimator.
     rng : int, numpy.random.Generator or None
-        Randomness without a key (not allowed with ``key``).
+        Deprecated spelling of ``random_state`` (warns).
 
     Attributes
     ----------
@@ -90,7 +97,7 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     Examples
     --------
     >>> X = np.random.default_rng(0).standard_normal((5, 8))
-    >>> t = PrivatizeTransformer("gaussian", epsilon=5.0, delta=1e-5, rng=0)
+    >>> t = PrivatizeTransformer("gaussian", epsilon=5.0, delta=1e-5, random_state=0)
     >>> Y = t.fit_transform(X)
     >>> Y.shape, bool(np.array_equal(Y, t.transform(X)))
     ((5, 8), True)
@@ -105,7 +112,8 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         epsilon: float | None = None,
         delta: float | None = None,
         mechanism_params: dict[str, Any] | None = None,
-        key: bytes | None = None,
+        key: bytes | str | os.PathLike[str] | None = None,
+        random_state: Any = None,
         rng: Any = None,
     ) -> None:
         self.mechanism = mechanism
@@ -113,7 +121,25 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         self.delta = delta
         self.mechanism_params = mechanism_params
         self.key = key
+        self.random_state = random_state
         self.rng = rng
+
+    def _random_state(self) -> Any:
+        """``random_state``, or the deprecated ``rng`` (with a FutureWarning)."""
+        if self.rng is None:
+            return self.random_state
+        if self.random_state is not None:
+            raise ValueError(
+                "give random_state (rng is its deprecated spelling), not both, got "
+                f"random_state={self.random_state!r} and rng={self.rng!r}."
+            )
+        warnings.warn(
+            "PrivatizeTransformer(rng=...) is deprecated; use random_state=... (scikit-learn's "
+            "name for the same thing).",
+            FutureWarning,
+            stacklevel=3,
+        )
+        return self.rng
 
     def _build(self) -> Mechanism:
         if isinstance(self.mechanism, Mechanism):
@@ -134,7 +160,8 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
     def fit(self, X: Any, y: Any = None) -> PrivatizeTransformer:
         """Validate ``X`` and build the mechanism for its dimension (``y`` is ignored)."""
         X = validate_data(self, X, dtype=[np.float64, np.float32])
-        if self.key is not None and self.rng is not None:
+        state = self._random_state()
+        if self.key is not None and self.rng is not None and state is not None:
             raise ValueError("give rng or key, not both (keyed noise is deterministic).")
         mech = self._build()
         mech.check_dim(X.shape[1])
@@ -155,7 +182,9 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         if self.key is not None:
             with Release(self.mechanism_, key=self.key) as rel:
                 return rel.protect(X, content_ids(X=X))
-        rng = self.rng
+        with warnings.catch_warnings():  # fit already warned about rng=
+            warnings.simplefilter("ignore", FutureWarning)
+            rng = self._random_state()
         if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
             rng = int(rng)  # restart the stream: scikit-learn's random_state convention
         with Release(self.mechanism_, rng=rng) as rel:
@@ -163,7 +192,7 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
 
     def __repr__(self, N_CHAR_MAX: int = 700) -> str:
         """scikit-learn's repr, with the secret key shown only by its public key id."""
-        if not isinstance(self.key, bytes | bytearray):
+        if self.key is None:
             return super().__repr__(N_CHAR_MAX)
         shown = copy.copy(self)
         shown.key = _KeyId(self.key)  # type: ignore[assignment]
@@ -171,7 +200,8 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
 
     def __sklearn_tags__(self) -> Any:
         tags = super().__sklearn_tags__()
-        seeded = isinstance(self.rng, numbers.Integral) and not isinstance(self.rng, bool)
+        state = self.random_state if self.rng is None else self.rng
+        seeded = isinstance(state, numbers.Integral) and not isinstance(state, bool)
         tags.non_deterministic = self.key is None and not seeded
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.input_tags.allow_nan = False
