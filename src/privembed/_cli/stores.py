@@ -165,17 +165,36 @@ def index(
     ledger: LedgerOpt = None,
     budget_epsilon: BudgetEps = None,
     budget_delta: BudgetDelta = None,
+    payloads: Annotated[
+        bool,
+        typer.Option(
+            help="Store each record's exact vector sealed with the key (AES-256-GCM) for exact "
+            "re-ranking inside the trust boundary (search --rerank/--recall)."
+        ),
+    ] = False,
+    payload_dtype: Annotated[
+        str, typer.Option(help="float32|float16: how payloads store exact vectors.")
+    ] = "float32",
+    store_text: Annotated[
+        bool, typer.Option(help="Also seal each text in its payload (texts as input).")
+    ] = False,
+    text_field: Annotated[str, typer.Option(help="Text field of a JSONL of texts.")] = "text",
+    ids_from_content: Annotated[
+        bool, typer.Option(help="Derive record ids from the texts (inputs without ids).")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
     ] = False,
 ) -> None:
-    """Protect embeddings and upsert them into a vector store (Chroma embedded by default).
+    """Protect embeddings -- or texts, embedded first -- and upsert them into a vector store
+    (Chroma embedded by default).
 
     Already-protected files (privembed protect) are indexed as they are, under the
     configuration they record. Plain vectors need --mechanism (or --mechanism none).
     """
     from ..integrations.collection import index_file
+    from .common import progress_callback
 
     key, rng = _randomness(key_file, seed)
     mech: Any = mechanism
@@ -183,7 +202,10 @@ def index(
         mech = cli_mechanism(
             mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
         )
-    with _open_ledger(ledger, budget_epsilon, budget_delta) as led:
+    with (
+        _open_ledger(ledger, budget_epsilon, budget_delta) as led,
+        progress_callback("indexing") as (set_total, advance),
+    ):
         res = index_file(
             input,
             store,
@@ -199,6 +221,13 @@ def index(
             model=model,
             batch_rows=batch_rows,
             allow_reprotect=allow_reprotect,
+            payloads=payloads,
+            payload_dtype=payload_dtype,
+            store_text=store_text,
+            text_field=text_field,
+            ids_from_content=ids_from_content,
+            on_start=set_total,
+            on_batch=advance,
         )
     rows, n, total = res["rows"], res["n"], res["total"]
     treat, guarantee = res["treatment"], res["guarantee"]
@@ -219,6 +248,12 @@ def index(
     )
     err_console.print(f"guarantee: {guarantee}", highlight=False)
     err_console.print(f"query treatment: {treat}", highlight=False)
+    if res.get("payloads"):
+        err_console.print(
+            "payloads: exact vectors sealed with the key (AES-256-GCM); search with "
+            "--key-file and --rerank K' or --recall 0.95 for exact re-ranking",
+            highlight=False,
+        )
     if note is not None:
         from ..release import charge_text
 
@@ -231,12 +266,16 @@ def index(
 # ---- search -----------------------------------------------------------------------------------
 def search(
     query: Annotated[
-        list[str] | None, typer.Argument(help="Query text(s) (embedded with the same model).")
+        list[str] | None,
+        typer.Argument(help="Query text(s); '-' reads one query per line from stdin."),
     ] = None,
     store: StoreKind = "chroma",
     path: StorePath = Path("privembed-db"),
     collection: Collection = "privembed",
     k: Annotated[int, typer.Option("-k", "--k", help="Hits per query.")] = 10,
+    queries: Annotated[
+        Path | None, typer.Option(help="A file of queries, one per line (or '-' for stdin).")
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="Embedding model (default: the collection's).")
     ] = None,
@@ -244,55 +283,117 @@ def search(
         Path | None,
         typer.Option(help="Query embeddings file instead of texts (plain, unprotected)."),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    key_file: KeyFile = None,
+    rerank: Annotated[
+        int | None,
+        typer.Option(
+            help="Fetch K' candidates by protected similarity, open their payloads with the "
+            "key and re-rank them by exact cosine."
+        ),
+    ] = None,
+    recall: Annotated[
+        float | None,
+        typer.Option(help="Re-rank with the K' that theory gives for this recall of the top k."),
+    ] = None,
+    query_mechanism: Annotated[
+        str | None,
+        typer.Option(
+            help="Protect the query before it reaches the store (RemoteRAG): laplace|"
+            "purkayastha|gaussian|... (with --query-epsilon)."
+        ),
+    ] = None,
+    query_epsilon: Annotated[
+        float | None, typer.Option(help="epsilon of --query-mechanism.")
+    ] = None,
+    texts: Annotated[
+        Path | None,
+        typer.Option(help="JSONL of {'id', 'text'} kept locally, to show hits' texts."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON (one line per query).")
+    ] = False,
 ) -> None:
-    """Search a protected collection: embed the query, apply the query-side treatment, print hits."""
-    from ..integrations.collection import ProtectedCollection
-    from ..integrations.stores import open_store
+    """Search a protected collection: print each hit's id, its cosine (labelled as what it is)
+    and its text. The model stays loaded across queries: give several, a file, or stdin."""
+    from ..integrations.collection import Searcher
 
-    texts = list(query or [])
-    if bool(texts) == (query_embeddings is not None):
-        raise ValueError("give query text(s) or --query-embeddings, not both or neither.")
-    if not path.exists():
-        raise FileNotFoundError(f"store not found: {path}")
-    with ProtectedCollection(open_store(store, path, collection, create=False)) as col:
-        if texts:
-            hits = col.query_texts(texts, k, model=model)
-            labels: list[Any] = texts
-        else:
+    labels = list(query or [])
+    from_stdin = labels == ["-"] or (queries is not None and str(queries) == "-")
+    if labels == ["-"]:
+        labels = []
+    if queries is not None and not from_stdin:
+        if not queries.exists():
+            raise FileNotFoundError(f"file not found: {queries}")
+        labels += [
+            ln.strip() for ln in queries.read_text(encoding="utf-8").splitlines() if ln.strip()
+        ]
+    if sum(bool(x) for x in (labels or from_stdin, query_embeddings is not None)) != 1:
+        raise ValueError(
+            "give query text(s), --queries or '-' (stdin), or --query-embeddings -- not both "
+            "or neither."
+        )
+    qmech = None
+    if query_mechanism is not None:
+        from ..mechanisms import build_mechanism
+
+        qmech = build_mechanism(query_mechanism, epsilon=query_epsilon)
+    key = None
+    if key_file is not None:
+        from ..keyed import load_key
+
+        key = load_key(key_file)
+    opts: dict[str, Any] = {"rerank": rerank, "recall": recall, "protect_query": qmech}
+    with Searcher(store, path, collection, key=key, model=model, texts=texts) as s:
+        head = (
+            f"{store} collection {collection!r}: {s.collection.store.count()} vectors; query "
+            f"treatment: {s.collection.treatment.description}"
+        )
+        results = []
+        if query_embeddings is not None:
             from ..io import read_embeddings
 
-            assert query_embeddings is not None
             table = read_embeddings(query_embeddings)
-            hits = col.query(table.X, k)
-            labels = table.ids.tolist() if table.ids is not None else list(range(table.n))
-        n_total = col.store.count()
-        treat = col.treatment.description
+            ids = list(table.ids) if table.ids is not None else list(range(table.n))
+            results = s.search_vectors(table.X, k, labels=ids, **opts)
+        elif labels:
+            results = s.search(labels, k, **opts)
+        if not as_json:
+            err_console.print(head, highlight=False)
+        if results:
+            _print_results(results, as_json)
+        if from_stdin:
+            for line in sys.stdin:  # the model stays warm: one query at a time, answered at once
+                if line.strip():
+                    _print_results(s.search([line.strip()], k, **opts), as_json, lines=True)
+                    sys.stdout.flush()
+
+
+def _print_results(results: Any, as_json: bool, *, lines: bool = False) -> None:
+    """Results as a table, a JSON array, or JSON lines (one per query, for stdin streams)."""
+    if as_json and lines:
+        for r in results:
+            sys.stdout.write(json.dumps(r.to_dict(), default=str) + "\n")
+        return
     if as_json:
-        print_json(
-            [
-                {
-                    "query": q,
-                    "hits": [{"id": h.id, "score": h.score, "metadata": h.metadata} for h in hs],
-                }
-                for q, hs in zip(labels, hits, strict=True)
-            ]
-        )
+        print_json([r.to_dict() for r in results])
         return
     from rich.table import Table
 
-    err_console.print(
-        f"{store} collection {collection!r}: {n_total} vectors; query treatment: {treat}",
-        highlight=False,
-    )
-    for q, hs in zip(labels, hits, strict=True):
-        t = Table(title=f"query: {q}")
+    for r in results:
+        t = Table(title=f"query: {r.query}")
         t.add_column("rank", justify="right")
-        t.add_column("id")
-        t.add_column("score", justify="right")
+        t.add_column("id", overflow="fold")
+        t.add_column(r.score_kind, justify="right")
+        t.add_column("text", overflow="fold")
         t.add_column("metadata", overflow="fold")
-        for r, h in enumerate(hs, start=1):
-            t.add_row(str(r), h.id, f"{h.score:.4f}", json.dumps(h.metadata) if h.metadata else "")
+        for rank, h in enumerate(r.hits, start=1):
+            t.add_row(
+                str(rank),
+                h.id,
+                f"{h.score:.4f}",
+                h.text or "",
+                json.dumps(h.metadata) if h.metadata else "",
+            )
         console.print(t)
 
 

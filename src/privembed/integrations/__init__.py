@@ -10,7 +10,9 @@ FAISS, ``distributed`` for Ray, ``embed`` for sentence-transformers) on first ac
 * ``query_treatment`` -- what a plain query needs for each mechanism.
 * ``PrivatizeTransformer`` -- scikit-learn transformer.
 * ``PrivateSentenceTransformer`` -- sentence-transformers wrapper (``encode`` -> protected).
-* ``PrivateEmbeddings`` -- LangChain ``Embeddings``.
+* ``PrivateEmbeddings`` -- LangChain ``Embeddings``; ``PrivateRetriever`` -- a LangChain retriever
+  with exact re-ranking over sealed payloads.
+* ``Searcher`` -- a warm search session (model loaded once; re-rank with the key).
 * ``protect_shards`` / ``protect_dataset`` -- a folder or glob of Parquet shards, local or Ray.
 * ``protect_stream`` -- stdin to stdout (JSONL / NPY).
 * ``index_file`` -- an embeddings file into a store (``privembed index``).
@@ -28,11 +30,14 @@ __all__ = [
     "FaissStore",
     "Hit",
     "PrivateEmbeddings",
+    "PrivateRetriever",
     "PrivateSentenceTransformer",
     "PrivatizeTransformer",
     "ProtectedCollection",
     "QdrantStore",
     "QueryTreatment",
+    "SearchResult",
+    "Searcher",
     "VectorStore",
     "index_file",
     "open_store",
@@ -56,6 +61,9 @@ _WHERE = {
     "PrivatizeTransformer": "sklearn",
     "PrivateSentenceTransformer": "sentence_transformers",
     "PrivateEmbeddings": "langchain",
+    "PrivateRetriever": "langchain",
+    "Searcher": "collection",
+    "SearchResult": "collection",
     "protect_shards": "shards",
     "protect_dataset": "shards",
     "protect_stream": "stream",

@@ -23,9 +23,12 @@ released vectors unrecorded.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+import os
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +36,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._validation import DataError, check_embeddings, check_int
+from ..keyed import resolve_key
 from ..mechanisms import Mechanism
+from ..payload import PayloadCodec, PayloadError
 from ..release import Release
 from ..rng import as_generator
 from .query import QueryTreatment, query_treatment
 from .stores import Hit, VectorStore
 
-__all__ = ["ProtectedCollection", "index_file"]
+__all__ = ["ProtectedCollection", "SearchResult", "Searcher", "index_file"]
 
 
 def _canon(obj: Any) -> str:
@@ -85,10 +90,13 @@ class ProtectedCollection:
         store: VectorStore,
         *,
         mechanism: Mechanism | str | None = None,
-        key: bytes | None = None,
+        key: Any = None,
         rng: Any = None,
         embedding_model: str | None = None,
         protection: dict[str, Any] | None = None,
+        payloads: bool | None = None,
+        payload_dtype: str = "float32",
+        pad_to: int = 0,
     ) -> None:
         self.store = store
         stored = store.info.get("protection")
@@ -115,16 +123,16 @@ class ProtectedCollection:
             raise TypeError(
                 f"mechanism must be a Mechanism, 'none' or None, got mechanism={mechanism!r}."
             )
-        self.key = key
+        self.key = None if key is None else resolve_key(key)
         # one generator across adds: seeded adds never repeat each other's noise
         self._rng = None if rng is None else as_generator(rng)
         if self.mechanism is not None:
-            probe = Release(self.mechanism, key=key, rng=0 if rng is not None else None)
+            probe = Release(self.mechanism, key=self.key, rng=0 if rng is not None else None)
             protection = probe.metadata()
             probe.close()
-            self.key = probe.key
-        elif key is not None or rng is not None:
-            raise ValueError("key and rng apply only when a mechanism protects new vectors.")
+        elif rng is not None:
+            raise ValueError("rng applies only when a mechanism protects new vectors.")
+        self.codec = self._payload_codec(payloads, payload_dtype, pad_to)
         assert protection is not None
         self.protection = protection
         config = protection.get("mechanism") if protection.get("protected") else None
@@ -141,6 +149,41 @@ class ProtectedCollection:
                 f"collection {store.collection!r} uses metric {store.metric!r} but "
                 f"{self._describe(protection)} needs {self.treatment.metric!r}."
             )
+
+    # ---- payloads ----------------------------------------------------------------------------
+    def _payload_codec(self, payloads: bool | None, dtype: str, pad_to: int) -> PayloadCodec | None:
+        """The codec of the collection's sealed payloads (None if it has none or no key).
+
+        ``payloads=True`` starts storing them (a key is needed); ``None`` follows the
+        collection (existing payloads are opened when a key is given).
+        """
+        info = self.store.info.get("payloads")
+        if payloads and self.key is None:
+            raise ValueError(
+                "payloads are sealed with your key: give a key (--key-file) to store them."
+            )
+        if payloads and info is None and self.store.count() > 0:
+            raise ValueError(
+                f"collection {self.store.collection!r} already holds vectors without payloads; "
+                "payloads must be stored for every record (use a new collection)."
+            )
+        if payloads is False or self.key is None or (info is None and not payloads):
+            return None
+        codec = PayloadCodec(self.key, dtype=dtype if info is None else info["dtype"],
+                             pad_to=pad_to if info is None else int(info.get("pad_to", 0)))  # fmt: skip
+        if info is not None and info.get("key_check") != codec.key_check:
+            raise PayloadError(
+                f"wrong key for collection {self.store.collection!r}: its payloads were sealed "
+                f"with the key whose check is {info.get('key_check')}, this key's is "
+                f"{codec.key_check}.",
+                cause="wrong-key",
+            )
+        return codec
+
+    @property
+    def has_payloads(self) -> bool:
+        """Whether the collection stores sealed payloads (exact vectors) for re-ranking."""
+        return self.store.info.get("payloads") is not None
 
     # ---- construction ----------------------------------------------------------------------
     @classmethod
@@ -218,22 +261,28 @@ class ProtectedCollection:
         X: Any,
         metadata: Any = None,
         *,
+        texts: Sequence[str] | None = None,
         ledger: Any = None,
         row_offset: int = 0,
     ) -> NDArray[Any]:
         """Protect ``X`` (n, d) and upsert it under ``ids``; returns the released vectors.
 
         With ``mechanism="none"`` the vectors are upserted as they are. ``ledger`` (a
-        :class:`~privembed.ledger.Ledger`) records the release before the upsert.
+        :class:`~privembed.ledger.Ledger`) records the release before the upsert. When the
+        collection stores payloads, each record's exact vector (and its text, if ``texts``
+        are given) is sealed with the key and stored beside the protected vector: the store
+        holds ciphertext only.
 
         Raises
         ------
         privembed.DataError
-            Bad rows, ids or metadata.
+            Bad rows, ids, metadata or texts.
         privembed.ledger.BudgetExceeded
             The ledger's per-record budget would be passed (nothing is sent).
         """
         id_list = list(ids)
+        if texts is not None and len(texts) != len(id_list):
+            raise DataError(f"texts has {len(texts)} entries but there are {len(id_list)} ids.")
         if self.mechanism is None:
             if self.protection.get("protected"):
                 raise ValueError(
@@ -241,32 +290,63 @@ class ProtectedCollection:
                     "vectors protected elsewhere, or open it with the mechanism."
                 )
             Y, _ = check_embeddings(X, name="embeddings", row_offset=row_offset)
-            dim_in = Y.shape[1]
-        else:
-            arr = np.asarray(X)
-            dim_in = arr.shape[-1] if arr.ndim else 0
-            with Release(
-                self.mechanism,
-                key=self.key,
-                rng=self._rng,
-                ledger=ledger,
-                model=self.embedding_model,
-                destination=f"{type(self.store).__name__}:{self.store.collection}",
-                name="embeddings",
-            ) as rel:
-                Y = rel.protect(arr, id_list, row_offset=row_offset)
-                rel.commit()  # the ledger records the release before anything is sent
-                self._record_info(dim_in)
-                self.store.upsert(id_list, Y, metadata)
+            self._record_info(Y.shape[1])
+            self.store.upsert(id_list, Y, metadata, payloads=self._seal(id_list, Y, texts))
             return Y
-        self._record_info(dim_in)
-        self.store.upsert(id_list, Y, metadata)
+        arr = np.asarray(X)
+        dim_in = arr.shape[-1] if arr.ndim else 0
+        with Release(
+            self.mechanism,
+            key=self.key,
+            rng=self._rng,
+            ledger=ledger,
+            model=self.embedding_model,
+            destination=f"{type(self.store).__name__}:{self.store.collection}",
+            name="embeddings",
+        ) as rel:
+            Y = rel.protect(arr, id_list, row_offset=row_offset)
+            rel.commit()  # the ledger records the release before anything is sent
+            blobs = self._seal(id_list, arr, texts)
+            self._record_info(dim_in)
+            self.store.upsert(id_list, Y, metadata, payloads=blobs)
         return Y
+
+    def _seal(self, ids: list[Any], X: Any, texts: Sequence[str] | None) -> list[bytes] | None:
+        """Sealed payloads of the clean rows (None when the collection stores none)."""
+        if self.codec is None:
+            return None
+        if self.store.info.get("payloads") is None:
+            self.store.update_info(
+                payloads={
+                    "dtype": self.codec.dtype,
+                    "pad_to": self.codec.pad_to,
+                    "key_check": self.codec.key_check,
+                    "texts": texts is not None,
+                    "format": "privembed.payload/1 (AES-256-GCM)",
+                }
+            )
+        clean = np.asarray(X, dtype=np.float32)
+        return self.codec.seal_many(
+            clean,
+            ids=[str(i) for i in ids],  # the store's id: payloads open for what it returns
+            collection=self.store.collection,
+            texts=None if texts is None else list(texts),
+        )
 
     def add_released(
         self, ids: Sequence[Any], Y: Any, metadata: Any = None, *, dim_in: int | None = None
     ) -> None:
-        """Upsert vectors already released under this collection's protection record."""
+        """Upsert vectors already released under this collection's protection record.
+
+        Payloads need the clean vectors, which a file of releases does not hold: a collection
+        with payloads cannot take pre-released vectors.
+        """
+        if self.codec is not None or self.has_payloads:
+            raise ValueError(
+                "this collection stores payloads (exact vectors for re-ranking); released "
+                "vectors alone cannot fill them -- index the clean embeddings with the "
+                "mechanism instead."
+            )
         arr, _ = check_embeddings(Y, name="released", allow_zero=True)
         if dim_in is None and self.treatment.kind == "none":
             dim_in = arr.shape[1]  # noise mechanisms keep the dimension
@@ -274,11 +354,34 @@ class ProtectedCollection:
         self.store.upsert(list(ids), arr, metadata)
 
     # ---- reading ---------------------------------------------------------------------------
-    def query(self, Q: Any, k: int = 10) -> list[list[Hit]]:
-        """Hits for plain query embeddings ``Q`` (nq, d) or (d,), after the query treatment.
+    def query(
+        self,
+        Q: Any,
+        k: int = 10,
+        *,
+        rerank: int | None = None,
+        recall: float | None = None,
+        protect_query: Mechanism | None = None,
+        rng: Any = None,
+    ) -> list[list[Hit]]:
+        """Hits for plain query embeddings ``Q`` (nq, d) or (d,), best first.
 
-        Scores are estimates of the clean cosine where the mechanism allows it
-        (:meth:`QueryTreatment.score_scale`), raw cosines otherwise.
+        Without re-ranking, scores are estimates of the clean cosine where the mechanism allows
+        it (:meth:`QueryTreatment.score_scale`), raw cosines otherwise.
+
+        Private retrieval (DESIGN.md): with ``rerank=k'`` (or ``recall``: k' from theory,
+        :class:`privembed.rerank.RerankPlanner` on the profile saved at indexing), the ``k'``
+        nearest records by protected similarity are fetched, their payloads opened here with
+        the key, and the top ``k`` re-ranked by the exact cosine to the clean query; the hits
+        then carry exact cosines and the stored texts. ``protect_query`` protects the query
+        before it reaches the store (RemoteRAG pattern); the re-rank still uses the clean query.
+
+        Raises
+        ------
+        privembed.payload.PayloadError
+            A wrong key, a missing, truncated or tampered payload, or one moved between records.
+        ValueError
+            Re-ranking asked of a collection made without payloads, or without the key.
         """
         k = check_int("k", k, ge=1)
         d_in = self.store.info.get("dim_in")
@@ -288,13 +391,147 @@ class ProtectedCollection:
                 f"query has dimension {arr.shape[-1]} but the collection was built from "
                 f"{d_in}-dimensional embeddings (dimension mismatch)."
             )
-        Qt = self.treatment.apply(arr)
-        hits = self.store.search(Qt[None, :] if Qt.ndim == 1 else Qt, k)
-        d = int(d_in if d_in is not None else arr.shape[-1])
-        scale = self.treatment.score_scale(d) if d >= 2 else 1.0
-        if scale == 1.0:
-            return hits
-        return [[replace(h, score=h.score * scale) for h in hs] for hs in hits]
+        clean, _ = check_embeddings(arr, name="query")
+        sent = clean if protect_query is None else protect_query.privatize(clean, rng=rng)
+        Qt = self.treatment.apply(sent)
+        Qt = Qt[None, :] if Qt.ndim == 1 else Qt
+        depth = self._depth(k, rerank, recall, protect_query)
+        if depth is None:
+            hits = self.store.search(Qt, k)
+            d = int(d_in if d_in is not None else arr.shape[-1])
+            scale = self.treatment.score_scale(d) if d >= 2 and protect_query is None else 1.0
+            if scale == 1.0:
+                return hits
+            return [[replace(h, score=h.score * scale) for h in hs] for hs in hits]
+        fetched = self.store.search(Qt, depth)
+        return [self._exact_top(q, hs, k) for q, hs in zip(clean, fetched, strict=True)]
+
+    def _depth(
+        self, k: int, rerank: int | None, recall: float | None, protect_query: Any
+    ) -> int | None:
+        if rerank is None and recall is None:
+            return None
+        if rerank is not None and recall is not None:
+            raise ValueError("give rerank (k') or recall (k' from theory), not both.")
+        if not self.has_payloads:
+            raise ValueError(
+                f"collection {self.store.collection!r} was made without payloads, so there are "
+                "no exact vectors to re-rank with (index it with payloads: --payloads)."
+            )
+        if self.codec is None:
+            raise ValueError("re-ranking opens the payloads with your key: give it (--key-file).")
+        if rerank is not None:
+            return check_int("rerank", rerank, ge=k)
+        return max(k, self.planner(protect_query).depth(k=k, recall=float(recall)))  # type: ignore[arg-type]
+
+    def _exact_top(self, q: NDArray[Any], hits: list[Hit], k: int) -> list[Hit]:
+        """Open the candidates' payloads and keep the top ``k`` by exact cosine to ``q``."""
+        if not hits:
+            return []
+        assert self.codec is not None
+        missing = [h.id for h in hits if h.payload is None]
+        if missing:
+            raise PayloadError(
+                f"record {missing[0]!r} has no payload in collection "
+                f"{self.store.collection!r} ({len(missing)} of {len(hits)} candidates); the "
+                "store lost or dropped it.",
+                cause="missing",
+            )
+        opened = self.codec.open_many(
+            [h.payload for h in hits],  # type: ignore[misc]
+            ids=[h.id for h in hits],
+            collection=self.store.collection,
+        )
+        V = np.stack([o.vector.astype(np.float64) for o in opened])
+        V /= np.linalg.norm(V, axis=1, keepdims=True)
+        qn = np.asarray(q, dtype=np.float64)
+        qn = qn / np.linalg.norm(qn)
+        exact = V @ qn
+        order = np.argsort(-exact, kind="stable")[:k]
+        return [
+            replace(hits[i], score=float(exact[i]), text=opened[i].text, payload=None)
+            for i in order
+        ]
+
+    # ---- k' from theory ---------------------------------------------------------------------
+    def _profile_path(self) -> Path:
+        return Path(self.store.path) / f".privembed-profile-{self.store.collection}.sealed"
+
+    def save_profile(self, sample: Any, documents: Any, *, rng: Any = None) -> None:
+        """Build and keep the corpus' clean-score profile for :meth:`query` ``recall=``.
+
+        ``documents`` are the corpus' clean vectors (or a uniform sample of them) and
+        ``sample`` the rows that stand in for future queries. The profile holds similarity
+        histograms of the clean corpus, so it is sealed with the key like a payload, beside
+        the store.
+        """
+        from ..rerank import ScoreProfile
+
+        if self.codec is None:
+            raise ValueError("the profile is sealed with your key: give it (--key-file).")
+        n_docs = int(np.asarray(documents).shape[0])
+        if n_docs < 3:
+            raise ValueError(f"a score profile needs at least 3 documents, got {n_docs}.")
+        prof = ScoreProfile.from_embeddings(sample, documents, top_k=min(100, n_docs - 1), rng=rng)
+        n_total = max(self.store.count(), prof.n_docs)
+        if n_total > prof.n_docs:  # a sample of the corpus: histogram counts scaled up
+            scale = n_total / prof.n_docs
+            prof = ScoreProfile(
+                np.rint(prof.counts * scale).astype(np.int64),
+                prof.top,
+                n_total,
+                prof.dim,
+                prof.rho,
+                prof.edges,
+            )
+        buf = io.BytesIO()
+        np.savez_compressed(
+            buf,
+            counts=prof.counts.astype(np.int64),
+            top=prof.top,
+            edges=np.asarray(prof.edges),
+            meta=np.array([prof.n_docs, prof.dim], dtype=np.int64),
+            rho=np.array([prof.rho]),
+        )
+        blob = self.codec.seal(
+            np.zeros(1, dtype=np.float32),
+            record_id="privembed:rerank-profile",
+            collection=self.store.collection,
+            text=base64.b64encode(buf.getvalue()).decode("ascii"),
+        )
+        path = self._profile_path()
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+        self.__dict__["_planners"] = {}
+
+    def planner(self, protect_query: Mechanism | None = None) -> Any:
+        """The :class:`privembed.rerank.RerankPlanner` of this collection (needs its profile)."""
+        from ..rerank import RerankPlanner, ScoreProfile
+
+        cache: dict[str | None, Any] = self.__dict__.setdefault("_planners", {})
+        key = None if protect_query is None else protect_query.fingerprint
+        if key in cache:
+            return cache[key]
+        path = self._profile_path()
+        if not path.exists():
+            raise ValueError(
+                f"collection {self.store.collection!r} has no score profile for recall= (build "
+                "one at indexing, or give rerank=k')."
+            )
+        assert self.codec is not None
+        opened = self.codec.open(
+            path.read_bytes(), record_id="privembed:rerank-profile",
+            collection=self.store.collection,
+        )  # fmt: skip
+        with np.load(io.BytesIO(base64.b64decode(opened.text or ""))) as z:
+            prof = ScoreProfile(
+                z["counts"], z["top"], int(z["meta"][0]), int(z["meta"][1]),
+                float(z["rho"][0]), z["edges"],
+            )  # fmt: skip
+        docs = self.mechanism if self.mechanism is not None else self.treatment.mechanism
+        cache[key] = RerankPlanner(prof, documents=docs, queries=protect_query, rng=0)
+        return cache[key]
 
     def query_texts(
         self, texts: str | Sequence[str], k: int = 10, *, model: str | None = None
@@ -321,6 +558,188 @@ class ProtectedCollection:
         self.close()
 
 
+@dataclass(frozen=True)
+class SearchResult:
+    """The hits of one query, with what their scores are."""
+
+    query: Any
+    hits: list[Hit]
+    #: "exact cosine" (re-ranked with the payloads), "estimated clean cosine" (a calibrated
+    #: treatment: unbiased, so it may leave [-1, 1]), or "cosine to the protected vector"
+    score_kind: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "score_kind": self.score_kind,
+            "hits": [
+                {"id": h.id, "cosine": h.score, "text": h.text, "metadata": h.metadata}
+                for h in self.hits
+            ],
+        }
+
+
+class Searcher:
+    """A warm search session: the collection opened once, the embedding model loaded once.
+
+    Parameters
+    ----------
+    store, path, collection
+        As for :meth:`ProtectedCollection.open` (the collection must exist).
+    key : bytes or key file, optional
+        Opens the collection's payloads for exact re-ranking (and their texts).
+    model : str, optional
+        Embedding model for text queries (default: the collection's).
+    texts : mapping or path, optional
+        Record id -> text kept locally (e.g. the JSONL the collection was indexed from), shown
+        with hits whose payload holds no text.
+
+    Examples
+    --------
+    ``with Searcher("chroma", "db", key="secret.key") as s: s.search("chest pain", k=5,
+    recall=0.95)[0].hits``
+    """
+
+    def __init__(
+        self,
+        store: str,
+        path: Any,
+        collection: str = "privembed",
+        *,
+        key: Any = None,
+        model: str | None = None,
+        texts: Any = None,
+        store_options: dict[str, Any] | None = None,
+    ) -> None:
+        from .stores import open_store
+
+        if not Path(path).exists():
+            raise FileNotFoundError(f"store not found: {path}")
+        self.collection = ProtectedCollection(
+            open_store(store, path, collection, create=False, **(store_options or {})), key=key
+        )
+        self.model_name = model or self.collection.embedding_model
+        self._embedder: Any = None
+        self.texts = self._load_texts(texts)
+
+    @staticmethod
+    def _load_texts(texts: Any) -> dict[str, str]:
+        if texts is None:
+            return {}
+        if isinstance(texts, str | Path):
+            from ..io import read_texts
+
+            ids, items = read_texts(texts)
+            if ids is None:
+                raise DataError(f"{texts}: texts without ids cannot be matched to hits.")
+            return {str(i): t for i, t in zip(ids, items, strict=True)}
+        return {str(k): str(v) for k, v in dict(texts).items()}
+
+    def embed(self, queries: Sequence[str]) -> NDArray[np.float32]:
+        """Embed text queries with the collection's model (loaded once)."""
+        if self._embedder is None:
+            from ..embedders import Embedder
+
+            if self.model_name is None:
+                raise ValueError(
+                    f"collection {self.collection.store.collection!r} records no embedding "
+                    "model; pass the model that made its embeddings (--model)."
+                )
+            self._embedder = Embedder(self.model_name)
+        return np.asarray(self._embedder.encode(list(queries)), dtype=np.float32)
+
+    def search(
+        self,
+        queries: str | Sequence[str],
+        k: int = 10,
+        *,
+        rerank: int | None = None,
+        recall: float | None = None,
+        protect_query: Mechanism | None = None,
+    ) -> list[SearchResult]:
+        """Hits for text queries (see :meth:`ProtectedCollection.query`)."""
+        items = [queries] if isinstance(queries, str) else list(queries)
+        return self.search_vectors(
+            self.embed(items), k, labels=items, rerank=rerank, recall=recall,
+            protect_query=protect_query,
+        )  # fmt: skip
+
+    def search_vectors(
+        self,
+        Q: Any,
+        k: int = 10,
+        *,
+        labels: Sequence[Any] | None = None,
+        rerank: int | None = None,
+        recall: float | None = None,
+        protect_query: Mechanism | None = None,
+    ) -> list[SearchResult]:
+        """Hits for query embeddings (one :class:`SearchResult` per row)."""
+        col = self.collection
+        hits = col.query(Q, k, rerank=rerank, recall=recall, protect_query=protect_query)
+        if rerank is not None or recall is not None:
+            kind = "exact cosine"
+        elif col.treatment.calibrated and protect_query is None:
+            kind = "estimated clean cosine"
+        else:
+            kind = "cosine to the protected vector"
+        labels = list(labels) if labels is not None else list(range(len(hits)))
+        out = []
+        for q, hs in zip(labels, hits, strict=True):
+            filled = [
+                h
+                if h.text is not None or h.id not in self.texts
+                else replace(h, text=self.texts[h.id])
+                for h in hs
+            ]
+            out.append(SearchResult(q, filled, kind))
+        return out
+
+    def close(self) -> None:
+        self.collection.close()
+
+    def __enter__(self) -> Searcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _text_batches(
+    path: Path,
+    batch_rows: int,
+    *,
+    model: str | None,
+    text_field: str,
+    id_field: str,
+    ids_from_content: bool,
+    needs_ids: bool,
+    on_batch: Any = None,
+) -> tuple[int, str, Any]:
+    """(n, model id, iterator of (ids, X, texts, start)) for a file of texts, embedded here."""
+    from ..embedders import Embedder
+    from ..io import read_texts
+    from ..release import content_ids
+
+    ids, texts = read_texts(path, text_key=text_field, id_key=id_field)
+    if ids is None:
+        if needs_ids and not ids_from_content:
+            raise DataError(
+                f"{path.name}: keyed noise, payloads and the ledger need record ids, and these "
+                f"texts have none (line numbers are not ids); add an {id_field!r} field "
+                "(--id-field) or derive ids from the text (--ids-from-content)."
+            )
+        ids = content_ids(texts=texts) if ids_from_content else list(range(len(texts)))
+    emb = Embedder(model)
+
+    def gen() -> Any:
+        for s in range(0, len(texts), batch_rows):
+            chunk = texts[s : s + batch_rows]
+            yield ids[s : s + batch_rows], emb.encode(chunk), chunk, s
+
+    return len(texts), str(emb.metadata().get("embedding_model")), gen()
+
+
 def index_file(
     input: str | Path,
     store: str,
@@ -337,29 +756,75 @@ def index_file(
     model: str | None = None,
     batch_rows: int = 4096,
     allow_reprotect: bool = False,
+    payloads: bool = False,
+    payload_dtype: str = "float32",
+    store_text: bool = False,
+    text_field: str = "text",
+    ids_from_content: bool = False,
+    profile_queries: int = 200,
+    profile_max_docs: int = 200_000,
+    on_start: Any = None,
+    on_batch: Any = None,
 ) -> dict[str, Any]:
-    """Protect an embeddings file batch by batch and upsert it into a store (``privembed index``).
+    """Protect an embeddings file -- or a file of texts, embedded here -- batch by batch and
+    upsert it into a store (``privembed index``).
 
     ``mechanism=None`` indexes a file already protected by ``privembed protect`` under the
     configuration it records; ``"none"`` indexes plain vectors. Each batch is one release,
     recorded in the ``ledger`` before its upsert; record ids must be unique over the whole
     file (checked in bounded memory, so a second copy of an id is refused, not recorded free).
 
+    With ``payloads`` (needs the key) every record's exact vector -- and with ``store_text`` its
+    text -- is sealed beside its protected vector for exact re-ranking
+    (:meth:`ProtectedCollection.query` ``rerank=``), and a clean-score profile of the corpus
+    (``profile_queries`` documents as sample queries against up to ``profile_max_docs``
+    documents, a uniform sample beyond that) is sealed too, for ``recall=``.
+
     Returns
     -------
     dict
-        ``rows``, ``n``, ``total`` (vectors in the collection), ``treatment``, ``guarantee``.
+        ``rows``, ``n``, ``dim``, ``total`` (vectors in the collection), ``treatment``,
+        ``guarantee``, ``payloads``.
     """
     from ..io import iter_batches
     from ..ledger import record_key
-    from ..release import PROTECTION_KEYS, _IdSet
+    from ..release import PROTECTION_KEYS, _IdSet, is_text_file
 
     input = Path(input)
     if not input.exists():
         raise FileNotFoundError(f"file not found: {input}")
-    n, _dim, meta_in, batches = iter_batches(
-        input, batch_rows=batch_rows, column=column, id_column=id_column
-    )
+    needs_ids = key is not None or ledger is not None or payloads
+    texts_in = is_text_file(input)
+    wanted = list(metadata_columns or [])
+    emb_model: str | None
+    if texts_in:
+        if wanted:
+            raise ValueError(
+                "--metadata-column reads columns of an embeddings file; for texts, run "
+                "'privembed embed' first (it keeps every other field)."
+            )
+        n, emb_model, text_gen = _text_batches(
+            input,
+            batch_rows,
+            model=model,
+            text_field=text_field,
+            id_field=id_column or "id",
+            ids_from_content=ids_from_content,
+            needs_ids=needs_ids,
+        )
+        meta_in: dict[str, Any] = {}
+        _dim = -1
+        batches: Any = ((ids, X, tx, None, s) for ids, X, tx, s in text_gen)
+    else:
+        if store_text:
+            raise ValueError("--store-text needs texts as input (this file holds embeddings).")
+        n, _dim, meta_in, raw = iter_batches(
+            input, batch_rows=batch_rows, column=column, id_column=id_column
+        )
+        emb_model = meta_in.get("embedding_model") or model
+        batches = ((b.ids, b.X, None, b.extra, b.start) for b in raw)
+    if on_start is not None:
+        on_start(n)
     protected_in = bool(meta_in.get("protected"))
     if mechanism is None:
         if not protected_in:
@@ -377,17 +842,20 @@ def index_file(
             f"{input} is already protected ({meta_in.get('guarantee_text', 'unknown')}); "
             "omit --mechanism to index it as it is, or pass --allow-reprotect."
         )
-    wanted = list(metadata_columns or [])
-    emb_model = meta_in.get("embedding_model") or model
     protects = isinstance(mechanism, Mechanism)
     if ledger is not None and not protects:
         raise ValueError("--ledger records new releases; this input is not protected here.")
-    needs_ids = key is not None or ledger is not None
+    if payloads and mechanism is None:
+        raise ValueError(
+            "payloads hold the exact vectors, which a file of releases does not have: index "
+            "the clean embeddings with the mechanism instead."
+        )
     seen = _IdSet() if needs_ids else None
     rows = 0
     dim: int | None = _dim if _dim > 0 else None
     store_path = Path(path)
     created = not store_path.exists()
+    sample = _Reservoir(profile_max_docs, rng=0) if payloads else None
     try:
         with ProtectedCollection.open(
             store,
@@ -402,17 +870,20 @@ def index_file(
             key=key,
             rng=rng,
             embedding_model=emb_model,
+            payloads=payloads or None,
+            payload_dtype=payload_dtype,
         ) as col:
-            for b in batches:
-                if b.ids is not None:
-                    ids = list(b.ids)
+            for b_ids, X, texts, extra, start in batches:
+                nb = int(np.asarray(X).shape[0])
+                if b_ids is not None:
+                    ids = list(b_ids)
                 elif needs_ids:
                     raise DataError(
-                        f"{input} has no record ids; keyed noise and the ledger need an id "
-                        "column (--id-column) in a Parquet, .npz or .jsonl file."
+                        f"{input} has no record ids; keyed noise, payloads and the ledger need "
+                        "an id column (--id-column) in a Parquet, .npz or .jsonl file."
                     )
                 else:
-                    ids = list(range(b.start, b.start + b.num_rows))
+                    ids = list(range(start, start + nb))
                 if seen is not None:
                     try:
                         seen.add([record_key(i) for i in ids])
@@ -420,21 +891,38 @@ def index_file(
                         raise DataError(f"{input}: {exc}") from None
                 metas = None
                 if wanted:
-                    have = [] if b.extra is None else list(b.extra.schema.names)
+                    have = [] if extra is None else list(extra.schema.names)
                     missing = [c for c in wanted if c not in have]
                     if missing:
                         raise ValueError(
                             f"{input} has no column(s) {missing} for --metadata-column "
                             f"(other columns: {have or 'none'})."
                         )
-                    cols = {c: b.extra.column(c).to_pylist() for c in wanted}
-                    metas = [{c: cols[c][i] for c in wanted} for i in range(b.num_rows)]
+                    cols = {c: extra.column(c).to_pylist() for c in wanted}
+                    metas = [{c: cols[c][i] for c in wanted} for i in range(nb)]
                 if mechanism is None:
-                    col.add_released(ids, b.X, metas, dim_in=meta_in.get("dim"))
+                    col.add_released(ids, X, metas, dim_in=meta_in.get("dim"))
                 else:
-                    col.add(ids, b.X, metas, ledger=ledger, row_offset=b.start)
-                rows += b.num_rows
-                dim = int(b.X.shape[1])
+                    col.add(
+                        ids,
+                        X,
+                        metas,
+                        texts=texts if store_text else None,
+                        ledger=ledger,
+                        row_offset=start,
+                    )
+                if sample is not None:
+                    sample.add(np.asarray(X, dtype=np.float32))
+                rows += nb
+                dim = int(np.asarray(X).shape[1])
+                if on_batch is not None:
+                    on_batch(nb)
+            if sample is not None and rows >= 3:
+                docs = sample.rows()
+                pick = np.random.default_rng(1).choice(
+                    len(docs), size=min(profile_queries, len(docs)), replace=False
+                )
+                col.save_profile(docs[pick], docs, rng=0)
             return {
                 "rows": rows,
                 "n": n,
@@ -442,6 +930,7 @@ def index_file(
                 "total": col.store.count(),
                 "treatment": col.treatment.description,
                 "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
+                "payloads": col.has_payloads,
             }
     except BaseException:
         if created and store_path.exists():  # a failed first index leaves no store behind
@@ -452,3 +941,26 @@ def index_file(
     finally:
         if seen is not None:
             seen.close()
+
+
+class _Reservoir:
+    """A uniform sample of at most ``cap`` rows of a stream (Vitter's algorithm R), float16."""
+
+    def __init__(self, cap: int, *, rng: Any = None) -> None:
+        self.cap = int(cap)
+        self.seen = 0
+        self._rows: list[NDArray[np.float16]] = []
+        self._gen = np.random.default_rng(rng)
+
+    def add(self, X: NDArray[Any]) -> None:
+        for row in np.asarray(X, dtype=np.float16):
+            if self.seen < self.cap:
+                self._rows.append(row)
+            else:
+                j = int(self._gen.integers(0, self.seen + 1))
+                if j < self.cap:
+                    self._rows[j] = row
+            self.seen += 1
+
+    def rows(self) -> NDArray[np.float32]:
+        return np.asarray(self._rows, dtype=np.float32)

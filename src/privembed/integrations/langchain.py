@@ -26,11 +26,15 @@ from ..mechanisms import Mechanism
 
 require("langchain_core", "integrations", purpose="the LangChain Embeddings wrapper")
 
+from langchain_core.callbacks import CallbackManagerForRetrieverRun  # noqa: E402
+from langchain_core.documents import Document  # noqa: E402
 from langchain_core.embeddings import Embeddings  # noqa: E402 - after the extra check
+from langchain_core.retrievers import BaseRetriever  # noqa: E402
+from pydantic import ConfigDict  # noqa: E402
 
 from ._text import TextProtector  # noqa: E402
 
-__all__ = ["PrivateEmbeddings"]
+__all__ = ["PrivateEmbeddings", "PrivateRetriever"]
 
 
 class PrivateEmbeddings(Embeddings):
@@ -118,3 +122,43 @@ class PrivateEmbeddings(Embeddings):
             q = np.asarray([self.embeddings.embed_query(text)])
             return [float(v) for v in np.atleast_2d(self._texts.treatment.apply(q))[0]]
         return [float(v) for v in self._texts.queries([text])[0]]
+
+
+class PrivateRetriever(BaseRetriever):
+    """A LangChain retriever over a privembed collection with exact re-ranking.
+
+    The store holds protected vectors and sealed payloads; this retriever, inside the trust
+    boundary with the key, fetches ``rerank`` candidates (or the k' that theory gives for
+    ``recall``) by protected similarity, opens their payloads and returns the top ``k`` by
+    exact cosine as ``Document`` objects (``page_content``: the sealed text; ``metadata``: the
+    record id, the exact cosine and the stored metadata).
+
+    Examples
+    --------
+    ``PrivateRetriever(searcher=Searcher("chroma", "db", key="secret.key"), k=4, recall=0.95)``
+    """
+
+    searcher: Any
+    k: int = 4
+    rerank: int | None = None
+    recall: float | None = 0.95
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        recall = None if self.rerank is not None else self.recall
+        result = self.searcher.search([query], self.k, rerank=self.rerank, recall=recall)[0]
+        return [
+            Document(
+                page_content=h.text or "",
+                metadata={
+                    "id": h.id,
+                    "cosine": h.score,
+                    "score_kind": result.score_kind,
+                    **h.metadata,
+                },
+            )
+            for h in result.hits
+        ]

@@ -22,12 +22,13 @@ Scores returned by :meth:`VectorStore.search` are similarities, higher is better
 from __future__ import annotations
 
 import abc
+import base64
 import contextlib
 import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,16 +53,26 @@ DEFAULT_COLLECTION = "privembed"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,510}[A-Za-z0-9]$")
 _INFO_KEY = "privembed"
 _FORMAT = 1
+#: metadata key of a record's sealed payload (base64); user metadata cannot use the prefix
+PAYLOAD_KEY = "privembed_payload"
+#: hits per Chroma query call (SQLite allows 32,766 variables per statement)
+_CHROMA_MAX_HITS = 16_000
 
 
 @dataclass(frozen=True)
 class Hit:
-    """One search result: record id, similarity score, stored metadata, optionally the vector."""
+    """One search result: record id, similarity score, stored metadata, optionally the vector.
+
+    ``payload`` is the record's sealed payload (AES-GCM ciphertext, :mod:`privembed.payload`)
+    when the collection stores them; ``text`` is filled in by an exact re-rank that opened it.
+    """
 
     id: str
     score: float
     metadata: dict[str, Any] = field(default_factory=dict)
     vector: NDArray[np.float32] | None = None
+    payload: bytes | None = None
+    text: str | None = None
 
 
 def check_collection_name(name: Any) -> str:
@@ -248,7 +259,14 @@ class VectorStore(abc.ABC):
         if self._exists:
             self._write_info()
 
-    def upsert(self, ids: Sequence[Any], vectors: Any, metadata: Any = None) -> None:
+    def upsert(
+        self,
+        ids: Sequence[Any],
+        vectors: Any,
+        metadata: Any = None,
+        *,
+        payloads: Sequence[bytes] | None = None,
+    ) -> None:
         """Insert vectors, replacing any record with the same id (vector and metadata).
 
         Parameters
@@ -258,6 +276,9 @@ class VectorStore(abc.ABC):
         vectors : array_like, shape (n, d)
         metadata : sequence of dict or None, length n, optional
             Flat per-record metadata (str, int, float, bool values; ``None`` values dropped).
+        payloads : sequence of bytes, length n, optional
+            Sealed payloads (:mod:`privembed.payload`), stored beside each vector (base64 under
+            a reserved metadata key) and returned in :attr:`Hit.payload`.
 
         Raises
         ------
@@ -273,6 +294,14 @@ class VectorStore(abc.ABC):
         if len(set(id_list)) != n:
             raise DataError("ids must be unique within one upsert.")
         meta = _check_metadata(metadata, n)
+        if payloads is not None:
+            blobs = list(payloads)
+            if len(blobs) != n:
+                raise DataError(f"payloads has {len(blobs)} entries but there are {n} vectors.")
+            meta = [
+                {**(m or {}), PAYLOAD_KEY: base64.b64encode(bytes(b)).decode("ascii")}
+                for m, b in zip(meta or [{} for _ in range(n)], blobs, strict=True)
+            ]
         X32 = np.ascontiguousarray(X, dtype=np.float32)
         if not self._exists:
             self._info["dim"] = int(X.shape[1])
@@ -304,7 +333,8 @@ class VectorStore(abc.ABC):
         n = self.count()
         if n == 0:
             return [[] for _ in range(Q.shape[0])]
-        return self._search(np.ascontiguousarray(Q, dtype=np.float32), min(k, n), with_vectors)
+        hits = self._search(np.ascontiguousarray(Q, dtype=np.float32), min(k, n), with_vectors)
+        return [[_with_payload(h) for h in hs] for hs in hits]
 
     def count(self) -> int:
         """Number of vectors in the collection."""
@@ -330,6 +360,19 @@ class VectorStore(abc.ABC):
             f"{type(self).__name__}(path={str(self.path)!r}, collection={self.collection!r}, "
             f"metric={self.metric!r})"
         )
+
+
+def _with_payload(h: Hit) -> Hit:
+    """Move a sealed payload out of the metadata into :attr:`Hit.payload`."""
+    if PAYLOAD_KEY not in h.metadata:
+        return h
+    meta = dict(h.metadata)
+    raw = meta.pop(PAYLOAD_KEY)
+    try:
+        blob = base64.b64decode(str(raw), validate=True)
+    except (ValueError, TypeError):
+        raise DataError(f"the stored payload of record {h.id!r} is not valid base64.") from None
+    return replace(h, metadata=meta, payload=blob)
 
 
 def _split_meta(payload: Mapping[str, Any] | None, hidden: str) -> dict[str, Any]:
@@ -410,6 +453,18 @@ class ChromaStore(VectorStore):
     def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
         assert self._col is not None
         include = ["distances", "metadatas"] + (["embeddings"] if with_vectors else [])
+        out: list[list[Hit]] = []
+        # Chroma fetches every hit's metadata in one SQL statement: keep queries x k under
+        # SQLite's limit on variables
+        step = max(1, _CHROMA_MAX_HITS // k)
+        for s in range(0, Q.shape[0], step):
+            out.extend(self._search_chunk(Q[s : s + step], k, include, with_vectors))
+        return out
+
+    def _search_chunk(
+        self, Q: NDArray[np.float32], k: int, include: list[str], with_vectors: bool
+    ) -> list[list[Hit]]:
+        assert self._col is not None
         res = self._col.query(query_embeddings=Q, n_results=k, include=include)
         out: list[list[Hit]] = []
         for qi, ids in enumerate(res["ids"]):
@@ -704,9 +759,10 @@ class FaissStore(VectorStore):
             )
         self._index.add_with_ids(self._prep(X), labels)
         self._present[labels] = True
-        if metadata is not None:
-            for label, m in zip(labels.tolist(), metadata, strict=True):
-                self._meta[label] = json.dumps(m)
+        # a replaced record's metadata is replaced too (none given: none kept), as in the others
+        metas = metadata if metadata is not None else [{}] * len(ids)
+        for label, m in zip(labels.tolist(), metas, strict=True):
+            self._meta[label] = json.dumps(m)
         self._dirty = True
 
     def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
