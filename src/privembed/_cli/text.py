@@ -156,7 +156,10 @@ def analyze(
     seed: Annotated[int | None, typer.Option("--seed", help="Seed for reproducible runs.")] = None,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG figures.")] = True,
     overwrite: Annotated[
-        bool, typer.Option(help="Replace the files of an earlier analysis in the output folder.")
+        bool,
+        typer.Option(
+            "--overwrite", help="Replace the files of an earlier analysis in the output folder."
+        ),
     ] = False,
     index: IndexOpt = "exact",
     index_cache: IndexCacheOpt = None,
