@@ -104,3 +104,24 @@ def test_seeded_output_is_the_same_for_cli_api_batches_and_threads(tmp_path):
     # a slice of the array, told where it starts, gets the same rows
     np.testing.assert_array_equal(mech.privatize(X[1000:1500], rng=12345, row_offset=1000),
                                   ref[1000:1500])  # fmt: skip
+
+
+@pytest.mark.parametrize("spill", [1_000_000, 3])
+def test_repeated_ids_are_refused_across_batches_in_memory_and_after_spilling(spill):
+    """The duplicate check of a keyed release without a ledger: a repeat within a batch or
+    of an earlier batch refuses the whole batch (nothing of it is remembered), before and
+    after the set spills to disk."""
+    from privembed.release import DuplicateIds, _IdSet
+
+    seen = _IdSet(spill=spill)
+    seen.add(["a", "b"])
+    with pytest.raises(DuplicateIds, match="repeated: c "):
+        seen.add(["c", "c"])
+    with pytest.raises(DuplicateIds, match="repeated: b "):
+        seen.add(["d", "b"])
+    seen.add(["c", "d"])  # the refused batches left nothing behind
+    seen.add(["e"])
+    with pytest.raises(DuplicateIds, match="repeated: a, e "):
+        seen.add(["a", "f", "e"])
+    assert (seen._mem is None) == (spill == 3)
+    seen.close()

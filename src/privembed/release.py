@@ -145,34 +145,65 @@ def charge_text(mechanism: Mechanism) -> str:
 
 
 class _IdSet:
-    """Bounded-memory duplicate detection for a release without a ledger (temporary SQLite)."""
+    """Duplicate detection for a release without a ledger, in bounded memory: a set in memory
+    up to ``spill`` ids, then a temporary SQLite file."""
 
-    def __init__(self) -> None:
-        self._db = sqlite3.connect("", isolation_level=None)  # private temporary file
-        self._db.execute("CREATE TABLE ids (k TEXT PRIMARY KEY) WITHOUT ROWID")
+    def __init__(self, spill: int = 1_000_000) -> None:
+        self.spill = spill
+        self._mem: set[str] | None = set()
+        self._db: sqlite3.Connection | None = None
+
+    def _to_disk(self) -> sqlite3.Connection:
+        db = sqlite3.connect("", isolation_level=None)  # private temporary file
+        db.execute("CREATE TABLE ids (k TEXT PRIMARY KEY) WITHOUT ROWID")
+        if self._mem:
+            db.execute("BEGIN")
+            db.executemany("INSERT INTO ids VALUES (?)", ((k,) for k in self._mem))
+            db.execute("COMMIT")
+        self._mem = None
+        return db
 
     def add(self, keys: list[str]) -> None:
+        if self._mem is not None and len(self._mem) + len(keys) > self.spill:
+            self._db = self._to_disk()
+        if self._mem is not None:
+            batch = set(keys)
+            if len(batch) == len(keys) and self._mem.isdisjoint(batch):
+                self._mem |= batch
+                return
+            self._raise(self._duplicates(keys, self._mem.__contains__))  # refused whole
+        assert self._db is not None
         try:
             self._db.execute("BEGIN")
             self._db.executemany("INSERT INTO ids VALUES (?)", ((k,) for k in keys))
             self._db.execute("COMMIT")
         except sqlite3.IntegrityError:
             self._db.execute("ROLLBACK")
-            seen: set[str] = set()
-            dups = [k for k in keys if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
-            for k in dict.fromkeys(keys):
-                if self._db.execute("SELECT 1 FROM ids WHERE k = ?", (k,)).fetchone():
-                    dups.append(k)
-            dups = list(dict.fromkeys(dups))
-            shown = ", ".join(display_key(k) for k in dups[:5])
-            shown += f" and {len(dups) - 5} more" if len(dups) > 5 else ""
-            raise DuplicateIds(
-                f"record ids must be unique within one release; repeated: {shown} (equal ids "
-                "would release one record twice)."
-            ) from None
+            db = self._db
+            self._raise(
+                self._duplicates(
+                    keys, lambda k: db.execute("SELECT 1 FROM ids WHERE k = ?", (k,)).fetchone()
+                )
+            )
+
+    def _duplicates(self, keys: list[str], known: Callable[[str], Any]) -> list[str]:
+        """Keys repeated within ``keys`` or already released (``known``), in order."""
+        seen: set[str] = set()
+        dups = [k for k in keys if k in seen or seen.add(k)]  # type: ignore[func-returns-value]
+        dups += [k for k in dict.fromkeys(keys) if known(k)]
+        return list(dict.fromkeys(dups))
+
+    def _raise(self, dups: list[str]) -> None:
+        shown = ", ".join(display_key(k) for k in dups[:5])
+        shown += f" and {len(dups) - 5} more" if len(dups) > 5 else ""
+        raise DuplicateIds(
+            f"record ids must be unique within one release; repeated: {shown} (equal ids "
+            "would release one record twice)."
+        ) from None
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db.close()
 
 
 @dataclass

@@ -185,6 +185,13 @@ class NoiseSource(abc.ABC):
     def gamma(self, shape: float, n: int) -> NDArray[np.float64]:
         """Gamma(shape, scale=1) draws, shape (n,)."""
 
+    def normal_gamma(
+        self, n: int, k: int, shape: float
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """Standard normals (n, k) and Gamma(shape) draws (n,) for the same rows -- what a
+        radial (direction x radius) sampler needs; sources may draw both in one pass per row."""
+        return self.normal(n, k), self.gamma(shape, n)
+
 
 class GeneratorSource(NoiseSource):
     """A :class:`NoiseSource` backed by one :class:`numpy.random.Generator` (bulk draws).
@@ -379,3 +386,15 @@ class CounterSource(NoiseSource):
         return np.fromiter(
             (g.standard_gamma(shape) for g in self._gens()), dtype=np.float64, count=n
         )
+
+    def normal_gamma(
+        self, n: int, k: int, shape: float
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """One positioning per row: its k normals, then its gamma, from the same stream."""
+        self._check(n)
+        out = np.empty((n, k))
+        r = np.empty(n)
+        for i, (row, g) in enumerate(zip(out, self._gens(), strict=True)):
+            g.standard_normal(out=row)
+            r[i] = g.standard_gamma(shape)
+        return out, r

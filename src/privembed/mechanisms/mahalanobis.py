@@ -247,8 +247,8 @@ class MahalanobisMechanism(Mechanism):
 
     def _perturb(self, X: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
         n, d = X.shape
-        u = source.normal(n, d)
-        r = source.gamma(float(d), n) / self.epsilon
+        u, g = source.normal_gamma(n, d, float(d))
+        r = g / self.epsilon
         # radius r along the direction u/|u| (row norms by einsum, one scaling pass)
         u *= (r / np.sqrt(np.einsum("ij,ij->i", u, u)))[:, None]
         if self._sqrt is not None:
