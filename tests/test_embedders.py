@@ -146,7 +146,7 @@ def test_cache_dir_resolution(tmp_path, monkeypatch):
     assert onnx_cache_dir(tmp_path / "x") == tmp_path / "x" / "onnx"
 
 
-def test_corrupt_cache_is_rebuilt(cache, tmp_path, caplog, monkeypatch, onnx_embedder):
+def test_corrupt_cache_is_rebuilt(cache, tmp_path, caplog, capfd, monkeypatch, onnx_embedder):
     import privembed.embedders as em
 
     copy = tmp_path / "copy"
@@ -156,9 +156,14 @@ def test_corrupt_cache_is_rebuilt(cache, tmp_path, caplog, monkeypatch, onnx_emb
     with open(entry / "model-int8.onnx", "r+b") as f:
         f.seek(1000)
         f.write(b"\0" * 64)
+    root_handlers = list(logging.getLogger().handlers)
+    capfd.readouterr()
     with caplog.at_level(logging.WARNING, logger="privembed.embedders"):
         Embedder(backend="onnx-int8", cache_dir=copy).encode("x")
     assert [r.getMessage().count("\n") for r in caplog.records] == [0]
+    # onnxruntime's quantiser neither prints nor leaves a handler on the root logger
+    assert "quantization" not in capfd.readouterr().err
+    assert logging.getLogger().handlers == root_handlers
     assert "corrupt (model-int8.onnx); rebuilding" in caplog.records[0].getMessage()
     # a truncated fp32 graph: the whole entry is discarded and built again (by a stand-in for
     # the export, which copies the good files: the session fixture already ran a real export)

@@ -429,9 +429,15 @@ def _quiet() -> Iterator[None]:
             return "onnxruntime" not in record.pathname and not record.name.startswith("onnx")
 
     drop = _Drop()
-    handlers = list(logging.getLogger().handlers)
+    root = logging.getLogger()
+    handlers = list(root.handlers)
     if logging.lastResort is not None:
         handlers.append(logging.lastResort)
+    # onnxruntime's tools call logging.warning(), which would install a stderr handler on the
+    # root logger (logging.basicConfig) when it has none: a no-op handler prevents that
+    guard = logging.NullHandler()
+    root.addHandler(guard)
+    root.addFilter(drop)
     for h in handlers:
         h.addFilter(drop)
     try:
@@ -441,6 +447,8 @@ def _quiet() -> Iterator[None]:
     finally:
         for h in handlers:
             h.removeFilter(drop)
+        root.removeFilter(drop)
+        root.removeHandler(guard)
 
 
 def _export_fp32(name: str, folder: Path, dest: Path) -> None:
