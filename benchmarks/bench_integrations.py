@@ -43,6 +43,7 @@ import numpy as np
 from privembed import get_mechanism
 from privembed.integrations.shards import protect_shards
 from privembed.io import write_embeddings
+from privembed.release import protect
 
 KEY = bytes(range(32))
 
@@ -303,7 +304,7 @@ def part_ranking(args: argparse.Namespace) -> None:
         for label, name, kw in cases:
             extra = {} if name == "projection" else {"renormalize": False}
             m = get_mechanism(name, **kw, **extra)
-            Y = m.privatize(X, ids=ids, key=KEY)
+            Y = protect(X, m, ids=ids, key=KEY)
             Qt = m.project(Q) if name == "projection" else Qn
             S = np.asarray(Qt @ Y.T)
             norms = np.linalg.norm(Y, axis=1)
