@@ -432,15 +432,18 @@ def _print_info(report: dict[str, Any]) -> None:
         f"{report['zero_rows']} zero row(s)",
     )
     model = meta.pop("embedding_model", None) or meta.pop("model", None)
+    model_dim = meta.pop("dim", None)  # the model's dimension: shown when it differs
     if model is not None:
-        details = [meta.pop("embedding_backend", None)]
+        details = [
+            f"{model_dim}-d" if model_dim not in (None, report["dim"]) else None,
+            meta.pop("embedding_backend", None),
+        ]
         if meta.pop("normalized", None):
             details.append("normalised")
         quant = meta.pop("embedding_quantization", None)
         details.append(None if quant is None else f"quantisation {quant}")
         shown = ", ".join(str(d) for d in details if d)
         t.add_row("model", f"{model}" + (f" ({shown})" if shown else ""))
-    meta.pop("dim", None)  # the model's dimension: already in 'rows'
     protected = bool(meta.pop("protected", False))
     cfg = meta.pop("mechanism", None)
     guarantee_text = meta.pop("guarantee_text", None)
@@ -468,10 +471,21 @@ def _print_info(report: dict[str, Any]) -> None:
     if source is not None or version is not None:
         t.add_row("source", f"{source or '?'} (privembed {version or '?'})")
     for key, v in meta.items():
-        if isinstance(v, dict | list):
-            v = json.dumps(v) if len(json.dumps(v)) <= 60 else f"({type(v).__name__}; see --json)"
-        t.add_row(key.replace("_", " "), g(v))
+        t.add_row(key.replace("_", " "), _plain(v))
     console.print(t)
+
+
+def _plain(v: Any) -> str:
+    """A metadata value in words: numbers to 4 digits, long strings (digests) cut, a record as
+    ``key=value, ...`` of its scalars."""
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_plain(x)}" for k, x in v.items() if not isinstance(x, dict | list))
+    if isinstance(v, list):
+        return f"{len(v)} values (see --json)"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    text = str(v)
+    return text if len(text) <= 40 else text[:12] + "…"
 
 
 @app.command()
