@@ -189,6 +189,12 @@ PRINTS_RESULT = [
     "concept show",
     "ledger show",
     "ledger spent",
+    "demo",
+    "attack token",
+    "attack fingerprint",
+    "attack averaging",
+    "attack linkage",
+    "attack inversion",
 ]
 
 

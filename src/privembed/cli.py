@@ -500,6 +500,9 @@ def demo(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing --output file.")
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the summary as JSON (stdout) instead of tables.")
+    ] = False,
 ) -> None:
     """The main job on a bundled sample: synthetic clinical notes, embedded, protected, measured."""
     from .demo import run_demo
@@ -514,6 +517,17 @@ def demo(
         model=model,
         on_step=lambda m: err_console.print(f"[dim]- {m}[/dim]", highlight=False),
     )
+    summary = {**res, "rows": [r.to_dict() for r in res["rows"]]}
+    if output is not None:
+        from .io import atomic_output
+
+        with atomic_output(output, overwrite=overwrite) as tmp:
+            tmp.write_text(json.dumps(summary, indent=2))
+    if as_json:
+        from ._cli.common import print_json
+
+        print_json(summary)
+        return
     console.print(
         f"\n[bold]{res['n']} synthetic clinical notes[/bold], embedded with "
         f"{res['model']} ({res['dim']}-d). Example note:\n  [italic]{res['example']}[/italic]\n"
@@ -534,13 +548,6 @@ def demo(
     )
     for w in res["warnings"]:
         console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
-    if output is not None:
-        from .io import atomic_output
-
-        with atomic_output(output, overwrite=overwrite) as tmp:
-            tmp.write_text(
-                json.dumps({**res, "rows": [r.to_dict() for r in res["rows"]]}, indent=2)
-            )
 
 
 @app.command()

@@ -271,6 +271,18 @@ def test_deprecated_input_options_still_work_and_say_so(tmp_path):
     assert "--protected is deprecated" in r.stderr and "re-identified" in r.stdout
 
 
+def test_json_prints_the_results_instead_of_tables(tmp_path):
+    X = np.random.default_rng(1).standard_normal((20, 8))
+    ids = [f"r{i}" for i in range(20)]
+    cand = _emb(tmp_path, X, "cand.npz", ids)
+    prot = _emb(tmp_path, X + 0.01, "prot.npz", ids)
+    out = tmp_path / "l.json"
+    args = ["attack", "linkage", str(prot), "--candidates", str(cand), "--json", "-o", str(out)]
+    r = _ok(runner.invoke(app, args))
+    res = json.loads(r.stdout)  # nothing but the JSON on stdout
+    assert res == json.loads(out.read_text()) and res["top_k"]["1"] == 1.0
+
+
 def test_existing_output_is_kept_unless_overwrite(tmp_path):
     X = np.random.default_rng(1).standard_normal((20, 8))
     ids = [f"r{i}" for i in range(20)]

@@ -9,6 +9,7 @@ prints a table and writes JSON with ``-o``.
 
 from __future__ import annotations
 
+import io
 import json
 import secrets
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from ..mechanisms.mahalanobis import DEFAULT_MASK_DELTA
@@ -24,6 +26,7 @@ from .common import (
     console,
     err_console,
     parse_floats,
+    print_json,
     progress_done,
     user_errors,
 )
@@ -53,6 +56,9 @@ KeyFile = Annotated[
     Path | None, typer.Option(help="Secret key file: protect with keyed (repeat-safe) noise.")
 ]
 Output = Annotated[Path | None, typer.Option("-o", "--output", help="Write the results as JSON.")]
+AsJson = Annotated[
+    bool, typer.Option("--json", help="Print the results as JSON (stdout) instead of tables.")
+]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing --output file.")]
 Model = Annotated[str | None, typer.Option(help="Embedding model for texts (default: offline).")]
 TextsInput = Annotated[
@@ -256,7 +262,14 @@ def _protect(mech: Any, X: np.ndarray, ids: list[Any], seed: int | None, key: by
     return mech.privatize(X, rng=seed)
 
 
-def _write(output: Path | None, obj: dict[str, Any], overwrite: bool) -> None:
+def _console(as_json: bool) -> Console:
+    """Where tables go: the terminal, or nowhere when the results are printed as JSON."""
+    return Console(file=io.StringIO()) if as_json else console
+
+
+def _write(output: Path | None, obj: dict[str, Any], overwrite: bool, as_json: bool) -> None:
+    if as_json:
+        print_json(obj)
     if output is None:
         return
     from ..io import atomic_output
@@ -324,6 +337,7 @@ def token(
     model: Model = None,
     output: Output = None,
     overwrite: Overwrite = False,
+    as_json: AsJson = False,
     texts: OldTexts = None,
 ) -> None:
     """Token inference (MLC, [T26] App. I.3): which words do the protected vectors reveal?"""
@@ -331,6 +345,7 @@ def token(
 
     texts = _one_input(input, **{"--texts": texts})
     _check_output(output, overwrite)
+    out = _console(as_json)
     mech = _mechanism(
         mechanism,
         epsilon=epsilon,
@@ -383,7 +398,7 @@ def token(
             _f(r["auc_all"]),
             _f(r["f1"]),
         )
-    console.print(t)
+    out.print(t)
     _write(
         output,
         {
@@ -395,6 +410,7 @@ def token(
             "results": rows,
         },
         overwrite,
+        as_json,
     )
 
 
@@ -443,6 +459,7 @@ def fingerprint(
     model: Model = None,
     output: Output = None,
     overwrite: Overwrite = False,
+    as_json: AsJson = False,
     texts: OldTexts = None,
     embeddings: OldEmbeddings = None,
 ) -> None:
@@ -459,6 +476,7 @@ def fingerprint(
 
     data = _one_input(input, **{"--texts": texts, "--embeddings": embeddings})
     _check_output(output, overwrite)
+    out = _console(as_json)
     names, bases = [], []
     for p in profile:
         m = MahalanobisMechanism.from_profile(p, epsilon=epsilon, mask_delta=mask_delta)
@@ -489,11 +507,11 @@ def fingerprint(
         t.add_column("mean L2 distance to template", justify="right")
         for j, nm in enumerate(names):
             t.add_row(nm, str(votes[nm]), _f(float(D[:, j].mean())))
-        console.print(t)
+        out.print(t)
         result.update({"groups": len(idx), "votes": votes, "distances": D.mean(axis=0).tolist()})
         result["prediction"] = max(names, key=lambda k: (votes[k], -D[:, names.index(k)].mean()))
-        console.print(f"most likely protected concept: [bold]{result['prediction']}[/bold]")
-        _write(output, result, overwrite)
+        out.print(f"most likely protected concept: [bold]{result['prediction']}[/bold]")
+        _write(output, result, overwrite, as_json)
         return
     key = _key(key_file, seed)
     _ids, X = _pool(data, model)
@@ -535,7 +553,7 @@ def fingerprint(
         t.add_column(col, justify="left" if col == "attacker" else "right")
     for k, r in reports.items():
         t.add_row(k, _f(r["accuracy"]), _f(r["macro_f1"]), _f(r["chance"]))
-    console.print(t)
+    out.print(t)
     result.update(
         {
             "noise": noise,
@@ -546,7 +564,7 @@ def fingerprint(
             "results": reports,
         }
     )
-    _write(output, result, overwrite)
+    _write(output, result, overwrite, as_json)
 
 
 # ---- averaging ------------------------------------------------------------------------------
@@ -581,6 +599,7 @@ def averaging(
     model: Model = None,
     output: Output = None,
     overwrite: Overwrite = False,
+    as_json: AsJson = False,
     originals: Annotated[
         Path | None, typer.Option(hidden=True, help="Deprecated: give INPUT.")
     ] = None,
@@ -594,6 +613,7 @@ def averaging(
         input, **{"--originals": originals, "--texts": texts, "--embeddings": embeddings}
     )
     _check_output(output, overwrite)
+    out = _console(as_json)
     mech = _mechanism(
         mechanism,
         epsilon=epsilon,
@@ -631,13 +651,14 @@ def averaging(
             if r["expected_cosine"]:
                 cells.append(_f(r["expected_cosine"][i]))
         t.add_row(*cells)
-    console.print(t)
+    out.print(t)
     for k, r in reports.items():
-        console.print(f"{k}: gain from averaging = {r['gain']:+.4f}")
+        out.print(f"{k}: gain from averaging = {r['gain']:+.4f}")
     _write(
         output,
         {"attack": "averaging", "mechanism": _describe(mech), "results": reports},
         overwrite,
+        as_json,
     )
 
 
@@ -674,6 +695,7 @@ def linkage(
     model: Model = None,
     output: Output = None,
     overwrite: Overwrite = False,
+    as_json: AsJson = False,
     protected: Annotated[
         Path | None, typer.Option(hidden=True, help="Deprecated: give INPUT.")
     ] = None,
@@ -687,6 +709,7 @@ def linkage(
         input, **{"--protected": protected, "--texts": texts, "--embeddings": embeddings}
     )
     _check_output(output, overwrite)
+    out = _console(as_json)
     atk = LinkageAttack(ks=[int(v) for v in parse_floats("ks", ks)])
     mech = _mechanism(
         mechanism,
@@ -726,12 +749,13 @@ def linkage(
     t.add_column("chance", justify="right")
     for kk in rep.top_k:
         t.add_row(str(kk), _f(rep.top_k[kk]), _f(rep.chance[kk]))
-    console.print(t)
-    console.print(f"mean rank {rep.mean_rank:.4g}, MRR {rep.mrr:.4g} ({label})", highlight=False)
+    out.print(t)
+    out.print(f"mean rank {rep.mean_rank:.4g}, MRR {rep.mrr:.4g} ({label})", highlight=False)
     _write(
         output,
         {"attack": "linkage", "target": label, "mechanism": _describe(mech), **rep.to_dict()},
         overwrite,
+        as_json,
     )
 
 
@@ -781,6 +805,7 @@ def inversion(
     model: Model = None,
     output: Output = None,
     overwrite: Overwrite = False,
+    as_json: AsJson = False,
     texts: OldTexts = None,
 ) -> None:
     """Sentence inversion (GEIA-style decoder trained here, or vec2text): leakage of reconstructions."""
@@ -788,6 +813,7 @@ def inversion(
 
     texts = _one_input(input, **{"--texts": texts})
     _check_output(output, overwrite)
+    out = _console(as_json)
     mech = _mechanism(
         mechanism,
         epsilon=epsilon,
@@ -838,11 +864,12 @@ def inversion(
             _f(r["f1"]),
             _f(r["exact_match"]),
         )
-    console.print(t)
+    out.print(t)
     for ex in rows[-1]["examples"][:2]:
-        console.print(f"  [dim]{ex['text']}[/dim]\n  -> {ex['reconstruction']}", highlight=False)
+        out.print(f"  [dim]{ex['text']}[/dim]\n  -> {ex['reconstruction']}", highlight=False)
     _write(
         output,
         {"attack": "inversion", "source": source, "mechanism": _describe(mech), "results": rows},
         overwrite,
+        as_json,
     )
