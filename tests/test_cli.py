@@ -247,7 +247,9 @@ def test_dimension_mismatch(tmp_path):
 def test_output_same_as_input_refused(tmp_path):
     src, _ = _emb(tmp_path)
     before = src.read_bytes()
-    r = runner.invoke(app, ["protect", str(src), "-o", str(src), "-m", "laplace", "--epsilon", "1", "--overwrite"])
+    r = runner.invoke(
+        app, ["protect", str(src), "-o", str(src), "-m", "laplace", "--epsilon", "1", "--overwrite"]
+    )
     _assert_user_error(r, "output must differ from the input")
     assert src.read_bytes() == before
 
