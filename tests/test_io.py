@@ -171,3 +171,48 @@ def test_read_texts_jsonl_and_errors(tmp_path):
     p.write_text(json.dumps({"id": 1, "text": ""}) + "\n")
     with pytest.raises(DataError, match="missing or empty 'text'"):
         read_texts(p)
+
+
+def test_read_text_table_csv_parquet_jsonl_and_holds_texts(tmp_path):
+    from privembed.io import holds_texts, read_text_table
+
+    c = tmp_path / "t.csv"
+    c.write_text('id,text,n\n1,"12",3\n2,"hello, world",4\n')
+    t = read_text_table(c)
+    assert t.texts == ["12", "hello, world"] and t.ids == [1, 2]  # text stays text
+    assert t.columns.column("n").to_pylist() == [3, 4]
+    with pytest.raises(DataError, match=r"no 'body' column \(columns: id, text, n\)"):
+        read_text_table(c, text_field="body")
+    with pytest.raises(DataError, match="has no 'doc' field"):
+        read_text_table(c, id_field="doc", require_ids=True)
+    assert read_text_table(c, id_field="doc").ids is None
+    p = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"text": ["a", "b"], "k": [1.5, 2.5]}), p)
+    t = read_text_table(p)
+    assert t.ids is None and t.columns.column_names == ["k"] and holds_texts(p)
+    pq.write_table(pa.table({"text": [1, 2]}), p)
+    with pytest.raises(DataError, match="must hold strings"):
+        read_text_table(p)
+    pq.write_table(pa.table({"text": ["a", None]}), p)
+    with pytest.raises(DataError, match="row 2: missing or empty 'text'"):
+        read_text_table(p)
+    j = tmp_path / "t.jsonl"
+    j.write_text('{"id": 1, "text": "a", "x": 1}\n{"id": 2, "text": "b", "x": "two"}\n')
+    t = read_text_table(j)
+    assert t.columns.column("x").to_pylist() == ["1", '"two"']  # mixed types: kept as JSON
+    j.write_text('{"id": 1, "text": "a"}\n')
+    assert read_text_table(j).columns is None
+    e = tmp_path / "e.parquet"
+    write_embeddings(e, np.eye(3, dtype=np.float32))
+    assert holds_texts(c) and holds_texts(j) and not holds_texts(e)
+    with pytest.raises(ValueError, match=r"\(use .jsonl, .csv, .parquet, .txt\)"):
+        read_text_table(tmp_path / "t.npy")
+
+
+def test_jsonl_output_carries_extra_columns(tmp_path, X):
+    out = tmp_path / "o.jsonl"
+    extra = pa.table({"lang": ["en"] * len(X), "id": list(range(len(X)))})
+    write_embeddings(out, X, ids=[f"r{i}" for i in range(len(X))], extra=extra)
+    first = json.loads(out.read_text().splitlines()[0])
+    assert list(first) == ["id", "lang", "embedding"] and first["id"] == "r0"
+    assert read_embeddings(out).X.shape == X.shape

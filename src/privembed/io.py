@@ -669,9 +669,10 @@ def read_text_table(
     Examples
     --------
     >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "notes.csv"
-    >>> _ = p.write_text("id,text,lang\\n1,Bonjour,fr\\n2,Hello,en\\n")
-    >>> t = read_text_table(p)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     p = pathlib.Path(tmp) / "notes.csv"
+    ...     _ = p.write_text("id,text,lang\\n1,Bonjour,fr\\n2,Hello,en\\n")
+    ...     t = read_text_table(p)
     >>> t.ids, t.texts, t.columns.column_names
     ([1, 2], ['Bonjour', 'Hello'], ['lang'])
     """
