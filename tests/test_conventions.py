@@ -348,6 +348,23 @@ def test_embed_unsupported_input_lists_the_text_formats(tmp_path, fake_model):
     assert "(use .jsonl, .csv, .parquet, .txt)" in err and ".npz" not in err, err
 
 
+@pytest.mark.parametrize(
+    "args",
+    [["advise"], ["attack", "linkage", "-m", "laplace", "--epsilon", "5"], ["evaluate", "-o", "r"]],
+)
+def test_unsupported_input_lists_what_the_command_accepts(tmp_path, args):
+    bad = tmp_path / "c.xyz"
+    bad.write_text("hello\n")
+    r = runner.invoke(app, [*args[:2], str(bad), *args[2:]] if args[0] == "attack" else
+                      [args[0], str(bad), *args[1:]])  # fmt: skip
+    assert r.exit_code == 2
+    err = r.stderr.strip()
+    if args[0] == "evaluate":  # embeddings only
+        assert "(use .npy, .npz, .parquet, .jsonl)" in err, err
+    else:
+        assert "embeddings: .npy, .npz, .parquet, .jsonl; texts: .jsonl, .csv, .parquet" in err
+
+
 def test_embed_and_protect_refuse_an_existing_output_unless_overwrite(tmp_path, fake_model):
     src = _notes(tmp_path, "jsonl")
     out = tmp_path / "emb.npy"

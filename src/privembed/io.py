@@ -45,6 +45,7 @@ __all__ = [
     "EmbeddingTable",
     "TextTable",
     "atomic_output",
+    "check_input_format",
     "detect_format",
     "detect_text_format",
     "holds_texts",
@@ -119,6 +120,29 @@ def detect_text_format(path: str | Path) -> str:
             ".txt)."
         )
     return TEXT_FORMATS[suffix]
+
+
+def check_input_format(path: str | Path) -> str:
+    """Format name of a file that may hold embeddings or texts (commands that take either).
+
+    Examples
+    --------
+    >>> check_input_format("notes.csv"), check_input_format("emb.npz")
+    ('csv', 'npz')
+    >>> check_input_format("c.xyz")
+    Traceback (most recent call last):
+    ...
+    ValueError: unsupported file format '.xyz' for c.xyz (embeddings: .npy, .npz, .parquet, .jsonl; texts: .jsonl, .csv, .parquet, .txt).
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix in FORMATS:
+        return FORMATS[suffix]
+    if suffix in TEXT_FORMATS:
+        return TEXT_FORMATS[suffix]
+    raise ValueError(
+        f"unsupported file format {suffix!r} for {path} (embeddings: .npy, .npz, .parquet, "
+        ".jsonl; texts: .jsonl, .csv, .parquet, .txt)."
+    )
 
 
 @dataclass

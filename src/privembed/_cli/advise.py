@@ -100,7 +100,9 @@ def advise(
     from ..evaluation.advice import advise as run_advice
     from ..evaluation.pipeline import read_attack_texts, token_attack
     from ..evaluation.recommend import Floor, parse_floors
-    from ..io import holds_texts, read_embeddings
+    from ..io import check_input_format, holds_texts, read_embeddings
+
+    check_input_format(input)
 
     given = [t for t in (min_cosine, min_overlap, target) if t is not None]
     if len(given) > 1:

@@ -181,10 +181,11 @@ def _texts_and_embeddings(
 
 def _pool(data: Path | None, model: str | None) -> tuple[list[Any], np.ndarray]:
     """Embeddings (and ids) of INPUT: an embeddings file, or texts embedded here."""
-    from ..io import holds_texts
+    from ..io import check_input_format, holds_texts
 
     if data is None:
         raise ValueError("give INPUT: an embeddings file, or texts to embed.")
+    check_input_format(data)
     if holds_texts(data):
         text_ids, _tx, T = _texts_and_embeddings(data, None, model)
         return text_ids, T
