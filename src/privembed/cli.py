@@ -91,7 +91,8 @@ def embed(
     """Embed texts with a sentence-transformers model (offline by default).
 
     Every other field or column of the input (not the texts) is kept in Parquet and JSONL
-    outputs, so that 'privembed index --metadata-column' and 'protect' see it.
+    outputs, so that 'privembed index --metadata-column' can store it. They are not protected:
+    'privembed protect' copies them into its output as they are.
     """
     from . import __version__
     from ._cli.common import print_json, progress_done
@@ -141,6 +142,12 @@ def embed(
         + (f" with columns {', '.join(kept)}" if kept else ""),
         highlight=False,
     )
+    if kept:
+        err_console.print(
+            f"[yellow]note:[/yellow] {', '.join(kept)} are not protected: 'privembed protect' "
+            "copies other columns into its output as they are (drop what must not leave).",
+            highlight=False,
+        )
     if columns and not kept:
         err_console.print(
             f"[yellow]note:[/yellow] .{out_format} files hold no other columns: "
