@@ -42,16 +42,28 @@ from gcide_embed import DEFAULT_CACHE, load_embedded  # noqa: E402
 
 from privembed import get_mechanism  # noqa: E402
 from privembed.rerank import (  # noqa: E402
+    RerankPlanner,
     ScoreProfile,
-    predicted_recall,
     protected_ranks,
     recall_at_depths,
-    rerank_depth,
 )
 
 GRIDS = {
     "laplace": [50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0],
-    "gaussian": [25.0, 37.5, 50.0, 75.0, 100.0, 150.0, 250.0, 500.0],
+    "gaussian": [
+        25.0,
+        37.5,
+        50.0,
+        75.0,
+        100.0,
+        150.0,
+        250.0,
+        500.0,
+        1000.0,
+        2000.0,
+        4000.0,
+        8000.0,
+    ],
     "purkayastha": [50.0, 75.0, 100.0, 150.0, 200.0, 300.0, 500.0, 1000.0],
 }
 SIDES = ("documents", "queries", "both")
@@ -209,6 +221,86 @@ def smallest_eps(rows, clean):
     return out
 
 
+def write_summary(rows, clean):
+    summary = smallest_eps(rows, clean)
+    with (HERE / "retrieval_frontier_summary.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(summary[0]))
+        w.writeheader()
+        w.writerows(summary)
+    write_markdown(rows, summary, clean)
+
+
+def write_markdown(rows, summary, clean):
+    """The tables of docs/retrieval.md, generated from the CSVs."""
+    out = [
+        f"Clean NDCG@10 {clean:.4f} ({int(rows[0]['n_queries'])} test queries, "
+        f"{int(rows[0]['n_docs'])} documents); 90% of clean = {0.9 * clean:.4f}.",
+        "",
+    ]
+    for side in SIDES:
+        out += [
+            f"### Protected {side}" if side != "both" else "### Both protected",
+            "",
+            "| mechanism | epsilon | guarantee | E[cos] | NDCG@10 plain | re-rank 100 | "
+            "re-rank 1,000 | k' theory(0.95) | re-rank k' | recall@100 | recall@1,000 | "
+            "recall@k' (predicted) |",
+            "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in sorted(
+            (r for r in rows if r["side"] == side),
+            key=lambda r: (list(GRIDS).index(r["mechanism"]), r["epsilon"]),
+        ):
+            g = r["guarantee"].split(" for any")[0].replace("d_X privacy per unit of ", "-d_X ")
+            g = g.split(" (implies")[0] + (
+                " (" + r["guarantee"].split("(implies ")[1].split(" (pure)")[0] + ")"
+                if "(implies" in r["guarantee"]
+                else ""
+            )
+            out.append(
+                f"| {r['mechanism']} | {r['epsilon']:g} | {g} | {r['expected_cosine']:.3f} | "
+                f"{r['ndcg_plain']:.4f} | {r['ndcg_rerank_100']:.4f} | {r['ndcg_rerank_1000']:.4f} | "
+                f"{int(r['k_theory'])} | {r['ndcg_rerank_theory']:.4f} | {r['recall_100']:.3f} | "
+                f"{r['recall_1000']:.3f} | {r['recall_theory']:.3f} ({r['predicted_recall_theory']:.3f}) |"
+            )
+        out.append("")
+    out += [
+        "### Smallest epsilon keeping 90% of clean NDCG@10",
+        "",
+        "Grid value from which every larger grid epsilon passes; in brackets the log-linear "
+        "interpolation between the last failing and the first passing grid point. "
+        "'half' = re-rank needs at most half the epsilon of plain search (interpolated values).",
+        "",
+        "| mechanism | side | plain | re-rank 100 | re-rank 1,000 | re-rank theory k' | "
+        "half (1,000) | half (theory) |",
+        "|---|---|---:|---:|---:|---:|---|---|",
+    ]
+
+    def cell(e, col):
+        v, iv = e[col], e[col + "_interp"]
+        return "not reached" if math.isnan(v) else f"{v:g} ({iv:g})"
+
+    for e in summary:
+        out.append(
+            f"| {e['mechanism']} | {e['side']} | {cell(e, 'ndcg_plain')} | "
+            f"{cell(e, 'ndcg_rerank_100')} | {cell(e, 'ndcg_rerank_1000')} | "
+            f"{cell(e, 'ndcg_rerank_theory')} | {'yes' if e['half_eps_holds_1000'] else 'no'} | "
+            f"{'yes' if e['half_eps_holds_theory'] else 'no'} |"
+        )
+    err = np.array([r["recall_theory"] - TARGET for r in rows])
+    err_doc = np.array([r["recall_theory_docprofile"] - TARGET for r in rows])
+    out += [
+        "",
+        f"Theory k' (target recall {TARGET}), measured recall on the test queries over all "
+        f"{len(rows)} settings: profile from dev queries: mean error {err.mean():+.4f}, "
+        f"largest |error| {np.abs(err).max():.4f}, {int((np.abs(err) <= 0.03).sum())}/{len(rows)} "
+        f"within 0.03; profile from corpus documents as pseudo-queries: mean error "
+        f"{err_doc.mean():+.4f}, largest |error| {np.abs(err_doc).max():.4f}, "
+        f"{int((np.abs(err_doc) <= 0.03).sum())}/{len(rows)} within 0.03.",
+        "",
+    ]
+    (HERE / "retrieval_frontier.md").write_text("\n".join(out))
+
+
 def plot(rows, clean, path):
     import matplotlib
 
@@ -237,6 +329,9 @@ def plot(rows, clean, path):
             ax.axhline(clean, color="grey", lw=0.8, ls=":")
             ax.axhline(0.9 * clean, color="grey", lw=0.8, ls="--")
             ax.set_xscale("log")
+            ax.minorticks_off()
+            ax.set_xticks(x)
+            ax.set_xticklabels([f"{e:g}" for e in x], rotation=45, fontsize=8)
             ax.set_title(
                 f"{mech}, protected {side}" if side != "both" else f"{mech}, both protected",
                 fontsize=10,
@@ -264,7 +359,20 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--mechanisms", nargs="+", default=list(GRIDS))
     ap.add_argument("--out", type=Path, default=HERE / "retrieval_frontier.csv")
+    ap.add_argument("--plot-only", action="store_true", help="summary and figure from --out")
     args = ap.parse_args()
+    if args.plot_only:
+        with args.out.open() as fh:
+            rows = [
+                {
+                    k: v if k in ("mechanism", "side", "guarantee") else float(v)
+                    for k, v in r.items()
+                }
+                for r in csv.DictReader(fh)
+            ]
+        write_summary(rows, rows[0]["ndcg_clean"])
+        plot(rows, rows[0]["ndcg_clean"], FIGURES / "retrieval_frontier.png")
+        return
 
     data = load_embedded(
         n_docs=args.n_docs or None,
@@ -341,9 +449,12 @@ def main() -> None:
                         "documents": m if side != "queries" else None,
                         "queries": m if side != "documents" else None,
                     }
-                    kth = rerank_depth(profile, k=K, recall=TARGET, rng=args.seed, **kw)
-                    pred = predicted_recall(profile, [*DEPTHS, kth], k=K, rng=args.seed, **kw)
-                    kdoc = rerank_depth(profile_docs, k=K, recall=TARGET, rng=args.seed, **kw)
+                    plan = RerankPlanner(profile, rng=args.seed, **kw)
+                    kth = plan.depth(k=K, recall=TARGET)
+                    pred = [plan.recall(x, k=K) for x in (*DEPTHS, kth)]
+                    kdoc = RerankPlanner(profile_docs, rng=args.seed, **kw).depth(
+                        k=K, recall=TARGET
+                    )
                     res, ranks = evaluate(C, Qp @ docs.T, relevant, [*DEPTHS, kth])
                     meas = recall_at_depths(ranks, [*DEPTHS, kth, kdoc])
                     row = {
@@ -380,11 +491,7 @@ def main() -> None:
                         f"(pred {row['predicted_recall_theory']:.3f}) {row['seconds']} s",
                         flush=True,
                     )
-    summary = smallest_eps(rows, clean)
-    with (HERE / "retrieval_frontier_summary.csv").open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(summary[0]))
-        w.writeheader()
-        w.writerows(summary)
+    write_summary(rows, clean)
     lat = latency(D, Qt, C)
     with (HERE / "retrieval_latency.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(lat[0]))
