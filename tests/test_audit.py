@@ -17,7 +17,6 @@ import math
 
 import numpy as np
 import pytest
-import typer
 from scipy import integrate, stats
 from typer.testing import CliRunner
 
@@ -356,16 +355,9 @@ def test_mechanism_from_config_round_trip_and_errors(tmp_path):
         mechanism_from_config(m.config, mask=[1.0])
 
 
-# ---- command line (a local app: the main app registers the command itself) ------------------------
+# ---- command line ---------------------------------------------------------------------------
 def _app():
-    from privembed._cli.audit import register
-
-    app = typer.Typer()
-    register(app)
-
-    @app.command()
-    def version():  # a second command keeps typer in multi-command mode
-        """Unused."""
+    from privembed.cli import app
 
     return app
 
@@ -460,9 +452,9 @@ def test_cli_audit_user_errors(tmp_path):
 
 
 def test_cli_fail_on_violation_exit_status(monkeypatch):
-    # a planted bug registered under a name the command line can build
-    monkeypatch.setitem(MECHANISMS, "planted_laplace", GammaShapeMinusOne)
-    args = ["audit", "-m", "planted_laplace", "--epsilon", "1", "--dim", "2", "--samples", "4000"]
+    # a planted bug in place of the Laplace mechanism (the command line builds it by name)
+    monkeypatch.setitem(MECHANISMS, "laplace", GammaShapeMinusOne)
+    args = ["audit", "-m", "laplace", "--epsilon", "1", "--dim", "2", "--samples", "4000"]
     r = runner.invoke(_app(), [*args, "--seed", "0", "--fail-on-violation"])
     assert r.exit_code == 3, r.output
     assert "VIOLATION" in r.stderr and "violation" in r.stdout

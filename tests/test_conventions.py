@@ -109,8 +109,6 @@ CLOSED = {
     "--rule",
     "--format",
 }
-#: commands whose modules are being reworked elsewhere (src/privembed/_cli/stores.py, audit.py)
-_ELSEWHERE = {"index", "search", "protect-stream", "protect-shards", "audit"}
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in ("evaluate", "advise")])
@@ -123,8 +121,6 @@ def test_closed_sets_are_choices(name):
         for opt in p.opts
         if opt in CLOSED and not _choices(p)
     ]
-    if free and name in _ELSEWHERE:
-        pytest.xfail(f"{name}: {free} not yet choices")
     assert not free, (name, free)
 
 

@@ -65,10 +65,12 @@ def test_embed_protect_index_search_evaluate_serve(folder, monkeypatch):
     out = json.loads(
         _run(
             "protect emb.parquet -o protected.parquet -m laplace --epsilon 200 --key-file "
-            "release.key --ledger ledger.db --budget-epsilon 1000 --budget-delta 1e-5 --json"
+            "release.key --ledger ledger.db --budget-epsilon 1000 --budget-delta 1e-5 --json "
+            "--keep-column lang"
         )
     )
     assert out["rows"] == 300 and out["mechanism"]["mechanism"] == "laplace"
+    assert out["notes"] == ["kept as they are (not protected): lang"]
     info = " ".join(_run("info protected.parquet").split())
     assert kid in info and "laplace(epsilon=200" in info
     assert "releases: 300" in " ".join(_run("ledger show ledger.db").split())

@@ -125,3 +125,68 @@ def test_repeated_ids_are_refused_across_batches_in_memory_and_after_spilling(sp
         seen.add(["a", "f", "e"])
     assert (seen._mem is None) == (spill == 3)
     seen.close()
+
+
+class _ProgressEmbedder(_FakeEmbedder):
+    def encode(self, texts, *, on_progress=None):
+        out = []
+        for s in range(0, len(texts), 2):
+            out.append(super().encode(texts[s : s + 2]))
+            if on_progress is not None:
+                on_progress(min(s + 2, len(texts)))
+        return np.concatenate(out)
+
+
+def test_other_columns_leave_only_when_named(tmp_path):
+    """An embeddings file with a name column: protect drops it (and says so) unless it is
+    named with keep_columns; a name that is not a column is refused before any output."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "e.parquet"
+    X = np.random.default_rng(0).standard_normal((5, 8)).astype(np.float32)
+    extra = pa.table({"patient": [f"name {i}" for i in range(5)], "ward": list("abcde")})
+    write_embeddings(src, X, ids=list(range(5)), extra=extra)
+    mech = LaplaceMechanism(epsilon=9.0)
+    s = protect_file(src, tmp_path / "o.parquet", mech, rng=1)
+    assert pq.read_schema(tmp_path / "o.parquet").names == ["id", "embedding"]
+    assert any("dropped columns patient, ward" in n for n in s.notes)
+    protect_file(src, tmp_path / "k.parquet", mech, rng=1, keep_columns=["ward"])
+    t = pq.read_table(tmp_path / "k.parquet")
+    assert t.schema.names == ["id", "ward", "embedding"] and t["ward"].to_pylist() == list("abcde")
+    with pytest.raises(ValueError, match="no column 'nmae' to keep"):
+        protect_file(src, tmp_path / "x.parquet", mech, rng=1, keep_columns=["nmae"])
+    with pytest.raises(ValueError, match="needs a Parquet output"):
+        protect_file(src, tmp_path / "x.npz", mech, rng=1, keep_columns=["ward"])
+    assert not (tmp_path / "x.parquet").exists() and not (tmp_path / "x.npz").exists()
+
+
+def test_texts_fields_leave_only_when_named_and_progress_counts_texts(tmp_path):
+    import json
+
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "notes.jsonl"
+    src.write_text(
+        "".join(
+            json.dumps({"id": i, "text": f"note {i}", "patient": f"P{i}"}) + "\n" for i in range(5)
+        )
+    )
+    steps: list[int] = []
+    s = protect_file(src, tmp_path / "o.parquet", LaplaceMechanism(epsilon=9.0), rng=1,
+                     embedder=_ProgressEmbedder(), on_batch=steps.append)  # fmt: skip
+    assert steps == [2, 2, 1]  # per embedding batch, not 0 then everything
+    assert pq.read_schema(tmp_path / "o.parquet").names == ["id", "embedding"]
+    assert any("dropped fields patient" in n for n in s.notes)
+    protect_file(src, tmp_path / "k.jsonl", LaplaceMechanism(epsilon=9.0), rng=1,
+                 embedder=_FakeEmbedder(), keep_columns=["patient"])  # fmt: skip
+    rows = [json.loads(x) for x in (tmp_path / "k.jsonl").read_text().splitlines()]
+    assert [r["patient"] for r in rows] == [f"P{i}" for i in range(5)] and "text" not in rows[0]
+
+
+def test_csv_texts_are_texts(tmp_path):
+    src = tmp_path / "notes.csv"
+    src.write_text("id,text\n1,first note\n2,second note\n")
+    s = protect_file(src, tmp_path / "o.npz", LaplaceMechanism(epsilon=9.0), rng=1,
+                     embedder=_FakeEmbedder())  # fmt: skip
+    assert s.rows == 2 and list(read_embeddings(tmp_path / "o.npz").ids) == [1, 2]

@@ -92,7 +92,7 @@ def embed(
 
     Every other field or column of the input (not the texts) is kept in Parquet and JSONL
     outputs, so that 'privembed index --metadata-column' can store it. They are not protected:
-    'privembed protect' copies them into its output as they are.
+    'privembed protect' drops them unless one is named with --keep-column.
     """
     from . import __version__
     from ._cli.common import print_json, progress_done
@@ -145,7 +145,7 @@ def embed(
     if kept:
         err_console.print(
             f"[yellow]note:[/yellow] {', '.join(kept)} are not protected: 'privembed protect' "
-            "copies other columns into its output as they are (drop what must not leave).",
+            "drops them unless named with --keep-column.",
             highlight=False,
         )
     if columns and not kept:
@@ -160,7 +160,10 @@ def embed(
 @user_errors
 def protect(
     input: Annotated[
-        Path, typer.Argument(help="Embeddings (.parquet/.npy/.npz/.jsonl) or texts (JSONL/.txt).")
+        Path,
+        typer.Argument(
+            help="Embeddings (.parquet/.npy/.npz/.jsonl) or texts (.jsonl/.csv/.parquet/.txt)."
+        ),
     ],
     output: Annotated[
         Path, typer.Option("-o", "--output", help="Output file (written atomically).")
@@ -206,6 +209,14 @@ def protect(
     ] = None,
     column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
     id_column: Annotated[str | None, typer.Option(help="Id column / field.")] = None,
+    keep_column: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--keep-column",
+            help="Copy this other column into the output as it is, unprotected (repeatable; "
+            "other columns are dropped).",
+        ),
+    ] = None,
     ids_from_content: Annotated[
         bool,
         typer.Option(
@@ -304,6 +315,7 @@ def protect(
             allow_reprotect=allow_reprotect,
             overwrite=overwrite,
             ledger_timeout=ledger_timeout,
+            keep_columns=keep_column or (),
             on_start=set_total,
             on_batch=advance,
             on_wait=lambda p: err_console.print(
@@ -339,6 +351,8 @@ def protect(
         )
     _print_guarantee(mech)
     err_console.print(summary.charge, highlight=False)
+    for line in summary.notes:
+        err_console.print(f"[yellow]note:[/yellow] {line}", highlight=False)
     _print_note(note)
 
 

@@ -29,7 +29,7 @@ import re
 import secrets
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ __all__ = [
     "detect_text_format",
     "holds_texts",
     "iter_batches",
+    "other_columns",
     "read_embeddings",
     "read_ids",
     "read_metadata",
@@ -979,17 +980,25 @@ def transform_file(
     on_batch: Callable[[int], None] | None = None,
     commit: Callable[[], object] | None = None,
     overwrite: bool = True,
+    keep_columns: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Stream ``src`` through ``fn`` (one :class:`Batch` in, an (m, k) array out) into ``dst``.
 
-    Memory is bounded by ``batch_rows`` for Parquet and ``.npy`` inputs. Other Parquet columns
-    and the id column are carried through. The output is written atomically; if ``fn`` raises
-    on any batch, nothing is left at ``dst``. ``commit`` runs after the last batch and before
-    the output is published (:func:`atomic_output`); ``.npy`` outputs get a metadata sidecar.
+    Memory is bounded by ``batch_rows`` for Parquet and ``.npy`` inputs. The id column is
+    carried through; other Parquet columns only when named in ``keep_columns`` (they are not
+    protected: a column is released as it is only on request). The output is written
+    atomically; if ``fn`` raises on any batch, nothing is left at ``dst``. ``commit`` runs after
+    the last batch and before the output is published (:func:`atomic_output`); ``.npy`` outputs
+    get a metadata sidecar.
 
     ``on_start(n_rows)`` and ``on_batch(rows_done)`` report progress.
-    Returns a summary dict (rows, dim_in, dim_out, metadata written).
+    Returns a summary dict (rows, dim_in, dim_out, metadata written, ``dropped_columns``).
     """
+    kept, dropped = other_columns(src, keep_columns, column=column, id_column=id_column)
+    if kept and detect_format(dst) != "parquet":
+        raise ValueError(
+            f"keeping columns ({', '.join(kept)}) needs a Parquet output, got {Path(dst).name}."
+        )
     n, dim, meta_in, batches = iter_batches(
         src, batch_rows=batch_rows, column=column, id_column=id_column
     )
@@ -1013,7 +1022,7 @@ def transform_file(
                     if b.ids is not None:
                         cols["id"] = _id_column(pa, _plain_ids(b.ids))
                     if b.extra is not None:
-                        for name in b.extra.schema.names:
+                        for name in kept:
                             cols[name] = b.extra.column(name)
                     cols["embedding"] = _numpy_to_list(Y)
                     tbl = pa.table(cols)
@@ -1064,7 +1073,45 @@ def transform_file(
             _write_plain(tmp, out_fmt, Yall, id_parts or None, meta_out)
         if rows == 0:
             raise DataError(f"{src} contains no rows.")
-    return {"rows": rows, "dim_in": dim, "dim_out": dim_out, "metadata": meta_out}
+    return {
+        "rows": rows,
+        "dim_in": dim,
+        "dim_out": dim_out,
+        "metadata": meta_out,
+        "dropped_columns": dropped,
+    }
+
+
+def other_columns(
+    src: str | Path,
+    keep: Sequence[str] = (),
+    *,
+    column: str | None = None,
+    id_column: str | None = None,
+) -> tuple[list[str], list[str]]:
+    """The columns of ``src`` besides its embeddings and ids, split into those ``keep`` names
+    and the rest (``(kept, dropped)``, in file order).
+
+    Raises
+    ------
+    privembed.DataError
+        ``keep`` names a column ``src`` does not have (or is the embedding or id column).
+    """
+    keep = list(dict.fromkeys(str(k) for k in keep))
+    names: list[str] = []
+    p = Path(src)
+    if detect_format(p) == "parquet" and p.exists():
+        schema = _open_parquet(p).schema_arrow
+        col = _embedding_column(schema, column, p)
+        idc = id_column or ("id" if "id" in schema.names else None)
+        names = [c for c in schema.names if c not in (col, idc)]
+    missing = [k for k in keep if k not in names]
+    if missing:
+        have = ", ".join(names) if names else "none"
+        raise DataError(
+            f"{p.name} has no column {missing[0]!r} to keep (its other columns: {have})."
+        )
+    return [c for c in names if c in keep], [c for c in names if c not in keep]
 
 
 def _write_plain(

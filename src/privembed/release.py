@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 import math
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -649,6 +650,7 @@ def protect_file(
     allow_reprotect: bool = False,
     overwrite: bool = True,
     ledger_timeout: float = 60.0,
+    keep_columns: Sequence[str] = (),
     on_start: Callable[[int], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
     on_wait: Callable[[Path], None] | None = None,
@@ -658,6 +660,10 @@ def protect_file(
     The output is written to a temporary file, the release is committed in the ledger (if
     any), and only then is the file renamed into place: never an output without its ledger
     rows. See :class:`Release` for ids, keyed noise and checks.
+
+    The output holds the ids and the protected embeddings. Other columns of a Parquet input
+    are dropped (named in :attr:`ReleaseSummary.notes`) unless named in ``keep_columns``:
+    nothing leaves unprotected unless asked for by name.
 
     Raises
     ------
@@ -675,7 +681,7 @@ def protect_file(
     if not overwrite and dst.exists():
         raise FileExistsError(f"output exists: {dst} (pass --overwrite to replace it).")
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
-    if is_text_file(src):
+    if is_text_file(src, text_field=text_field):
         return _protect_texts_file(
             src,
             dst,
@@ -694,6 +700,7 @@ def protect_file(
             embedder=embedder,
             overwrite=overwrite,
             ledger_timeout=ledger_timeout,
+            keep_columns=keep_columns,
             on_start=on_start,
             on_batch=on_batch,
             on_wait=on_wait,
@@ -734,7 +741,7 @@ def protect_file(
                 out["previous_protection"] = {k: m[k] for k in ("mechanism", "guarantee") if k in m}
             return out
 
-        io.transform_file(
+        done = io.transform_file(
             src,
             dst,
             fn,
@@ -746,30 +753,25 @@ def protect_file(
             on_batch=on_batch,
             commit=rel.commit,
             overwrite=overwrite,
+            keep_columns=keep_columns,
         )
         rel.mark_published()
+        if keep_columns:
+            rel.summary.notes.append(f"kept as they are (not protected): {', '.join(keep_columns)}")
+        if done["dropped_columns"]:
+            rel.summary.notes.append(
+                f"dropped columns {', '.join(done['dropped_columns'])} (not protected; keep "
+                "one with --keep-column NAME)"
+            )
         return rel.summary
 
 
-def is_text_file(path: str | Path) -> bool:
-    """Whether ``path`` holds texts (``.txt``, or JSONL whose first object has ``text`` and no
-    ``embedding``) rather than embeddings."""
-    import json
+def is_text_file(path: str | Path, *, text_field: str = "text") -> bool:
+    """Whether ``path`` holds texts (``.txt``, ``.csv``, JSONL or Parquet with a
+    ``text_field`` and no embeddings) rather than embeddings (:func:`privembed.io.holds_texts`)."""
+    from .io import holds_texts
 
-    p = Path(path)
-    if p.suffix.lower() == ".txt":
-        return True
-    if p.suffix.lower() not in (".jsonl", ".ndjson") or not p.exists():
-        return False
-    with p.open(encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                try:
-                    obj = json.loads(line)
-                except (json.JSONDecodeError, RecursionError):
-                    return False
-                return isinstance(obj, dict) and "text" in obj and "embedding" not in obj
-    return False
+    return holds_texts(path, text_field=text_field)
 
 
 def _protect_texts_file(
@@ -791,13 +793,27 @@ def _protect_texts_file(
     embedder: Any,
     overwrite: bool,
     ledger_timeout: float,
+    keep_columns: Sequence[str],
     on_start: Callable[[int], None] | None,
     on_batch: Callable[[int], None] | None,
     on_wait: Callable[[Path], None] | None,
 ) -> ReleaseSummary:
     from . import io
 
-    ids, texts = io.read_texts(src, text_key=text_field, id_key=id_field)
+    table = io.read_text_table(src, text_field=text_field, id_field=id_field)
+    ids, texts = table.ids, table.texts
+    others = [] if table.columns is None else list(table.columns.column_names)
+    keep = list(dict.fromkeys(str(k) for k in keep_columns))
+    missing = [k for k in keep if k not in others]
+    if missing:
+        raise DataError(
+            f"{src.name} has no field {missing[0]!r} to keep (its other fields: "
+            f"{', '.join(others) or 'none'})."
+        )
+    if keep and io.detect_format(dst) not in ("parquet", "jsonl"):
+        raise ValueError(
+            f"keeping fields ({', '.join(keep)}) needs a Parquet or JSONL output, got {dst.name}."
+        )
     needs_ids = key is not None or ledger is not None
     if ids is None and needs_ids:
         if not ids_from_content:
@@ -829,19 +845,40 @@ def _protect_texts_file(
     ):
         if on_start:
             on_start(len(texts))
-        X = embedder.encode(texts)  # after the ledger's fail-fast budget check
+        done = 0
+
+        def progress(rows: int) -> None:  # the embedder counts rows so far; the bar, steps
+            nonlocal done
+            if on_batch and rows > done:
+                on_batch(rows - done)
+            done = max(done, rows)
+
+        # after the ledger's budget check; progress from embedders that report it
+        if "on_progress" in inspect.signature(embedder.encode).parameters:
+            X = embedder.encode(texts, on_progress=progress)
+        else:
+            X = np.asarray(embedder.encode(texts))
         digests = text_digests(texts, model_id) if key is not None else None
         Y = rel.protect(X, ids, digests=digests)
-        if on_batch:
-            on_batch(len(texts))
+        if on_batch and done < len(texts):
+            on_batch(len(texts) - done)
         io.write_embeddings(
             dst,
             Y,
             ids=ids,
             metadata={**emb_meta, **rel.metadata(X.shape[1])},
+            extra=table.columns.select(keep) if keep else None,
             src=src,
             commit=rel.commit,
             overwrite=overwrite,
         )
         rel.mark_published()
+        if keep:
+            rel.summary.notes.append(f"kept as they are (not protected): {', '.join(keep)}")
+        dropped = [c for c in others if c not in keep]
+        if dropped:
+            rel.summary.notes.append(
+                f"dropped fields {', '.join(dropped)} (not protected; keep one with "
+                "--keep-column NAME)"
+            )
         return rel.summary

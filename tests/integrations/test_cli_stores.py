@@ -102,6 +102,12 @@ def test_index_search_roundtrip(tmp_path, emb_file, key_file):
     assert "r0" in r.stdout
 
 
+def read_parquet_columns(path):
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(path).names
+
+
 def test_index_protected_file_and_metadata_columns(tmp_path, key_file):
     X = np.random.default_rng(0).standard_normal((50, 16)).astype(np.float32)
     src = tmp_path / "e.parquet"
@@ -131,8 +137,11 @@ def test_index_protected_file_and_metadata_columns(tmp_path, key_file):
             "srht",
             "--key-file",
             key_file,
+            "--keep-column",
+            "lang",  # the text column is dropped: only what is named leaves unprotected
         ]
     )
+    assert read_parquet_columns(prot) == ["id", "lang", "embedding"]
     # a protected file is indexed as it is, under the configuration it records
     r = _ok(
         ["index", prot, "--store", "faiss", "--path", tmp_path / "db", "--metadata-column", "lang"]
@@ -168,7 +177,10 @@ def test_index_protected_file_and_metadata_columns(tmp_path, key_file):
     [
         ([], "is not protected; pass --mechanism NAME"),
         (["-m", "laplace"], "epsilon"),
-        (["-m", "laplace", "--epsilon", "5", "--store", "milvus"], "store must be one of"),
+        (
+            ["-m", "laplace", "--epsilon", "5", "--store", "milvus"],
+            "is not one of 'chroma', 'qdrant', 'faiss'",
+        ),
         (["-m", "laplace", "--epsilon", "5", "--collection", "a/b"], "collection must be 3-512"),
         (["-m", "laplace", "--epsilon", "5", "--metadata-column", "nope"], "no column(s) ['nope']"),
         (["-m", "laplace", "--epsilon", "5", "--seed", "1", "--key-file", "k"], "not both"),
@@ -248,8 +260,23 @@ def test_stream_jsonl_roundtrip_equals_protect(tmp_path, key_file):
     data = _jsonl()
     r = _ok(["protect-stream", *MECH, "--key-file", key_file, "--batch-rows", "4"], input=data)
     out = [json.loads(line) for line in r.stdout_bytes.decode().splitlines()]
+    assert [sorted(o) for o in out] == [["embedding", "id"]] * 25  # other fields are dropped
+    r = _ok(
+        [
+            "protect-stream",
+            *MECH,
+            "--key-file",
+            key_file,
+            "--batch-rows",
+            "4",
+            "--keep-field",
+            "tag",
+        ],
+        input=data,
+    )
+    out = [json.loads(line) for line in r.stdout_bytes.decode().splitlines()]
     assert [o["id"] for o in out] == [f"r{i}" for i in range(25)]
-    assert [o["tag"] for o in out] == [i % 2 for i in range(25)]  # other fields pass through
+    assert [o["tag"] for o in out] == [i % 2 for i in range(25)]  # kept on request
     # the same file through `privembed protect` (batch size does not matter with a key)
     (tmp_path / "in.jsonl").write_bytes(data)
     _ok(
@@ -323,7 +350,7 @@ def test_stream_npy_roundtrip_keeps_dtype_and_is_seedable():
         (b"", [], "stdin contains no embeddings"),
         (b"\x93NUMPY garbage", ["--in-format", "npy"], "not a .npy stream"),
         (b"x", ["--in-format", "npy", "--key-file", "KEY"], "NPY input carries no record ids"),
-        (b"x", ["--in-format", "csv"], "in_format must be one of"),
+        (b"x", ["--in-format", "csv"], "is not one of 'jsonl', 'npy'"),
     ],
 )
 def test_stream_bad_input(stdin, extra, pattern, key_file):

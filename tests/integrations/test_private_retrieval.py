@@ -239,3 +239,29 @@ def test_langchain_retriever_returns_reranked_documents(tmp_path):
     assert docs[0].metadata["id"] == "r7" and docs[0].page_content == "text of r7"
     assert docs[0].metadata["score_kind"] == "exact cosine"
     assert docs[0].metadata["cosine"] >= docs[1].metadata["cosine"]
+
+
+@pytest.mark.parametrize("store", STORES)
+def test_cli_index_with_payloads_into_a_new_folder(tmp_path, store):
+    """Every store, a --path that does not exist yet: the sealed profile is written beside the
+    store (found by a FAISS user: the profile was written before the store made its folder)."""
+    from typer.testing import CliRunner
+
+    from privembed.cli import app
+    from privembed.io import write_embeddings
+    from privembed.keyed import keygen
+
+    key = tmp_path / "k.key"
+    keygen(key)
+    X, _ = _corpus(300, 16)
+    src = tmp_path / "e.parquet"
+    write_embeddings(src, X, ids=[f"r{i}" for i in range(300)])
+    db = tmp_path / "new" / "db"
+    r = CliRunner().invoke(app, ["index", str(src), "--store", store, "--path", str(db), "-m",
+                                 "laplace", "--epsilon", "50", "--key-file", str(key),
+                                 "--payloads"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert (db / ".privembed-profile-privembed.sealed").exists()
+    with ProtectedCollection.open(store, db, "privembed", key=key, create=False) as col:
+        assert col.store.count() == 300
+        assert col.query(X[7], k=1, recall=0.9)[0][0].id == "r7"  # the profile is readable

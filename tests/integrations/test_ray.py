@@ -114,6 +114,7 @@ def test_ray_equals_local_and_protect_bit_for_bit(ray_session, tmp_path, key_fil
         engine="ray",
         batch_rows=64,
         ledger=ledger,
+        keep_columns=["lang"],
     )
     # Ray again: the same records shuffled into three shards, batches of 1000
     order = np.random.default_rng(3).permutation(N)
@@ -126,7 +127,9 @@ def test_ray_equals_local_and_protect_bit_for_bit(ray_session, tmp_path, key_fil
         assert other.keys() == ref.keys()
         for i, v in ref.items():
             assert np.array_equal(other[i], v), i
-    # other columns travel with their rows
+    # other columns are dropped unless named; a named one travels with its rows
+    assert s2["dropped_columns"] == ["lang"] and s1["kept_columns"] == ["lang"]
+    assert "lang" not in pq.read_schema(next((tmp_path / "ray2").glob("*.parquet"))).names
     t = pq.read_table(next((tmp_path / "ray1").glob("*.parquet"))).to_pydict()
     assert all(lang == f"l{int(i[4:]) % 3}" for i, lang in zip(t["id"], t["lang"], strict=True))
     # the ledger: written by the driver, the job is one release, every record once, keyed

@@ -174,7 +174,7 @@ def test_cli_protect_shards(tmp_path, key_file):
     )
     _assert_user_error(
         runner.invoke(app, [*args[:-1], "laplace", "--epsilon", "5", "--engine", "spark"]),
-        "engine must be one of",
+        "is not one of 'local', 'ray'",
     )
     _assert_user_error(
         runner.invoke(

@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
 
-from .common import console, err_console, print_json, user_errors
+from .common import (
+    Calibration,
+    InputNorm,
+    MechanismName,
+    Neighbouring,
+    ProjectionKind,
+    console,
+    err_console,
+    print_json,
+    user_errors,
+)
 
 __all__ = ["audit", "register"]
 
@@ -111,17 +121,15 @@ def _print(result: Any) -> None:
 @user_errors
 def audit(
     mechanism: Annotated[
-        str | None,
-        typer.Option(
-            "--mechanism",
-            "-m",
-            help="gaussian|empirical|laplace|mahalanobis|purkayastha|projection",
-        ),
+        MechanismName | None,
+        typer.Option("--mechanism", "-m", help="The mechanism to audit."),
     ] = None,
     epsilon: Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")] = None,
     delta: Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")] = None,
     sigma: Annotated[float | None, typer.Option(help="Noise scale (empirical).")] = None,
-    calibration: Annotated[str | None, typer.Option(help="analytic|classic (Gaussian).")] = None,
+    calibration: Annotated[
+        Calibration | None, typer.Option(help="Sigma calibration (Gaussian).")
+    ] = None,
     covariance: Annotated[
         Path | None, typer.Option(help="Covariance .npy, (d,) (Mahalanobis).")
     ] = None,
@@ -135,10 +143,16 @@ def audit(
         float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")
     ] = None,
     k: Annotated[int | None, typer.Option("--k", help="Projection dimension (projection).")] = None,
-    kind: Annotated[str | None, typer.Option(help="gaussian|sparse|srht (projection).")] = None,
+    kind: Annotated[
+        ProjectionKind | None, typer.Option(help="Public matrix kind (projection).")
+    ] = None,
     projection_seed: Annotated[int | None, typer.Option(help="Public projection seed.")] = None,
-    neighbouring: Annotated[str | None, typer.Option(help="record|attribute (projection).")] = None,
-    input_norm: Annotated[str | None, typer.Option(help="normalize|clip|none.")] = None,
+    neighbouring: Annotated[
+        Neighbouring | None, typer.Option(help="Neighbouring relation (projection).")
+    ] = None,
+    input_norm: Annotated[
+        InputNorm | None, typer.Option(help="How inputs reach the unit sphere.")
+    ] = None,
     renormalize: Annotated[
         bool | None, typer.Option("--renormalize/--no-renormalize", help="Unit-length outputs.")
     ] = None,
@@ -157,25 +171,35 @@ def audit(
         typer.Option(help="Pair distance in the claim's metric (default: the worst case)."),
     ] = None,
     score: Annotated[
-        str, typer.Option(help="lr (likelihood ratio of the claimed law)|logistic|mlp.")
+        Literal["lr", "logistic", "mlp"],
+        typer.Option(
+            help="The distinguisher: lr (likelihood ratio of the claimed law), logistic or mlp."
+        ),
     ] = "lr",
     confidence: Annotated[float, typer.Option(help="Confidence of the lower bound.")] = 0.95,
     whitebox: Annotated[
         bool, typer.Option("--whitebox/--no-whitebox", help="Check the noise law's parameters.")
     ] = True,
     power: Annotated[
-        bool, typer.Option(help="Also compute the draws needed for a bound of half the claim.")
+        bool,
+        typer.Option(
+            "--power", help="Also compute the draws needed for a bound of half the claim."
+        ),
     ] = False,
     seed: Annotated[int | None, typer.Option(help="Seed (reproducible audit).")] = None,
     fresh_noise: Annotated[
         bool,
         typer.Option(
-            help="Audit the fresh-entropy noise path (production) instead of seeded streams."
+            "--fresh-noise",
+            help="Audit the fresh-entropy noise path (production) instead of seeded streams.",
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     fail_on_violation: Annotated[
-        bool, typer.Option(help="Exit with status 3 when the verdict is a violation.")
+        bool,
+        typer.Option(
+            "--fail-on-violation", help="Exit with status 3 when the verdict is a violation."
+        ),
     ] = False,
 ) -> None:
     """Audit a mechanism: an empirical epsilon lower bound and a white-box noise-law check."""

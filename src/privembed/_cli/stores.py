@@ -12,21 +12,31 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Literal
 
 import typer
 
-from .common import console, err_console, print_json, user_errors
+from .common import (
+    MechanismName,
+    console,
+    err_console,
+    print_json,
+    user_errors,
+)
+from .common import (
+    StoreKind as StoreName,
+)
 
 __all__ = ["register"]
 
 # ---- shared options ---------------------------------------------------------------------------
 Mechanism = Annotated[
-    str | None,
+    MechanismName | None, typer.Option("--mechanism", "-m", help="The privacy mechanism.")
+]
+IndexMechanism = Annotated[
+    Literal[MechanismName, "none"] | None,
     typer.Option(
-        "--mechanism",
-        "-m",
-        help="gaussian|empirical|laplace|mahalanobis|purkayastha|projection (index: or 'none').",
+        "--mechanism", "-m", help="The privacy mechanism ('none': the vectors are protected)."
     ),
 ]
 Epsilon = Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")]
@@ -53,7 +63,7 @@ LedgerOpt = Annotated[
 ]
 BudgetEps = Annotated[float | None, typer.Option(help="Per-record epsilon budget (ledger).")]
 BudgetDelta = Annotated[float | None, typer.Option(help="Per-record delta budget (ledger).")]
-StoreKind = Annotated[str, typer.Option("--store", help="chroma|qdrant|faiss.")]
+StoreKind = Annotated[StoreName, typer.Option("--store", help="The vector store.")]
 StorePath = Annotated[Path, typer.Option("--path", help="Database folder.")]
 Collection = Annotated[str, typer.Option(help="Collection name.")]
 
@@ -138,7 +148,7 @@ def index(
     store: StoreKind = "chroma",
     path: StorePath = Path("privembed-db"),
     collection: Collection = "privembed",
-    mechanism: Mechanism = None,
+    mechanism: IndexMechanism = None,
     epsilon: Epsilon = None,
     delta: Delta = None,
     sigma: Sigma = None,
@@ -160,7 +170,7 @@ def index(
     ] = None,
     batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 4096,
     allow_reprotect: Annotated[
-        bool, typer.Option(help="Protect a file that is already protected.")
+        bool, typer.Option("--allow-reprotect", help="Protect a file that is already protected.")
     ] = False,
     ledger: LedgerOpt = None,
     budget_epsilon: BudgetEps = None,
@@ -168,19 +178,24 @@ def index(
     payloads: Annotated[
         bool,
         typer.Option(
+            "--payloads",
             help="Store each record's exact vector sealed with the key (AES-256-GCM) for exact "
-            "re-ranking inside the trust boundary (search --rerank/--recall)."
+            "re-ranking inside the trust boundary (search --rerank/--recall).",
         ),
     ] = False,
     payload_dtype: Annotated[
-        str, typer.Option(help="float32|float16: how payloads store exact vectors.")
+        Literal["float32", "float16"], typer.Option(help="How payloads store exact vectors.")
     ] = "float32",
     store_text: Annotated[
-        bool, typer.Option(help="Also seal each text in its payload (texts as input).")
+        bool,
+        typer.Option("--store-text", help="Also seal each text in its payload (texts as input)."),
     ] = False,
     text_field: Annotated[str, typer.Option(help="Text field of a JSONL of texts.")] = "text",
     ids_from_content: Annotated[
-        bool, typer.Option(help="Derive record ids from the texts (inputs without ids).")
+        bool,
+        typer.Option(
+            "--ids-from-content", help="Derive record ids from the texts (inputs without ids)."
+        ),
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     as_json: Annotated[
@@ -296,10 +311,9 @@ def search(
         typer.Option(help="Re-rank with the K' that theory gives for this recall of the top k."),
     ] = None,
     query_mechanism: Annotated[
-        str | None,
+        MechanismName | None,
         typer.Option(
-            help="Protect the query before it reaches the store (RemoteRAG): laplace|"
-            "purkayastha|gaussian|... (with --query-epsilon)."
+            help="Protect the query before it reaches the store (RemoteRAG), with --query-epsilon."
         ),
     ] = None,
     query_epsilon: Annotated[
@@ -407,9 +421,10 @@ def protect_stream(
     mask: Mask = None,
     key_file: KeyFile = None,
     seed: Seed = None,
-    in_format: Annotated[str, typer.Option(help="jsonl|npy.")] = "jsonl",
+    in_format: Annotated[Literal["jsonl", "npy"], typer.Option(help="Input format.")] = "jsonl",
     out_format: Annotated[
-        str | None, typer.Option(help="jsonl|npy (default: the input format).")
+        Literal["jsonl", "npy"] | None,
+        typer.Option(help="Output format (default: the input format)."),
     ] = None,
     input: Annotated[
         Path | None, typer.Option("--input", "-i", help="Read this file instead of stdin.")
@@ -421,6 +436,14 @@ def protect_stream(
     ledger: LedgerOpt = None,
     budget_epsilon: BudgetEps = None,
     budget_delta: BudgetDelta = None,
+    keep_field: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--keep-field",
+            help="Copy this other JSONL field into the output as it is, unprotected "
+            "(repeatable; other fields besides id are dropped).",
+        ),
+    ] = None,
 ) -> None:
     """Protect embeddings from stdin to stdout (JSONL lines or one .npy) for shell pipelines."""
     from ..integrations.stream import protect_stream as run
@@ -458,6 +481,7 @@ def protect_stream(
             out_format=out_format,
             batch_rows=batch_rows,
             ledger=led,
+            keep_fields=keep_field or (),
         )
     err_console.print(
         f"protected {summary['rows']} x {summary['dim_in']} -> {summary['dim_out']} "
@@ -480,7 +504,9 @@ def protect_shards(
     mask: Mask = None,
     key_file: KeyFile = None,
     seed: Annotated[int | None, typer.Option(help="Seed (local engine only; experiments).")] = None,
-    engine: Annotated[str, typer.Option(help="local|ray.")] = "local",
+    engine: Annotated[
+        Literal["local", "ray"], typer.Option(help="One process, or Ray Data.")
+    ] = "local",
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (default: start a local one).")
     ] = None,
@@ -491,9 +517,19 @@ def protect_shards(
     column: Annotated[str | None, typer.Option(help="Embedding column.")] = None,
     id_column: Annotated[str | None, typer.Option(help="Id column.")] = None,
     allow_reprotect: Annotated[
-        bool, typer.Option(help="Protect shards that are already protected.")
+        bool, typer.Option("--allow-reprotect", help="Protect shards that are already protected.")
     ] = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output folder.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing output folder.")
+    ] = False,
+    keep_column: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--keep-column",
+            help="Copy this other column into the output as it is, unprotected (repeatable; "
+            "other columns are dropped).",
+        ),
+    ] = None,
     ledger: LedgerOpt = None,
     budget_epsilon: BudgetEps = None,
     budget_delta: BudgetDelta = None,
@@ -531,6 +567,7 @@ def protect_shards(
         budget_delta=budget_delta,
         allow_reprotect=allow_reprotect,
         overwrite=overwrite,
+        keep_columns=keep_column or (),
     )
     err_console.print(
         f"protected {summary['rows']} x {summary['dim_in']} -> {summary['dim_out']} embeddings "
@@ -544,6 +581,12 @@ def protect_shards(
             highlight=False,
         )
     err_console.print(f"guarantee: {summary['guarantee']}", highlight=False)
+    if summary["dropped_columns"]:
+        err_console.print(
+            f"[yellow]note:[/yellow] dropped columns {', '.join(summary['dropped_columns'])} "
+            "(not protected; keep one with --keep-column NAME)",
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -499,10 +498,12 @@ class ProtectedCollection:
             collection=self.store.collection,
             text=base64.b64encode(buf.getvalue()).decode("ascii"),
         )
+        from ..io import atomic_output
+
         path = self._profile_path()
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(blob)
-        os.replace(tmp, path)
+        path.parent.mkdir(parents=True, exist_ok=True)  # a store may not have written yet
+        with atomic_output(path) as tmp:
+            tmp.write_bytes(blob)
         self.__dict__["_planners"] = {}
 
     def planner(self, protect_query: Mechanism | None = None) -> Any:

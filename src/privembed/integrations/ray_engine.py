@@ -40,7 +40,13 @@ __all__ = ["run_ray"]
 
 
 def _protect_table(
-    table: Any, *, protector: Release, column: str, id_column: str | None, meta: bytes
+    table: Any,
+    *,
+    protector: Release,
+    column: str,
+    id_column: str | None,
+    meta: bytes,
+    keep: tuple[str, ...] = (),
 ) -> Any:
     """The ``map_batches`` function: one Arrow table in, the protected table out."""
     import pyarrow as pa
@@ -55,9 +61,8 @@ def _protect_table(
     cols: dict[str, Any] = {}
     if id_column:
         cols["id"] = table.column(id_column)
-    for name in table.column_names:
-        if name not in (column, id_column):
-            cols[name] = table.column(name)
+    for name in keep:  # other columns only on request: they are not protected
+        cols[name] = table.column(name)
     cols["embedding"] = _numpy_to_list(Y)
     return pa.table(cols).replace_schema_metadata({b"privembed": meta})
 
@@ -119,6 +124,7 @@ def run_ray(
     address: str | None = None,
     num_cpus: int | None = None,
     num_blocks: int | None = None,
+    keep_columns: tuple[str, ...] = (),
 ) -> None:
     """Run the Ray Data job for a checked :class:`ShardPlan`, writing Parquet into ``stage``."""
     from ..io import _embedding_column, _open_parquet
@@ -132,7 +138,12 @@ def run_ray(
         import ray.data
 
         fn = functools.partial(
-            _protect_table, protector=protector, column=column, id_column=id_column, meta=meta
+            _protect_table,
+            protector=protector,
+            column=column,
+            id_column=id_column,
+            meta=meta,
+            keep=keep_columns,
         )
         try:
             ds = ray.data.read_parquet(

@@ -123,6 +123,7 @@ def protect_shards(
     budget_delta: float | None = None,
     allow_reprotect: bool = False,
     overwrite: bool = False,
+    keep_columns: Sequence[str] = (),
     on_shard: Callable[[Path, int], None] | None = None,
 ) -> dict[str, Any]:
     """Protect every shard of a Parquet dataset into ``output_dir`` (see the module docstring).
@@ -145,12 +146,15 @@ def protect_shards(
         Rows per protected batch (bounds memory; does not change keyed output).
     ledger, budget_epsilon, budget_delta
         Privacy ledger file and per-record budget (see :mod:`privembed.ledger`).
+    keep_columns : sequence of str
+        Other columns to copy into the output as they are (not protected); the rest are
+        dropped. Every shard must have them.
 
     Returns
     -------
     dict
         ``rows``, ``shards_in``, ``files_out``, ``dim_in``, ``dim_out``, ``engine``,
-        ``seconds``, ``ledger_releases``, ``output``.
+        ``seconds``, ``ledger_releases``, ``output``, ``dropped_columns``.
     """
     engine = check_choice("engine", engine, ENGINES)
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
@@ -185,6 +189,13 @@ def protect_shards(
     )
     if plan.dim > 0:
         mechanism.check_dim(plan.dim)
+    from ..io import other_columns
+
+    keep = tuple(dict.fromkeys(str(c) for c in keep_columns))
+    dropped: list[str] = []
+    for f in files:  # every shard has every kept column (checked before any work)
+        _kept, drop = other_columns(f, keep, column=plan.column, id_column=plan.id_column)
+        dropped += [c for c in drop if c not in dropped]
     model = plan.metadata.get("embedding_model")
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -210,7 +221,7 @@ def protect_shards(
             _account_shards(rel, plan, batch_rows)
         with _staging(out_dir, overwrite) as stage:
             if engine == "local":
-                _run_local(plan, stage, worker, protection, batch_rows, on_shard)
+                _run_local(plan, stage, worker, protection, batch_rows, on_shard, keep)
             else:
                 from .ray_engine import run_ray
 
@@ -222,6 +233,7 @@ def protect_shards(
                     batch_rows=batch_rows,
                     address=address,
                     num_cpus=num_cpus,
+                    keep_columns=keep,
                 )
             out_files = sorted(q for q in stage.iterdir() if q.suffix == ".parquet")
             rel.commit()  # before the staging folder becomes the output
@@ -238,6 +250,8 @@ def protect_shards(
         "ledger_releases": releases,
         "output": str(out_dir),
         "guarantee": mechanism.guarantee.describe(),
+        "kept_columns": list(keep),
+        "dropped_columns": dropped,
     }
 
 
@@ -248,6 +262,7 @@ def _run_local(
     protection: dict[str, Any],
     batch_rows: int,
     on_shard: Callable[[Path, int], None] | None,
+    keep_columns: tuple[str, ...] = (),
 ) -> None:
     from ..io import transform_file
 
@@ -267,6 +282,7 @@ def _run_local(
             batch_rows=batch_rows,
             column=plan.column,
             id_column=plan.id_column,
+            keep_columns=keep_columns,
         )
         offset += n
         if on_shard is not None:
@@ -289,6 +305,7 @@ def protect_dataset(
     budget_delta: float | None = None,
     allow_reprotect: bool = False,
     overwrite: bool = False,
+    keep_columns: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Protect a folder, glob or list of Parquet shards with Ray Data (see the module docstring).
 
@@ -307,7 +324,7 @@ def protect_dataset(
         CPUs of the local instance (default: all).
     batch_rows : int
         Rows per ``map_batches`` call.
-    ledger, budget_epsilon, budget_delta, allow_reprotect, overwrite
+    ledger, budget_epsilon, budget_delta, allow_reprotect, overwrite, keep_columns
         As in :func:`~privembed.integrations.shards.protect_shards`.
 
     Returns
@@ -331,4 +348,5 @@ def protect_dataset(
         budget_delta=budget_delta,
         allow_reprotect=allow_reprotect,
         overwrite=overwrite,
+        keep_columns=keep_columns,
     )

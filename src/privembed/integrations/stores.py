@@ -28,7 +28,7 @@ import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -372,7 +372,7 @@ def _with_payload(h: Hit) -> Hit:
         blob = base64.b64decode(str(raw), validate=True)
     except (ValueError, TypeError):
         raise DataError(f"the stored payload of record {h.id!r} is not valid base64.") from None
-    return replace(h, metadata=meta, payload=blob)
+    return Hit(h.id, h.score, meta, h.vector, blob, h.text)  # not replace(): per hit, ~5x dearer
 
 
 def _split_meta(payload: Mapping[str, Any] | None, hidden: str) -> dict[str, Any]:

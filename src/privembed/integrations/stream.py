@@ -3,7 +3,8 @@
 Formats:
 
 * **JSONL** -- one object per line with an ``embedding`` array and, for keyed noise or a ledger,
-  an ``id``; other fields pass through unchanged (as ``privembed protect`` keeps other columns).
+  an ``id``; other fields are dropped unless named in ``keep_fields`` (then copied as they are,
+  not protected -- as ``privembed protect --keep-column``).
   Read and written in batches of ``batch_rows`` lines, so memory stays bounded and output flows
   as input arrives. Numbers are parsed as float64 and written back exactly (shortest repr).
 * **NPY** -- one ``.npy`` array (n, d), C order, float32 or float64, read row block by row block
@@ -24,7 +25,7 @@ Examples
 >>> src = io.BytesIO(b'{"id": 1, "embedding": [3.0, 4.0], "tag": "x"}\\n')
 >>> dst = io.BytesIO()
 >>> mech = get_mechanism("laplace", epsilon=1e9)          # almost no noise
->>> protect_stream(src, dst, mech, rng=0)["rows"]
+>>> protect_stream(src, dst, mech, rng=0, keep_fields=["tag"])["rows"]
 1
 >>> line = json.loads(dst.getvalue())
 >>> line["id"], line["tag"], [round(v, 6) for v in line["embedding"]]
@@ -34,7 +35,7 @@ Examples
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import IO, Any
 
 import numpy as np
@@ -173,6 +174,7 @@ def protect_stream(
     out_format: str | None = None,
     batch_rows: int = 1024,
     ledger: Any = None,
+    keep_fields: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Read embeddings from ``src``, protect them batch by batch, write them to ``dst``.
 
@@ -190,6 +192,9 @@ def protect_stream(
         Lines (rows) per batch.
     ledger : Ledger, optional
         Each batch is one release, committed before it is written (needs ids: JSONL ``id``).
+    keep_fields : sequence of str
+        JSONL fields besides ``id`` to copy into the output as they are (not protected);
+        every other field is dropped.
 
     Returns
     -------
@@ -206,6 +211,7 @@ def protect_stream(
     out_format = check_choice("out_format", out_format or in_format, FORMATS)
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
     needs_ids = key is not None or ledger is not None
+    keep = ["id", *dict.fromkeys(str(f) for f in keep_fields if f not in ("id", "embedding"))]
     if in_format == "npy" and needs_ids:
         raise DataError(
             "NPY input carries no record ids; keyed noise and the ledger need them -- use "
@@ -258,7 +264,7 @@ def protect_stream(
                     if out_format == "npy" and n_known is not None:
                         _write_npy_header(dst, n_known, Y.shape[1], Y.dtype)
                 if out_format == "jsonl":
-                    dst.write(_jsonl_lines(recs, Y))
+                    dst.write(_jsonl_lines([{f: r[f] for f in keep if f in r} for r in recs], Y))
                 elif n_known is not None:
                     dst.write(np.ascontiguousarray(Y).tobytes())
                 else:
