@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -230,6 +231,16 @@ def write_summary(rows, clean):
     write_markdown(rows, summary, clean)
 
 
+def short_guarantee(text: str) -> str:
+    """``"100-d_X l2 (200-LDP)"`` from a guarantee's description."""
+    m = re.match(r"([\d.]+)-d_X privacy per unit of (\w+)", text)
+    if m is None:
+        return text.split(" for any")[0]
+    implied = re.search(r"implies ([\d.]+)-LDP", text)
+    tail = f" ({float(implied.group(1)):.4g}-LDP)" if implied else ""
+    return f"{m.group(1)}-d_X {m.group(2)}{tail}"
+
+
 def write_markdown(rows, summary, clean):
     """The tables of docs/retrieval.md, generated from the CSVs."""
     out = [
@@ -250,12 +261,7 @@ def write_markdown(rows, summary, clean):
             (r for r in rows if r["side"] == side),
             key=lambda r: (list(GRIDS).index(r["mechanism"]), r["epsilon"]),
         ):
-            g = r["guarantee"].split(" for any")[0].replace("d_X privacy per unit of ", "-d_X ")
-            g = g.split(" (implies")[0] + (
-                " (" + r["guarantee"].split("(implies ")[1].split(" (pure)")[0] + ")"
-                if "(implies" in r["guarantee"]
-                else ""
-            )
+            g = short_guarantee(r["guarantee"])
             out.append(
                 f"| {r['mechanism']} | {r['epsilon']:g} | {g} | {r['expected_cosine']:.3f} | "
                 f"{r['ndcg_plain']:.4f} | {r['ndcg_rerank_100']:.4f} | {r['ndcg_rerank_1000']:.4f} | "

@@ -977,18 +977,19 @@ def gcide_retrieval(
     quote texts are merged (all their units are relevant).
 
     **Masking** keeps the task from being string matching on the headword. The headword's word
-    forms -- its words, the inflections the header lists, and words that start with a headword
-    stem (see :func:`_mask_forms`) -- are replaced by ``___``:
+    forms -- its words, the inflections the header lists, and a headword stem plus a common
+    ending (see :func:`_mask_forms`) -- are replaced by ``___``:
 
     * ``mask="document"`` (default): in the document, which never names its headword; the
       query keeps the word, so the task is "what does this word mean in this sentence" and the
       model has to know the word's meaning (a definition that uses a form of its own headword,
       ``Something that accrues``, reads ``Something that ___``).
     * ``mask="query"``: in the query; the document is ``"<headword>: <definition>"``, so the
-      model must guess the word from its context. On 400 dev queries against 6,400 documents
-      with all-MiniLM-L6-v2 this variant reaches NDCG@10 0.038 against 0.108 for
-      ``"document"`` (0.500 with no masking at all: the headword then matches itself), too
-      close to zero to measure what protection costs, hence the default.
+      model must guess the word from its context. On 400 dev queries against 6,384 documents
+      with all-MiniLM-L6-v2 this variant reaches NDCG@10 0.049 against 0.106 for
+      ``"document"`` (0.500 with no masking at all: the headword then matches itself;
+      ``docs/experiments/gcide_variants.py``), too close to zero to measure what protection
+      costs, hence the default.
 
     Irregular forms the header does not list (``went`` for ``go``) are not masked.
 
