@@ -216,6 +216,12 @@ def test_token_and_inversion_on_texts_and_a_mechanism(tmp_path):
     res = json.loads(out.read_text())
     assert res["results"][0]["target"] == "unprotected"
     assert res["results"][0]["auc_all"] > 0.8 and res["n_aux"] == 80
+    # the default settings are the audit's (one layer of 256, recovered = top 10)
+    assert res["results"][0]["rule"].startswith("top-10")
+    assert res["results"][0]["attack_strength"] in (
+        "beats chance",
+        "attack too weak: no evidence about protection",
+    )
     out2 = tmp_path / "i.json"
     _ok(
         runner.invoke(
