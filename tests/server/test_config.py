@@ -11,9 +11,18 @@ import pytest
 from typer.testing import CliRunner
 
 from privembed.cli import app
+from privembed.embedders import BACKENDS
 from privembed.keyed import keygen
-from privembed.server import ConfigError, config_from_dict, hash_api_key, load_config
+from privembed.server import (
+    BackendConfig,
+    ConfigError,
+    ServerSettings,
+    config_from_dict,
+    hash_api_key,
+    load_config,
+)
 from privembed.server.batcher import MicroBatcher, QueueFull
+from privembed.server.config import RUNTIMES
 
 KEY = bytes(range(32))
 GOOD_MODEL = {"mechanism": "gaussian", "params": {"epsilon": 8.0, "delta": 1e-5}}
@@ -93,6 +102,78 @@ def cfg(**tables):
 def test_invalid_configs_name_the_setting(tables, message):
     with pytest.raises(ConfigError, match=message):
         cfg(**tables)
+
+
+@pytest.mark.parametrize(
+    ("tables", "message"),
+    [
+        ({"sever": {}, "bla": 1}, "serve.toml: unknown key(s) 'sever', 'bla'; allowed: api_keys, backends, models, server."),
+        ({"server": {"key_file": 5}}, "serve.toml: [server] key_file must be a path string, got key_file=5."),
+        ({"server": {"request_timeout_s": float("inf")}}, "[server] request_timeout_s must be a finite number, got request_timeout_s=inf."),
+        ({"server": {"max_wait_ms": 1e4}}, "[server] max_wait_ms must be <= 1000, got max_wait_ms=10000.0."),
+        ({"server": {"subject_header": "a b"}}, "[server] subject_header is not a header name, got subject_header='a b'."),
+        ({"server": []}, "serve.toml: [server] must be a table, got list."),
+        ({"backends": {"b": {}}}, "[backends.b] type is required (one of 'local', 'upstream')."),
+        (
+            {"backends": {"b": {"type": "upstream", "base_url": "http://x", "model": "m", "max_attempts": 0}}},
+            "[backends.b] max_attempts must be >= 1, got max_attempts=0.",
+        ),
+        (
+            {"backends": {"b": {"type": "local", "runtime": "tf"}}},
+            "[backends.b] runtime must be one of 'auto', 'torch', 'onnx', 'onnx-int8', got runtime='tf'.",
+        ),
+        ({"backends": {"b": {"type": "local", "runtime": "onnx", "device": "cuda"}}}, "runs on the CPU, got device='cuda'"),
+        (
+            {"models": {"p": {"mechanism": "projection", "params": {"k": 8, "epsilon": 5, "delta": 1e-5}, "dimensions": [4, -1]}}},
+            "[models.p] dimensions[1] must be > 0, got dimensions[1]=-1.",
+        ),
+        ({"models": {"docs": {**GOOD_MODEL, "documents": "x"}}}, "[models.docs] documents is only for role = 'queries'."),
+        ({"api_keys": [{"name": "a"}]}, "[[api_keys]] #1 sha256 is required."),
+        ({"api_keys": [{"sha256": "0" * 64, "rate_limit": True}]}, "[[api_keys]] #1 rate_limit must be int or float, got rate_limit=True."),
+        ({"api_keys": [{"sha256": "0" * 64, "models": "docs"}]}, "[[api_keys]] #1 models must be a list, got models='docs'."),
+    ],
+)  # fmt: skip
+def test_messages_name_the_key_path_and_value(tables, message):
+    with pytest.raises(ConfigError) as e:
+        cfg(**tables)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_pasted_key_is_never_echoed():
+    with pytest.raises(ConfigError) as e:
+        cfg(api_keys=[{"name": "a", "sha256": "pe-the-secret-key-itself"}])
+    assert "pe-the-secret-key-itself" not in str(e.value)
+
+
+def test_defaults_of_the_schema_and_the_resolved_backend_agree():
+    """A backend table with only its type gives the documented defaults (one source of truth)."""
+    c = cfg(
+        backends={
+            "local": {"type": "local"},
+            "up": {"type": "upstream", "base_url": "https://x/v1", "model": "m"},
+        },
+        models={"a": GOOD_MODEL, "b": {**GOOD_MODEL, "backend": "up"}},
+    )
+    assert c.backends["local"] == BackendConfig(name="local", type="local")
+    assert c.backends["up"] == BackendConfig(
+        name="up", type="upstream", base_url="https://x/v1", model="m", max_concurrency=4
+    )
+    assert RUNTIMES == BACKENDS
+    assert c.server == ServerSettings()
+    assert c.api_keys[0].name == "a" and c.api_keys[0].models == ("*",)
+
+
+def test_relative_paths_are_resolved_against_the_file(tmp_path):
+    c = config_from_dict(
+        {
+            "server": {"ledger": "sub/ledger.sqlite"},
+            "models": {"docs": GOOD_MODEL},
+            "api_keys": ONE_KEY,
+        },
+        key=KEY,
+        base_dir=tmp_path,
+    )
+    assert c.server.ledger == tmp_path / "sub" / "ledger.sqlite"
 
 
 def test_valid_config_resolves_query_treatments():

@@ -24,6 +24,7 @@ from .._optional import require
 require("fastapi", "serve", purpose="the embeddings server")
 require("uvicorn", "serve", purpose="the embeddings server")
 require("httpx", "serve", purpose="upstream embedding backends")
+require("pydantic", "serve", purpose="validating the server configuration")
 
 from .app import create_app, parse_embeddings_request  # noqa: E402
 from .auth import hash_api_key, new_api_key  # noqa: E402

@@ -61,7 +61,7 @@ class RateLimiter:
     --------
     >>> t = [0.0]
     >>> rl = RateLimiter(clock=lambda: t[0])
-    >>> key = ApiKeyConfig("app", "0" * 64, rate_limit=60, burst=2)
+    >>> key = ApiKeyConfig(name="app", sha256="0" * 64, rate_limit=60, burst=2)
     >>> [rl.acquire(key) for _ in range(3)]
     [0.0, 0.0, 1.0]
     >>> t[0] = 1.0

@@ -4,15 +4,19 @@ The file has four kinds of tables (``examples/serve.toml`` is a commented exampl
 reference is in ``docs/server.md``)::
 
     [server]            listen address, secret key, ledger, limits, batching
-    [backends.NAME]     an embedding backend: type = "local" (sentence-transformers) or
+    [backends.NAME]     an embedding backend: type = "local" (sentence-transformers / ONNX) or
                         "upstream" (an OpenAI-compatible endpoint)
     [models.NAME]       a model name clients ask for: backend, role, mechanism + params
     [[api_keys]]        API keys (SHA-256 of the key, never the key), allowed models, rate limit
 
-Every problem is reported as a :class:`ConfigError` naming the file, the table and the key,
-e.g. ``serve.toml: [models.docs] params: epsilon must be > 0, got epsilon=-1.``; unknown keys
-are errors (a typo must not silently fall back to a default). Relative paths are resolved
-against the configuration file's folder.
+Validation has two steps. pydantic models describe the file -- every table's keys, types,
+defaults, ranges and choices, the rules within a table, and the references between tables (a
+model's backend, a queries model's documents model, an API key's models). Then
+:func:`config_from_dict` builds what needs code: the mechanisms (with their parameter checks)
+and each queries model's treatment. Unknown keys are errors (a typo must not silently fall back
+to a default), and every problem is one :class:`ConfigError` line naming the file, the table,
+the key and the value, e.g. ``serve.toml: [server] max_inputs must be > 0, got max_inputs=0.``
+Relative paths are resolved against the configuration file's folder.
 
 Examples
 --------
@@ -23,7 +27,12 @@ Examples
 >>> m = cfg.models["docs"]
 >>> (m.role, m.backend, m.mechanism_name, m.default_dim)
 ('documents', 'local', 'gaussian', None)
->>> config_from_dict({"models": {"docs": {"mechanism": "gausian"}}}, key=bytes(32))
+>>> config_from_dict({"server": {"port": 80000}, "models": {}}, source="serve.toml")
+Traceback (most recent call last):
+...
+privembed.server.errors.ConfigError: serve.toml: [server] port must be <= 65535, got port=80000.
+>>> config_from_dict({"server": {"allow_unauthenticated": True},
+...                   "models": {"docs": {"mechanism": "gausian"}}}, key=bytes(32))
 Traceback (most recent call last):
 ...
 privembed.server.errors.ConfigError: <config>: [models.docs] mechanism: mechanism must be one of 'empirical', 'gaussian', 'laplace', 'mahalanobis', 'projection', 'purkayastha', got mechanism='gausian'.
@@ -32,13 +41,24 @@ privembed.server.errors.ConfigError: <config>: [models.docs] mechanism: mechanis
 from __future__ import annotations
 
 import ipaddress
-import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from ..mechanisms import MECHANISMS, Mechanism, build_mechanism
 from .errors import ConfigError
@@ -53,48 +73,9 @@ __all__ = [
     "load_config",
 ]
 
-ROLES = ("documents", "queries")
-QUERY_TREATMENTS = ("auto", "none", "project", "protect")
+#: embedding runtimes of a local backend (``privembed.embedders.BACKENDS``)
+RUNTIMES = ("auto", "torch", "onnx", "onnx-int8")
 DEFAULT_BACKEND = "local"
-
-
-@dataclass(frozen=True)
-class ServerSettings:
-    """The ``[server]`` table (see ``docs/server.md`` for every key)."""
-
-    host: str = "127.0.0.1"
-    port: int = 8000
-    key_file: Path | None = None
-    noise: str = "keyed"
-    ledger: Path | None = None
-    budget_epsilon: float | None = None
-    budget_delta: float | None = None
-    max_inputs: int = 256
-    max_input_chars: int = 8192
-    max_body_bytes: int = 4 * 1024 * 1024
-    max_batch: int = 64
-    max_wait_ms: float = 2.0
-    max_queue: int = 4096
-    request_timeout_s: float = 60.0
-    cache_size: int = 4096
-    allow_unauthenticated: bool = False
-    metrics_require_auth: bool = True
-    forwarded_allow_ips: str = "127.0.0.1"
-    max_connections: int | None = None
-    graceful_shutdown_s: float = 30.0
-    log_level: str = "info"
-    #: identity of a text: NFKC + collapsed whitespace, and case-folded when true
-    casefold: bool = True
-    #: header naming the subject (user, client) a request is charged to; the request's
-    #: ``user`` field takes precedence; without either, the API key's name is the subject
-    subject_header: str = "X-Privembed-Subject"
-    subject_budget_epsilon: float | None = None
-    subject_budget_delta: float | None = None
-    #: seconds a request waits for another process's ledger lock before 503 + Retry-After
-    ledger_timeout_s: float = 2.0
-    #: keyed noise generator: "philox", or "aes" (AES-128 counter mode, a CSPRNG)
-    generator: str = "philox"
-
 
 #: SHA-256 of API keys printed in privembed's own documentation and examples: a
 #: configuration that lists one is refused (anyone who read the docs holds that key)
@@ -105,9 +86,329 @@ DOCUMENTED_EXAMPLE_KEY_HASHES = frozenset(
 )
 
 
+# ---- building blocks of the schema -----------------------------------------------------------
+
+#: a table of the file: unknown keys are errors, no type coercion (TOML types are exact)
+_TABLE = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+def _rule(message: str) -> PydanticCustomError:
+    """A broken rule whose message names its own keys (printed after the table, as it is)."""
+    return PydanticCustomError("config_rule", "{message}", {"message": message})
+
+
+def _bad(what: str) -> PydanticCustomError:
+    """A bad value: printed as ``KEY {what}, got KEY=VALUE.``."""
+    return PydanticCustomError("config_value", "{what}", {"what": what})
+
+
+def _as_path(value: Any, info: ValidationInfo) -> Any:
+    """A path string, resolved against the configuration file's folder (``context``)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and value:
+        value = Path(value)
+    if not isinstance(value, Path):
+        raise _bad("must be a path string")
+    p = value.expanduser()
+    base = (info.context or {}).get("base_dir")
+    if not p.is_absolute() and base is not None:
+        p = Path(base) / p
+    return p
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Probability = Annotated[float, Field(gt=0, lt=1)]
+ConfigPath = Annotated[Path, BeforeValidator(_as_path)]
+
+
+# ---- the tables ------------------------------------------------------------------------------
+
+
+class ServerSettings(BaseModel):
+    """The ``[server]`` table (see ``docs/server.md`` for every key)."""
+
+    model_config = _TABLE
+
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    key_file: ConfigPath | None = None
+    noise: Literal["keyed", "fresh"] = "keyed"
+    ledger: ConfigPath | None = None
+    budget_epsilon: PositiveFloat | None = None
+    budget_delta: Probability | None = None
+    max_inputs: PositiveInt = 256
+    max_input_chars: PositiveInt = 8192
+    max_body_bytes: PositiveInt = 4 * 1024 * 1024
+    max_batch: PositiveInt = 64
+    max_wait_ms: Annotated[float, Field(ge=0, le=1000)] = 2.0
+    max_queue: PositiveInt = 4096
+    request_timeout_s: PositiveFloat = 60.0
+    cache_size: Annotated[int, Field(ge=0)] = 4096
+    allow_unauthenticated: bool = False
+    metrics_require_auth: bool = True
+    forwarded_allow_ips: str = "127.0.0.1"
+    max_connections: PositiveInt | None = None
+    graceful_shutdown_s: PositiveFloat = 30.0
+    log_level: Annotated[Literal["debug", "info", "warning", "error"], BeforeValidator(_lower)] = (
+        "info"
+    )
+    #: identity of a text: NFKC + collapsed whitespace, and case-folded when true
+    casefold: bool = True
+    #: header naming the subject (user, client) a request is charged to; the request's
+    #: ``user`` field takes precedence; without either, the API key's name is the subject
+    subject_header: str = "X-Privembed-Subject"
+    subject_budget_epsilon: PositiveFloat | None = None
+    subject_budget_delta: Probability | None = None
+    #: seconds a request waits for another process's ledger lock before 503 + Retry-After
+    ledger_timeout_s: PositiveFloat = 2.0
+    #: keyed noise generator: "philox", or "aes" (AES-128 counter mode, a CSPRNG)
+    generator: Literal["philox", "aes"] = "philox"
+
+    @field_validator("subject_header")
+    @classmethod
+    def _header_name(cls, value: str) -> str:
+        if not value or any(c in value for c in " :\r\n"):
+            raise _bad("is not a header name")
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> ServerSettings:
+        budgets = (
+            self.budget_epsilon,
+            self.budget_delta,
+            self.subject_budget_epsilon,
+            self.subject_budget_delta,
+        )
+        if any(b is not None for b in budgets) and self.ledger is None:
+            raise _rule("budgets need a ledger (set ledger = PATH).")
+        if self.max_queue < self.max_inputs:
+            raise _rule(
+                f"max_queue ({self.max_queue}) must be >= max_inputs ({self.max_inputs}), or a "
+                "full-size request could never be queued."
+            )
+        return self
+
+
+class _LocalTable(BaseModel):
+    """``[backends.NAME]`` with ``type = "local"``."""
+
+    model_config = _TABLE
+
+    type: Literal["local"]
+    model: str | None = None
+    device: str = "cpu"
+    batch_size: PositiveInt = 64
+    threads: PositiveInt | None = None
+    runtime: Literal["auto", "torch", "onnx", "onnx-int8"] = "auto"
+
+    @field_validator("model")
+    @classmethod
+    def _resolve(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from ..embedders import resolve_model
+
+        try:
+            return resolve_model(value)[0]
+        except (ValueError, ImportError) as exc:
+            raise _rule(f"model: {exc}") from None
+
+    @model_validator(mode="after")
+    def _rules(self) -> _LocalTable:
+        if self.runtime.startswith("onnx") and self.device != "cpu":
+            raise _rule(
+                f"runtime = {self.runtime!r} runs on the CPU, got device={self.device!r} "
+                "(use runtime = 'torch' or 'auto')."
+            )
+        return self
+
+
+class _UpstreamTable(BaseModel):
+    """``[backends.NAME]`` with ``type = "upstream"``."""
+
+    model_config = _TABLE
+
+    type: Literal["upstream"]
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: PositiveFloat = 30.0
+    max_concurrency: PositiveInt = 4
+    encoding_format: Literal["base64", "float"] = "base64"
+    dimensions: PositiveInt | None = None
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    retry_deadline_s: PositiveFloat = 10.0
+    retry_backoff_s: Annotated[float, Field(ge=0, le=60, allow_inf_nan=False)] = 0.25
+
+    @model_validator(mode="after")
+    def _rules(self) -> _UpstreamTable:
+        if not self.base_url:
+            raise _rule("base_url is required for an upstream backend.")
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise _rule(f"base_url must be an http(s) URL, got base_url={self.base_url[:200]!r}.")
+        if parts.username or parts.password:  # never echoed: it holds a secret
+            raise _rule("base_url must not contain credentials; use api_key_env.")
+        if not self.model:
+            raise _rule("model (the upstream model name) is required.")
+        return self
+
+
+_BackendTable = Annotated[_LocalTable | _UpstreamTable, Field(discriminator="type")]
+
+
+class _ModelTable(BaseModel):
+    """One ``[models.NAME]`` table as written (resolved into a :class:`ModelConfig`)."""
+
+    model_config = _TABLE
+
+    backend: str | None = None
+    role: Literal["documents", "queries"] = "documents"
+    mechanism: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    dimensions: Annotated[list[PositiveInt], Field(min_length=1)] | None = None
+    documents: str | None = None
+    query: Literal["auto", "none", "project", "protect"] = "auto"
+
+    @model_validator(mode="after")
+    def _rules(self) -> _ModelTable:
+        if self.mechanism is None and (self.params or self.dimensions is not None):
+            raise _rule("params/dimensions given without a mechanism.")
+        if self.role == "documents":
+            for key in ("documents", "query"):
+                if key in self.model_fields_set:
+                    raise _rule(f"{key} is only for role = 'queries'.")
+            if self.mechanism is None:
+                raise _rule(
+                    "mechanism is required for role = 'documents' (documents are always protected)."
+                )
+        elif self.documents is None:
+            raise _rule("documents (the documents model these queries search) is required.")
+        return self
+
+
+class ApiKeyConfig(BaseModel):
+    """One ``[[api_keys]]`` entry: the SHA-256 of a key, never the key itself.
+
+    Parameters
+    ----------
+    name : str
+        Shown in logs and used as the default subject (default in a file: ``key-N``).
+    sha256 : str
+        Hex SHA-256 of the key (:func:`privembed.server.hash_api_key`).
+    models : tuple of str, default ("*",)
+        Model names this key may use (``"*"``: all).
+    rate_limit : float, optional
+        Requests per minute (token bucket).
+    burst : int, optional
+        Bucket size (default: ``rate_limit`` rounded up).
+    """
+
+    model_config = _TABLE
+
+    name: str = ""
+    sha256: str
+    models: Annotated[tuple[str, ...], Field(strict=False)] = ("*",)
+    rate_limit: PositiveFloat | None = None
+    burst: PositiveInt | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _digest(cls, value: str) -> str:
+        # the value is never echoed: a pasted key instead of its hash would reach the logs
+        try:
+            ok = len(value) == 64 and len(bytes.fromhex(value)) == 32
+        except ValueError:
+            ok = False
+        if not ok:
+            raise _rule(
+                "sha256 must be the 64-hex-digit SHA-256 of the key (privembed serve "
+                "--new-api-key prints one); the key itself never goes in the file."
+            )
+        value = value.lower()
+        if value in DOCUMENTED_EXAMPLE_KEY_HASHES:
+            raise _rule(
+                "sha256 is the hash of a key printed in privembed's documentation (anyone can "
+                "use it); create your own with privembed serve --new-api-key."
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> ApiKeyConfig:
+        if self.burst is not None and self.rate_limit is None:
+            raise _rule("burst needs rate_limit.")
+        return self
+
+    def allows(self, model: str) -> bool:
+        """Whether this key may use ``model``."""
+        return "*" in self.models or model in self.models
+
+
+class _File(BaseModel):
+    """The whole file: the tables and the references between them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    backends: dict[str, _BackendTable] = Field(default_factory=dict)
+    models: dict[str, _ModelTable] = Field(default_factory=dict)
+    api_keys: list[ApiKeyConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _references(self) -> _File:
+        if not self.models:
+            raise _rule("[models] at least one [models.NAME] table is required.")
+        known = set(self.backends) | {DEFAULT_BACKEND}
+        for name, m in self.models.items():
+            if m.backend is not None and m.backend not in known:
+                listed = ", ".join(repr(b) for b in sorted(known))
+                raise _rule(
+                    f"[models.{name}] backend {m.backend!r} is not defined (backends: {listed})."
+                )
+            if m.role == "queries":
+                doc = self.models.get(m.documents or "")
+                if doc is None or doc.role != "documents":
+                    raise _rule(
+                        f"[models.{name}] documents = {m.documents!r} is not a documents model."
+                    )
+        for i, k in enumerate(self.api_keys):
+            unknown = [x for x in k.models if x != "*" and x not in self.models]
+            if unknown:
+                raise _rule(
+                    f"[[api_keys]] #{i + 1} models: unknown model(s) "
+                    f"{', '.join(map(repr, unknown))}."
+                )
+        names = [k.name or f"key-{i + 1}" for i, k in enumerate(self.api_keys)]
+        if len(set(names)) != len(names):
+            raise _rule("[[api_keys]] names must be unique.")
+        if len({k.sha256 for k in self.api_keys}) != len(self.api_keys):
+            raise _rule("[[api_keys]] the same key hash appears twice.")
+        s = self.server
+        if not self.api_keys and not s.allow_unauthenticated:
+            raise _rule(
+                "[server] no [[api_keys]] configured; add one (privembed serve --new-api-key) "
+                "or set allow_unauthenticated = true (loopback development only)."
+            )
+        if s.allow_unauthenticated and not _is_loopback(s.host):
+            raise _rule(
+                "[server] allow_unauthenticated = true is only allowed on a loopback host, "
+                f"got host={s.host!r}."
+            )
+        return self
+
+
+# ---- the resolved configuration --------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class BackendConfig:
-    """One ``[backends.NAME]`` table."""
+    """One ``[backends.NAME]`` table, validated (keys of the other type keep their defaults)."""
 
     name: str
     type: str  # "local" | "upstream"
@@ -115,7 +416,8 @@ class BackendConfig:
     # local
     device: str = "cpu"
     batch_size: int = 64
-    threads: int | None = None  # torch intra-op threads (None: torch's default)
+    threads: int | None = None  # torch intra-op / ONNX Runtime threads (None: the default)
+    runtime: str = "auto"  # "auto" | "torch" | "onnx" | "onnx-int8" (privembed.embedders)
     # upstream
     base_url: str | None = None
     api_key_env: str | None = None
@@ -123,14 +425,23 @@ class BackendConfig:
     max_concurrency: int = 1
     encoding_format: str = "base64"
     dimensions: int | None = None
+    max_attempts: int = 3
+    retry_deadline_s: float = 10.0
+    retry_backoff_s: float = 0.25
 
     @property
     def identity(self) -> str:
-        """What determines the clean vectors (enters the per-backend noise key, never secret)."""
+        """What determines the clean vectors (enters the per-backend noise key, never secret).
+
+        The int8 ONNX graph gives measurably different vectors from the fp32 model, so it is
+        its own identity (independent noise); fp32 ONNX and torch agree to cosine >= 0.99999
+        and share one.
+        """
         if self.type == "local":
             from ..embedders import DEFAULT_MODEL
 
-            return f"local|{self.model or DEFAULT_MODEL}"
+            suffix = "+onnx-int8" if self.runtime == "onnx-int8" else ""
+            return f"local|{self.model or DEFAULT_MODEL}{suffix}"
         return f"upstream|{self.base_url}|{self.model}|{self.dimensions}"
 
 
@@ -179,26 +490,13 @@ class ModelConfig:
         return tuple(sorted(d for d in self.mechanisms if d is not None))
 
     def describe(self) -> str:
+        """One line: the guarantee of what this model returns."""
         mech = self.mechanism(None)
         if self.treatment == "protect" and mech is not None:
             return mech.guarantee.describe()
         if self.treatment == "project":
             return "query side: public projection without noise (no privacy guarantee)"
         return "query side: clean vector (no privacy guarantee)"
-
-
-@dataclass(frozen=True)
-class ApiKeyConfig:
-    """One ``[[api_keys]]`` entry: the SHA-256 of a key, never the key itself."""
-
-    name: str
-    sha256: str
-    models: tuple[str, ...] = ("*",)
-    rate_limit: float | None = None  # requests per minute
-    burst: int | None = None
-
-    def allows(self, model: str) -> bool:
-        return "*" in self.models or model in self.models
 
 
 @dataclass(frozen=True)
@@ -213,24 +511,116 @@ class ServeConfig:
     source: str = "<config>"
 
 
-# ---- parsing helpers -----------------------------------------------------------------------
+# ---- error messages --------------------------------------------------------------------------
 
-_SERVER_KEYS = {f for f in ServerSettings.__dataclass_fields__}
-_BACKEND_KEYS = {
-    "local": {"type", "model", "device", "batch_size", "threads"},
-    "upstream": {
-        "type",
-        "model",
-        "base_url",
-        "api_key_env",
-        "timeout_s",
-        "max_concurrency",
-        "encoding_format",
-        "dimensions",
-    },
+_TABLES = {"server": ServerSettings, "models": _ModelTable, "api_keys": ApiKeyConfig}
+_BACKEND_TABLES = {"local": _LocalTable, "upstream": _UpstreamTable}
+
+#: what each pydantic error type means, in the words of the file (``{...}``: the error's ctx)
+_WHAT = {
+    "missing": "is required",
+    "int_type": "must be int",
+    "float_type": "must be int or float",
+    "string_type": "must be str",
+    "bool_type": "must be bool",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "dict_type": "must be a table",
+    "model_type": "must be a table",
+    "model_attributes_type": "must be a table",
+    "greater_than": "must be > {gt}",
+    "greater_than_equal": "must be >= {ge}",
+    "less_than": "must be < {lt}",
+    "less_than_equal": "must be <= {le}",
+    "finite_number": "must be a finite number",
+    "literal_error": "must be one of {expected}",
+    "too_short": "must not be empty",
+    "union_tag_invalid": "must be one of {expected_tags}",
 }
-_MODEL_KEYS = {"backend", "role", "mechanism", "params", "dimensions", "documents", "query"}
-_KEY_KEYS = {"name", "sha256", "models", "rate_limit", "burst"}
+
+
+def _split(loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
+    """``(where, rest)``: the table a location is in (``"[models.docs]"``) and the key path."""
+    if not loc or loc[0] not in ("server", "backends", "models", "api_keys"):
+        return "", loc
+    head = loc[0]
+    if head == "server":
+        return "[server]", loc[1:]
+    if len(loc) == 1:
+        return ("[[api_keys]]" if head == "api_keys" else f"[{head}]"), ()
+    if head == "api_keys":
+        return f"[[api_keys]] #{int(loc[1]) + 1}", loc[2:]
+    if head == "backends":
+        return f"[backends.{loc[1]}]", loc[3:]  # loc[2] is the discriminator's tag
+    return f"[models.{loc[1]}]", loc[2:]
+
+
+def _key(path: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _value(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _allowed(parent: tuple[int | str, ...]) -> list[str]:
+    """Keys of the table at ``parent`` (for an unknown-key message)."""
+    if not parent:
+        model: Any = _File
+    elif parent[0] == "backends" and len(parent) == 3:
+        model = _BACKEND_TABLES[str(parent[2])]
+    else:
+        model = _TABLES[str(parent[0])]
+    return sorted(model.model_fields)
+
+
+def _message(source: str, errors: list[ErrorDetails]) -> str:
+    """One line for the first problem (all unknown keys of a table come first, together)."""
+    extra = [e for e in errors if e["type"] == "extra_forbidden"]
+    if extra:
+        parent = extra[0]["loc"][:-1]
+        keys = [str(e["loc"][-1]) for e in extra if e["loc"][:-1] == parent]
+        where, _ = _split((*parent, ""))
+        what = (
+            f"unknown key(s) {', '.join(map(repr, keys))}; allowed: "
+            f"{', '.join(_allowed(tuple(parent)))}."
+        )
+        return f"{source}: {where} {what}" if where else f"{source}: {what}"
+    err = errors[0]
+    where, path = _split(tuple(err["loc"]))
+    ctx = err.get("ctx") or {}
+    kind = err["type"]
+    if kind == "config_rule":
+        what = str(ctx["message"])
+    elif kind == "union_tag_not_found":
+        what = "type is required (one of 'local', 'upstream')."
+    elif kind == "missing":
+        what = f"{_key(path)} is required."
+    else:
+        key = "type" if kind == "union_tag_invalid" else _key(path)
+        template = str(ctx["what"]) if kind == "config_value" else _WHAT.get(kind)
+        if template is None:
+            template = err["msg"][:1].lower() + err["msg"][1:]
+        text = template.format(
+            **{k: f"{v:g}" if isinstance(v, float) else v for k, v in ctx.items()}
+        )
+        if kind == "literal_error":  # pydantic writes "'a', 'b' or 'c'"
+            text = text.replace(" or ", ", ")
+        value = ctx.get("tag", err.get("input"))
+        if key:
+            what = f"{key} {text}, got {key}={_value(value)}."
+        else:  # a whole table of the wrong type
+            what = f"{text}, got {type(err.get('input')).__name__}."
+            if not where:
+                what = "the configuration " + what
+    return f"{source}: {where} {what}" if where else f"{source}: {what}"
+
+
+# ---- resolution ------------------------------------------------------------------------------
 
 
 class _Ctx:
@@ -241,180 +631,27 @@ class _Ctx:
     def fail(self, where: str, msg: str) -> ConfigError:
         return ConfigError(f"{self.source}: {where} {msg}" if where else f"{self.source}: {msg}")
 
-    def path(self, value: Any, where: str, key: str) -> Path:
-        if not isinstance(value, str) or not value:
-            raise self.fail(where, f"{key} must be a path string, got {key}={value!r}.")
-        p = Path(value).expanduser()
-        if not p.is_absolute() and self.base_dir is not None:
-            p = self.base_dir / p
-        return p
 
-
-def _check_keys(ctx: _Ctx, where: str, table: Any, allowed: set[str]) -> dict[str, Any]:
-    if not isinstance(table, Mapping):
-        raise ctx.fail(where, f"must be a table, got {type(table).__name__}.")
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise ctx.fail(
-            where,
-            f"unknown key(s) {', '.join(map(repr, unknown))}; allowed: "
-            f"{', '.join(sorted(allowed))}.",
-        )
-    return dict(table)
-
-
-def _typed(ctx: _Ctx, where: str, key: str, value: Any, kind: type | tuple[type, ...]) -> Any:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-    if not ok:
-        names = " or ".join(k.__name__ for k in kinds)
-        raise ctx.fail(where, f"{key} must be {names}, got {key}={value!r}.")
-    return value
-
-
-def _positive(ctx: _Ctx, where: str, key: str, value: Any, *, integer: bool) -> Any:
-    _typed(ctx, where, key, value, int if integer else (int, float))
-    if not (value > 0) or (isinstance(value, float) and math.isinf(value)):
-        raise ctx.fail(where, f"{key} must be > 0, got {key}={value!r}.")
-    return value
-
-
-def _server(ctx: _Ctx, raw: Any) -> ServerSettings:
-    where = "[server]"
-    t = _check_keys(ctx, where, raw, _SERVER_KEYS)
-    out: dict[str, Any] = {}
-    for key, value in t.items():
-        if key in ("key_file", "ledger"):
-            out[key] = None if value is None else ctx.path(value, where, key)
-        elif key in ("host", "forwarded_allow_ips", "log_level", "noise", "subject_header",
-                     "generator"):  # fmt: skip
-            out[key] = _typed(ctx, where, key, value, str)
-        elif key in ("allow_unauthenticated", "metrics_require_auth", "casefold"):
-            out[key] = _typed(ctx, where, key, value, bool)
-        elif key in ("port",):
-            _typed(ctx, where, key, value, int)
-            if not 0 <= value <= 65535:
-                raise ctx.fail(where, f"port must be in [0, 65535], got port={value!r}.")
-            out[key] = value
-        elif key in ("cache_size",):
-            _typed(ctx, where, key, value, int)
-            if value < 0:
-                raise ctx.fail(where, f"cache_size must be >= 0, got cache_size={value!r}.")
-            out[key] = value
-        elif key in ("max_wait_ms",):
-            _typed(ctx, where, key, value, (int, float))
-            if not 0 <= value <= 1000:
-                raise ctx.fail(
-                    where, f"max_wait_ms must be in [0, 1000], got max_wait_ms={value!r}."
-                )
-            out[key] = float(value)
-        elif key in (
-            "budget_epsilon",
-            "budget_delta",
-            "subject_budget_epsilon",
-            "subject_budget_delta",
-            "request_timeout_s",
-            "graceful_shutdown_s",
-            "ledger_timeout_s",
-        ):
-            out[key] = float(_positive(ctx, where, key, value, integer=False))
-        else:  # integer limits
-            out[key] = _positive(ctx, where, key, value, integer=True)
-    s = ServerSettings(**out)
-    if s.noise not in ("keyed", "fresh"):
-        raise ctx.fail(where, f"noise must be one of 'keyed', 'fresh', got noise={s.noise!r}.")
-    if s.log_level.lower() not in ("debug", "info", "warning", "error"):
-        raise ctx.fail(
-            where,
-            f"log_level must be one of 'debug', 'info', 'warning', 'error', got log_level={s.log_level!r}.",
-        )
-    for name in ("budget_delta", "subject_budget_delta"):
-        v = getattr(s, name)
-        if v is not None and not v < 1:
-            raise ctx.fail(where, f"{name} must be < 1, got {name}={v!r}.")
-    budgets = (s.budget_epsilon, s.budget_delta, s.subject_budget_epsilon, s.subject_budget_delta)
-    if any(b is not None for b in budgets) and s.ledger is None:
-        raise ctx.fail(where, "budgets need a ledger (set ledger = PATH).")
-    if s.generator not in ("philox", "aes"):
-        raise ctx.fail(
-            where, f"generator must be one of 'philox', 'aes', got generator={s.generator!r}."
-        )
-    if not s.subject_header or any(c in s.subject_header for c in " :\r\n"):
-        raise ctx.fail(where, f"subject_header is not a header name: {s.subject_header!r}.")
-    if s.max_queue < s.max_inputs:
-        raise ctx.fail(
-            where,
-            f"max_queue ({s.max_queue}) must be >= max_inputs ({s.max_inputs}), or a "
-            "full-size request could never be queued.",
-        )
-    return s
-
-
-def _backend(ctx: _Ctx, name: str, raw: Any) -> BackendConfig:
-    where = f"[backends.{name}]"
-    if not isinstance(raw, Mapping):
-        raise ctx.fail(where, f"must be a table, got {type(raw).__name__}.")
-    btype = raw.get("type")
-    if btype not in _BACKEND_KEYS:
-        raise ctx.fail(where, f"type must be one of 'local', 'upstream', got type={btype!r}.")
-    t = _check_keys(ctx, where, raw, _BACKEND_KEYS[btype])
-    out: dict[str, Any] = {"name": name, "type": btype}
-    for key, value in t.items():
-        if key == "type":
-            continue
-        if key in ("model", "device", "api_key_env", "base_url", "encoding_format"):
-            out[key] = _typed(ctx, where, key, value, str)
-        elif key == "timeout_s":
-            out[key] = float(_positive(ctx, where, key, value, integer=False))
-        else:
-            out[key] = _positive(ctx, where, key, value, integer=True)
-    if btype == "local":
-        if "model" in out:
-            from ..embedders import resolve_model
-
-            try:
-                out["model"] = resolve_model(out["model"])[0]
-            except (ValueError, ImportError) as exc:
-                raise ctx.fail(where, f"model: {exc}") from None
-        return BackendConfig(**out)
-    out.setdefault("max_concurrency", 4)
-    b = BackendConfig(**out)
-    if not b.base_url:
-        raise ctx.fail(where, "base_url is required for an upstream backend.")
-    parts = urlsplit(b.base_url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ctx.fail(where, f"base_url must be an http(s) URL, got base_url={b.base_url!r}.")
-    if parts.username or parts.password:
-        raise ctx.fail(where, "base_url must not contain credentials; use api_key_env.")
-    if not b.model:
-        raise ctx.fail(where, "model (the upstream model name) is required.")
-    if b.encoding_format not in ("base64", "float"):
-        raise ctx.fail(
-            where,
-            f"encoding_format must be one of 'base64', 'float', got encoding_format={b.encoding_format!r}.",
-        )
-    return b
-
-
-def _load_array(ctx: _Ctx, where: str, key: str, value: Any) -> Any:
-    p = ctx.path(value, where, f"params.{key}")
+def _array_file(ctx: _Ctx, where: str, key: str, value: str) -> Path:
+    p = Path(value).expanduser()
+    if not p.is_absolute() and ctx.base_dir is not None:
+        p = ctx.base_dir / p
     if not p.exists():
         raise ctx.fail(where, f"params.{key}: file not found: {p}")
     return p
 
 
-def _build_mechanisms(
-    ctx: _Ctx, where: str, name: str, params: dict[str, Any], dimensions: Any
-) -> dict[int | None, Mechanism]:
-    params = dict(params)
+def _build_mechanisms(ctx: _Ctx, where: str, table: _ModelTable) -> dict[int | None, Mechanism]:
+    """The mechanism per allowed output dimension (``None``: the default one)."""
+    name = table.mechanism
+    assert name is not None
+    params = dict(table.params)
     cls = MECHANISMS.get(name)
     for key in cls.array_params if cls is not None else ():
         if isinstance(params.get(key), str):  # a file next to the configuration
-            params[key] = _load_array(ctx, where, key, params[key])
+            params[key] = _array_file(ctx, where, key, params[key])
     try:
         base = build_mechanism(name, **params)
-    except ConfigError:
-        raise
     except (ValueError, TypeError, OSError) as exc:
         key = "mechanism" if "mechanism must be one of" in str(exc) else "params"
         raise ctx.fail(where, f"{key}: {exc}") from None
@@ -422,7 +659,7 @@ def _build_mechanisms(
     dim_param = base.output_dim_param
     if dim_param is not None:
         mechs[int(base.params[dim_param])] = base
-    if dimensions is None:
+    if table.dimensions is None:
         return mechs
     if dim_param is None:
         raise ctx.fail(
@@ -430,12 +667,7 @@ def _build_mechanisms(
             f"dimensions: only a mechanism with an output-dimension parameter (projection's k) "
             f"can release other dimensions; mechanism {name!r} keeps the backend's dimension.",
         )
-    if not isinstance(dimensions, list) or not dimensions:
-        raise ctx.fail(
-            where, f"dimensions must be a non-empty list of integers, got {dimensions!r}."
-        )
-    for k in dimensions:
-        _positive(ctx, where, "dimensions[]", k, integer=True)
+    for k in table.dimensions:
         if k == base.params[dim_param]:
             continue
         try:
@@ -445,88 +677,50 @@ def _build_mechanisms(
     return mechs
 
 
-def _model(ctx: _Ctx, name: str, raw: Any, backends: dict[str, BackendConfig]) -> dict[str, Any]:
-    """First pass: the table's own fields (query models are resolved in a second pass)."""
-    where = f"[models.{name}]"
-    t = _check_keys(ctx, where, raw, _MODEL_KEYS)
-    role = t.get("role", "documents")
-    if role not in ROLES:
-        raise ctx.fail(where, f"role must be one of 'documents', 'queries', got role={role!r}.")
-    backend = t.get("backend")
-    if backend is not None:
-        _typed(ctx, where, "backend", backend, str)
-        if backend not in backends and backend != DEFAULT_BACKEND:
-            known = ", ".join(repr(b) for b in sorted(backends)) or "none"
-            raise ctx.fail(where, f"backend {backend!r} is not defined (backends: {known}).")
-    params = t.get("params", {})
-    if not isinstance(params, Mapping):
-        raise ctx.fail(where, f"params must be a table, got params={params!r}.")
-    mech_name = t.get("mechanism")
-    if mech_name is not None:
-        _typed(ctx, where, "mechanism", mech_name, str)
-    elif params or "dimensions" in t:
-        raise ctx.fail(where, "params/dimensions given without a mechanism.")
-    if role == "documents":
-        for key in ("documents", "query"):
-            if key in t:
-                raise ctx.fail(where, f"{key} is only for role = 'queries'.")
-        if mech_name is None:
-            raise ctx.fail(
-                where,
-                "mechanism is required for role = 'documents' (documents are always protected).",
-            )
-    mechs = (
-        _build_mechanisms(ctx, where, mech_name, dict(params), t.get("dimensions"))
-        if mech_name is not None
-        else {}
+def _documents_model(
+    name: str, table: _ModelTable, mechs: dict[int | None, Mechanism]
+) -> ModelConfig:
+    return ModelConfig(
+        name=name,
+        backend=table.backend or DEFAULT_BACKEND,
+        role="documents",
+        treatment="protect",
+        mechanism_name=table.mechanism,
+        mechanisms=mechs,
     )
-    return {
-        "name": name,
-        "backend": backend,
-        "role": role,
-        "mechanism_name": mech_name,
-        "mechanisms": mechs,
-        "documents": t.get("documents"),
-        "query": t.get("query", "auto"),
-    }
 
 
-def _resolve_query(ctx: _Ctx, m: dict[str, Any], firsts: dict[str, dict[str, Any]]) -> ModelConfig:
-    where = f"[models.{m['name']}]"
-    doc_name = m["documents"]
-    if doc_name is None:
-        raise ctx.fail(where, "documents (the documents model these queries search) is required.")
-    _typed(ctx, where, "documents", doc_name, str)
-    doc = firsts.get(doc_name)
-    if doc is None or doc["role"] != "documents":
-        raise ctx.fail(where, f"documents = {doc_name!r} is not a documents model.")
-    query = m["query"]
-    if query not in QUERY_TREATMENTS:
-        opts = ", ".join(map(repr, QUERY_TREATMENTS))
-        raise ctx.fail(where, f"query must be one of {opts}, got query={query!r}.")
-    backend = m["backend"] or doc["backend"] or DEFAULT_BACKEND
-    if backend != (doc["backend"] or DEFAULT_BACKEND):
+def _queries_model(
+    ctx: _Ctx,
+    name: str,
+    table: _ModelTable,
+    own: dict[int | None, Mechanism],
+    doc: ModelConfig,
+) -> ModelConfig:
+    """A queries model: its backend and treatment follow from its documents model."""
+    where = f"[models.{name}]"
+    backend = table.backend or doc.backend
+    if backend != doc.backend:
         raise ctx.fail(
             where,
-            f"backend {backend!r} differs from the documents model's "
-            f"({doc['backend'] or DEFAULT_BACKEND!r}): queries must be embedded in the same space.",
+            f"backend {backend!r} differs from the documents model's ({doc.backend!r}): "
+            "queries must be embedded in the same space.",
         )
-    doc_mechs: dict[int | None, Mechanism] = doc["mechanisms"]
-    doc_base = doc_mechs[None]
+    doc_base = doc.mechanisms[None]
     projected = doc_base.has_public_transform
-    if m["mechanisms"]:
+    query = table.query
+    if own:
         if query not in ("auto", "protect"):
             raise ctx.fail(
                 where, f"a mechanism is given, so query must be 'protect', got {query!r}."
             )
         query = "protect"
-        own = m["mechanisms"]
         if projected:
             q = own[None]
             same = (
                 q.name == doc_base.name and q.public_transform_key == doc_base.public_transform_key
             )
-            if not same or set(own) != set(doc_mechs):
+            if not same or set(own) != set(doc.mechanisms):
                 raise ctx.fail(
                     where,
                     "a query mechanism for a projection documents model must be 'projection' "
@@ -539,64 +733,48 @@ def _resolve_query(ctx: _Ctx, m: dict[str, Any], firsts: dict[str, dict[str, Any
         if query == "project" and not projected:
             raise ctx.fail(
                 where,
-                f"query = 'project' needs a projection documents model; {doc_name!r} uses "
-                f"{doc['mechanism_name']!r} (use 'none' or 'protect').",
+                f"query = 'project' needs a projection documents model; {doc.name!r} uses "
+                f"{doc.mechanism_name!r} (use 'none' or 'protect').",
             )
         if query == "none" and projected:
             raise ctx.fail(
                 where,
-                f"query = 'none' would give backend-dimension vectors but {doc_name!r} "
+                f"query = 'none' would give backend-dimension vectors but {doc.name!r} "
                 "releases projected ones; use 'project' (the same public projection) or 'protect'.",
             )
-        mechs = doc_mechs if query in ("protect", "project") else {}
+        mechs = doc.mechanisms if query in ("protect", "project") else {}
     return ModelConfig(
-        name=m["name"],
+        name=name,
         backend=backend,
         role="queries",
         treatment=query,
-        mechanism_name=doc["mechanism_name"] if not m["mechanisms"] else m["mechanism_name"],
+        mechanism_name=table.mechanism if own else doc.mechanism_name,
         mechanisms=mechs,
-        documents=doc_name,
+        documents=doc.name,
     )
 
 
-def _api_key(ctx: _Ctx, i: int, raw: Any, models: dict[str, ModelConfig]) -> ApiKeyConfig:
-    where = f"[[api_keys]] #{i + 1}"
-    t = _check_keys(ctx, where, raw, _KEY_KEYS)
-    name = t.get("name", f"key-{i + 1}")
-    _typed(ctx, where, "name", name, str)
-    digest = t.get("sha256")
-    if not isinstance(digest, str) or len(digest) != 64:
-        raise ctx.fail(
-            where,
-            "sha256 must be the 64-hex-digit SHA-256 of the key (privembed serve --new-api-key "
-            "prints one); the key itself never goes in the file.",
-        )
+def _load_key(ctx: _Ctx, server: ServerSettings, key: bytes | None) -> bytes:
+    if key is None:
+        if server.key_file is None:
+            raise ctx.fail(
+                "[server]",
+                "key_file is required: the secret key derives the record id of each text and "
+                "the keyed noise (create one with: privembed keygen -o serve.key).",
+            )
+        from ..keyed import load_key
+
+        try:
+            return bytes(load_key(server.key_file))
+        except (OSError, ValueError) as exc:
+            raise ctx.fail("[server]", f"key_file: {exc}") from None
+    from ..keyed import key_id
+
     try:
-        bytes.fromhex(digest)
-    except ValueError:
-        raise ctx.fail(where, "sha256 must be hexadecimal.") from None
-    if digest.lower() in DOCUMENTED_EXAMPLE_KEY_HASHES:
-        raise ctx.fail(
-            where,
-            "sha256 is the hash of a key printed in privembed's documentation (anyone can use "
-            "it); create your own with privembed serve --new-api-key.",
-        )
-    allowed = t.get("models", ["*"])
-    if not isinstance(allowed, list) or not all(isinstance(x, str) for x in allowed):
-        raise ctx.fail(where, f"models must be a list of model names, got models={allowed!r}.")
-    unknown = [x for x in allowed if x != "*" and x not in models]
-    if unknown:
-        raise ctx.fail(where, f"models: unknown model(s) {', '.join(map(repr, unknown))}.")
-    rate = t.get("rate_limit")
-    if rate is not None:
-        rate = float(_positive(ctx, where, "rate_limit", rate, integer=False))
-    burst = t.get("burst")
-    if burst is not None:
-        _positive(ctx, where, "burst", burst, integer=True)
-        if rate is None:
-            raise ctx.fail(where, "burst needs rate_limit.")
-    return ApiKeyConfig(name, digest.lower(), tuple(allowed), rate, burst)
+        key_id(key)
+    except (TypeError, ValueError) as exc:
+        raise ctx.fail("[server]", f"key: {exc}") from None
+    return bytes(key)
 
 
 def config_from_dict(
@@ -619,91 +797,48 @@ def config_from_dict(
     key : bytes, optional
         The secret key, instead of ``server.key_file`` (for tests and embedding in other code).
 
+    Returns
+    -------
+    ServeConfig
+        Models in the file's order; only the backends that a model uses.
+
     Raises
     ------
     ConfigError
-        Anything invalid, with the file, table and key named.
+        Anything invalid: one line with the file, table, key and value.
     """
     ctx = _Ctx(source, Path(base_dir) if base_dir is not None else None)
-    top = _check_keys(ctx, "", data, {"server", "backends", "models", "api_keys"})
-    server = _server(ctx, top.get("server", {}))
+    try:
+        raw = _File.model_validate(data, context={"base_dir": ctx.base_dir})
+    except ValidationError as exc:
+        raise ConfigError(_message(source, exc.errors())) from None
 
-    raw_backends = top.get("backends", {})
-    if not isinstance(raw_backends, Mapping):
-        raise ctx.fail("[backends]", "must be a table of backend tables.")
-    backends = {n: _backend(ctx, n, b) for n, b in raw_backends.items()}
-    if DEFAULT_BACKEND not in backends:
-        backends[DEFAULT_BACKEND] = BackendConfig(name=DEFAULT_BACKEND, type="local")
-
-    raw_models = top.get("models", {})
-    if not isinstance(raw_models, Mapping) or not raw_models:
-        raise ctx.fail("[models]", "at least one [models.NAME] table is required.")
-    firsts = {n: _model(ctx, n, m, backends) for n, m in raw_models.items()}
+    backends = {n: BackendConfig(name=n, **t.model_dump()) for n, t in raw.backends.items()}
+    backends.setdefault(DEFAULT_BACKEND, BackendConfig(name=DEFAULT_BACKEND, type="local"))
+    own = {
+        n: _build_mechanisms(ctx, f"[models.{n}]", t) if t.mechanism is not None else {}
+        for n, t in raw.models.items()
+    }
+    docs = {
+        n: _documents_model(n, t, own[n]) for n, t in raw.models.items() if t.role == "documents"
+    }
     models: dict[str, ModelConfig] = {}
-    for n, m in firsts.items():
-        if m["role"] == "documents":
-            models[n] = ModelConfig(
-                name=n,
-                backend=m["backend"] or DEFAULT_BACKEND,
-                role="documents",
-                treatment="protect",
-                mechanism_name=m["mechanism_name"],
-                mechanisms=m["mechanisms"],
-            )
-    for n, m in firsts.items():
-        if m["role"] == "queries":
-            models[n] = _resolve_query(ctx, m, firsts)
-    models = {n: models[n] for n in raw_models}  # keep the file's order
+    for n, t in raw.models.items():  # the file's order
+        if t.role == "documents":
+            models[n] = docs[n]
+        else:
+            models[n] = _queries_model(ctx, n, t, own[n], docs[t.documents or ""])
     used = {m.backend for m in models.values()}
-    backends = {n: b for n, b in backends.items() if n in used}
-
-    raw_keys = top.get("api_keys", [])
-    if not isinstance(raw_keys, list):
-        raise ctx.fail("[[api_keys]]", "must be an array of tables ([[api_keys]]).")
-    api_keys = tuple(_api_key(ctx, i, k, models) for i, k in enumerate(raw_keys))
-    names = [k.name for k in api_keys]
-    if len(set(names)) != len(names):
-        raise ctx.fail("[[api_keys]]", "names must be unique.")
-    if len({k.sha256 for k in api_keys}) != len(api_keys):
-        raise ctx.fail("[[api_keys]]", "the same key hash appears twice.")
-    if not api_keys and not server.allow_unauthenticated:
-        raise ctx.fail(
-            "[server]",
-            "no [[api_keys]] configured; add one (privembed serve --new-api-key) or set "
-            "allow_unauthenticated = true (loopback development only).",
-        )
-    if server.allow_unauthenticated and not _is_loopback(server.host):
-        raise ctx.fail(
-            "[server]",
-            f"allow_unauthenticated = true is only allowed on a loopback host, got host={server.host!r}.",
-        )
-
-    if key is None:
-        if server.key_file is None:
-            raise ctx.fail(
-                "[server]",
-                "key_file is required: the secret key derives the record id of each text and "
-                "the keyed noise (create one with: privembed keygen -o serve.key).",
-            )
-        from ..keyed import load_key
-
-        try:
-            key = load_key(server.key_file)
-        except (OSError, ValueError) as exc:
-            raise ctx.fail("[server]", f"key_file: {exc}") from None
-    else:
-        from ..keyed import key_id
-
-        try:
-            key_id(key)
-        except (TypeError, ValueError) as exc:
-            raise ctx.fail("[server]", f"key: {exc}") from None
+    api_keys = tuple(
+        k if k.name else k.model_copy(update={"name": f"key-{i + 1}"})
+        for i, k in enumerate(raw.api_keys)
+    )
     return ServeConfig(
-        server=server,
-        backends=backends,
+        server=raw.server,
+        backends={n: b for n, b in backends.items() if n in used},
         models=models,
         api_keys=api_keys,
-        key=bytes(key),
+        key=_load_key(ctx, raw.server, key),
         source=source,
     )
 
