@@ -288,3 +288,51 @@ def test_gcide_finds_dz_files_env_var_and_explains_missing_data(tmp_path, monkey
     (bad / "gcide.index").write_text("Word\tA\t!\n")
     with pytest.raises(DataError, match="bad base64"):
         gcide_retrieval(bad)
+
+
+def test_retrieval_subset_keeps_every_relevant_document_and_a_fixed_sample():
+    from privembed.evaluation.loaders import MTEBRetrieval
+
+    docs = [f"d{i}" for i in range(100)]
+    task = MTEBRetrieval(
+        name="t",
+        doc_ids=docs,
+        doc_texts=[f"text {i}" for i in range(100)],
+        query_ids=["q1", "q2"],
+        query_texts=["a", "b"],
+        qrels={"q1": {"d97": 1.0}, "q2": {"d3": 1.0, "d50": 1.0}},
+    )
+    sub = task.subset(10)
+    assert len(sub.doc_ids) == 10 and {"d97", "d3", "d50"} <= set(sub.doc_ids)
+    assert sub.doc_ids == sorted(sub.doc_ids, key=docs.index)  # corpus order
+    assert sub.doc_texts == [f"text {d[1:]}" for d in sub.doc_ids]
+    assert task.subset(10).doc_ids == sub.doc_ids  # deterministic
+    assert task.subset(None) is task and task.subset(1000) is task
+    assert len(task.subset(2).doc_ids) == 3  # never drops a relevant document
+
+
+def test_cli_evaluate_on_the_gcide_task(tmp_path):
+    """evaluate --task gcide embeds the task (real model) and reports NDCG@10 of plain queries
+    over every protected corpus, for the split asked for."""
+    import csv
+
+    from typer.testing import CliRunner
+
+    from privembed.cli import app
+
+    fixture = Path(__file__).parent / "data" / "gcide"
+    out = tmp_path / "rep"
+    r = CliRunner().invoke(
+        app,
+        ["evaluate", "--task", "gcide", "--task-path", str(fixture), "--task-split", "test",
+         "-o", str(out), "--mechanisms", "laplace", "--epsilon", "50,5000", "--runs", "1"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    with (out / "results.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    ndcg = {row["label"]: float(row["mean"]) for row in rows if row["metric"] == "ndcg@10"}
+    assert set(ndcg) == {"laplace(epsilon=50)", "laplace(epsilon=5000)"}
+    assert ndcg["laplace(epsilon=5000)"] >= ndcg["laplace(epsilon=50)"]
+    assert "gcide, test split: 1 queries over 9 of 9 documents" in (out / "index.html").read_text()
+    r = CliRunner().invoke(app, ["evaluate", "-o", str(tmp_path / "x")])
+    assert r.exit_code == 2 and "give the embeddings (INPUT) or --task" in r.output

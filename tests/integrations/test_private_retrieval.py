@@ -265,3 +265,32 @@ def test_cli_index_with_payloads_into_a_new_folder(tmp_path, store):
     with ProtectedCollection.open(store, db, "privembed", key=key, create=False) as col:
         assert col.store.count() == 300
         assert col.query(X[7], k=1, recall=0.9)[0][0].id == "r7"  # the profile is readable
+
+
+def test_profile_from_real_queries_and_where_it_came_from(tmp_path):
+    """index_file takes real queries for the k' profile (a file of embeddings); the profile
+    records its source, so search can warn when documents stood in for queries."""
+    from privembed.integrations.collection import index_file
+    from privembed.io import write_embeddings
+
+    X, Q = _corpus(400, 16)
+    src, qf = tmp_path / "e.parquet", tmp_path / "q.npz"
+    write_embeddings(src, X, ids=[f"r{i}" for i in range(400)])
+    write_embeddings(qf, Q[:50])
+    mech = get_mechanism("laplace", epsilon=50.0)
+    a = index_file(src, "faiss", tmp_path / "a", "col", mechanism=mech, key=KEY, payloads=True)
+    b = index_file(src, "faiss", tmp_path / "b", "col", mechanism=mech, key=KEY, payloads=True,
+                   profile_queries=qf)  # fmt: skip
+    assert (a["profile"], b["profile"]) == ("documents", "queries")
+    for where, source in (("a", "documents"), ("b", "queries")):
+        with ProtectedCollection.open("faiss", tmp_path / where, "col", key=KEY) as col:
+            assert col.profile_source == source
+            assert col.query(Q[3], k=5, recall=0.95)[0][0].id == "r3"
+    with pytest.raises(ValueError, match="dimension 8, the documents 16"):
+        write_embeddings(tmp_path / "q8.npz", Q[:5, :8])
+        index_file(src, "faiss", tmp_path / "c", "col", mechanism=mech, key=KEY, payloads=True,
+                   profile_queries=tmp_path / "q8.npz")  # fmt: skip
+    assert not (tmp_path / "c").exists()  # refused before anything was stored
+    with pytest.raises(ValueError, match="apply to a collection with payloads"):
+        index_file(src, "faiss", tmp_path / "d", "col", mechanism=mech, key=KEY,
+                   profile_queries=qf)  # fmt: skip

@@ -14,7 +14,7 @@ command only parses and prints: the work is :func:`privembed.evaluation.pipeline
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import numpy as np
 import typer
@@ -44,8 +44,36 @@ def _names(text: str) -> list[str]:
 
 @user_errors
 def evaluate(
-    input: Annotated[Path, typer.Argument(help="Embeddings (.parquet/.npy/.npz/.jsonl).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Report folder.")],
+    input: Annotated[
+        Path | None,
+        typer.Argument(help="Embeddings (.parquet/.npy/.npz/.jsonl); or give --task."),
+    ] = None,
+    task: Annotated[
+        Literal["gcide"] | None,
+        typer.Option(
+            help="A real retrieval task instead of INPUT: gcide (Debian's dict-gcide: usage "
+            "quotes find the definition they illustrate; adds NDCG@10 of plain queries over "
+            "the protected corpus)."
+        ),
+    ] = None,
+    task_split: Annotated[
+        Literal["dev", "test"],
+        typer.Option(help="Queries of the task: tune on dev; report test once, at the end."),
+    ] = "dev",
+    task_path: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder of the task's data (default: $PRIVEMBED_GCIDE, /usr/share/dictd)."
+        ),
+    ] = None,
+    task_docs: Annotated[
+        int, typer.Option(help="Corpus size: every relevant document plus a fixed sample (0: all).")
+    ] = 20_000,
+    task_queries: Annotated[int, typer.Option(help="Queries of the task (a fixed sample).")] = 500,
+    model: Annotated[
+        str | None, typer.Option(help="Embedding model of --task (default: the offline one).")
+    ] = None,
     mechanisms: Annotated[
         str, typer.Option(help=f"Comma-separated mechanisms, any of: {_MECHANISMS}.")
     ] = "gaussian,laplace,mahalanobis,purkayastha",
@@ -171,14 +199,25 @@ def evaluate(
     if attack_lr is not None:
         attack["lr"] = attack_lr
 
-    table = read_embeddings(input, column=column)
-    X = np.asarray(table.X)
-    ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
+    if (input is None) == (task is None):
+        raise ValueError("give the embeddings (INPUT) or --task, one of them.")
+    retrieval = None
+    if task is not None:
+        X, ids, retrieval, description = _task_embeddings(
+            task, task_split, task_path, task_docs, task_queries, model
+        )
+        name = f"{task} ({task_split})"
+    else:
+        assert input is not None
+        table = read_embeddings(input, column=column)
+        X = np.asarray(table.X)
+        ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
+        description = {"source": input.name}
+        for key in ("embedding_model", "model", "source", "protected"):
+            if key in table.metadata:
+                description[f"file metadata: {key}"] = table.metadata[key]
+        name = input.name
     all_texts, sensitive = read_attack_texts(texts, ids) if texts is not None else (None, None)
-    description: dict[str, Any] = {"source": input.name}
-    for key in ("embedding_model", "model", "source", "protected"):
-        if key in table.metadata:
-            description[f"file metadata: {key}"] = table.metadata[key]
     if texts is not None:
         description["texts file"] = texts.name
     with progress_callback("sweeping", unit="runs") as (set_total, advance):
@@ -214,12 +253,51 @@ def evaluate(
             n_queries=n_queries,
             restart=restart,
             description=description,
-            title=title or f"privembed evaluation of {input.name}",
+            title=title or f"privembed evaluation of {name}",
             on_progress=on_progress,
+            retrieval=retrieval,
         )
     print_attack_checks(run.result.checks.values())
     print_recommendation(run.result, run.recommendation)
     err_console.print(f"wrote {run.report}")
+
+
+def _task_embeddings(
+    task: str,
+    split: str,
+    path: Path | None,
+    n_docs: int,
+    n_queries: int,
+    model: str | None,
+) -> tuple[Any, list[str], Any, dict[str, Any]]:
+    """Load and embed a retrieval task (corpus subset, query sample) with a progress bar."""
+    from ..embedders import Embedder
+    from ..evaluation.loaders import gcide_retrieval
+    from ..evaluation.pipeline import embed_retrieval_task
+    from .common import progress_callback
+
+    if n_docs < 0 or n_queries < 1:
+        raise ValueError(
+            f"--task-docs must be >= 0 and --task-queries >= 1, got {n_docs} and {n_queries}."
+        )
+    full = gcide_retrieval(path, split=split, max_queries=n_queries)
+    t = full.subset(n_docs or None)
+    emb = Embedder(model)
+    with progress_callback("embedding the task") as (set_total, advance):
+        set_total(len(t.doc_texts) + len(t.query_texts))
+        state = {"done": 0}
+
+        def on_progress(done: int) -> None:
+            advance(done - state["done"])
+            state["done"] = done
+
+        X, ids, retrieval = embed_retrieval_task(t, emb, on_progress=on_progress)
+    description = {
+        "source": f"{task}, {split} split: {len(t.query_ids)} queries over {len(t.doc_ids)} "
+        f"of {len(full.doc_ids)} documents (every relevant one plus a fixed sample)",
+        "embedding model": str(emb.metadata().get("embedding_model")),
+    }
+    return X, ids, retrieval, description
 
 
 def print_attack_checks(checks: Any) -> None:

@@ -197,6 +197,14 @@ def index(
             "--ids-from-content", help="Derive record ids from the texts (inputs without ids)."
         ),
     ] = False,
+    profile_queries: Annotated[
+        Path | None,
+        typer.Option(
+            help="Real queries (texts or embeddings) for the profile that --recall plans k' "
+            "from (default: documents stand in for them, which under-fetches when queries "
+            "differ from documents)."
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
@@ -241,6 +249,7 @@ def index(
             store_text=store_text,
             text_field=text_field,
             ids_from_content=ids_from_content,
+            profile_queries=200 if profile_queries is None else profile_queries,
             on_start=set_total,
             on_batch=advance,
         )
@@ -269,6 +278,13 @@ def index(
             "--key-file and --rerank K' or --recall 0.95 for exact re-ranking",
             highlight=False,
         )
+        if res.get("profile") == "documents":
+            err_console.print(
+                "[yellow]note:[/yellow] the --recall profile uses documents in place of "
+                "queries; give real ones (--profile-queries) where queries differ from "
+                "documents, or the recall reached may fall short of the target.",
+                highlight=False,
+            )
     if note is not None:
         from ..release import charge_text
 
@@ -373,6 +389,13 @@ def search(
             results = s.search(labels, k, **opts)
         if not as_json:
             err_console.print(head, highlight=False)
+            if recall is not None and s.collection.profile_source == "documents":
+                err_console.print(
+                    "[yellow]note:[/yellow] k' for --recall was planned on documents standing "
+                    "in for queries (index --profile-queries gives real ones); the recall "
+                    "reached may fall short of the target.",
+                    highlight=False,
+                )
         if results:
             _print_results(results, as_json)
         if from_stdin:

@@ -14,7 +14,8 @@ Modules: :mod:`~privembed.concepts.sources` (concept definitions, seeded sentenc
 :mod:`~privembed.concepts.pairs` (D+/D- pairs, R(s, C)), :mod:`~privembed.concepts.masks`
 (hard-concrete mask learning, eqs. 1-5), :mod:`~privembed.concepts.sensitivity` (Def. 7 and the
 top/bottom diagnostic), :mod:`~privembed.concepts.profile` (the saved artefact) and
-:mod:`~privembed.concepts.cache` (embeddings computed once). Mask learning needs the ``learn``
+:mod:`~privembed.concepts.cache` (embeddings computed once); :mod:`~privembed.concepts.erasure`
+(LEACE concept erasure, stored beside a profile). Mask learning needs the ``learn``
 extra (torch); built-in concepts and entity labels need the ``data`` extra (Faker, spaCy).
 
 References
@@ -26,6 +27,7 @@ References
 from __future__ import annotations
 
 from .cache import embed_texts
+from .erasure import ConceptEraser, eraser_path
 from .masks import (
     GAMMA,
     XI,
@@ -55,6 +57,7 @@ __all__ = [
     "PROFILE_FORMAT",
     "XI",
     "Concept",
+    "ConceptEraser",
     "ConceptMatcher",
     "ConceptProfile",
     "MaskLearner",
@@ -65,6 +68,7 @@ __all__ = [
     "builtin_concept",
     "deterministic_mask",
     "embed_texts",
+    "eraser_path",
     "expected_l0",
     "gate_probabilities",
     "generate_sentences",

@@ -524,6 +524,34 @@ class MTEBRetrieval:
     query_texts: list[str]
     qrels: dict[str, dict[str, float]]
 
+    def subset(self, n_docs: int | None) -> MTEBRetrieval:
+        """The corpus cut to ``n_docs`` documents (``None`` or more than there are: all).
+
+        Every document judged relevant to a query is kept; the rest are filled with the
+        documents of smallest ``sha256("privembed-subset:" + doc id)``, in corpus order -- a
+        deterministic sample of distractors that does not depend on any system's results.
+        A smaller corpus makes every ranking metric easier: say which size was used.
+        """
+        if n_docs is None or n_docs >= len(self.doc_ids):
+            return self
+        if n_docs < 1:
+            raise ValueError(f"n_docs must be >= 1, got n_docs={n_docs}.")
+        index = {d: i for i, d in enumerate(self.doc_ids)}
+        relevant = {index[d] for r in self.qrels.values() for d in r if d in index}
+        rest = sorted(
+            (i for i in range(len(self.doc_ids)) if i not in relevant),
+            key=lambda i: hashlib.sha256(b"privembed-subset:" + self.doc_ids[i].encode()).digest(),
+        )
+        order = sorted(relevant | set(rest[: max(n_docs - len(relevant), 0)]))
+        return MTEBRetrieval(
+            name=f"{self.name}-{len(order)}docs",
+            doc_ids=[self.doc_ids[i] for i in order],
+            doc_texts=[self.doc_texts[i] for i in order],
+            query_ids=list(self.query_ids),
+            query_texts=list(self.query_texts),
+            qrels=self.qrels,
+        )
+
 
 def _open_text(p: Path) -> io.TextIOBase:
     if p.suffix == ".gz":

@@ -25,12 +25,13 @@ from .advice import DEFAULT_COSINES, theory_grid
 from .privacy import Linkage, TokenLeakage
 from .recommend import REID_CHANCE_MULTIPLE, Floor, Recommendation, recommend
 from .sweep import SweepConfig, SweepResult, describe_embeddings, grid, run_sweep
-from .utility import UtilityEvaluator
+from .utility import RetrievalTask, UtilityEvaluator
 
 __all__ = [
     "Evaluation",
     "attacker_split",
     "build_configs",
+    "embed_retrieval_task",
     "evaluate_embeddings",
     "read_attack_texts",
     "token_attack",
@@ -240,6 +241,7 @@ def evaluate_embeddings(
     description: Mapping[str, Any] | None = None,
     title: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    retrieval: RetrievalTask | None = None,
 ) -> Evaluation:
     """Sweep, recommend and report: what ``privembed evaluate`` does.
 
@@ -262,6 +264,10 @@ def evaluate_embeddings(
         Texts aligned with the rows of ``X`` (and their sensitive tokens): runs the adaptive
         token attack with ``attack`` settings (default
         :data:`~privembed.attacks.token_inference.AUDIT_SETTINGS`).
+    retrieval : RetrievalTask, optional
+        Real queries with relevance judgements over the rows of ``X`` (e.g. from
+        :func:`embed_retrieval_task`): adds ``ndcg@10`` and recall columns of plain queries
+        over each protected corpus.
     """
     A, _ = check_embeddings(X, name="X")
     A = np.asarray(A)
@@ -280,7 +286,12 @@ def evaluate_embeddings(
         mask_delta=mask_delta,
         seed=seed,
     )
-    ev = UtilityEvaluator(A, n_queries=None if not n_queries else n_queries)
+    ev = UtilityEvaluator(
+        A,
+        n_queries=None if not n_queries else n_queries,
+        neighbours=min(10, A.shape[0] - 1),
+        retrieval=retrieval,
+    )
     privacy: list[Any] = []
     if linkage:
         privacy.append(Linkage())
@@ -320,3 +331,52 @@ def evaluate_embeddings(
         notes=notes,
     )
     return Evaluation(result=result, recommendation=rec, report=page, notes=notes)
+
+
+def embed_retrieval_task(
+    task: Any,
+    embedder: Any = None,
+    *,
+    on_progress: Callable[[int], None] | None = None,
+) -> tuple[NDArray[np.float32], list[str], RetrievalTask]:
+    """Embed a retrieval task (:class:`~privembed.evaluation.loaders.MTEBRetrieval`, e.g.
+    :func:`~privembed.evaluation.loaders.gcide_retrieval`) for :func:`evaluate_embeddings`.
+
+    Returns the corpus embeddings (the rows to protect), their ids, and the
+    :class:`RetrievalTask` of the queries (plain: the question is what protecting the stored
+    vectors costs a user who searches them with clean queries). ``on_progress(texts_done)``
+    counts the corpus, then the queries.
+    """
+    if embedder is None:
+        from ..embedders import Embedder
+
+        embedder = Embedder()
+    done = {"docs": 0}
+
+    def docs_progress(rows: int) -> None:
+        done["docs"] = rows
+        if on_progress is not None:
+            on_progress(rows)
+
+    def query_progress(rows: int) -> None:
+        if on_progress is not None:
+            on_progress(done["docs"] + rows)
+
+    import inspect
+
+    reports = "on_progress" in inspect.signature(embedder.encode).parameters
+
+    def encode(texts: list[str], cb: Callable[[int], None]) -> NDArray[np.float32]:
+        out = embedder.encode(texts, on_progress=cb) if reports else embedder.encode(texts)
+        return np.asarray(out, dtype=np.float32)
+
+    D = encode(list(task.doc_texts), docs_progress)
+    Q = encode(list(task.query_texts), query_progress)
+    rt = RetrievalTask(
+        queries=Q,
+        query_ids=list(task.query_ids),
+        doc_ids=list(task.doc_ids),
+        qrels=task.qrels,
+        name=task.name,
+    )
+    return D, list(task.doc_ids), rt

@@ -456,14 +456,22 @@ class ProtectedCollection:
     def _profile_path(self) -> Path:
         return Path(self.store.path) / f".privembed-profile-{self.store.collection}.sealed"
 
-    def save_profile(self, sample: Any, documents: Any, *, rng: Any = None) -> None:
+    def save_profile(
+        self, sample: Any, documents: Any, *, rng: Any = None, source: str = "queries"
+    ) -> None:
         """Build and keep the corpus' clean-score profile for :meth:`query` ``recall=``.
 
         ``documents`` are the corpus' clean vectors (or a uniform sample of them) and
-        ``sample`` the rows that stand in for future queries. The profile holds similarity
+        ``sample`` the rows that stand in for future queries: real queries when there are
+        some (``source="queries"``); documents standing in for them (``source="documents"``)
+        make ``k'`` too small where queries and documents differ (on the GCIDE task, recall
+        0.05 below target on average, docs/retrieval.md). The profile holds similarity
         histograms of the clean corpus, so it is sealed with the key like a payload, beside
         the store.
         """
+        from .._validation import check_choice
+
+        source = check_choice("source", source, ("queries", "documents"))
         from ..rerank import ScoreProfile
 
         if self.codec is None:
@@ -491,6 +499,7 @@ class ProtectedCollection:
             edges=np.asarray(prof.edges),
             meta=np.array([prof.n_docs, prof.dim], dtype=np.int64),
             rho=np.array([prof.rho]),
+            source=np.array(source),
         )
         blob = self.codec.seal(
             np.zeros(1, dtype=np.float32),
@@ -505,6 +514,16 @@ class ProtectedCollection:
         with atomic_output(path) as tmp:
             tmp.write_bytes(blob)
         self.__dict__["_planners"] = {}
+
+    @property
+    def profile_source(self) -> str | None:
+        """What stood in for queries in the k' profile: "queries", "documents", or None when
+        the collection has no profile (or it was not opened yet)."""
+        if "_profile_source" not in self.__dict__ and self._profile_path().exists():
+            if self.codec is None:
+                return None
+            self.planner()
+        return self.__dict__.get("_profile_source")
 
     def planner(self, protect_query: Mechanism | None = None) -> Any:
         """The :class:`privembed.rerank.RerankPlanner` of this collection (needs its profile)."""
@@ -530,6 +549,7 @@ class ProtectedCollection:
                 z["counts"], z["top"], int(z["meta"][0]), int(z["meta"][1]),
                 float(z["rho"][0]), z["edges"],
             )  # fmt: skip
+            self.__dict__["_profile_source"] = str(z["source"]) if "source" in z else "documents"
         docs = self.mechanism if self.mechanism is not None else self.treatment.mechanism
         cache[key] = RerankPlanner(prof, documents=docs, queries=protect_query, rng=0)
         return cache[key]
@@ -741,6 +761,32 @@ def _text_batches(
     return len(texts), str(emb.metadata().get("embedding_model")), gen()
 
 
+def _profile_query_vectors(queries: Any, model: str | None) -> NDArray[np.float32]:
+    """Sample queries for the k' profile: a file of texts (embedded with ``model``) or of
+    embeddings, or an array."""
+    from ..release import is_text_file
+
+    if isinstance(queries, str | Path):
+        qp = Path(queries)
+        if not qp.exists():
+            raise FileNotFoundError(f"profile queries not found: {qp}")
+        if is_text_file(qp):
+            from ..embedders import Embedder
+            from ..io import read_text_table
+
+            Q = Embedder(model).encode(read_text_table(qp).texts)
+        else:
+            from ..io import read_embeddings
+
+            Q = read_embeddings(qp).X
+    else:
+        Q = queries
+    arr, _ = check_embeddings(Q, name="profile queries")
+    if arr.ndim != 2 or arr.shape[0] < 1:
+        raise DataError("profile queries must be a non-empty (n, d) array.")
+    return np.asarray(arr, dtype=np.float32)
+
+
 def index_file(
     input: str | Path,
     store: str,
@@ -762,7 +808,7 @@ def index_file(
     store_text: bool = False,
     text_field: str = "text",
     ids_from_content: bool = False,
-    profile_queries: int = 200,
+    profile_queries: Any = 200,
     profile_max_docs: int = 200_000,
     on_start: Any = None,
     on_batch: Any = None,
@@ -778,8 +824,11 @@ def index_file(
     With ``payloads`` (needs the key) every record's exact vector -- and with ``store_text`` its
     text -- is sealed beside its protected vector for exact re-ranking
     (:meth:`ProtectedCollection.query` ``rerank=``), and a clean-score profile of the corpus
-    (``profile_queries`` documents as sample queries against up to ``profile_max_docs``
-    documents, a uniform sample beyond that) is sealed too, for ``recall=``.
+    is sealed too, for ``recall=``: sample queries against up to ``profile_max_docs``
+    documents (a uniform sample beyond that). ``profile_queries`` is a file of real queries
+    (texts, embedded with the collection's model, or embeddings) or an array of their
+    embeddings -- best, since documents standing in for queries make ``k'`` too small where
+    the two differ -- or a number of documents to stand in for them.
 
     Returns
     -------
@@ -851,6 +900,11 @@ def index_file(
             "payloads hold the exact vectors, which a file of releases does not have: index "
             "the clean embeddings with the mechanism instead."
         )
+    real_queries = None
+    if payloads and not isinstance(profile_queries, int):
+        real_queries = _profile_query_vectors(profile_queries, emb_model)
+    elif not isinstance(profile_queries, int) or isinstance(profile_queries, bool):
+        raise ValueError("profile queries apply to a collection with payloads (--payloads).")
     seen = _IdSet() if needs_ids else None
     rows = 0
     dim: int | None = _dim if _dim > 0 else None
@@ -875,6 +929,11 @@ def index_file(
             payload_dtype=payload_dtype,
         ) as col:
             for b_ids, X, texts, extra, start in batches:
+                if real_queries is not None and real_queries.shape[1] != np.shape(X)[1]:
+                    raise DataError(  # before the first upsert
+                        f"profile queries have dimension {real_queries.shape[1]}, the "
+                        f"documents {np.shape(X)[1]}."
+                    )
                 nb = int(np.asarray(X).shape[0])
                 if b_ids is not None:
                     ids = list(b_ids)
@@ -920,10 +979,13 @@ def index_file(
                     on_batch(nb)
             if sample is not None and rows >= 3:
                 docs = sample.rows()
-                pick = np.random.default_rng(1).choice(
-                    len(docs), size=min(profile_queries, len(docs)), replace=False
-                )
-                col.save_profile(docs[pick], docs, rng=0)
+                if real_queries is not None:
+                    col.save_profile(real_queries, docs, rng=0, source="queries")
+                else:
+                    pick = np.random.default_rng(1).choice(
+                        len(docs), size=min(int(profile_queries), len(docs)), replace=False
+                    )
+                    col.save_profile(docs[pick], docs, rng=0, source="documents")
             return {
                 "rows": rows,
                 "n": n,
@@ -932,6 +994,9 @@ def index_file(
                 "treatment": col.treatment.description,
                 "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
                 "payloads": col.has_payloads,
+                "profile": None
+                if sample is None
+                else ("queries" if real_queries is not None else "documents"),
             }
     except BaseException:
         if created and store_path.exists():  # a failed first index leaves no store behind
