@@ -98,6 +98,7 @@ def make_config(
                 "model": "fake-embed",
                 "api_key_env": "FAKE_UPSTREAM_KEY",
                 "timeout_s": 10.0,
+                "retry_backoff_s": 0.0,  # retried failures (429, 502-504) wait for nothing
                 **(backend or {}),
             }
         },

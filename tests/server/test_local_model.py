@@ -59,3 +59,29 @@ def check(c: openai.OpenAI, texts: list[str]) -> None:
     np.testing.assert_allclose(Q, X[:4], atol=2e-6)
     with pytest.raises(openai.BadRequestError, match="dimensions"):
         c.embeddings.create(model="docs", input="x", dimensions=128)
+
+
+def test_runtimes_agree_on_vectors_and_token_counts():
+    """``runtime = "torch"`` and ``"onnx"`` give the same vectors (cosine >= 0.99999, the
+    export's own check) and the same token counts, and say which one ran."""
+    import asyncio
+
+    from privembed.server.backends import LocalBackend
+    from privembed.server.config import BackendConfig
+
+    texts = ["a short note", "the patient reports chest pain after exercise " * 3, "ok"]
+
+    async def embed(runtime: str):
+        b = LocalBackend(BackendConfig(name="local", type="local", runtime=runtime, threads=1))
+        await b.start()
+        try:
+            X, counts = await b.embed(texts)
+            return X, counts, b.engine, b.dim
+        finally:
+            await b.close()
+
+    Xt, ct, et, dt = asyncio.run(embed("torch"))
+    Xo, co, eo, do = asyncio.run(embed("onnx"))
+    assert (et, eo) == ("torch", "onnx") and dt == do == 384
+    assert ct == co and all(c > 2 for c in ct)
+    assert np.min(np.sum(Xt * Xo, axis=1)) >= 0.99999

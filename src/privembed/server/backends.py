@@ -9,22 +9,56 @@
 Both return float32 rows (one per text, in order) and a token count per text. Errors become
 :class:`BackendError` with a message fit for a client: it never quotes the upstream's reply
 (which may echo the input).
+
+Upstream retries
+----------------
+An embeddings call is idempotent, so transient failures are retried: a connection that cannot
+be made is first retried once at once by httpx's transport; then connection errors and HTTP
+429, 502, 503 and 504 are retried by :meth:`UpstreamBackend.embed` up to ``max_attempts``
+attempts in all, after an exponential backoff with jitter (``retry_backoff_s`` x 2^(n-1), at
+most :data:`MAX_BACKOFF_S`, times a uniform factor in [0.5, 1]) or the upstream's
+``Retry-After``, whichever is longer. No attempt starts once ``retry_deadline_s`` would be
+passed: a ``Retry-After`` beyond it ends the retries at once (the client gets 503 with that
+``Retry-After``). Timeouts are not retried (a slow upstream is not helped by more load), nor is
+any other 4xx or 5xx. When the retries are spent, one error says what the last attempt got.
+
+Examples
+--------
+>>> _retry_after_s("2"), _retry_after_s("soon"), _retry_after_s(None)
+(2.0, None, None)
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import email.utils
 import os
+import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ..rng import as_generator
 from .config import BackendConfig
 
-__all__ = ["Backend", "BackendError", "LocalBackend", "UpstreamBackend", "make_backend"]
+__all__ = [
+    "MAX_BACKOFF_S",
+    "RETRY_STATUSES",
+    "Backend",
+    "BackendError",
+    "LocalBackend",
+    "UpstreamBackend",
+    "make_backend",
+]
+
+#: upstream statuses that are retried (rate limited, bad gateway, unavailable, gateway timeout)
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+#: longest exponential backoff between two attempts, seconds (a Retry-After may ask for more)
+MAX_BACKOFF_S = 8.0
 
 
 class BackendError(Exception):
@@ -55,6 +89,11 @@ class Backend:
         """Model calls that may run at the same time."""
         return 1
 
+    @property
+    def engine(self) -> str:
+        """What computes the vectors (``"onnx"``, ``"torch"``, ``"upstream"``), for the logs."""
+        return self.config.type
+
     async def start(self) -> None:
         """Load the model or open connections."""
 
@@ -67,28 +106,42 @@ class Backend:
 
 
 class LocalBackend(Backend):
-    """A sentence-transformers model in-process (L2-normalised float32 outputs)."""
+    """An embedding model in-process (:class:`privembed.embedders.Embedder`: ONNX Runtime or
+    PyTorch, by ``runtime``; L2-normalised float32 outputs), on one worker thread."""
 
     def __init__(self, config: BackendConfig) -> None:
         super().__init__(config)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"privembed-embed-{config.name}")
         self._embedder: Any = None
 
-    async def start(self) -> None:
+    @property
+    def engine(self) -> str:
+        return str(self._embedder.backend) if self._embedder is not None else self.config.runtime
+
+    def _load(self) -> Any:
+        """Build the embedder (on the worker thread, which then runs every model call)."""
         from ..embedders import Embedder
 
-        loop = asyncio.get_running_loop()
         cfg = self.config
-        if cfg.threads is not None:
+        emb = Embedder(
+            cfg.model,
+            backend=cfg.runtime,
+            batch_size=cfg.batch_size,
+            device=cfg.device,
+            threads=cfg.threads,
+        )
+        if emb.backend == "torch" and cfg.threads is not None:
             import torch
 
-            # process-wide; on a shared or small machine one thread avoids OpenMP
-            # oversubscription (measured 7x faster single-text latency on 2 loaded cores)
+            # on a shared or small machine one thread avoids OpenMP oversubscription
+            # (measured 7x faster single-text latency on 2 loaded cores); set on the thread
+            # that runs the model
             torch.set_num_threads(cfg.threads)
-        self._embedder = await loop.run_in_executor(
-            self._executor,
-            lambda: Embedder(cfg.model, batch_size=cfg.batch_size, device=cfg.device),
-        )
+        return emb
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._embedder = await loop.run_in_executor(self._executor, self._load)
         self.dim = int(self._embedder.dim)
 
     async def close(self) -> None:
@@ -96,15 +149,7 @@ class LocalBackend(Backend):
 
     def _embed_sync(self, texts: list[str]) -> tuple[NDArray[np.float32], list[int]]:
         X = np.asarray(self._embedder.encode(texts), dtype=np.float32)
-        model = getattr(self._embedder, "_model", None)
-        tok = getattr(model, "tokenizer", None)
-        if tok is not None:
-            limit = int(getattr(model, "max_seq_length", 512) or 512)
-            ids = tok(texts, add_special_tokens=True, truncation=True, max_length=limit)
-            counts = [len(x) for x in ids["input_ids"]]
-        else:  # pragma: no cover - every sentence-transformers text model has a tokenizer
-            counts = [max(1, len(t.split())) for t in texts]
-        return X, counts
+        return X, list(self._embedder.count_tokens(texts))
 
     async def embed(self, texts: list[str]) -> tuple[NDArray[np.float32], list[int]]:
         if self._embedder is None:
@@ -132,13 +177,59 @@ def _split_tokens(total: int, texts: list[str]) -> list[int]:
     return [int(x) for x in base]
 
 
-class UpstreamBackend(Backend):
-    """An OpenAI-compatible embeddings endpoint (``POST {base_url}/embeddings``)."""
+def _retry_after_s(value: str | None) -> float | None:
+    """Seconds a ``Retry-After`` header asks for (delta-seconds or an HTTP date), or ``None``."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - time.time()
+    if seconds != seconds:  # NaN
+        return None
+    return max(0.0, seconds)
 
-    def __init__(self, config: BackendConfig, *, transport: Any = None) -> None:
+
+class UpstreamBackend(Backend):
+    """An OpenAI-compatible embeddings endpoint (``POST {base_url}/embeddings``).
+
+    Parameters
+    ----------
+    config : BackendConfig
+        ``type = "upstream"``; ``max_attempts``, ``retry_deadline_s`` and ``retry_backoff_s``
+        bound the retries (see the module documentation).
+    transport : httpx.AsyncBaseTransport, optional
+        Instead of the network (tests: ``httpx.MockTransport``); without it, an
+        ``httpx.AsyncHTTPTransport`` that retries a failed connection once.
+    sleep : async callable(float), optional
+        Waits between attempts (default :func:`asyncio.sleep`; tests pass a recorder).
+    clock : callable() -> float, optional
+        Monotonic seconds for the retry deadline (default :func:`time.monotonic`).
+    rng : int, numpy.random.Generator or None
+        Randomness of the backoff jitter.
+    """
+
+    def __init__(
+        self,
+        config: BackendConfig,
+        *,
+        transport: Any = None,
+        sleep: Callable[[float], Awaitable[Any]] | None = None,
+        clock: Callable[[], float] | None = None,
+        rng: int | np.random.Generator | None = None,
+    ) -> None:
         super().__init__(config)
         self._transport = transport
         self._client: Any = None
+        self._sleep = sleep if sleep is not None else asyncio.sleep
+        self._clock = clock if clock is not None else time.monotonic
+        self._rng = as_generator(rng)
 
     @property
     def max_concurrency(self) -> int:
@@ -158,12 +249,15 @@ class UpstreamBackend(Backend):
                 )
             headers["Authorization"] = f"Bearer {key}"
         base = (cfg.base_url or "").rstrip("/") + "/"
+        limits = httpx.Limits(max_connections=max(4, cfg.max_concurrency * 2))
+        transport = self._transport
+        if transport is None:  # connect errors: one immediate new connection, then our loop
+            transport = httpx.AsyncHTTPTransport(retries=1, limits=limits, trust_env=False)
         self._client = httpx.AsyncClient(
             base_url=base,
             headers=headers,
             timeout=httpx.Timeout(cfg.timeout_s),
-            limits=httpx.Limits(max_connections=max(4, cfg.max_concurrency * 2)),
-            transport=self._transport,
+            transport=transport,
             trust_env=False,
             follow_redirects=False,
         )
@@ -172,9 +266,53 @@ class UpstreamBackend(Backend):
         if self._client is not None:
             await self._client.aclose()
 
-    async def embed(self, texts: list[str]) -> tuple[NDArray[np.float32], list[int]]:
+    def backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        cfg = self.config
+        base = min(MAX_BACKOFF_S, cfg.retry_backoff_s * 2.0 ** (attempt - 1))
+        delay = base * float(self._rng.uniform(0.5, 1.0))
+        return delay if retry_after is None else max(delay, retry_after)
+
+    async def _post(self, body: dict[str, Any]) -> Any:
+        """The upstream's 200 response, after retrying transient failures."""
         import httpx
 
+        cfg = self.config
+        deadline = self._clock() + cfg.retry_deadline_s
+        attempt = 0
+        while True:
+            attempt += 1
+            retry_after: float | None = None
+            try:
+                resp = await self._client.post("embeddings", json=body)
+            except httpx.TimeoutException:
+                raise BackendError("the upstream embedding service timed out", status=504) from None
+            except httpx.TransportError:
+                failure = BackendError("the upstream embedding service is unreachable")
+            else:
+                code = resp.status_code
+                if code == 200:
+                    return resp
+                if code not in RETRY_STATUSES:
+                    raise BackendError(f"the upstream embedding service returned HTTP {code}")
+                retry_after = _retry_after_s(resp.headers.get("retry-after"))
+                if code in (429, 503):
+                    failure = BackendError(
+                        f"the upstream embedding service is overloaded (HTTP {code})",
+                        status=503,
+                        retry_after=1.0 if retry_after is None else max(1.0, retry_after),
+                    )
+                else:
+                    failure = BackendError(f"the upstream embedding service returned HTTP {code}")
+            delay = self.backoff(attempt, retry_after)
+            if attempt >= cfg.max_attempts or self._clock() + delay > deadline:
+                n = f"{attempt} attempt{'s' if attempt > 1 else ''}"
+                raise BackendError(
+                    f"{failure} ({n})", status=failure.status, retry_after=failure.retry_after
+                )
+            await self._sleep(delay)
+
+    async def embed(self, texts: list[str]) -> tuple[NDArray[np.float32], list[int]]:
         cfg = self.config
         body: dict[str, Any] = {
             "model": cfg.model,
@@ -183,25 +321,7 @@ class UpstreamBackend(Backend):
         }
         if cfg.dimensions is not None:
             body["dimensions"] = cfg.dimensions
-        try:
-            resp = await self._client.post("embeddings", json=body)
-        except httpx.TimeoutException:
-            raise BackendError("the upstream embedding service timed out", status=504) from None
-        except httpx.HTTPError:
-            raise BackendError("the upstream embedding service is unreachable") from None
-        if resp.status_code == 429 or resp.status_code == 503:
-            ra = resp.headers.get("retry-after")
-            try:
-                retry = float(ra) if ra is not None else 1.0
-            except ValueError:
-                retry = 1.0
-            raise BackendError(
-                f"the upstream embedding service is overloaded (HTTP {resp.status_code})",
-                status=503,
-                retry_after=retry,
-            )
-        if resp.status_code != 200:
-            raise BackendError(f"the upstream embedding service returned HTTP {resp.status_code}")
+        resp = await self._post(body)
         try:
             X, total = self._parse(resp.json(), len(texts))
         except (ValueError, KeyError, TypeError):
