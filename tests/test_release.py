@@ -190,3 +190,62 @@ def test_csv_texts_are_texts(tmp_path):
     s = protect_file(src, tmp_path / "o.npz", LaplaceMechanism(epsilon=9.0), rng=1,
                      embedder=_FakeEmbedder())  # fmt: skip
     assert s.rows == 2 and list(read_embeddings(tmp_path / "o.npz").ids) == [1, 2]
+
+
+def test_concept_erasure_before_noise(tmp_path):
+    """protect --erase: the concept's mean difference is gone from the released vectors (up
+    to the noise), the file records which eraser, keyed noise is bound to the erased content,
+    a zero row is still refused, and a file that is not an eraser says so."""
+    from privembed.concepts import ConceptEraser, ConceptProfile, eraser_path
+
+    rng = np.random.default_rng(0)
+    z = rng.integers(0, 2, 600)
+    X = rng.standard_normal((600, 16))
+    X[:, 0] += 3.0 * z
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    er = ConceptEraser.fit(X, z, metadata={"concept": "toy"})
+    prof = tmp_path / "toy.profile"
+    ConceptProfile(mask=np.ones(16) * 0.5, eraser=er).save(prof)
+    assert eraser_path(prof).is_file()
+    src = tmp_path / "e.npz"
+    write_embeddings(src, X.astype(np.float32), ids=list(range(600)))
+    key = tmp_path / "k.key"
+    keygen(key)
+    mech = LaplaceMechanism(epsilon=2000.0)  # little noise: the erasure is what shows
+    protect_file(src, tmp_path / "o.npz", mech, key=key, eraser=prof)
+    out = read_embeddings(tmp_path / "o.npz")
+    gap_before = X[z == 1].mean(0) - X[z == 0].mean(0)
+    gap_after = out.X[z == 1].mean(0) - out.X[z == 0].mean(0)
+    # (renormalising after the erasure and the noise leave a small gap; without: 0.58)
+    assert abs(gap_before[0]) > 0.5 and np.abs(gap_after).max() < 0.15 * abs(gap_before[0])
+    meta = read_metadata(tmp_path / "o.npz")["concept_erasure"]
+    assert meta["concept"] == "toy" and meta["rank"] == 1 and len(meta["digest"]) == 16
+    protect_file(src, tmp_path / "p.npz", mech, key=key)  # no erasure: other content, other noise
+    assert not np.allclose(read_embeddings(tmp_path / "p.npz").X, out.X, atol=1e-3)
+    bad = X.copy()
+    bad[5] = 0.0
+    write_embeddings(tmp_path / "z.npz", bad, ids=list(range(600)))
+    with pytest.raises(ValueError, match="row 5"):
+        protect_file(tmp_path / "z.npz", tmp_path / "q.npz", mech, key=key, eraser=er)
+    with pytest.raises(ValueError, match="neither a concept eraser nor a profile"):
+        protect_file(src, tmp_path / "q.npz", mech, key=key, eraser=src)
+    assert not (tmp_path / "q.npz").exists()
+
+
+def test_cli_protect_erase(tmp_path):
+    from typer.testing import CliRunner
+
+    from privembed.cli import app
+    from privembed.concepts import ConceptEraser
+
+    rng = np.random.default_rng(1)
+    z = rng.integers(0, 2, 200)
+    X = rng.standard_normal((200, 8))
+    X[:, 1] += 2.0 * z
+    ConceptEraser.fit(X, z, metadata={"concept": "toy"}).save(tmp_path / "toy.eraser.npz")
+    write_embeddings(tmp_path / "e.npz", X.astype(np.float32))
+    r = CliRunner().invoke(app, ["protect", str(tmp_path / "e.npz"), "-o", str(tmp_path / "o.npz"),
+                                 "-m", "laplace", "--epsilon", "50", "--erase",
+                                 str(tmp_path / "toy.eraser.npz"), "--json"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    assert read_metadata(tmp_path / "o.npz")["concept_erasure"]["concept"] == "toy"

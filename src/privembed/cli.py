@@ -224,6 +224,13 @@ def protect(
             help="Derive record ids from the content (texts or vectors without ids).",
         ),
     ] = False,
+    erase: Annotated[
+        Path | None,
+        typer.Option(
+            help="Remove a concept before the noise: a concept profile learned with --eraser "
+            "(or its .eraser.npz). LEACE; no guarantee of its own.",
+        ),
+    ] = None,
     model: Annotated[str | None, typer.Option(help="Embedding model for text input.")] = None,
     batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 4096,
     allow_reprotect: Annotated[
@@ -316,6 +323,7 @@ def protect(
             overwrite=overwrite,
             ledger_timeout=ledger_timeout,
             keep_columns=keep_column or (),
+            eraser=erase,
             on_start=set_total,
             on_batch=advance,
             on_wait=lambda p: err_console.print(

@@ -651,6 +651,7 @@ def protect_file(
     overwrite: bool = True,
     ledger_timeout: float = 60.0,
     keep_columns: Sequence[str] = (),
+    eraser: Any = None,
     on_start: Callable[[int], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
     on_wait: Callable[[Path], None] | None = None,
@@ -664,6 +665,10 @@ def protect_file(
     The output holds the ids and the protected embeddings. Other columns of a Parquet input
     are dropped (named in :attr:`ReleaseSummary.notes`) unless named in ``keep_columns``:
     nothing leaves unprotected unless asked for by name.
+
+    ``eraser`` (a :class:`~privembed.concepts.ConceptEraser`, or the path of one or of a
+    concept profile with one beside it) removes a concept from every vector before the noise:
+    pre-processing, so the mechanism's guarantee holds as stated; the erasure itself has none.
 
     Raises
     ------
@@ -681,6 +686,7 @@ def protect_file(
     if not overwrite and dst.exists():
         raise FileExistsError(f"output exists: {dst} (pass --overwrite to replace it).")
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
+    erase = _resolve_eraser(eraser)
     if is_text_file(src, text_field=text_field):
         return _protect_texts_file(
             src,
@@ -701,6 +707,7 @@ def protect_file(
             overwrite=overwrite,
             ledger_timeout=ledger_timeout,
             keep_columns=keep_columns,
+            erase=erase,
             on_start=on_start,
             on_batch=on_batch,
             on_wait=on_wait,
@@ -730,13 +737,16 @@ def protect_file(
         def fn(batch: Any) -> NDArray[Any]:
             ids = batch.ids
             if ids is None and ids_from_content and rel.needs_ids:
-                ids = content_ids(X=batch.X)
-            return rel.protect(batch.X, ids, row_offset=batch.start)
+                ids = content_ids(X=batch.X)  # of the vectors as given, before any erasure
+            X = batch.X if erase is None else _erased(erase, batch.X, src.name, batch.start)
+            return rel.protect(X, ids, row_offset=batch.start)
 
         def meta(m: dict[str, Any]) -> dict[str, Any]:
             out = {k: v for k, v in m.items() if k not in PROTECTION_KEYS}
             _n, dim, _, _ = io.iter_batches(src, batch_rows=1, column=column, id_column=id_column)
             out.update(rel.metadata(dim if dim > 0 else None))
+            if erase is not None:
+                out["concept_erasure"] = _erasure_metadata(erase)
             if m.get("protected"):
                 out["previous_protection"] = {k: m[k] for k in ("mechanism", "guarantee") if k in m}
             return out
@@ -764,6 +774,56 @@ def protect_file(
                 "one with --keep-column NAME)"
             )
         return rel.summary
+
+
+def _resolve_eraser(eraser: Any) -> Any:
+    """A ConceptEraser from itself, its file, or a concept profile with one beside it."""
+    if eraser is None:
+        return None
+    from .concepts.erasure import ConceptEraser, eraser_path
+
+    if isinstance(eraser, ConceptEraser):
+        return eraser
+    p = Path(eraser)
+    if not p.exists():
+        raise FileNotFoundError(f"eraser not found: {p}")
+    beside = eraser_path(p)
+    if beside.is_file():
+        return ConceptEraser.load(beside)
+    try:
+        return ConceptEraser.load(p)
+    except DataError:
+        raise DataError(
+            f"{p} is neither a concept eraser nor a profile with one beside it ({beside.name}); "
+            "fit one with 'privembed concept learn --eraser'."
+        ) from None
+
+
+def _erasure_metadata(erase: Any) -> dict[str, Any]:
+    h = hashlib.sha256()
+    for a in (erase.proj_left, erase.proj_right, erase.bias):
+        if a is not None:
+            h.update(np.ascontiguousarray(a, dtype="<f8").tobytes())
+    meta = {
+        k: v for k, v in erase.metadata.items() if k in ("concept", "method", "embedding_model")
+    }
+    return {
+        **meta,
+        "rank": erase.rank,
+        "digest": h.hexdigest()[:16],
+        "note": "LEACE erasure before the noise: no privacy guarantee of its own",
+    }
+
+
+def _erased(erase: Any, X: Any, name: str, start: int) -> NDArray[Any]:
+    # the input is checked as given (erasing a zero or NaN row would hide it)
+    arr, _ = check_embeddings(X, name=name, row_offset=start)
+    if arr.ndim != 2 or arr.shape[1] != erase.dim:
+        raise DataError(
+            f"{name}: the eraser is for dimension {erase.dim}, the embeddings have "
+            f"{arr.shape[-1]} (rows from {start})."
+        )
+    return np.asarray(erase.transform(arr, renormalize=True), dtype=arr.dtype)
 
 
 def is_text_file(path: str | Path, *, text_field: str = "text") -> bool:
@@ -794,6 +854,7 @@ def _protect_texts_file(
     overwrite: bool,
     ledger_timeout: float,
     keep_columns: Sequence[str],
+    erase: Any,
     on_start: Callable[[int], None] | None,
     on_batch: Callable[[int], None] | None,
     on_wait: Callable[[Path], None] | None,
@@ -858,7 +919,14 @@ def _protect_texts_file(
             X = embedder.encode(texts, on_progress=progress)
         else:
             X = np.asarray(embedder.encode(texts))
-        digests = text_digests(texts, model_id) if key is not None else None
+        digests = None
+        if key is not None:  # the noise is bound to the text and, with an eraser, to it too
+            digests = text_digests(texts, model_id)
+            if erase is not None:
+                salt = _erasure_metadata(erase)["digest"].encode()
+                digests = [hashlib.sha256(salt + d).digest() for d in digests]
+        if erase is not None:
+            X = _erased(erase, X, src.name, 0)
         Y = rel.protect(X, ids, digests=digests)
         if on_batch and done < len(texts):
             on_batch(len(texts) - done)
@@ -866,7 +934,11 @@ def _protect_texts_file(
             dst,
             Y,
             ids=ids,
-            metadata={**emb_meta, **rel.metadata(X.shape[1])},
+            metadata={
+                **emb_meta,
+                **rel.metadata(X.shape[1]),
+                **({} if erase is None else {"concept_erasure": _erasure_metadata(erase)}),
+            },
             extra=table.columns.select(keep) if keep else None,
             src=src,
             commit=rel.commit,

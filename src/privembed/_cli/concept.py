@@ -102,6 +102,14 @@ def learn(
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing profile file.")
     ] = False,
+    eraser: Annotated[
+        bool,
+        typer.Option(
+            "--eraser",
+            help="Also fit a LEACE concept eraser on the same pairs, written beside the profile "
+            "(OUTPUT.eraser.npz; protect --erase OUTPUT applies it before noise).",
+        ),
+    ] = False,
     texts: Annotated[
         Path | None, typer.Option("--texts", hidden=True, help="Deprecated: give INPUT.")
     ] = None,
@@ -120,6 +128,10 @@ def learn(
         raise ValueError("give the corpus once: as INPUT or with --texts (deprecated).")
     texts = input if input is not None else texts
     _check_output(output, overwrite)
+    if eraser:
+        from ..concepts.erasure import eraser_path
+
+        _check_output(eraser_path(output), overwrite)
     learner = MaskLearner(
         epochs=epochs,
         lam=lam,
@@ -154,6 +166,7 @@ def learn(
         use_cache=not no_cache,
         rng=seed,
         learner=learner,
+        fit_eraser=eraser,
     )
     profile.metadata["texts_source"] = source
     pairs = profile.metadata["pairs"]
@@ -169,6 +182,14 @@ def learn(
         raise ValueError(useless + (f" ({warning})" if warning else ""))
     profile.save(output)
     err_console.print(f"wrote {output}", highlight=False)
+    if profile.eraser is not None:
+        from ..concepts.erasure import eraser_path
+
+        err_console.print(
+            f"wrote {eraser_path(output)} (LEACE, rank {profile.eraser.rank}: linear probes of "
+            "the concept fall to chance on the fitting pairs; no privacy guarantee of its own)",
+            highlight=False,
+        )
     if useless:
         err_console.print(f"[yellow]warning:[/yellow] {useless}", highlight=False)
     if warning:

@@ -112,6 +112,9 @@ class ConceptProfile:
     log_beta: Any = None
     sensitivity: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: a LEACE :class:`~privembed.concepts.erasure.ConceptEraser` fitted on the same pairs
+    #: (``learn_profile(fit_eraser=True)``); :meth:`save` writes it beside the profile
+    eraser: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         m = _vector("mask", self.mask, None)
@@ -204,8 +207,13 @@ class ConceptProfile:
     # -- files ----------------------------------------------------------------------------
 
     def save(self, path: str | Path) -> Path:
-        """Write the profile atomically (an ``.npz`` archive under any file name)."""
+        """Write the profile atomically (an ``.npz`` archive under any file name), and its
+        eraser, if it has one, beside it (:func:`~privembed.concepts.erasure.eraser_path`)."""
         p = Path(path)
+        if self.eraser is not None:
+            from .erasure import eraser_path
+
+            self.eraser.save(eraser_path(p))
         meta = {"format": PROFILE_FORMAT, **self.metadata, "dim": self.dim}
         arrays: dict[str, Any] = {"mask": self.mask, "metadata": np.array(json.dumps(meta))}
         for name in _ARRAYS:
@@ -439,6 +447,7 @@ def learn_profile(
     nlp: Any = None,
     rng: Any = None,
     learner: MaskLearner | None = None,
+    fit_eraser: bool = False,
     **mask_params: Any,
 ) -> ConceptProfile:
     """The whole pipeline: pairs from ``texts``, cached embeddings, mask learning, sensitivity.
@@ -455,6 +464,9 @@ def learn_profile(
     rng : int, numpy.random.Generator or None
     learner : MaskLearner, optional
         A configured learner (or give its parameters as ``**mask_params``).
+    fit_eraser : bool, default False
+        Also fit a LEACE eraser on the same pairs (D+ = 1, D- = 0; needs ``concept-erasure``),
+        kept as :attr:`ConceptProfile.eraser`.
     **mask_params
         :class:`~privembed.concepts.masks.MaskLearner` parameters (``epochs``, ``lam`` ...).
 
@@ -491,7 +503,7 @@ def learn_profile(
     held = result.val_index if result.val_index.size >= 10 else np.arange(n)
     diag = sensitivity_diagnostic(Xp[held], Xn[held], result.log_alpha).to_dict()
     diag["pairs_used"] = "held-out" if result.val_index.size >= 10 else "all"
-    return ConceptProfile.from_result(
+    profile = ConceptProfile.from_result(
         result,
         concept=concept,
         embedding_metadata=embedder.metadata(),
@@ -500,3 +512,16 @@ def learn_profile(
         diagnostic=diag,
         seed=seed,
     )
+    if fit_eraser:
+        from .erasure import ConceptEraser
+
+        emb = embedder.metadata()
+        profile.eraser = ConceptEraser.from_pairs(
+            Xp,
+            Xn,
+            metadata={
+                "concept": concept.name,
+                "embedding_model": emb.get("embedding_model") or emb.get("model_id"),
+            },
+        )
+    return profile
