@@ -88,27 +88,45 @@ def retrieval_scores(task: MTEBRetrieval, D: np.ndarray, Q: np.ndarray, k: int =
     return float(np.mean(rec)), float(np.mean(rr))
 
 
-def gemm_flops() -> tuple[float, str]:
-    """The best measured float32 GEMM rate (FLOP/s) on model-like shapes: numpy's BLAS or torch.
+def gemm_flops(threads: int) -> tuple[float, str]:
+    """The best measured float32 GEMM rate (FLOP/s) on a model-like shape.
 
-    (4096 x 384) @ (384 x 1536): the feed-forward input projection for a batch of 4,096 tokens.
+    (4096 x 384) @ (384 x 1536), the feed-forward input projection for 4,096 tokens, with
+    numpy's BLAS, torch, and onnxruntime's own MatMul (MLAS, what the ONNX backend runs).
     """
+    import onnx
+    import onnxruntime as ort
     import torch
+    from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
     A = rng.standard_normal((4096, 384), dtype=np.float32)
     B = rng.standard_normal((384, 1536), dtype=np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["c"])],
+        "gemm",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4096, 384])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [4096, 1536])],
+        [numpy_helper.from_array(B, "b")],
+    )
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    sess = ort.InferenceSession(
+        onnx.helper.make_model(graph).SerializeToString(), so, providers=["CPUExecutionProvider"]
+    )
     flop = 2 * 4096 * 384 * 1536
     best: tuple[float, str] = (0.0, "")
-    for lib, mm, a, b in (
-        ("numpy", np.matmul, A, B),
-        ("torch", torch.matmul, torch.from_numpy(A), torch.from_numpy(B)),
+    tA, tB = torch.from_numpy(A), torch.from_numpy(B)
+    for lib, mm in (
+        ("numpy", lambda: A @ B),
+        ("torch", lambda: torch.matmul(tA, tB)),
+        ("onnxruntime", lambda: sess.run(None, {"a": A})),
     ):
-        mm(a, b)
+        mm()
         for _ in range(5):
             t = time.perf_counter()
             for _ in range(10):
-                mm(a, b)
+                mm()
             best = max(best, (10 * flop / (time.perf_counter() - t), lib))
     return best
 
@@ -148,6 +166,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=10_000, help="documents (the timed texts)")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--slices", type=int, default=20, help="interleaved timing slices")
+    ap.add_argument("--latency-calls", type=int, default=200, help="single-text calls")
+    ap.add_argument(
+        "--threads", type=int, default=None, help="threads for torch and onnxruntime (all cores)"
+    )
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--cache-dir", type=Path, default=None)
     ap.add_argument("--skip-torch-embedder", action="store_true")
@@ -155,18 +177,20 @@ def main() -> None:
 
     task = gcide_sample(args.gcide, args.n, args.queries)
     texts = task.doc_texts
-    t = time.perf_counter()
-    embedders = {
-        "onnx": Embedder(backend="onnx", batch_size=args.batch_size, cache_dir=args.cache_dir),
-        "onnx-int8": Embedder(
-            backend="onnx-int8", batch_size=args.batch_size, cache_dir=args.cache_dir
-        ),
-    }
-    setup = time.perf_counter() - t
-    torch_emb = Embedder(backend="torch", batch_size=args.batch_size)
     import torch
     from sentence_transformers import SentenceTransformer
 
+    threads = args.threads or len(os.sched_getaffinity(0))
+    torch.set_num_threads(threads)
+    t = time.perf_counter()
+    embedders = {
+        name: Embedder(
+            backend=name, batch_size=args.batch_size, threads=threads, cache_dir=args.cache_dir
+        )
+        for name in ("onnx", "onnx-int8")
+    }
+    setup = time.perf_counter() - t
+    torch_emb = Embedder(backend="torch", batch_size=args.batch_size)
     # the SentenceTransformer itself: the code path Embedder had before the ONNX backend
     st = SentenceTransformer(resolve_model(None)[1], device="cpu")
 
@@ -200,6 +224,13 @@ def main() -> None:
             secs[name].append(time.perf_counter() - t)
         loads.append(os.getloadavg()[0])
     out = {k: np.concatenate(v) for k, v in parts.items()}
+    # one request's latency (a proxy embedding one short text), interleaved the same way
+    lat: dict[str, list[float]] = {k: [] for k in runs}
+    for j in range(args.latency_calls):
+        for name in names:
+            t = time.perf_counter()
+            runs[name](texts[j % len(texts)])
+            lat[name].append(time.perf_counter() - t)
 
     base = "torch (st.encode)"
     ref = out[base]
@@ -209,7 +240,7 @@ def main() -> None:
         name: retrieval_scores(task, out[name], fn(task.query_texts)) for name, fn in runs.items()
     }
     lengths = np.array(embedders["onnx"].count_tokens(texts))
-    gemm, gemm_lib = gemm_flops()
+    gemm, gemm_lib = gemm_flops(threads)
     f_min = model_flops(lengths)
 
     print(f"## Embedding backends: all-MiniLM-L6-v2 on {len(texts):,} GCIDE definitions\n")
@@ -232,10 +263,11 @@ def main() -> None:
         f"median {np.median(lengths):.0f}, max {lengths.max()}\n"
     )
     print(
-        "| backend | texts/s | x baseline (slices: min-max) | cosine to baseline: min / mean "
+        "| backend | texts/s | x baseline (slices: min-max) | 1 text: median / p99 ms "
+        "| cosine to baseline: min / mean "
         "| top-10 NN overlap | Lee STS Spearman / Pearson | GCIDE recall@10 / MRR@10 |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for name in runs:
         r = len(texts) / sum(secs[name])
         per = np.array(secs[base]) / np.array(secs[name])
@@ -248,13 +280,14 @@ def main() -> None:
         print(
             f"| {name} | {r:.0f} | {sum(secs[base]) / sum(secs[name]):.2f} "
             f"({per.min():.2f}-{per.max():.2f}) "
+            f"| {np.median(lat[name]) * 1e3:.1f} / {np.quantile(lat[name], 0.99) * 1e3:.1f} "
             f"| {cos.min():.6f} / {cos.mean():.6f} | {nn:.3f} | {sp:.4f} / {pe:.4f} "
             f"| {scores[name][0]:.4f} / {scores[name][1]:.4f} |"
         )
     print(
         f"\nfloor: {f_min / len(texts) / 1e6:.0f} MFLOP per text (the encoder's multiply-adds "
         f"for the real tokens, no padding); measured float32 GEMM {gemm / 1e9:.0f} GFLOP/s "
-        f"({gemm_lib}, {torch.get_num_threads()} threads) -> at most "
+        f"({gemm_lib}, {threads} threads) -> at most "
         f"{gemm / f_min * len(texts):.0f} texts/s in float32."
     )
     for name in runs:
