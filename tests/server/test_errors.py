@@ -75,6 +75,9 @@ BAD_BODIES = [
     ("dims-gaussian", {"input": "x", "model": "docs", "dimensions": 8}, 400, "unsupported_dimensions", "dimensions"),
     ("dims-projection", {"input": "x", "model": "proj", "dimensions": 12}, 400, "unsupported_dimensions", "dimensions"),
     ("dims-clean-queries", {"input": "x", "model": "queries", "dimensions": 8}, 400, "unsupported_dimensions", "dimensions"),
+    ("user-empty", {"input": "x", "model": "docs", "user": ""}, 400, "invalid_value", "user"),
+    ("user-number", {"input": "x", "model": "docs", "user": 7}, 400, "invalid_value", "user"),
+    ("model-empty", {"input": "x", "model": ""}, 400, "invalid_type", "model"),
     ("unknown-model", {"input": "x", "model": "text-embedding-3-small"}, 404, "model_not_found", "model"),
     ("too-large", {"input": ["z" * 190] * 8, "model": "docs", "pad": "p" * 20_000}, 413, "request_too_large", None),
 ]  # fmt: skip
@@ -92,6 +95,26 @@ def test_bad_bodies(served, body, status, code, param):
     else:
         r = post(handle, body)
     assert_openai_error(r, status, code, param)
+
+
+def test_openapi_describes_the_request_model_with_its_limits(served):
+    handle, _, raw = served
+    doc = httpx.get(handle.url + "/openapi.json").json()
+    op = doc["paths"]["/v1/embeddings"]["post"]
+    schema = op["requestBody"]["content"]["application/json"]["schema"]
+    assert schema["required"] == ["model", "input"]
+    text, texts = schema["properties"]["input"]["anyOf"]
+    assert text["maxLength"] == raw["server"]["max_input_chars"] and text["minLength"] == 1
+    assert texts["maxItems"] == raw["server"]["max_inputs"] and texts["minItems"] == 1
+    assert schema["properties"]["encoding_format"]["enum"] == ["float", "base64"]
+    assert {"200", "400", "401", "413", "429", "503"} <= set(op["responses"])
+    assert "ErrorResponse" in doc["components"]["schemas"]
+
+
+def test_encoding_format_null_means_float(served):
+    handle, _, _ = served
+    r = post(handle, {"input": "x", "model": "docs", "encoding_format": None, "extra": 1})
+    assert r.status_code == 200 and isinstance(r.json()["data"][0]["embedding"], list)
 
 
 def test_chunked_body_over_the_limit(served):

@@ -18,6 +18,12 @@ Routes
 
 Every error is ``{"error": {"message", "type", "param", "code"}}`` with no stack trace; the logs
 (:mod:`.logs`) carry no input text and no vector.
+
+The embeddings body is a pydantic model (:class:`EmbeddingsRequest`, its limits from the
+configuration), which is also what ``/openapi.json`` describes. It is validated in the route
+rather than by FastAPI's parameter injection, so that a request is authenticated and
+rate-limited before its body is read, and a body is read under the byte limit whatever its
+``Content-Type``.
 """
 
 from __future__ import annotations
@@ -30,14 +36,16 @@ import itertools
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -50,29 +58,150 @@ from .logs import logger
 from .metrics import Metrics
 from .service import BudgetRefused, LedgerUnavailable, Service
 
-__all__ = ["create_app", "parse_embeddings_request"]
+__all__ = ["EmbeddingsRequest", "create_app", "parse_embeddings_request"]
 
 _ROUTES = ("/v1/embeddings", "/v1/models", "/healthz", "/metrics", "/openapi.json")
 _LOG_KEY = "privembed.log"
 _ANONYMOUS = ApiKeyConfig(name="anonymous", sha256="0" * 64)
 
 
-# ---- request parsing -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EmbeddingsRequest:
-    """A validated ``POST /v1/embeddings`` body."""
-
-    texts: list[str]
-    model: str
-    encoding_format: str
-    dimensions: int | None
-    user: str | None = None
+# ---- the request body ------------------------------------------------------------------------
 
 
 def _bad(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param=param, code=code)
+
+
+def _is_token(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _as_texts(value: Any) -> Any:
+    """``input`` as a list: a string is one text; token arrays and other types are refused."""
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise PydanticCustomError(
+            "invalid_type",
+            "input must be a string or an array of strings, got {kind}.",
+            {"kind": type(value).__name__},
+        )
+    if value and (
+        all(_is_token(x) for x in value)
+        or all(isinstance(x, list) and all(_is_token(y) for y in x) for x in value)
+    ):
+        raise PydanticCustomError(
+            "token_input_not_supported",
+            "input is an array of tokens; this server embeds text only: send strings "
+            "(in LangChain, OpenAIEmbeddings(check_embedding_ctx_length=False)).",
+        )
+    return value
+
+
+def _real_text(value: str) -> str:
+    if not value.strip():
+        raise PydanticCustomError("empty_input", "is empty or only whitespace")
+    return value
+
+
+def _float_if_null(value: Any) -> Any:
+    return "float" if value is None else value
+
+
+class EmbeddingsRequest(BaseModel):
+    """A validated ``POST /v1/embeddings`` body (OpenAI's fields; other fields are ignored).
+
+    The limits on ``input`` come from the configuration: :func:`parse_embeddings_request`
+    (and the server) use a subclass made for them, whose JSON schema ``/openapi.json`` shows.
+
+    Attributes
+    ----------
+    model : str
+        The model name the client asks for.
+    input : list of str
+        The texts (a single string is a list of one).
+    encoding_format : {"float", "base64"}
+    dimensions : int, optional
+    user : str, optional
+        The subject the request is charged to (see ``docs/server.md``).
+    """
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+    model: Annotated[str, Field(min_length=1)]
+    input: Annotated[list[str], BeforeValidator(_as_texts)]
+    encoding_format: Annotated[Literal["float", "base64"], BeforeValidator(_float_if_null)] = (
+        "float"
+    )
+    dimensions: Annotated[int, Field(ge=1)] | None = None
+    user: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        """The texts to embed, in order."""
+        return list(self.input)
+
+
+@lru_cache(maxsize=16)
+def _request_model(max_inputs: int, max_input_chars: int) -> type[EmbeddingsRequest]:
+    """:class:`EmbeddingsRequest` with the configured limits on ``input``."""
+    text = Annotated[
+        str, Field(min_length=1, max_length=max_input_chars), AfterValidator(_real_text)
+    ]
+    texts = Annotated[list[text], Field(min_length=1, max_length=max_inputs)]
+
+    class Limited(EmbeddingsRequest):
+        input: Annotated[texts, BeforeValidator(_as_texts, json_schema_input_type=text | texts)]
+
+    Limited.__name__ = Limited.__qualname__ = "EmbeddingsRequest"
+    return Limited
+
+
+def _request_error(err: ErrorDetails, body: dict[str, Any]) -> APIError:
+    """The OpenAI-style 400 for the first validation error of a body (a JSON object)."""
+    loc, kind, ctx = err["loc"], err["type"], err.get("ctx") or {}
+    field = str(loc[0])
+    if kind == "missing":
+        article = "an" if field[0] in "aeiou" else "a"
+        return _bad(
+            f"You must provide {article} {field} parameter.", param=field, code="missing_parameter"
+        )
+    if field == "model":
+        return _bad("model must be a non-empty string.", param="model", code="invalid_type")
+    if field == "input":
+        if len(loc) == 1:  # the list as a whole
+            if kind == "too_short":
+                return _bad("input must not be an empty array.", param="input", code="empty_input")
+            if kind == "too_long":
+                n, limit = len(body["input"]), ctx["max_length"]
+                return _bad(
+                    f"input has {n} items; at most {limit} are allowed per request.",
+                    param="input",
+                    code="too_many_inputs",
+                )
+            return _bad(err["msg"], param="input", code=kind)  # a type, or token arrays
+        where = "input" if isinstance(body["input"], str) else f"input[{loc[1]}]"
+        value = err["input"]
+        if kind == "string_type":
+            msg, code = f"must be a string, got {type(value).__name__}", "invalid_type"
+        elif kind == "string_too_short":
+            msg, code = "is empty or only whitespace", "empty_input"
+        elif kind == "string_unicode":  # pydantic refuses lone surrogates
+            msg, code = "is not valid Unicode (a lone surrogate)", "invalid_text"
+        elif kind == "string_too_long":
+            msg = f"has {len(value)} characters; at most {ctx['max_length']} are allowed"
+            code = "input_too_long"
+        else:  # empty_input
+            msg, code = err["msg"], kind
+        return _bad(f"{where} {msg}.", param=where, code=code)
+    value = body.get(field)
+    if field == "encoding_format":
+        msg = f"encoding_format must be 'float' or 'base64', got {value!r}."
+    elif field == "dimensions":
+        msg = f"dimensions must be a positive integer, got {value!r}."
+    else:
+        msg = "user must be a non-empty string of at most 256 characters."
+    return _bad(msg, param=field, code="invalid_value")
 
 
 def parse_embeddings_request(
@@ -82,8 +211,10 @@ def parse_embeddings_request(
 
     Examples
     --------
-    >>> parse_embeddings_request({"model": "m", "input": "hi"}, max_inputs=4, max_input_chars=10)
-    EmbeddingsRequest(texts=['hi'], model='m', encoding_format='float', dimensions=None, user=None)
+    >>> req = parse_embeddings_request({"model": "m", "input": "hi"}, max_inputs=4,
+    ...                                max_input_chars=10)
+    >>> req.texts, req.model, req.encoding_format, req.dimensions
+    (['hi'], 'm', 'float', None)
     >>> parse_embeddings_request({"model": "m", "input": [1, 2]}, max_inputs=4, max_input_chars=10)
     Traceback (most recent call last):
     ...
@@ -91,91 +222,10 @@ def parse_embeddings_request(
     """
     if not isinstance(obj, dict):
         raise _bad("The request body must be a JSON object.", code="invalid_body")
-    model = obj.get("model")
-    if model is None:
-        raise _bad("You must provide a model parameter.", param="model", code="missing_parameter")
-    if not isinstance(model, str) or not model:
-        raise _bad("model must be a non-empty string.", param="model", code="invalid_type")
-    if "input" not in obj:
-        raise _bad("You must provide an input parameter.", param="input", code="missing_parameter")
-    inp = obj["input"]
-    if isinstance(inp, str):
-        texts = [inp]
-    elif isinstance(inp, list):
-        if not inp:
-            raise _bad("input must not be an empty array.", param="input", code="empty_input")
-        if all(isinstance(x, int) and not isinstance(x, bool) for x in inp) or all(
-            isinstance(x, list) and all(isinstance(y, int) and not isinstance(y, bool) for y in x)
-            for x in inp
-        ):
-            raise _bad(
-                "input is an array of tokens; this server embeds text only: send strings "
-                "(in LangChain, OpenAIEmbeddings(check_embedding_ctx_length=False)).",
-                param="input",
-                code="token_input_not_supported",
-            )
-        for i, x in enumerate(inp):
-            if not isinstance(x, str):
-                raise _bad(
-                    f"input[{i}] must be a string, got {type(x).__name__}.",
-                    param=f"input[{i}]",
-                    code="invalid_type",
-                )
-        texts = inp
-    else:
-        raise _bad(
-            f"input must be a string or an array of strings, got {type(inp).__name__}.",
-            param="input",
-            code="invalid_type",
-        )
-    if len(texts) > max_inputs:
-        raise _bad(
-            f"input has {len(texts)} items; at most {max_inputs} are allowed per request.",
-            param="input",
-            code="too_many_inputs",
-        )
-    for i, t in enumerate(texts):
-        where = "input" if isinstance(inp, str) else f"input[{i}]"
-        if not t.strip():
-            raise _bad(f"{where} is empty or only whitespace.", param=where, code="empty_input")
-        if len(t) > max_input_chars:
-            raise _bad(
-                f"{where} has {len(t)} characters; at most {max_input_chars} are allowed.",
-                param=where,
-                code="input_too_long",
-            )
-        try:
-            t.encode("utf-8")
-        except UnicodeEncodeError:
-            raise _bad(
-                f"{where} is not valid Unicode (a lone surrogate).",
-                param=where,
-                code="invalid_text",
-            ) from None
-    fmt = obj.get("encoding_format")
-    if fmt is None:
-        fmt = "float"
-    if fmt not in ("float", "base64"):
-        raise _bad(
-            f"encoding_format must be 'float' or 'base64', got {fmt!r}.",
-            param="encoding_format",
-            code="invalid_value",
-        )
-    dims = obj.get("dimensions")
-    if dims is not None and (isinstance(dims, bool) or not isinstance(dims, int) or dims < 1):
-        raise _bad(
-            f"dimensions must be a positive integer, got {dims!r}.",
-            param="dimensions",
-            code="invalid_value",
-        )
-    user = obj.get("user")
-    if user is not None and (not isinstance(user, str) or not user or len(user) > 256):
-        raise _bad(
-            "user must be a non-empty string of at most 256 characters.",
-            param="user",
-            code="invalid_value",
-        )
-    return EmbeddingsRequest(list(texts), model, str(fmt), dims, user)
+    try:
+        return _request_model(max_inputs, max_input_chars).model_validate(obj)
+    except ValidationError as exc:
+        raise _request_error(exc.errors()[0], obj) from None
 
 
 def _resolve_dims(model: ModelConfig, dims: int | None, backend_dim: int | None) -> int | None:
@@ -200,6 +250,64 @@ def _resolve_dims(model: ModelConfig, dims: int | None, backend_dim: int | None)
         param="dimensions",
         code="unsupported_dimensions",
     )
+
+
+# ---- response documents (for /openapi.json; responses are written directly) ----------------
+
+
+class _Embedding(BaseModel):
+    object: Literal["embedding"]
+    index: int
+    embedding: list[float] | str
+
+
+class _Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsResponse(BaseModel):
+    """The ``POST /v1/embeddings`` response (OpenAI's shape)."""
+
+    object: Literal["list"]
+    data: list[_Embedding]
+    model: str
+    usage: _Usage
+
+
+class _ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    """Every error's body."""
+
+    error: _ErrorDetail
+
+
+_ERROR_TEXT = {
+    400: "Malformed request, bad input, unknown dimensions",
+    401: "Missing or invalid API key",
+    403: "Model not allowed for this key, or privacy budget exhausted",
+    404: "Unknown model",
+    413: "Request body too large",
+    429: "Rate limit exceeded (Retry-After)",
+    502: "Upstream embedding service failed",
+    503: "Overloaded, queue full or shutting down (Retry-After)",
+    504: "Upstream embedding service timed out",
+}
+
+
+def _error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {c: {"description": _ERROR_TEXT[c], "model": ErrorResponse} for c in codes}
+
+
+def _embeddings_openapi(s: Any) -> dict[str, Any]:
+    schema = _request_model(s.max_inputs, s.max_input_chars).model_json_schema()
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
 # ---- middleware: request id, body limit, metrics, structured log -----------------------------
@@ -309,191 +417,21 @@ def _error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers or None)
 
 
-# ---- OpenAPI description ---------------------------------------------------------------------
-
-_ERROR_SCHEMA = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["message", "type", "param", "code"],
-            "properties": {
-                "message": {"type": "string"},
-                "type": {"type": "string"},
-                "param": {"type": ["string", "null"]},
-                "code": {"type": ["string", "null"]},
-            },
-        }
-    },
-}
+# ---- what the routes share -------------------------------------------------------------------
 
 
-def _error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    text = {
-        400: "Malformed request, bad input, unknown dimensions",
-        401: "Missing or invalid API key",
-        403: "Model not allowed for this key, or privacy budget exhausted",
-        404: "Unknown model",
-        413: "Request body too large",
-        429: "Rate limit exceeded (Retry-After)",
-        502: "Upstream embedding service failed",
-        503: "Overloaded, queue full or shutting down (Retry-After)",
-        504: "Upstream embedding service timed out",
-    }
-    return {
-        c: {"description": text[c], "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
-        for c in codes
-    }
+class _State:
+    """One application's configuration, keys, limiter, metrics and (while running) service."""
 
+    def __init__(self, cfg: ServeConfig, clock: Callable[[], float] | None) -> None:
+        self.cfg = cfg
+        self.metrics = Metrics()
+        self.keyring = KeyRing(cfg.api_keys)
+        self.limiter = RateLimiter(clock=clock)
+        self.service: Service | None = None
 
-def _embeddings_openapi(s: Any) -> dict[str, Any]:
-    text = {"type": "string", "minLength": 1, "maxLength": s.max_input_chars}
-    return {
-        "requestBody": {
-            "required": True,
-            "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "object",
-                        "required": ["input", "model"],
-                        "properties": {
-                            "input": {
-                                "description": "Text or texts to embed (token arrays are refused).",
-                                "anyOf": [
-                                    text,
-                                    {
-                                        "type": "array",
-                                        "items": text,
-                                        "minItems": 1,
-                                        "maxItems": s.max_inputs,
-                                    },
-                                ],
-                            },
-                            "model": {"type": "string", "minLength": 1},
-                            "encoding_format": {"type": "string", "enum": ["float", "base64"]},
-                            "dimensions": {"type": "integer", "minimum": 1},
-                            "user": {"type": "string"},
-                        },
-                    }
-                }
-            },
-        },
-        "responses": {
-            "200": {
-                "description": "Protected embeddings",
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "required": ["object", "data", "model", "usage"],
-                            "properties": {
-                                "object": {"const": "list"},
-                                "data": {
-                                    "type": "array",
-                                    "items": {
-                                        "type": "object",
-                                        "required": ["object", "index", "embedding"],
-                                        "properties": {
-                                            "object": {"const": "embedding"},
-                                            "index": {"type": "integer"},
-                                            "embedding": {
-                                                "anyOf": [
-                                                    {"type": "array", "items": {"type": "number"}},
-                                                    {"type": "string"},
-                                                ]
-                                            },
-                                        },
-                                    },
-                                },
-                                "model": {"type": "string"},
-                                "usage": {
-                                    "type": "object",
-                                    "properties": {
-                                        "prompt_tokens": {"type": "integer"},
-                                        "total_tokens": {"type": "integer"},
-                                    },
-                                },
-                            },
-                        }
-                    }
-                },
-            },
-            **{
-                str(k): v
-                for k, v in _error_responses(400, 401, 403, 404, 413, 429, 502, 503, 504).items()
-            },
-        },
-    }
-
-
-# ---- the application -------------------------------------------------------------------------
-
-
-def create_app(config: ServeConfig | str | Path) -> FastAPI:
-    """Build the server application for a configuration (or a TOML file path).
-
-    The model (local backends) is loaded, the ledger opened and the batchers started in the
-    application's lifespan: run it under uvicorn (``privembed serve``) or
-    :func:`privembed.server.running_server`.
-
-    Raises
-    ------
-    ConfigError
-        The configuration is invalid.
-    """
-    cfg = config if isinstance(config, ServeConfig) else load_config(config)
-    s = cfg.server
-    metrics = Metrics()
-    keyring = KeyRing(cfg.api_keys)
-    limiter = RateLimiter()
-    holder: dict[str, Service] = {}
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        service = Service(cfg, metrics)
-        try:
-            await service.start()
-        except Exception as exc:
-            app.state.startup_error = exc
-            logger.error("startup_failed", extra={"fields": {"error": str(exc)[:500]}})
-            await service.stop()
-            raise
-        holder["service"] = service
-        logger.info(
-            "started",
-            extra={
-                "fields": {
-                    "models": list(cfg.models),
-                    "backends": {n: b.type for n, b in cfg.backends.items()},
-                    "noise": s.noise,
-                    "ledger": s.ledger is not None,
-                    "api_keys": len(keyring),
-                }
-            },
-        )
-        try:
-            yield
-        finally:
-            logger.info("stopping", extra={"fields": {"queued_texts": service.queue_depth}})
-            await service.stop()
-            holder.pop("service", None)
-            logger.info("stopped")
-
-    app = FastAPI(
-        title="privembed embeddings proxy",
-        version=_version(),
-        description=(
-            "OpenAI-compatible embeddings endpoint that returns privacy-protected vectors "
-            "(privembed)."
-        ),
-        lifespan=lifespan,
-        docs_url=None,  # no Swagger UI (it loads scripts from a CDN); /openapi.json stays
-        redoc_url=None,
-    )
-
-    def service() -> Service:
-        svc = holder.get("service")
+    def ready_service(self) -> Service:
+        svc = self.service
         if svc is None or not svc.ready:
             raise APIError(
                 503,
@@ -503,10 +441,10 @@ def create_app(config: ServeConfig | str | Path) -> FastAPI:
             )
         return svc
 
-    def authenticate(request: Request) -> ApiKeyConfig:
+    def authenticate(self, request: Request) -> ApiKeyConfig:
         header = request.headers.get("authorization")
         if header is None:
-            if s.allow_unauthenticated:
+            if self.cfg.server.allow_unauthenticated:
                 return _ANONYMOUS
             raise APIError(
                 401,
@@ -514,16 +452,25 @@ def create_app(config: ServeConfig | str | Path) -> FastAPI:
                 code="missing_api_key",
             )
         scheme, _, token = header.partition(" ")
-        entry = (
-            keyring.lookup(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
-        )
+        token = token.strip()
+        entry = self.keyring.lookup(token) if scheme.lower() == "bearer" and token else None
         if entry is None:
             raise APIError(401, "Incorrect API key provided.", code="invalid_api_key")
         request.scope[_LOG_KEY]["key"] = entry.name
         return entry
 
-    def lookup_model(name: str, principal: ApiKeyConfig) -> ModelConfig:
-        model = cfg.models.get(name)
+    def check_rate(self, principal: ApiKeyConfig) -> None:
+        wait = self.limiter.acquire(principal)
+        if wait > 0:
+            raise APIError(
+                429,
+                "Rate limit reached for this API key; retry later.",
+                code="rate_limit_exceeded",
+                headers={"Retry-After": str(max(1, int(wait + 0.999)))},
+            )
+
+    def lookup_model(self, name: str, principal: ApiKeyConfig) -> ModelConfig:
+        model = self.cfg.models.get(name)
         if model is None:
             raise APIError(
                 404,
@@ -540,167 +487,197 @@ def create_app(config: ServeConfig | str | Path) -> FastAPI:
             )
         return model
 
-    # ---- error handlers ----------------------------------------------------------------------
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return _error_response(exc)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        msg = {404: "Not found.", 405: "Method not allowed."}.get(exc.status_code, "Bad request.")
-        return _error_response(
-            APIError(exc.status_code, msg, headers=dict(exc.headers) if exc.headers else None)
-        )
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errs = exc.errors()
-        param = ".".join(str(x) for x in errs[0]["loc"][1:]) if errs else None
-        return _error_response(APIError(400, "Invalid request parameters.", param=param or None))
-
-    @app.exception_handler(Exception)
-    async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-        logger.error("internal_error", exc_info=exc)
-        return _error_response(APIError(500, "Internal server error.", code="internal_error"))
-
-    # ---- routes ------------------------------------------------------------------------------
-    @app.post(
-        "/v1/embeddings",
-        openapi_extra=_embeddings_openapi(s),
-        response_model=None,
-        summary="Create protected embeddings",
-    )
-    async def embeddings(request: Request) -> Response:
-        fields = request.scope[_LOG_KEY]
-        svc = service()
-        principal = authenticate(request)
-        wait = limiter.acquire(principal)
-        if wait > 0:
-            raise APIError(
-                429,
-                "Rate limit reached for this API key; retry later.",
-                code="rate_limit_exceeded",
-                headers={"Retry-After": str(max(1, int(wait + 0.999)))},
-            )
-        try:
-            raw = await request.body()
-        except _BodyTooLarge:
-            raise APIError(413, _too_large(s.max_body_bytes), code="request_too_large") from None
-        try:
-            obj = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise _bad(
-                "We could not parse the JSON body of your request.", code="invalid_json"
-            ) from None
-        req = parse_embeddings_request(
-            obj, max_inputs=s.max_inputs, max_input_chars=s.max_input_chars
-        )
-        model = lookup_model(req.model, principal)
-        dims = _resolve_dims(model, req.dimensions, svc.backends[model.backend].dim)
-        fields.update(
-            model=model.name,
-            n_inputs=len(req.texts),
-            chars=sum(len(t) for t in req.texts),
-            encoding_format=req.encoding_format,
-            dimensions=req.dimensions,
-        )
-        metrics.inputs += len(req.texts)
-        ids = svc.record_ids(req.texts)
-        unique = dict(zip(ids, req.texts, strict=True))
-        subject = req.user or request.headers.get(s.subject_header) or principal.name
-        fields["subject"] = hashlib.sha256(subject.encode()).hexdigest()[:12]
-        try:
-            got = await asyncio.wait_for(
-                svc.embed(model, dims, list(unique), list(unique.values()), subject=subject),
-                timeout=s.request_timeout_s,
-            )
-        except QueueFull:
-            metrics.refused["queue_full"] += 1
-            raise APIError(
-                503,
-                "The server is overloaded (queue full); retry later.",
-                code="overloaded",
-                headers={"Retry-After": str(svc.batchers[model.backend].retry_after())},
-            ) from None
-        except ShuttingDown:
-            raise APIError(
-                503,
-                "The server is shutting down.",
-                code="shutting_down",
-                headers={"Retry-After": "5"},
-            ) from None
-        except TimeoutError:
-            raise APIError(
-                503,
-                f"The request did not finish within {s.request_timeout_s:g} s; retry later.",
-                code="timeout",
-                headers={"Retry-After": "5"},
-            ) from None
-        except BackendError as exc:
-            metrics.refused["backend"] += 1
-            hdr = {"Retry-After": str(max(1, int(exc.retry_after)))} if exc.retry_after else None
-            raise APIError(exc.status, str(exc) + ".", code="upstream_error", headers=hdr) from None
-        except BudgetRefused as exc:
-            metrics.refused["budget"] += 1
-            what = (
-                "this subject's privacy budget (all its texts together)"
-                if exc.scope == "subject"
-                else "the per-text privacy budget"
-            )
-            raise APIError(
-                403,
-                f"Releasing these inputs would exceed {what}.",
-                param="input",
-                code="privacy_budget_exceeded",
-            ) from None
-        except LedgerUnavailable:
-            metrics.refused["ledger_busy"] += 1
-            raise APIError(
-                503,
-                "The privacy ledger is busy (locked by another process); retry later.",
-                code="ledger_busy",
-                headers={"Retry-After": str(max(1, int(s.ledger_timeout_s + 0.999)))},
-            ) from None
-        data = []
-        for i, rid in enumerate(ids):
-            v = got.vectors[rid]
-            emb: Any = (
-                base64.b64encode(v.astype("<f4", copy=False).tobytes()).decode("ascii")
-                if req.encoding_format == "base64"
-                else v.tolist()
-            )
-            data.append({"object": "embedding", "index": i, "embedding": emb})
-        n_tokens = sum(got.tokens[r] for r in ids)
-        metrics.count_vectors(model.name, model.treatment, len(ids))
-        payload = {
-            "object": "list",
-            "data": data,
-            "model": model.name,
-            "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-        }
-        return Response(
-            json.dumps(payload, separators=(",", ":")),
-            media_type="application/json",
-            headers={"Cache-Control": "no-store"},
-        )
-
-    def model_card(m: ModelConfig, svc: Service) -> dict[str, Any]:
+    def model_card(self, m: ModelConfig, svc: Service) -> dict[str, Any]:
         desc = next(d for d in svc.describe_models() if d["id"] == m.name)
         return {
             "id": m.name,
             "object": "model",
-            "created": int(metrics.started),
+            "created": int(self.metrics.started),
             "owned_by": "privembed",
             "privembed": {k: v for k, v in desc.items() if k != "id"},
         }
+
+
+# ---- POST /v1/embeddings ---------------------------------------------------------------------
+
+_REFUSALS = (QueueFull, ShuttingDown, TimeoutError, BackendError, BudgetRefused, LedgerUnavailable)
+
+
+async def _read_request(st: _State, request: Request) -> EmbeddingsRequest:
+    s = st.cfg.server
+    try:
+        raw = await request.body()
+    except _BodyTooLarge:
+        raise APIError(413, _too_large(s.max_body_bytes), code="request_too_large") from None
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise _bad(
+            "We could not parse the JSON body of your request.", code="invalid_json"
+        ) from None
+    return parse_embeddings_request(obj, max_inputs=s.max_inputs, max_input_chars=s.max_input_chars)
+
+
+def _refusal(st: _State, svc: Service, model: ModelConfig, exc: Exception) -> APIError:
+    """The client's error for a request the service could not complete."""
+    s, refused = st.cfg.server, st.metrics.refused
+    if isinstance(exc, QueueFull):
+        refused["queue_full"] += 1
+        retry = svc.batchers[model.backend].retry_after()
+        return APIError(
+            503,
+            "The server is overloaded (queue full); retry later.",
+            code="overloaded",
+            headers={"Retry-After": str(retry)},
+        )
+    if isinstance(exc, ShuttingDown):
+        return APIError(
+            503, "The server is shutting down.", code="shutting_down", headers={"Retry-After": "5"}
+        )
+    if isinstance(exc, TimeoutError):
+        return APIError(
+            503,
+            f"The request did not finish within {s.request_timeout_s:g} s; retry later.",
+            code="timeout",
+            headers={"Retry-After": "5"},
+        )
+    if isinstance(exc, BackendError):
+        refused["backend"] += 1
+        hdr = {"Retry-After": str(max(1, int(exc.retry_after)))} if exc.retry_after else None
+        return APIError(exc.status, str(exc) + ".", code="upstream_error", headers=hdr)
+    if isinstance(exc, BudgetRefused):
+        refused["budget"] += 1
+        what = (
+            "this subject's privacy budget (all its texts together)"
+            if exc.scope == "subject"
+            else "the per-text privacy budget"
+        )
+        return APIError(
+            403,
+            f"Releasing these inputs would exceed {what}.",
+            param="input",
+            code="privacy_budget_exceeded",
+        )
+    refused["ledger_busy"] += 1  # LedgerUnavailable
+    return APIError(
+        503,
+        "The privacy ledger is busy (locked by another process); retry later.",
+        code="ledger_busy",
+        headers={"Retry-After": str(max(1, int(s.ledger_timeout_s + 0.999)))},
+    )
+
+
+def _embeddings_body(
+    model: ModelConfig, ids: list[str], vectors: dict[str, Any], tokens: int, fmt: str
+) -> bytes:
+    data = []
+    for i, rid in enumerate(ids):
+        v = vectors[rid]
+        emb: Any = (
+            base64.b64encode(v.astype("<f4", copy=False).tobytes()).decode("ascii")
+            if fmt == "base64"
+            else v.tolist()
+        )
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    payload = {
+        "object": "list",
+        "data": data,
+        "model": model.name,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+    return json.dumps(payload, separators=(",", ":")).encode()
+
+
+async def _embeddings(st: _State, request: Request) -> Response:
+    s, fields = st.cfg.server, request.scope[_LOG_KEY]
+    svc = st.ready_service()
+    principal = st.authenticate(request)
+    st.check_rate(principal)
+    req = await _read_request(st, request)
+    model = st.lookup_model(req.model, principal)
+    dims = _resolve_dims(model, req.dimensions, svc.backends[model.backend].dim)
+    texts = req.texts
+    fields.update(
+        model=model.name,
+        n_inputs=len(texts),
+        chars=sum(len(t) for t in texts),
+        encoding_format=req.encoding_format,
+        dimensions=req.dimensions,
+    )
+    st.metrics.inputs += len(texts)
+    ids = svc.record_ids(texts)
+    unique = dict(zip(ids, texts, strict=True))
+    subject = req.user or request.headers.get(s.subject_header) or principal.name
+    fields["subject"] = hashlib.sha256(subject.encode()).hexdigest()[:12]
+    try:
+        got = await asyncio.wait_for(
+            svc.embed(model, dims, list(unique), list(unique.values()), subject=subject),
+            timeout=s.request_timeout_s,
+        )
+    except _REFUSALS as exc:
+        raise _refusal(st, svc, model, exc) from None
+    st.metrics.count_vectors(model.name, model.treatment, len(ids))
+    body = _embeddings_body(
+        model, ids, got.vectors, sum(got.tokens[r] for r in ids), req.encoding_format
+    )
+    return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
+
+
+# ---- the other routes ------------------------------------------------------------------------
+
+
+def _healthz(st: _State) -> JSONResponse:
+    svc = st.service
+    ready = svc is not None and svc.ready
+    body: dict[str, Any] = {
+        "status": "ok" if ready else "unavailable",
+        "models": len(st.cfg.models),
+    }
+    if svc is not None:
+        h = svc.ledger_health
+        body["ledger"] = {"state": h.state, "since": h.since}
+        if h.state == "busy":
+            body["status"] = "degraded"  # embeddings that need the ledger answer 503
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+def _metrics(st: _State, request: Request, fmt: str) -> Response:
+    if st.cfg.server.metrics_require_auth:
+        st.authenticate(request)
+    svc = st.service
+    st.metrics.queue_depth = svc.queue_depth if svc is not None else 0
+    if fmt == "json":
+        return JSONResponse(st.metrics.snapshot())
+    if fmt != "prometheus":
+        raise _bad(
+            f"format must be 'prometheus' or 'json', got {fmt[:50]!r}.",
+            param="format",
+            code="invalid_value",
+        )
+    return PlainTextResponse(st.metrics.prometheus(), media_type="text/plain; version=0.0.4")
+
+
+def _add_routes(app: FastAPI, st: _State) -> None:
+    @app.post(
+        "/v1/embeddings",
+        openapi_extra=_embeddings_openapi(st.cfg.server),
+        response_model=None,
+        responses={
+            200: {"description": "Protected embeddings", "model": EmbeddingsResponse},
+            **_error_responses(400, 401, 403, 404, 413, 429, 502, 503, 504),
+        },
+        summary="Create protected embeddings",
+    )
+    async def embeddings(request: Request) -> Response:
+        return await _embeddings(st, request)
 
     @app.get(
         "/v1/models", summary="List the models this key may use", responses=_error_responses(401)
     )
     async def list_models(request: Request) -> JSONResponse:
-        svc = service()
-        principal = authenticate(request)
-        data = [model_card(m, svc) for n, m in cfg.models.items() if principal.allows(n)]
+        svc = st.ready_service()
+        principal = st.authenticate(request)
+        data = [st.model_card(m, svc) for n, m in st.cfg.models.items() if principal.allows(n)]
         return JSONResponse({"object": "list", "data": data})
 
     @app.get(
@@ -709,24 +686,13 @@ def create_app(config: ServeConfig | str | Path) -> FastAPI:
         responses=_error_responses(401, 403, 404),
     )
     async def get_model(model: str, request: Request) -> JSONResponse:
-        svc = service()
-        principal = authenticate(request)
-        return JSONResponse(model_card(lookup_model(model, principal), svc))
+        svc = st.ready_service()
+        principal = st.authenticate(request)
+        return JSONResponse(st.model_card(st.lookup_model(model, principal), svc))
 
     @app.get("/healthz", summary="Liveness and readiness")
     async def healthz() -> JSONResponse:
-        svc = holder.get("service")
-        ready = svc is not None and svc.ready
-        body: dict[str, Any] = {
-            "status": "ok" if ready else "unavailable",
-            "models": len(cfg.models),
-        }
-        if svc is not None:
-            h = svc.ledger_health
-            body["ledger"] = {"state": h.state, "since": h.since}
-            if h.state == "busy":
-                body["status"] = "degraded"  # embeddings that need the ledger answer 503
-        return JSONResponse(body, status_code=200 if ready else 503)
+        return _healthz(st)
 
     @app.get(
         "/metrics",
@@ -734,23 +700,124 @@ def create_app(config: ServeConfig | str | Path) -> FastAPI:
         responses=_error_responses(400, 401),
     )
     async def metrics_route(request: Request, format: str = "prometheus") -> Response:
-        if s.metrics_require_auth:
-            authenticate(request)
-        svc = holder.get("service")
-        metrics.queue_depth = svc.queue_depth if svc is not None else 0
-        if format == "json":
-            return JSONResponse(metrics.snapshot())
-        if format != "prometheus":
-            raise _bad(
-                f"format must be 'prometheus' or 'json', got {format[:50]!r}.",
-                param="format",
-                code="invalid_value",
-            )
-        return PlainTextResponse(metrics.prometheus(), media_type="text/plain; version=0.0.4")
+        return _metrics(st, request, format)
 
-    app.add_middleware(_Observe, metrics=metrics, max_body=s.max_body_bytes)
+
+# ---- error handlers --------------------------------------------------------------------------
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, APIError)
+    return _error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    msg = {404: "Not found.", 405: "Method not allowed."}.get(exc.status_code, "Bad request.")
+    headers = dict(exc.headers) if exc.headers else None
+    return _error_response(APIError(exc.status_code, msg, headers=headers))
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errs = exc.errors()
+    param = ".".join(str(x) for x in errs[0]["loc"][1:]) if errs else None
+    return _error_response(APIError(400, "Invalid request parameters.", param=param or None))
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    logger.error("internal_error", exc_info=exc)
+    return _error_response(APIError(500, "Internal server error.", code="internal_error"))
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(APIError, _api_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(Exception, _internal_error)
+
+
+# ---- lifespan and the application ------------------------------------------------------------
+
+
+def _lifespan(st: _State) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """Start the service (model, ledger, batchers) before serving; drain and stop it after."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        cfg = st.cfg
+        service = Service(cfg, st.metrics)
+        try:
+            await service.start()
+        except Exception as exc:
+            app.state.startup_error = exc
+            logger.error("startup_failed", extra={"fields": {"error": str(exc)[:500]}})
+            await service.stop()
+            raise
+        st.service = service
+        logger.info(
+            "started",
+            extra={
+                "fields": {
+                    "models": list(cfg.models),
+                    "backends": {n: b.engine for n, b in service.backends.items()},
+                    "noise": cfg.server.noise,
+                    "ledger": cfg.server.ledger is not None,
+                    "api_keys": len(st.keyring),
+                }
+            },
+        )
+        try:
+            yield
+        finally:
+            logger.info("stopping", extra={"fields": {"queued_texts": service.queue_depth}})
+            await service.stop()
+            st.service = None
+            logger.info("stopped")
+
+    return lifespan
+
+
+def create_app(
+    config: ServeConfig | str | Path, *, clock: Callable[[], float] | None = None
+) -> FastAPI:
+    """Build the server application for a configuration (or a TOML file path).
+
+    The model (local backends) is loaded, the ledger opened and the batchers started in the
+    application's lifespan: run it under uvicorn (``privembed serve``) or
+    :func:`privembed.server.running_server`.
+
+    Parameters
+    ----------
+    config : ServeConfig or path
+        A validated configuration, or a TOML file to load.
+    clock : callable() -> float, optional
+        Monotonic seconds for the per-key rate limits (default :func:`time.monotonic`).
+
+    Raises
+    ------
+    ConfigError
+        The configuration is invalid.
+    """
+    cfg = config if isinstance(config, ServeConfig) else load_config(config)
+    st = _State(cfg, clock)
+    app = FastAPI(
+        title="privembed embeddings proxy",
+        version=_version(),
+        description=(
+            "OpenAI-compatible embeddings endpoint that returns privacy-protected vectors "
+            "(privembed)."
+        ),
+        lifespan=_lifespan(st),
+        docs_url=None,  # no Swagger UI (it loads scripts from a CDN); /openapi.json stays
+        redoc_url=None,
+    )
+    _add_error_handlers(app)
+    _add_routes(app, st)
+    app.add_middleware(_Observe, metrics=st.metrics, max_body=cfg.server.max_body_bytes)
     app.state.config = cfg
-    app.state.metrics = metrics
+    app.state.metrics = st.metrics
+    app.state.privembed = st  # the running service is st.service (tests look inside)
     return app
 
 
