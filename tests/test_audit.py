@@ -243,7 +243,6 @@ def test_fresh_noise_path_is_selectable():
 
 
 def test_classifier_score_also_catches_the_singular_radius():
-    pytest.importorskip("sklearn")
     r = audit(
         GammaShapeMinusOne(epsilon=1.0),
         dim=2,
@@ -398,7 +397,6 @@ def test_cli_audit_text_and_json():
 
 
 def test_cli_audit_from_a_protected_file(tmp_path):
-    pytest.importorskip("pyarrow")
     from privembed.io import write_embeddings
 
     app = _app()

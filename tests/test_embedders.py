@@ -13,17 +13,9 @@ import numpy as np
 import pytest
 
 from privembed import DataError
+from privembed.embedders import Embedder, export_onnx, onnx_cache_dir
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnx")
-pytest.importorskip("sentence_transformers")
-
-from privembed.embedders import (  # noqa: E402
-    Embedder,
-    export_onnx,
-    onnx_cache_dir,
-)
 
 TEXTS = [
     "the patient has diabetes",

@@ -9,8 +9,6 @@ from sklearn.linear_model import LogisticRegression
 from privembed import DataError
 from privembed.concepts.erasure import ConceptEraser, eraser_path
 
-pytest.importorskip("concept_erasure")
-
 
 def _data(rng, n, d=48, classes=2):
     """Unit embeddings whose concept (a class id) shifts a few directions, plus nuisance."""
