@@ -123,11 +123,18 @@ def test_averaging_on_release_files(tmp_path):
         for s in range(4)
     ]
     orig = _emb(tmp_path, X, "o.npy")
-    args = ["attack", "averaging", str(orig)]
+    out = tmp_path / "a.json"
+    args = ["attack", "averaging", str(orig), "-o", str(out)]
     for p in rel:
         args += ["--release", str(p)]
     r = _ok(runner.invoke(app, args))
     assert "gain from averaging" in r.stdout
+    res = json.loads(out.read_text())["results"]["files"]
+    # 4 files with independent N(0, 1) noise: averaging them brings the rows closer each time
+    assert res["n_releases"] == [1, 2, 4] and not res["keyed"]
+    assert all(b > a for a, b in zip(res["mean_cosine"], res["mean_cosine"][1:], strict=False))
+    assert res["gain"] == pytest.approx(res["mean_cosine"][-1] - res["mean_cosine"][0])
+    assert res["gain"] > 0.1
 
 
 def test_fingerprint_simulation_and_release_files(tmp_path):
@@ -218,10 +225,7 @@ def test_token_and_inversion_on_texts_and_a_mechanism(tmp_path):
     assert res["results"][0]["auc_all"] > 0.8 and res["n_aux"] == 80
     # the default settings are the audit's (one layer of 256, recovered = top 10)
     assert res["results"][0]["rule"].startswith("top-10")
-    assert res["results"][0]["attack_strength"] in (
-        "beats chance",
-        "attack too weak: no evidence about protection",
-    )
+    assert res["results"][0]["attack_strength"] == "beats chance"  # unprotected: it must
     out2 = tmp_path / "i.json"
     _ok(
         runner.invoke(
@@ -240,8 +244,12 @@ def test_token_and_inversion_on_texts_and_a_mechanism(tmp_path):
             ],
         )
     )
-    res = json.loads(out2.read_text())
-    assert len(res["results"]) == 1 and 0.0 <= res["results"][0]["leakage"] <= 1.0
+    (inv,) = json.loads(out2.read_text())["results"]
+    assert inv["n_texts"] == 80 and inv["n_sensitive"] == 240
+    # even 3 epochs on unprotected vectors recover more words than the blind guess: 4.4 binomial
+    # standard errors above its rate (measured 0.22 against 0.04)
+    chance = inv["leakage_chance"]
+    assert inv["leakage"] > chance + 4.4 * np.sqrt(chance * (1 - chance) / 240)
 
 
 @pytest.mark.parametrize(

@@ -67,7 +67,8 @@ def test_learn_show_combine_and_protect(tmp_path, toy_model):
     assert r.exit_code == 0, r.output
     shown = json.loads(r.stdout)
     assert shown["dim"] == 16 and len(shown["top_dimensions"]) == 3
-    assert shown["n_pairs"] == 30 and 0 <= shown["sparsity"] <= 1
+    assert shown["n_pairs"] == 30 and shown["sparsity"] == pytest.approx(prof.sparsity)
+    assert [d for d, _ in shown["top_dimensions"]] == [d for d, _ in prof.top_dimensions(3)]
     r = runner.invoke(app, ["concept", "show", str(out)])
     assert r.exit_code == 0 and "val_accuracy_masked" in r.stdout
 
@@ -133,7 +134,7 @@ def test_learn_show_combine_and_protect(tmp_path, toy_model):
 
 
 def test_user_errors(tmp_path, toy_model):
-    corpus, tokens = _assert_files = _corpus(tmp_path)
+    corpus, tokens = _corpus(tmp_path)
     r = runner.invoke(
         app, ["concept", "learn", "-c", "employer", "-o", str(tmp_path / "x.profile")]
     )
