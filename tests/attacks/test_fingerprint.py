@@ -87,6 +87,7 @@ def test_zero_fingerprint_is_uniform_and_matching_is_argmin_l2():
     np.testing.assert_allclose(m.distances([[2.0, 0.0, 0.0]]), [[0.0, np.sqrt(4 / 9 + 2 / 9)]])
     assert m.predict([[1.0, 1.0, 1.1], [9.0, 1.0, 0.0]]) == ["y", "x"]
     fitted = TemplateMatcher().fit([[1.0, 0.0], [3.0, 1.0], [0.0, 1.0]], ["p", "p", "q"])
+    assert fitted.templates_ is not None
     np.testing.assert_allclose(fitted.templates_, [[0.875, 0.125], [0.0, 1.0]])
 
 

@@ -157,6 +157,7 @@ def test_learned_mask_recovers_concept_dimensions():
     recall = len(sel & set(dims)) / len(dims)
     assert precision >= 0.9 and recall >= 0.9, (sorted(sel), res.mask.round(2))
     # the Bayes accuracy of this task is about 0.91; the masked probe loses little to the full one
+    assert res.val_accuracy_masked is not None and res.val_accuracy_unmasked is not None
     assert res.val_accuracy_masked >= 0.8
     assert res.val_accuracy_masked >= res.val_accuracy_unmasked - 0.05
     assert res.sparsity == pytest.approx(1 - len(sel) / d)

@@ -60,9 +60,14 @@ def test_noise_equals_the_shared_sampler_output_for_the_same_seed(vocab, index):
 
 def test_one_index_search_for_a_whole_corpus(vocab, monkeypatch):
     idx = NearestNeighbourIndex(vocab.vectors)
-    calls = []
+    calls: list[int] = []
     real = idx.search
-    monkeypatch.setattr(idx, "search", lambda Q, k=1: calls.append(len(Q)) or real(Q, k))
+
+    def search(Q, k=1):
+        calls.append(len(Q))
+        return real(Q, k)
+
+    monkeypatch.setattr(idx, "search", search)
     san = WordSanitizer(vocabulary=vocab, epsilon=5.0, index=idx)
     san.sanitize_many(["the cat", "sat on", "the mat today"], rng=1)
     assert calls == [6]
