@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,14 +32,28 @@ def clean_vector(text: str, dim: int = DIM) -> np.ndarray:
 
 
 class FakeUpstream:
-    """State of one fake upstream: calls seen, an optional delay and forced failure."""
+    """State of one fake upstream: calls seen, a gate that holds calls, a forced failure."""
 
     def __init__(self) -> None:
         self.calls: list[int] = []  # batch size of each call
-        self.delay = 0.0
         self.fail_status: int | None = None
-        self.hold = threading.Event()  # while set, calls wait (a model that is busy)
+        self._open = threading.Event()  # cleared: calls wait (a model that is busy)
+        self._open.set()
+        self._seen = threading.Condition()
         self.app = self._build()
+
+    def hold(self) -> None:
+        """Make calls wait until :meth:`release`."""
+        self._open.clear()
+
+    def release(self) -> None:
+        """Let waiting and later calls go on."""
+        self._open.set()
+
+    def wait_for_calls(self, n: int, timeout: float = 60.0) -> bool:
+        """Block until ``n`` calls in all have arrived (False: not within ``timeout``)."""
+        with self._seen:
+            return self._seen.wait_for(lambda: len(self.calls) >= n, timeout)
 
     def _build(self) -> FastAPI:
         app = FastAPI()
@@ -51,11 +64,11 @@ class FakeUpstream:
                 return JSONResponse({"error": {"message": "bad key"}}, status_code=401)
             body = await request.json()
             texts = body["input"]
-            self.calls.append(len(texts))
-            if self.delay:
-                await asyncio.sleep(self.delay)
-            while self.hold.is_set():
-                await asyncio.sleep(0.005)
+            with self._seen:
+                self.calls.append(len(texts))
+                self._seen.notify_all()
+            if not self._open.is_set():
+                await asyncio.get_running_loop().run_in_executor(None, self._open.wait, 60.0)
             if self.fail_status is not None:
                 return JSONResponse(
                     {"error": {"message": f"echo {texts[0]}"}}, status_code=self.fail_status
@@ -83,21 +96,32 @@ class FakeUpstream:
         return app
 
 
+class _Server(uvicorn.Server):
+    """Sets ``ready`` when its startup has finished."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: Any = None) -> None:
+        try:
+            await super().startup(sockets=sockets)
+        finally:
+            self.ready.set()
+
+
 @contextlib.contextmanager
 def serve_app(app: Any) -> Iterator[str]:
     """Run any ASGI app on a free loopback port in a thread; yield its base URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(
+    server = _Server(
         uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, ws="none", lifespan="off")
     )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "fake upstream did not start"
-        time.sleep(0.01)
+    assert server.ready.wait(60) and server.started, "fake upstream did not start"
     try:
         yield f"http://127.0.0.1:{port}"
     finally:

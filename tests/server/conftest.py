@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -107,18 +108,59 @@ def make_config(
     }
 
 
+class ManualClock:
+    """Monotonic seconds that move only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+#: the clock of the ``served`` servers' rate limiter (only test_rate_limit moves it)
+RATE_CLOCK = ManualClock()
+
+
 @contextlib.contextmanager
-def proxy(key_file: Path, **overrides: Any) -> Iterator[tuple[Any, FakeUpstream, dict[str, Any]]]:
+def proxy(
+    key_file: Path, *, clock: Any = None, **overrides: Any
+) -> Iterator[tuple[Any, FakeUpstream, dict[str, Any]]]:
     """A fake upstream and a privembed server in front of it; yields (handle, fake, raw config)."""
     fake = FakeUpstream()
     with serve_app(fake.app) as up_url:
         raw = make_config(up_url, key_file, **overrides)
-        app = create_app(config_from_dict(raw))
+        app = create_app(config_from_dict(raw), clock=clock)
         with running_server(app) as handle:
             yield handle, fake, raw
 
 
 @pytest.fixture(scope="module")
 def served(server_key: tuple[Path, bytes]) -> Iterator[tuple[Any, FakeUpstream, dict[str, Any]]]:
-    with proxy(server_key[0]) as s:
+    with proxy(server_key[0], clock=RATE_CLOCK) as s:
         yield s
+
+
+@contextlib.contextmanager
+def queued_texts(handle: Any, n: int, backend: str = "up") -> Iterator[threading.Event]:
+    """An event set once ``n`` more texts have been queued for ``backend`` by the server.
+
+    Wraps the running batcher's ``enqueue`` (which runs on the server's event loop) while the
+    block runs, so a test can wait for requests to be inside the server without polling.
+    """
+    batcher = handle.server.config.app.state.privembed.service.batchers[backend]
+    original = batcher.enqueue
+    event, count = threading.Event(), [0]
+
+    def enqueue(payload: Any, size: int | None = None) -> Any:
+        future = original(payload, size)
+        count[0] += len(payload) if size is None else size
+        if count[0] >= n:
+            event.set()
+        return future
+
+    batcher.enqueue = enqueue
+    try:
+        yield event
+    finally:
+        del batcher.enqueue

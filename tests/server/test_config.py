@@ -21,7 +21,7 @@ from privembed.server import (
     hash_api_key,
     load_config,
 )
-from privembed.server.batcher import MicroBatcher, QueueFull
+from privembed.server.batcher import MicroBatcher, QueueFull, ShuttingDown
 from privembed.server.config import RUNTIMES
 
 KEY = bytes(range(32))
@@ -275,10 +275,11 @@ def test_cli_check_and_new_api_key(tmp_path):
 
 def test_batcher_refuses_when_full_and_drains_on_stop():
     async def run():
-        gate = asyncio.Event()
+        gate, busy = asyncio.Event(), asyncio.Event()
         seen: list[int] = []
 
         async def process(jobs):
+            busy.set()
             await gate.wait()
             for j in jobs:
                 seen.append(j.size)
@@ -286,16 +287,44 @@ def test_batcher_refuses_when_full_and_drains_on_stop():
 
         b = MicroBatcher(process, max_batch=4, max_wait=0.0, max_queue=4)
         b.start()
-        first = asyncio.create_task(b.submit(["a"] * 4))  # taken by the worker, waits on gate
-        await asyncio.sleep(0.05)
-        second = asyncio.create_task(b.submit(["b"] * 4))  # fills the queue
-        await asyncio.sleep(0.05)
+        first = b.enqueue(["a"] * 4)
+        await busy.wait()  # taken by the worker, which waits on the gate
+        second = b.enqueue(["b"] * 4)  # fills the queue
+        assert b.pending == 4
         with pytest.raises(QueueFull):
-            await b.submit(["c"])
+            b.enqueue(["c"])
         stopping = asyncio.create_task(b.stop())
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # one turn of the loop: stop() has begun (no time passes)
+        with pytest.raises(ShuttingDown):
+            b.enqueue(["d"])
         gate.set()
         await stopping
         return await first, await second, seen
 
     assert asyncio.run(run()) == (4, 4, [4, 4])
+
+
+def test_batcher_waits_for_company_by_its_clock():
+    now = [0.0]
+    batches: list[list[str]] = []
+
+    async def run():
+        async def process(jobs):
+            batches.append([j.payload[0] for j in jobs])
+            for j in jobs:
+                j.future.set_result(None)
+
+        b = MicroBatcher(process, max_batch=3, max_wait=10.0, max_queue=100, clock=lambda: now[0])
+        b.start()
+        a = b.enqueue(["a"])
+        await asyncio.sleep(0)  # the worker waits for company: 10 s by its clock
+        assert batches == []
+        now[0] = 11.0  # the oldest job is past max_wait: the next wakeup sends the batch
+        c = b.enqueue(["c"])
+        await asyncio.gather(a, c)
+        assert batches == [["a", "c"]]
+        await asyncio.gather(*(b.enqueue([x]) for x in "def"))  # a full batch goes at once
+        await b.stop()
+
+    asyncio.run(run())
+    assert batches == [["a", "c"], ["d", "e", "f"]]

@@ -8,7 +8,6 @@ import base64
 import json
 import logging
 import threading
-import time
 
 import httpx
 import numpy as np
@@ -22,7 +21,7 @@ from privembed.server import backend_key, text_record_id
 from privembed.server.logs import JsonFormatter
 
 from ._fake_upstream import DIM, clean_vector
-from .conftest import FULL_KEY, LIMITED_KEY
+from .conftest import FULL_KEY, LIMITED_KEY, queued_texts
 
 _CLIENTS: list[openai.OpenAI] = []
 
@@ -168,25 +167,15 @@ def test_concurrent_requests_share_model_calls(served):
             await ac.close()
         out.extend(vectors(r) for r in rs)
 
-    def queued() -> int:
-        r = httpx.get(
-            handle.url + "/metrics",
-            params={"format": "json"},
-            headers={"Authorization": f"Bearer {FULL_KEY}"},
-        )
-        return int(r.json()["queue_depth"])
-
     before = len(fake.calls)
-    fake.hold.set()  # a busy model: requests pile up behind the calls in progress
+    fake.hold()  # a busy model: requests pile up behind the calls in progress
     t = threading.Thread(target=lambda: asyncio.run(run()))
     try:
-        t.start()
-        deadline = time.monotonic() + 30
-        while sum(fake.calls[before:]) + queued() < 24:  # every request reached the server
-            assert time.monotonic() < deadline, (fake.calls[before:], queued())
-            time.sleep(0.02)
+        with queued_texts(handle, 24) as all_in:
+            t.start()
+            assert all_in.wait(60), fake.calls[before:]  # every request reached the server
     finally:
-        fake.hold.clear()
+        fake.release()
         t.join(60)
     calls = fake.calls[before:]
     assert len(out) == 24 and all(v.shape == (1, DIM) for v in out)
@@ -218,15 +207,25 @@ def test_logs_hold_no_text_and_no_vectors(served, caplog):
     handle, _, _ = served
     secret = "SECRET-DIAGNOSIS-hemophilia-carrier"
     c = client(handle)
-    with caplog.at_level(logging.INFO, logger="privembed.server"):
-        r = c.embeddings.create(model="docs", input=[secret, "other"], encoding_format="float")
-        with pytest.raises(openai.BadRequestError):
-            c.embeddings.create(model="docs", input=[secret, ""])
-        deadline = time.monotonic() + 5  # the request line is written after the response
-        while time.monotonic() < deadline and not any(
-            getattr(rec, "fields", {}).get("status") == 400 for rec in caplog.records
-        ):
-            time.sleep(0.01)
+    # the 400's request line is written after its response; this handler sits on the root
+    # logger after caplog's, so the record is in caplog.records once the event is set
+    refused = threading.Event()
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "fields", {}).get("status") == 400:
+                refused.set()
+
+    watch = Watch()
+    logging.getLogger().addHandler(watch)
+    try:
+        with caplog.at_level(logging.INFO, logger="privembed.server"):
+            r = c.embeddings.create(model="docs", input=[secret, "other"], encoding_format="float")
+            with pytest.raises(openai.BadRequestError):
+                c.embeddings.create(model="docs", input=[secret, ""])
+            assert refused.wait(60)
+    finally:
+        logging.getLogger().removeHandler(watch)
     lines = [JsonFormatter().format(rec) for rec in caplog.records]
     assert any('"status":200' in ln for ln in lines) and any('"status":400' in ln for ln in lines)
     blob = "\n".join(lines)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 
 import httpx
 import openai
@@ -14,7 +13,7 @@ import pytest
 
 from privembed.server import text_record_id
 
-from .conftest import API_KEYS, FULL_KEY, LIMITED_KEY, SLOW_KEY, proxy
+from .conftest import API_KEYS, FULL_KEY, LIMITED_KEY, RATE_CLOCK, SLOW_KEY, proxy, queued_texts
 
 AUTH = {"Authorization": f"Bearer {FULL_KEY}"}
 
@@ -176,13 +175,20 @@ def test_forbidden_model(served):
 
 
 def test_rate_limit(served):
+    """6 requests per minute, bursts of 2, on the server's rate clock (moved by hand)."""
     handle, _, _ = served
     h = {"Authorization": f"Bearer {SLOW_KEY}"}
     codes = [post(handle, {"input": "x", "model": "docs"}, headers=h) for _ in range(3)]
     assert [r.status_code for r in codes[:2]] == [200, 200]
     err = assert_openai_error(codes[2], 429, "rate_limit_exceeded")
     assert err["type"] == "rate_limit_error"
-    assert int(codes[2].headers["retry-after"]) >= 1
+    assert codes[2].headers["retry-after"] == "10"  # one token every 10 s
+    RATE_CLOCK.now += 10.0
+    assert post(handle, {"input": "x", "model": "docs"}, headers=h).status_code == 200
+    r = post(handle, {"input": "x", "model": "docs"}, headers=h)
+    assert_openai_error(r, 429, "rate_limit_exceeded")
+    # other keys have no limit
+    assert post(handle, {"input": "x", "model": "docs"}).status_code == 200
 
 
 def test_unknown_routes_and_methods(served):
@@ -217,37 +223,29 @@ def test_queue_full_is_503_with_retry_after(server_key):
         server={"max_inputs": 4, "max_queue": 4, "max_batch": 4, "max_wait_ms": 0.0},
         backend={"max_concurrency": 1},
     ) as (handle, fake, _):
-        fake.hold.set()  # the model is busy until released
+        fake.hold()  # the model is busy until released
         results: dict[int, httpx.Response] = {}
 
         def send(i: int) -> None:
             body = {"model": "docs", "input": [f"q{i}-{j}" for j in range(4)]}
             results[i] = post(handle, body)
 
-        def queued() -> int:
-            r = httpx.get(handle.url + "/metrics", params={"format": "json"}, headers=AUTH)
-            return int(r.json()["queue_depth"])
-
         first = threading.Thread(target=send, args=(1,))
-        first.start()
-        wait_until(lambda: len(fake.calls) == 1)  # in the model call, off the queue
         second = threading.Thread(target=send, args=(2,))
-        second.start()
-        wait_until(lambda: queued() == 4)  # the queue is full
-        send(3)
+        try:
+            first.start()
+            assert fake.wait_for_calls(1)  # in the model call, off the queue
+            with queued_texts(handle, 4) as full:
+                second.start()
+                assert full.wait(60)  # the queue is full
+            send(3)
+        finally:
+            fake.release()
+            first.join(30)
+            second.join(30)
         err = assert_openai_error(results[3], 503, "overloaded")
         assert "overloaded" in err["message"] and int(results[3].headers["retry-after"]) >= 1
-        fake.hold.clear()
-        first.join(30)
-        second.join(30)
         assert results[1].status_code == 200 and results[2].status_code == 200
-
-
-def wait_until(cond, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 @pytest.mark.slow  # composing the projection's Gaussian release (PLD accountant) takes seconds
@@ -291,22 +289,23 @@ def test_budget_refusal_and_ledger_holds_no_text(server_key, tmp_path):
 
 def test_graceful_shutdown_finishes_in_flight_requests(server_key):
     with proxy(server_key[0]) as (handle, fake, _):
-        fake.delay = 1.0
+        fake.hold()
         result: dict[str, httpx.Response] = {}
 
         def call() -> None:
             result["r"] = post(handle, {"input": "in flight during shutdown", "model": "docs"})
 
         t = threading.Thread(target=call)
-        t.start()
-        deadline = time.monotonic() + 10
-        while not fake.calls and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert fake.calls, "the request never reached the upstream"
         stopper = threading.Thread(target=handle.stop)
-        stopper.start()
-        t.join(30)
-        stopper.join(30)
+        try:
+            t.start()
+            assert fake.wait_for_calls(1), "the request never reached the upstream"
+            stopper.start()
+            assert handle.stopping.wait(60)  # stopping, with the request in flight
+        finally:
+            fake.release()
+            t.join(30)
+            stopper.join(30)
         assert result["r"].status_code == 200
         assert len(result["r"].json()["data"]) == 1
         assert not handle.thread.is_alive()

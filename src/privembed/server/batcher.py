@@ -9,6 +9,10 @@ The queue is bounded in *texts*: a job that does not fit raises :class:`QueueFul
 server answers 503 with ``Retry-After``) instead of letting memory grow. :meth:`MicroBatcher.stop`
 refuses new jobs and lets the workers finish every job already queued (graceful shutdown).
 
+Waiting is measured by an injectable ``clock`` (default :func:`time.monotonic`): a worker sends
+its batch once the oldest job is ``max_wait`` old by that clock, at the latest when the next job
+arrives (and, with the real clock, when the wait runs out).
+
 Examples
 --------
 >>> async def demo():
@@ -53,6 +57,7 @@ class Job:
     payload: Any
     size: int
     future: asyncio.Future[Any]
+    #: when the job was queued, by the batcher's clock
     enqueued: float = field(default_factory=time.monotonic)
 
 
@@ -71,6 +76,10 @@ class MicroBatcher:
         Texts that may wait; beyond that :meth:`submit` raises :class:`QueueFull`.
     workers : int
         Batches processed at the same time (1 for an in-process model).
+    on_batch : callable(int), optional
+        Called with the number of texts of each batch (metrics).
+    clock : callable() -> float, optional
+        Monotonic seconds (default :func:`time.monotonic`).
     """
 
     def __init__(
@@ -82,8 +91,10 @@ class MicroBatcher:
         max_queue: int,
         workers: int = 1,
         on_batch: Callable[[int], None] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self._process = process
+        self._clock = clock if clock is not None else time.monotonic
         self.max_batch = max_batch
         self.max_wait = max_wait
         self.max_queue = max_queue
@@ -117,8 +128,15 @@ class MicroBatcher:
         """Seconds a refused client should wait (about one queue's worth of batches)."""
         return max(1, min(30, int(self.pending // max(1, self.max_batch)) // 10 + 1))
 
-    async def submit(self, payload: Any, size: int | None = None) -> Any:
-        """Queue a job and wait for its result.
+    def enqueue(self, payload: Any, size: int | None = None) -> asyncio.Future[Any]:
+        """Queue a job at once; its future gets the result.
+
+        Parameters
+        ----------
+        payload : object
+            Handed to the processor in :attr:`Job.payload`.
+        size : int, optional
+            Texts in the job (default ``len(payload)``).
 
         Raises
         ------
@@ -132,11 +150,15 @@ class MicroBatcher:
         n = len(payload) if size is None else size
         if self.pending + n > self.max_queue:
             raise QueueFull()
-        job = Job(payload, n, asyncio.get_running_loop().create_future())
+        job = Job(payload, n, asyncio.get_running_loop().create_future(), self._clock())
         self._queue.append(job)
         self.pending += n
         self._wakeup.set()
-        return await job.future
+        return job.future
+
+    async def submit(self, payload: Any, size: int | None = None) -> Any:
+        """Queue a job (:meth:`enqueue`) and wait for its result."""
+        return await self.enqueue(payload, size)
 
     # ---- the worker --------------------------------------------------------------------------
     def _take(self) -> list[Job]:
@@ -166,7 +188,7 @@ class MicroBatcher:
             # wait for company: until the batch is full or the oldest job is max_wait old
             deadline = self._queue[0].enqueued + self.max_wait
             while self.pending < self.max_batch and not self._closing:
-                remaining = deadline - time.monotonic()
+                remaining = deadline - self._clock()
                 if remaining <= 0:
                     break
                 self._wakeup.clear()

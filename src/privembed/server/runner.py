@@ -10,18 +10,38 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import uvicorn
+
 __all__ = ["RunningServer", "running_server", "serve_forever", "uvicorn_config"]
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, signalling (for other threads) when it is up and when it stops."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        #: set when the startup has finished, or failed
+        self.ready = threading.Event()
+        #: set when the shutdown begins: no new connections, in-flight requests finish
+        self.stopping = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().startup(sockets=sockets)
+        finally:
+            self.ready.set()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.stopping.set()
+        await super().shutdown(sockets=sockets)
 
 
 def uvicorn_config(app: Any, *, host: str, port: int, settings: Any, log_config: Any) -> Any:
     """A ``uvicorn.Config`` with the server's settings (proxy headers, limits, shutdown)."""
-    import uvicorn
-
     return uvicorn.Config(
         app,
         host=host,
@@ -40,8 +60,6 @@ def uvicorn_config(app: Any, *, host: str, port: int, settings: Any, log_config:
 
 def serve_forever(app: Any, *, host: str, port: int) -> None:
     """Run ``app`` under uvicorn until SIGINT/SIGTERM (finishing in-flight requests)."""
-    import uvicorn
-
     from .logs import log_config
 
     settings = app.state.config.server
@@ -58,6 +76,12 @@ class RunningServer:
     url: str
     server: Any
     thread: threading.Thread
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once the server has begun to stop (it accepts no new connections)."""
+        event: threading.Event = self.server.stopping
+        return event
 
     @property
     def base_url(self) -> str:
@@ -81,28 +105,28 @@ def running_server(
     RuntimeError
         The server did not start (the application's startup error is chained).
     """
-    import uvicorn
-
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     bound = sock.getsockname()[1]
     settings = app.state.config.server
     cfg = uvicorn_config(app, host=host, port=bound, settings=settings, log_config=None)
-    server = uvicorn.Server(cfg)
-    thread = threading.Thread(
-        target=server.run, kwargs={"sockets": [sock]}, name="privembed-server", daemon=True
-    )
+    server = _Server(cfg)
+
+    def run() -> None:
+        try:
+            server.run(sockets=[sock])
+        finally:
+            server.ready.set()  # a failure before the startup ends the wait too
+
+    thread = threading.Thread(target=run, name="privembed-server", daemon=True)
     thread.start()
-    deadline = time.monotonic() + start_timeout
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            server.should_exit = True
-            thread.join(10)
-            sock.close()
-            cause = getattr(app.state, "startup_error", None)
-            raise RuntimeError(f"the server did not start: {cause!r}") from cause
-        time.sleep(0.01)
+    if not server.ready.wait(start_timeout) or not server.started:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+        cause = getattr(app.state, "startup_error", None)
+        raise RuntimeError(f"the server did not start: {cause!r}") from cause
     handle = RunningServer(f"http://{host}:{bound}", server, thread)
     try:
         yield handle
