@@ -86,11 +86,6 @@ def test_builtin_generators_are_seeded_and_always_contain_the_concept(name):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: generate_sentences fills a template's slots in set() order, which follows "
-    "PYTHONHASHSEED, so the same rng gives other sentences in another process",
-)
 def test_generated_sentences_are_the_same_in_every_process():
     """An int seed gives the same sentences in any process (three hash seeds, three processes)."""
     code = (

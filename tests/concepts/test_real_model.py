@@ -11,8 +11,8 @@ members of a pair in the same fold) reading only the kept dimensions, against th
 20 random subsets of as many dimensions (fixed seed). Thresholds: the mask's AUC beats every
 random subset (if the mask were no better than random, the chance of that would be 1/21) and
 exceeds their mean by at least 0.08. Measured in 8 runs (seed 0; 4 on torch 2.13 CPU, 4 on the
-ONNX backend, cosine >= 0.99999 to torch; the generated sentences still change with
-PYTHONHASHSEED, see the xfail in test_pairs_sources.py): 21-33 of 384 dimensions kept, AUC
+ONNX backend, cosine >= 0.99999 to torch; the generated sentences then changed with
+PYTHONHASHSEED, fixed since): 21-33 of 384 dimensions kept, AUC
 0.83-0.87 against a random mean of 0.68-0.73 (standard deviation 0.03-0.04) and a random maximum
 of 0.73-0.79: at least 0.07 above the maximum and 0.13 above the mean in every run.
 """

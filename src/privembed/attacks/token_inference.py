@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -95,7 +96,7 @@ class TokenVocabulary:
     @classmethod
     def build(
         cls,
-        token_sets: Iterable[frozenset[str]],
+        token_sets: Iterable[AbstractSet[str]],
         *,
         min_count: int = 1,
         max_size: int | None = None,
@@ -112,7 +113,7 @@ class TokenVocabulary:
             items = items[: check_int("max_size", max_size, ge=1)]
         return cls([t for t, _ in items])
 
-    def encode(self, token_sets: Sequence[frozenset[str]]) -> NDArray[np.float32]:
+    def encode(self, token_sets: Sequence[AbstractSet[str]]) -> NDArray[np.float32]:
         """Multi-hot matrix (n, V) of the in-vocabulary tokens of each set."""
         Y = np.zeros((len(token_sets), len(self)), dtype=np.float32)
         for i, s in enumerate(token_sets):

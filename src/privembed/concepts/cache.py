@@ -3,8 +3,10 @@
 Mask learning trains on precomputed embeddings ([T26] App. G); with the cache, running
 ``privembed concept learn`` again (another lambda, another seed) does not embed anything.
 The key is the SHA-256 of the embedder's metadata (model name, dimension, normalisation) and
-the texts, in order. The cache folder is ``$PRIVEMBED_CACHE_DIR`` if set, else
-``~/.cache/privembed/embeddings``.
+the texts, in order. The cache folder is the ``embeddings/`` sub-folder of privembed's cache
+root: ``$PRIVEMBED_CACHE``, else ``$XDG_CACHE_HOME/privembed``, else ``~/.cache/privembed``
+(the root the ONNX exports use too). ``$PRIVEMBED_CACHE_DIR``, the older variable, still names
+the embeddings folder itself.
 """
 
 from __future__ import annotations
@@ -27,9 +29,18 @@ __all__ = ["cache_key", "default_cache_dir", "embed_texts"]
 
 
 def default_cache_dir() -> Path:
-    """``$PRIVEMBED_CACHE_DIR``, else ``~/.cache/privembed/embeddings``."""
+    """``$PRIVEMBED_CACHE_DIR`` (the folder itself), else ``embeddings/`` under the cache root
+    of :func:`privembed.embedders.onnx_cache_dir`."""
     env = os.environ.get("PRIVEMBED_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "privembed" / "embeddings"
+    if env:
+        return Path(env).expanduser()
+    if os.environ.get("PRIVEMBED_CACHE"):
+        root = Path(os.environ["PRIVEMBED_CACHE"])
+    elif os.environ.get("XDG_CACHE_HOME"):
+        root = Path(os.environ["XDG_CACHE_HOME"]) / "privembed"
+    else:
+        root = Path.home() / ".cache" / "privembed"
+    return root.expanduser() / "embeddings"
 
 
 def cache_key(texts: Sequence[str], model_metadata: dict[str, Any]) -> str:

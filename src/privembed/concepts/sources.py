@@ -471,7 +471,8 @@ def generate_sentences(concept: str, n: int = 2000, *, rng: Any = None) -> list[
     out = []
     for _ in range(n):
         t = templates[int(gen.integers(len(templates)))]
-        values = {slot: fillers[slot]() for slot in set(_SLOT_RE.findall(t))}
+        # slots in template order (a set's order follows PYTHONHASHSEED: other sentences)
+        values = {slot: fillers[slot]() for slot in dict.fromkeys(_SLOT_RE.findall(t))}
         s = t.format(**values)
         out.append(s[0].upper() + s[1:])
     return out

@@ -25,9 +25,12 @@ class TextProtector:
 
     With a ``key`` each document is a record whose id is the SHA-256 of its text
     (:func:`privembed.release.content_ids`) and whose content digest is the canonical text and
-    ``model_id`` (:func:`privembed.keyed.text_digests`): the same text always yields the same
-    protected vector, in any batch, any process -- even if the model's float output jitters
-    with the batch. Every call to :meth:`documents` is one release (:class:`~privembed.release.Release`).
+    ``model_id`` (:func:`privembed.keyed.text_digests`): the same text always gets the same
+    noise, in any batch, any process, and the ledger counts its re-release as free. The model's
+    own float output may jitter with the batch (padding: about 1e-7 for all-MiniLM-L6-v2), and
+    the released vector then differs by that jitter only -- the difference of two releases is
+    the model's rounding, not information about the text. Every call to :meth:`documents` is one
+    release (:class:`~privembed.release.Release`).
     """
 
     def __init__(

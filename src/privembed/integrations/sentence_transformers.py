@@ -127,20 +127,56 @@ class PrivateSentenceTransformer:
 
     def get_sentence_embedding_dimension(self) -> int | None:
         """Dimension of the protected vectors (``None`` if the model does not say)."""
-        fn = getattr(self.model, "get_sentence_embedding_dimension", None)
+        fn = getattr(self.model, "get_embedding_dimension", None) or getattr(
+            self.model, "get_sentence_embedding_dimension", None
+        )  # sentence-transformers 6 renamed it (the old name warns)
         d = getattr(self.model, "dim", None) if fn is None else fn()
         return None if d is None else self.mechanism.output_dim(int(d))
 
+    #: sentence-transformers 6's name for :meth:`get_sentence_embedding_dimension`
+    get_embedding_dimension = get_sentence_embedding_dimension
+
 
 def _model_id(model: Any) -> str:
-    """A stable id of the wrapped model for keyed noise (its name, else its class)."""
+    """A stable id of the wrapped model for keyed noise: its name, and a digest of what makes
+    it this model (module classes and configurations, weights of a local folder), so that two
+    models never share a text's noise -- the difference of their releases would otherwise be
+    the exact difference of their clean vectors."""
     meta = getattr(model, "metadata", None)
     if callable(meta):
         with contextlib.suppress(Exception):
             return str(meta().get("embedding_model"))
+    name = type(model).__qualname__
     for attr in ("model_card_data", "name_or_path"):
         v = getattr(model, attr, None)
-        name = getattr(v, "base_model", None) or (v if isinstance(v, str) else None)
-        if name:
-            return str(name)
-    return type(model).__qualname__
+        found = getattr(v, "base_model", None) or (v if isinstance(v, str) else None)
+        if found:
+            name = str(found)
+            break
+    return f"{name}#{_model_digest(model)}"
+
+
+def _model_digest(model: Any) -> str:
+    """SHA-256 (16 hex digits) of a model's module classes and configurations, and of the
+    weights of any local folder its modules were loaded from."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from ..embedders import model_digest
+
+    h = hashlib.sha256(type(model).__qualname__.encode())
+    modules = getattr(model, "_modules", None)
+    for m in modules.values() if isinstance(modules, dict) else [model]:
+        h.update(b"\x00" + type(m).__qualname__.encode())
+        cfg = getattr(m, "get_config_dict", None)
+        if callable(cfg):
+            with contextlib.suppress(Exception):
+                h.update(json.dumps(cfg(), sort_keys=True, default=str).encode())
+        auto = getattr(m, "auto_model", None)
+        src = getattr(getattr(auto, "config", None), "_name_or_path", None)
+        if isinstance(src, str) and src:
+            h.update(b"\x00" + src.encode())
+            if Path(src).is_dir():
+                h.update(model_digest(src).encode())
+    return h.hexdigest()[:16]
