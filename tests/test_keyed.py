@@ -349,3 +349,23 @@ def test_cli_generator_options(tmp_path):
     assert outs["aes"].metadata["keyed_generator"] == "aes"
     assert np.array_equal(outs["aes"].X, outs["policy"].X)
     assert not np.array_equal(outs["aes"].X, outs["philox"].X)
+
+
+def test_the_tag_mac_is_hmac_sha256():
+    """_HmacPrefix (hashlib states copied per record) equals HMAC-SHA256: RFC 4231 test cases
+    1 and 6 (a 131-byte key, hashed first), and the hmac module on a prefix + message split."""
+    import hmac
+
+    from privembed.keyed import _HmacPrefix
+
+    assert _HmacPrefix(b"\x0b" * 20, b"").digest(b"Hi There").hex() == (
+        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
+    )
+    msg = b"Test Using Larger Than Block-Size Key - Hash Key First"
+    assert _HmacPrefix(b"\xaa" * 131, msg[:10]).digest(msg[10:20], msg[20:]).hex() == (
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+    )
+    key = bytes(range(32))
+    assert _HmacPrefix(key, b"ctx\x00").digest(b"i:5", b"\x00v", b"\x01" * 1536) == hmac.digest(
+        key, b"ctx\x00i:5\x00v" + b"\x01" * 1536, "sha256"
+    )

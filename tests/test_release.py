@@ -249,3 +249,19 @@ def test_cli_protect_erase(tmp_path):
                                  str(tmp_path / "toy.eraser.npz"), "--json"])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert read_metadata(tmp_path / "o.npz")["concept_erasure"]["concept"] == "toy"
+
+
+def test_typed_keys_fast_paths_equal_record_key():
+    from privembed.ledger import record_key
+    from privembed.release import Release
+
+    rel = Release(LaplaceMechanism(epsilon=5.0), rng=0)
+    for ids in (
+        ["a", "é", "日本", ""],
+        [1, -7, 10**30],
+        ["x\udc80y", "b"],  # a lone surrogate: the slow path
+        [np.int64(3), "3"],
+    ):
+        assert rel._typed_keys(ids, len(ids)) == [record_key(r) for r in ids]
+    with pytest.raises(ValueError, match="row 1"):
+        rel._typed_keys([1, True], 2)

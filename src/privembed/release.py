@@ -355,6 +355,14 @@ class Release:
         id_list = list(ids)
         if len(id_list) != n:
             raise DataError(f"{self.name}: ids has {len(id_list)} entries but there are {n} rows.")
+        # fast paths, equal to record_key for these inputs: plain ints, and plain strings with
+        # no lone surrogates (their utf-8 round trip is the identity)
+        if all(type(r) is str for r in id_list):
+            with contextlib.suppress(UnicodeEncodeError):
+                "".join(id_list).encode("utf-8")
+                return ["s:" + r for r in id_list]
+        elif all(type(r) is int for r in id_list):
+            return ["i:" + str(r) for r in id_list]
         keys = []
         for i, r in enumerate(id_list):
             try:
