@@ -138,11 +138,14 @@ def fake_upstream() -> Iterator[str]:
 
 
 def variant(spec: str, threads: int) -> tuple[str, int | None]:
-    """``RUNTIME[:THREADS]`` (``THREADS``: a number or ``default``) -> (runtime, threads)."""
+    """``RUNTIME[:THREADS]`` (``THREADS``: a number or ``default``) -> (runtime, threads).
+
+    ``default`` is every core (what torch picks on its own; the server's torch default is 1).
+    """
     runtime, _, th = spec.partition(":")
     if not th:
         return runtime, threads or None
-    return runtime, None if th == "default" else int(th)
+    return runtime, (os.cpu_count() or 1) if th == "default" else int(th)
 
 
 def write_config(folder: Path, args: argparse.Namespace, spec: str, upstream: str | None) -> Path:

@@ -130,13 +130,13 @@ class LocalBackend(Backend):
             device=cfg.device,
             threads=cfg.threads,
         )
-        if emb.backend == "torch" and cfg.threads is not None:
+        if emb.backend == "torch":
             import torch
 
-            # on a shared or small machine one thread avoids OpenMP oversubscription
-            # (measured 7x faster single-text latency on 2 loaded cores); set on the thread
-            # that runs the model
-            torch.set_num_threads(cfg.threads)
+            # one thread unless configured: torch's own thread count spins OpenMP threads
+            # against the event loop (on 2 loaded cores, 16-44 requests/s at 32 clients against
+            # ~150 with one thread, docs/server.md); set on the thread that runs the model
+            torch.set_num_threads(cfg.threads if cfg.threads is not None else 1)
         return emb
 
     async def start(self) -> None:
