@@ -76,9 +76,9 @@ _ALIASES = {
 _EXPORT_VERSION = "1"
 _QUANTIZATION = "int8-dynamic-per-channel"
 _CHUNK_ROWS = 8192  # texts tokenised, length-sorted and batched together
-# padded tokens per ONNX call: batches of ~1k tokens ran fastest on 2 cores (16-64 rows of
-# 16-60 tokens measured; fp32 and int8; see benchmarks/bench_embed.py)
-_TOKENS_PER_CALL = 1024
+# padded tokens per ONNX call: 384-768 ran fastest on 2 cores (fp32 GCIDE definitions; 128:
+# -15 %, 4096: -17 %), on a quiet and on a loaded machine alike
+_TOKENS_PER_CALL = 512
 _log = logging.getLogger("privembed.embedders")
 
 ProgressCallback = Callable[[int], None]
@@ -793,7 +793,7 @@ class Embedder:
         and onnxruntime is installed, else ``"torch"``. :attr:`backend` holds the choice made.
     batch_size : int, default 64
         Texts per model call at most (texts are sorted by length first, so batches pad
-        little; the ONNX backends also keep a call near 1,024 tokens, so long texts go in
+        little; the ONNX backends also keep a call near 512 tokens, so long texts go in
         smaller batches).
     normalize : bool, default True
         L2-normalise the embeddings (models whose pipeline ends in a Normalize module are
