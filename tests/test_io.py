@@ -42,7 +42,7 @@ def test_round_trip(tmp_path, X, suffix):
         assert read_metadata(p) == {"a": 1}
 
 
-def test_parquet_variable_list_column_and_other_columns_kept(tmp_path, X):
+def test_parquet_variable_list_column_and_named_other_columns_kept(tmp_path, X):
     p = tmp_path / "in.parquet"
     table = pa.table(
         {
@@ -54,7 +54,12 @@ def test_parquet_variable_list_column_and_other_columns_kept(tmp_path, X):
     pq.write_table(table, p)
     out = tmp_path / "out.parquet"
     summary = transform_file(p, out, lambda b: b.X * 2, batch_rows=7, id_column="doc")
-    assert summary["rows"] == len(X)
+    assert summary["rows"] == len(X) and summary["dropped_columns"] == ["label"]
+    assert pq.read_schema(out).names == ["id", "embedding"]  # only what is named is kept
+    summary = transform_file(
+        p, out, lambda b: b.X * 2, batch_rows=7, id_column="doc", keep_columns=["label"]
+    )
+    assert summary["dropped_columns"] == []
     back = pq.read_table(out)
     assert back.column("label").to_pylist() == list(range(len(X)))
     assert back.column("id").to_pylist() == [f"d{i}" for i in range(len(X))]
