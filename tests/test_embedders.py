@@ -112,6 +112,13 @@ def test_int8_runs_and_is_named_apart(cache, onnx_embedder):
     cos = np.sum(X * onnx_embedder.encode(TEXTS), axis=1)
     # int8 changes the vectors a little (measured mean about 0.99 on dictionary definitions)
     assert 0.95 < cos.mean() < 1.0 and cos.min() > 0.9, cos
+    # activations are quantised per call: each text runs alone, so its vector is the same
+    # whatever it is embedded with (bit for bit)
+    np.testing.assert_array_equal(np.stack([q.encode(t) for t in TEXTS]), X)
+    np.testing.assert_array_equal(q.encode(TEXTS[::-1] + TEXTS[:2])[: len(TEXTS)], X[::-1])
+    seen: list[int] = []
+    q.encode(TEXTS * 5, on_progress=seen.append)
+    assert seen[-1] == 5 * len(TEXTS) and np.all(np.diff(seen) > 0), seen
 
 
 def test_cache_reused_without_export(cache, monkeypatch):

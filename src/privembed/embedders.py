@@ -20,9 +20,11 @@ Backends
     token ids; cosine >= 0.99999), so ``"onnx"`` keeps the torch model id in the metadata.
 ``"onnx-int8"`` (or ``quantize=True``)
     The ONNX graph with int8 dynamic quantisation of its weight matrices (per output channel;
-    activations quantised per batch at run time). Vectors differ measurably from fp32 (mean
-    cosine about 0.99 on dictionary definitions; see ``docs/benchmarks.md``), so the model id
-    gets a ``+onnx-int8`` suffix: files, keyed noise and collections never mix the two.
+    activations quantised at run time, one scale per call). Each text runs in its own call, so
+    its vector does not depend on the texts embedded with it; calls are spread over the cores.
+    Vectors differ measurably from fp32 (mean cosine about 0.99 on dictionary definitions; see
+    ``docs/benchmarks.md``), so the model id gets a ``+onnx-int8`` suffix: files, keyed noise
+    and collections never mix the two.
 ``"auto"`` (default)
     ``"onnx"`` where onnxruntime is installed, the device is the CPU and the model is a local
     folder whose pipeline the ONNX path reproduces (Transformer -> mean/CLS Pooling ->
@@ -46,6 +48,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -674,6 +677,37 @@ def _run_sorted(
     return out
 
 
+def _run_each(
+    session: Any,
+    tokenizer: Any,
+    texts: list[str],
+    *,
+    dim: int,
+    workers: int,
+    on_rows: ProgressCallback | None = None,
+) -> NDArray[np.float32]:
+    """One text per call (no padding), calls spread over ``workers`` threads, order kept.
+
+    A text's vector is then a function of the text alone, whatever else is being embedded.
+    """
+    encs = [e.ids for e in tokenizer.encode_batch(texts)]
+    out = np.empty((len(texts), dim), dtype=np.float32)
+
+    def work(lo: int) -> int:
+        hi = min(lo + 16, len(texts))
+        for i in range(lo, hi):
+            ids = np.asarray([encs[i]], dtype=np.int64)
+            feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+            out[i] = session.run(["embedding"], feed)[0][0]
+        return hi - lo
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="privembed-onnx") as pool:
+        for done in pool.map(work, range(0, len(texts), 16)):
+            if on_rows is not None:
+                on_rows(done)  # on the caller's thread
+    return out
+
+
 class _OnnxRunner:
     """The exported graph on onnxruntime (``quantized``: the int8 graph)."""
 
@@ -687,7 +721,11 @@ class _OnnxRunner:
             if quantized
             else m["files"]["model.onnx"]
         )
-        self.session = _session(str(path), digest, threads)
+        # int8: activations are quantised with one scale per call, so a text batched with
+        # others would get a vector that depends on them (cosine down to 0.97 measured); each
+        # text runs alone instead, texts spread over the threads (about 10 % slower)
+        self._workers = threads if quantized else 0
+        self.session = _session(str(path), digest, 1 if quantized else threads)
         self.tokenizer = Tokenizer.from_file(str(entry.path / "tokenizer.json"))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(int(m["max_seq_length"]))
@@ -703,7 +741,16 @@ class _OnnxRunner:
     ) -> NDArray[np.float32]:
         texts = [t.lower() for t in items] if self._lower else items
         parts = [
-            _run_sorted(
+            _run_each(
+                self.session,
+                self.tokenizer,
+                texts[s : s + _CHUNK_ROWS],
+                dim=self.dim,
+                workers=self._workers,
+                on_rows=on_rows,
+            )
+            if self._workers
+            else _run_sorted(
                 self.session,
                 self.tokenizer,
                 texts[s : s + _CHUNK_ROWS],
