@@ -108,6 +108,7 @@ CLOSED = {
     "--across",
     "--rule",
     "--format",
+    "--backend",
 }
 
 
@@ -144,6 +145,9 @@ def test_choice_types_are_the_librarys_lists():
     assert get_args(common.InputNorm) == INPUT_NORMS
     assert get_args(common.ProjectionKind) == KINDS
     assert set(get_args(common.StoreKind)) == set(STORES)
+    from privembed.embedders import BACKENDS
+
+    assert get_args(common.EmbedBackend) == BACKENDS
     assert set(_FACTORIES) <= set(get_args(common.BitGeneratorName))
     from privembed.mechanisms import GaussianMechanism, PrivateProjection
 

@@ -213,3 +213,16 @@ def test_unsupported_pipeline_refused(tmp_path, cache):
     # "auto" does not pick onnx for it (it would use torch)
     assert not _onnx_usable("cpu", True, str(folder))
     assert _onnx_usable("cpu", True, resolve_model(None)[1])
+
+
+def test_backend_from_the_environment(monkeypatch):
+    """PRIVEMBED_EMBED_BACKEND picks the runtime of every embedder made without one; a bad
+    value is refused naming the variable; an explicit backend wins."""
+    from privembed.embedders import Embedder
+
+    monkeypatch.setenv("PRIVEMBED_EMBED_BACKEND", "torch")
+    assert Embedder().backend == "torch"
+    monkeypatch.setenv("PRIVEMBED_EMBED_BACKEND", "tpu")
+    with pytest.raises(ValueError, match="PRIVEMBED_EMBED_BACKEND must be one of"):
+        Embedder()
+    assert Embedder(backend="torch").backend == "torch"

@@ -14,6 +14,7 @@ from rich.table import Table
 from ._cli.common import (
     BitGeneratorName,
     Calibration,
+    EmbedBackend,
     InputNorm,
     KeyedGenerator,
     MechanismName,
@@ -81,6 +82,13 @@ def embed(
         str | None, typer.Option(help="Model name or folder (default: offline all-MiniLM-L6-v2).")
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Texts per model call.")] = 64,
+    backend: Annotated[
+        EmbedBackend | None,
+        typer.Option(
+            help="Model runtime (default: $PRIVEMBED_EMBED_BACKEND, else auto: ONNX Runtime "
+            "when installed; onnx-int8 is faster and its vectors differ slightly)."
+        ),
+    ] = None,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace an existing output file.")
     ] = False,
@@ -105,7 +113,7 @@ def embed(
     table = read_text_table(
         input, text_field=text_field, id_field=id_field or "id", require_ids=id_field is not None
     )
-    emb = Embedder(model, batch_size=batch_size)
+    emb = Embedder(model, batch_size=batch_size, backend=backend)
     with progress_done("embedding", table.n, unit="texts") as on_progress:
         X = emb.encode(table.texts, on_progress=on_progress)
     meta = {
@@ -232,6 +240,12 @@ def protect(
         ),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Embedding model for text input.")] = None,
+    backend: Annotated[
+        EmbedBackend | None,
+        typer.Option(
+            help="Model runtime for text input (default: $PRIVEMBED_EMBED_BACKEND, else auto)."
+        ),
+    ] = None,
     batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 4096,
     allow_reprotect: Annotated[
         bool, typer.Option("--allow-reprotect", help="Protect a file that is already protected.")
@@ -318,6 +332,7 @@ def protect(
             id_column=id_column,
             ids_from_content=ids_from_content,
             model=model,
+            embedder=_text_embedder(input, model, backend),
             batch_rows=batch_rows,
             allow_reprotect=allow_reprotect,
             overwrite=overwrite,
@@ -362,6 +377,19 @@ def protect(
     for line in summary.notes:
         err_console.print(f"[yellow]note:[/yellow] {line}", highlight=False)
     _print_note(note)
+
+
+def _text_embedder(input: Path, model: str | None, backend: str | None) -> Any:
+    """The embedder of a texts input when a runtime was asked for (else the default's)."""
+    if backend is None:
+        return None
+    from .release import is_text_file
+
+    if not is_text_file(input):
+        raise ValueError("--backend applies to texts; this input holds embeddings.")
+    from .embedders import Embedder
+
+    return Embedder(model, backend=backend)
 
 
 def _setting_note(mech: Any, dim: int | None) -> Any:

@@ -835,9 +835,11 @@ class Embedder:
     ----------
     model : str, optional
         ``None``/``"all-MiniLM-L6-v2"`` (offline default), a local model folder, or a hub name.
-    backend : {"auto", "torch", "onnx", "onnx-int8"}, default "auto"
+    backend : {"auto", "torch", "onnx", "onnx-int8"}, optional
         See the module documentation. ``"auto"`` picks ``"onnx"`` where it reproduces the model
         and onnxruntime is installed, else ``"torch"``. :attr:`backend` holds the choice made.
+        Default: ``$PRIVEMBED_EMBED_BACKEND`` if set (how a command line, a server or a test
+        chooses for every embedder it makes), else ``"auto"``.
     batch_size : int, default 64
         Texts per model call at most (texts are sorted by length first, so batches pad
         little; the ONNX backends also keep a call near 512 tokens, so long texts go in
@@ -865,7 +867,7 @@ class Embedder:
         self,
         model: str | None = None,
         *,
-        backend: str = "auto",
+        backend: str | None = None,
         batch_size: int = 64,
         normalize: bool = True,
         device: str = "cpu",
@@ -873,6 +875,13 @@ class Embedder:
         threads: int | None = None,
         cache_dir: str | Path | None = None,
     ) -> None:
+        if backend is None:
+            env = os.environ.get("PRIVEMBED_EMBED_BACKEND", "").strip()
+            if env and env not in BACKENDS:
+                raise ValueError(
+                    f"PRIVEMBED_EMBED_BACKEND must be one of {', '.join(BACKENDS)}, got {env!r}."
+                )
+            backend = env or "auto"
         check_choice("backend", backend, BACKENDS)
         self.batch_size = check_int("batch_size", batch_size, ge=1)
         self.threads = (

@@ -30,6 +30,7 @@ __all__ = [
     "USER_ERRORS",
     "BitGeneratorName",
     "Calibration",
+    "EmbedBackend",
     "InputNorm",
     "KeyedGenerator",
     "MechanismName",
@@ -72,6 +73,8 @@ KeyedGenerator = Literal["philox", "aes"]
 BitGeneratorName = Literal["pcg64", "pcg64dxsm", "philox", "sfc64", "aes", "chacha"]
 #: vector stores (:mod:`privembed.integrations.stores`)
 StoreKind = Literal["chroma", "qdrant", "faiss"]
+#: embedding runtimes (:data:`privembed.embedders.BACKENDS`)
+EmbedBackend = Literal["auto", "torch", "onnx", "onnx-int8"]
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
     DataError,
