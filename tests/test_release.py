@@ -265,3 +265,18 @@ def test_typed_keys_fast_paths_equal_record_key():
         assert rel._typed_keys(ids, len(ids)) == [record_key(r) for r in ids]
     with pytest.raises(ValueError, match="row 1"):
         rel._typed_keys([1, True], 2)
+
+
+def test_row_digests_and_commitments_equal_their_definitions():
+    import hashlib
+
+    from privembed.keyed import tag_commitment, tag_commitments
+    from privembed.release import _row_digests
+
+    Y = np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)[:, ::-1]  # a view
+    assert _row_digests(Y) == [hashlib.sha256(r.tobytes()).hexdigest()[:32] for r in Y]
+    assert _row_digests(Y[:0]) == []
+    tags = [bytes([i]) * 32 for i in range(4)]
+    assert tag_commitments(tags) == [tag_commitment(t) for t in tags] == [
+        hashlib.sha256(b"privembed/tag-commitment\x00" + t).hexdigest()[:32] for t in tags
+    ]

@@ -62,6 +62,7 @@ __all__ = [
     "release_context",
     "resolve_key",
     "tag_commitment",
+    "tag_commitments",
     "text_digests",
     "typed_id",
     "vector_digests",
@@ -302,9 +303,25 @@ def vector_tags(key: bytes, context: bytes, ids: Sequence[Any], X: NDArray[Any])
     ]
 
 
+_COMMITMENT = hashlib.sha256(b"privembed/tag-commitment\x00")
+
+
 def tag_commitment(tag: bytes) -> str:
     """Public commitment to a tag (hex SHA-256, 128 bits): equal iff the noise is equal."""
-    return hashlib.sha256(b"privembed/tag-commitment\x00" + tag).hexdigest()[:32]
+    h = _COMMITMENT.copy()
+    h.update(tag)
+    return h.hexdigest()[:32]
+
+
+def tag_commitments(tags: Sequence[bytes]) -> list[str]:
+    """:func:`tag_commitment` of every tag."""
+    base = _COMMITMENT
+    out = []
+    for t in tags:
+        h = base.copy()
+        h.update(t)
+        out.append(h.hexdigest()[:32])
+    return out
 
 
 def _stream_key(key: bytes) -> bytes:

@@ -47,7 +47,7 @@ from .keyed import (
     record_tags,
     release_context,
     resolve_key,
-    tag_commitment,
+    tag_commitments,
     text_digests,
     vector_digests,
     vector_tags,
@@ -457,9 +457,8 @@ class Release:
         Y = m.privatize_rows(arr, source_for, name=self.name, row_offset=offset)
         if self.staged is not None:
             assert keys is not None
-            commits = None if tags is None else [tag_commitment(t) for t in tags]
-            Yc = np.ascontiguousarray(Y)
-            outs = [hashlib.sha256(r.tobytes()).hexdigest()[:32] for r in Yc]
+            commits = None if tags is None else tag_commitments(tags)
+            outs = _row_digests(Y)
             self.staged.add(keys, tags=commits, output_digests=outs)
         self.summary.rows += n
         self.summary.dim_in = d
@@ -495,7 +494,7 @@ class Release:
         keys = self._typed_keys(ids, arr.shape[0])
         commits = None
         if self.key is not None:
-            commits = [tag_commitment(t) for t in self._tags(arr, keys, digests)]
+            commits = tag_commitments(self._tags(arr, keys, digests))
         self.staged.add(keys, tags=commits)
         self.summary.rows += arr.shape[0]
 
@@ -782,6 +781,17 @@ def protect_file(
                 "one with --keep-column NAME)"
             )
         return rel.summary
+
+
+def _row_digests(Y: NDArray[Any]) -> list[str]:
+    """Hex SHA-256 (128 bits) of every output row's bytes, as the ledger records them."""
+    Yc = np.ascontiguousarray(Y)
+    if Yc.shape[0] == 0:
+        return []
+    width = Yc.shape[1] * Yc.itemsize
+    mv = Yc.data.cast("B")
+    sha = hashlib.sha256
+    return [sha(mv[i * width : (i + 1) * width]).hexdigest()[:32] for i in range(Yc.shape[0])]
 
 
 def _resolve_eraser(eraser: Any) -> Any:
