@@ -277,6 +277,8 @@ def test_row_digests_and_commitments_equal_their_definitions():
     assert _row_digests(Y) == [hashlib.sha256(r.tobytes()).hexdigest()[:32] for r in Y]
     assert _row_digests(Y[:0]) == []
     tags = [bytes([i]) * 32 for i in range(4)]
-    assert tag_commitments(tags) == [tag_commitment(t) for t in tags] == [
-        hashlib.sha256(b"privembed/tag-commitment\x00" + t).hexdigest()[:32] for t in tags
-    ]
+    assert (
+        tag_commitments(tags)
+        == [tag_commitment(t) for t in tags]
+        == [hashlib.sha256(b"privembed/tag-commitment\x00" + t).hexdigest()[:32] for t in tags]
+    )
