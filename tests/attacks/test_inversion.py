@@ -59,6 +59,9 @@ def test_decoder_is_reproducible():
     kw = {**SMALL, "epochs": 2}
     a = GEIAAttack(**kw).fit(texts, X, rng=3).reconstruct(X[:10])
     assert a == GEIAAttack(**kw).fit(texts, X, rng=3).reconstruct(X[:10])
+    done: list[int] = []  # progress reporting changes nothing
+    assert a == GEIAAttack(**kw).fit(texts, X, rng=3, on_epoch=done.append).reconstruct(X[:10])
+    assert done == [1, 2]
 
 
 @pytest.mark.slow

@@ -145,3 +145,17 @@ def test_constant_dimensions_do_not_amplify_perturbations(bow):
     atk = MLCAttack(**FAST).fit(texts[:400], Xc[:400], rng=0)
     Y = Xc[400:] + 1e-4 * rng.standard_normal(Xc[400:].shape)
     assert atk.score(texts[400:], Y).auc_all > 0.95
+
+
+def test_training_reports_every_epoch_and_progress_changes_nothing(bow):
+    texts, X = bow
+    done: list[int] = []
+    a = MLCAttack(**FAST).fit(texts[:200], X[:200], rng=4, on_epoch=done.append)
+    assert done == list(range(1, FAST["epochs"] + 1)) == list(range(1, len(a.history_) + 1))
+    b = MLCAttack(**FAST).fit(texts[:200], X[:200], rng=4)
+    np.testing.assert_array_equal(a.predict_proba(X[200:]), b.predict_proba(X[200:]))
+    adaptive: list[int] = []
+    MLCAttack(**FAST).fit_adaptive(
+        texts[:100], X[:100], LaplaceMechanism(epsilon=50.0), rng=1, on_epoch=adaptive.append
+    )
+    assert adaptive == list(range(1, FAST["epochs"] + 1))

@@ -72,3 +72,12 @@ def test_guarantee_and_validation(vocab):
         ExponentialSanitizer(vocabulary=vocab, epsilon=1.0, oov="x")
     with pytest.raises(ValueError, match=r"block_rows must be >= 1"):
         ExponentialSanitizer(vocabulary=vocab, epsilon=1.0, block_rows=0)
+
+
+def test_progress_reaches_every_in_vocabulary_word(vocab):
+    san = ExponentialSanitizer(vocabulary=vocab, epsilon=2.0, block_rows=2)
+    texts = ["the cat sat on the mat", "the dog"]
+    seen: list[int] = []
+    out = san.sanitize_many(texts, rng=3, on_progress=seen.append)
+    assert seen == sorted(seen) and seen[-1] == san.count_words(texts) == 8
+    assert out == san.sanitize_many(texts, rng=3)

@@ -245,3 +245,17 @@ def test_glove_sentence_round_trips_at_huge_epsilon():
     san = WordSanitizer(vocabulary=voc, epsilon=1e5)
     text = "Maria Gonzalez, a patient at Riverside Hospital, was diagnosed on November 6."
     assert san.sanitize(text, rng=0) == text
+
+
+def test_progress_counts_in_vocabulary_words_and_changes_nothing(vocab, index):
+    san = WordSanitizer(vocabulary=vocab, epsilon=3.0, index=index)
+    san.block_words = 3  # several blocks for a small corpus
+    texts = ["the cat sat on the mat", "a dog, unknownword!", "the the the"]
+    seen: list[int] = []
+    out = san.sanitize_many(texts, rng=9, on_progress=seen.append)
+    total = san.count_words(texts)
+    assert total == 11 and seen == [3, 6, 9, 11]
+    assert out == san.sanitize_many(texts, rng=9)
+    # the seeded result depends on the block size, never on how the words are grouped in texts
+    joined = san.sanitize_many([" ".join(texts)], rng=9)[0]
+    assert joined.split() == " ".join(out).split()

@@ -393,17 +393,26 @@ def token(
     def attack() -> MLCAttack:
         return MLCAttack(batch_size=batch_size, min_count=min_count, **chosen)
 
+    n_epochs = int(chosen["epochs"])
+
     rows: list[dict[str, Any]] = []
     clean = None
     if mech is not None:
         if baseline:
-            clean = attack().fit(aux_tx, aux_X, rng=seed).score(t_tx, t_X, sensitive=t_sens)
+            with progress_done("training (unprotected)", n_epochs, unit="epochs") as on_epoch:
+                a0 = attack().fit(aux_tx, aux_X, rng=seed, on_epoch=on_epoch)
+            clean = a0.score(t_tx, t_X, sensitive=t_sens)
             rows.append({"target": "unprotected", **clean.to_dict()})
         Y = _protect(mech, t_X, [ids[i] for i in tgt], seed, key)
-        a = attack().fit_adaptive(aux_tx, aux_X, mech, n_copies=copies, rng=seed)
+        with progress_done("training (protected)", n_epochs, unit="epochs") as on_epoch:
+            a = attack().fit_adaptive(
+                aux_tx, aux_X, mech, n_copies=copies, rng=seed, on_epoch=on_epoch
+            )
         rows.append({"target": repr(mech), **a.score(t_tx, Y, sensitive=t_sens).to_dict()})
     else:
-        clean = attack().fit(aux_tx, aux_X, rng=seed).score(t_tx, t_X, sensitive=t_sens)
+        with progress_done("training", n_epochs, unit="epochs") as on_epoch:
+            a0 = attack().fit(aux_tx, aux_X, rng=seed, on_epoch=on_epoch)
+        clean = a0.score(t_tx, t_X, sensitive=t_sens)
         rows.append({"target": str(embeddings.name if embeddings else source), **clean.to_dict()})
     from ..evaluation.privacy import WEAK_ATTACK
 
@@ -881,15 +890,18 @@ def inversion(
 
         if mech is not None:
             if baseline:
-                a0 = attack().fit(aux_tx, aux_X, rng=seed)
+                with progress_done("training (unprotected)", epochs, unit="epochs") as on_epoch:
+                    a0 = attack().fit(aux_tx, aux_X, rng=seed, on_epoch=on_epoch)
                 rows.append(
                     {"target": "unprotected", **a0.score(t_tx, X[tgt], sensitive=t_sens).to_dict()}
                 )
             Y = _protect(mech, X[tgt], [ids[i] for i in tgt], seed, key)
-            a = attack().fit_adaptive(aux_tx, aux_X, mech, rng=seed)
+            with progress_done("training (protected)", epochs, unit="epochs") as on_epoch:
+                a = attack().fit_adaptive(aux_tx, aux_X, mech, rng=seed, on_epoch=on_epoch)
             rows.append({"target": repr(mech), **a.score(t_tx, Y, sensitive=t_sens).to_dict()})
         else:
-            a = attack().fit(aux_tx, aux_X, rng=seed)
+            with progress_done("training", epochs, unit="epochs") as on_epoch:
+                a = attack().fit(aux_tx, aux_X, rng=seed, on_epoch=on_epoch)
             rows.append({"target": source, **a.score(t_tx, X[tgt], sensitive=t_sens).to_dict()})
     t = Table(title=f"Sentence inversion on {source}")
     for col in ("target", "leakage", "chance", "word F1", "exact"):

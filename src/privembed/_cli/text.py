@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from .common import err_console, parse_floats, print_json, user_errors
+from .common import err_console, parse_floats, print_json, progress_done, user_errors
 
 app = typer.Typer(
     help="Word-level text sanitisation with d_X privacy (multivariate Laplace + nearest word, "
@@ -116,7 +116,8 @@ def sanitize(
         if index_cache is not None:
             search = NearestNeighbourIndex(voc.vectors, method=index, cache=index_cache)
         san = WordSanitizer(vocabulary=voc, epsilon=epsilon, post=post, c=c, oov=oov, index=search)
-    out = san.sanitize_many(lines, rng=seed)
+    with progress_done("sanitising", san.count_words(lines), unit="words") as on_progress:
+        out = san.sanitize_many(lines, rng=seed, on_progress=on_progress)
     if as_json:
         print_json(
             {

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -90,8 +90,12 @@ def train_minibatch(
     lr: float,
     gen: np.random.Generator,
     weight_decay: float = 0.0,
+    on_epoch: Callable[[int], None] | None = None,
 ) -> list[float]:
-    """Adam over shuffled minibatches; returns the mean training loss of every epoch."""
+    """Adam over shuffled minibatches; returns the mean training loss of every epoch.
+
+    ``on_epoch(done)`` is called after every epoch with the number of epochs done (progress).
+    """
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     n = X.shape[0]
     history = []
@@ -107,6 +111,8 @@ def train_minibatch(
             opt.step()
             total += float(loss.detach()) * idx.numel()
         history.append(total / n)
+        if on_epoch is not None:
+            on_epoch(len(history))
     model.eval()
     return history
 

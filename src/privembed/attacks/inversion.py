@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -349,8 +349,18 @@ class GEIAAttack:
     def _inputs(self, X: NDArray[np.float64]) -> NDArray[np.float32]:
         return ((X - self._mu) / self._sd).astype(np.float32)
 
-    def fit(self, texts: Sequence[str], embeddings: Any, *, rng: Any = None) -> GEIAAttack:
-        """Train the decoder on auxiliary texts and their (protected) embeddings."""
+    def fit(
+        self,
+        texts: Sequence[str],
+        embeddings: Any,
+        *,
+        rng: Any = None,
+        on_epoch: Callable[[int], None] | None = None,
+    ) -> GEIAAttack:
+        """Train the decoder on auxiliary texts and their (protected) embeddings.
+
+        ``on_epoch(done)`` is called after every epoch with the number of epochs done.
+        """
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, not a single string.")
         texts = list(texts)
@@ -394,6 +404,8 @@ class GEIAAttack:
                     opt.step()
                     total += float(loss.detach()) * idx.numel()
                 self.history_.append(total / n)
+                if on_epoch is not None:
+                    on_epoch(len(self.history_))
             self.model_.eval()
         self._blind = self.reconstruct(self._mu[None, :])[0]
         return self
@@ -406,12 +418,13 @@ class GEIAAttack:
         *,
         n_copies: int = 1,
         rng: Any = None,
+        on_epoch: Callable[[int], None] | None = None,
     ) -> GEIAAttack:
         """Train on auxiliary embeddings protected by ``mechanism`` (the adaptive attacker)."""
         gen = as_generator(rng)
         texts = list(texts)
         Xp = protect_copies(mechanism, embeddings, n_copies, rng=gen)
-        return self.fit(texts * n_copies, Xp, rng=gen)
+        return self.fit(texts * n_copies, Xp, rng=gen, on_epoch=on_epoch)
 
     def reconstruct(self, embeddings: Any, *, beam: int | None = None) -> list[str]:
         """Decoded sentence of every embedding (greedy, or beam search of width ``beam``)."""

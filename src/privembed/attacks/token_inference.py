@@ -25,7 +25,7 @@ References
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -281,7 +281,14 @@ class MLCAttack:
 
     # -- training -------------------------------------------------------------------------
 
-    def fit(self, texts: Iterable[Any], embeddings: Any, *, rng: Any = None) -> MLCAttack:
+    def fit(
+        self,
+        texts: Iterable[Any],
+        embeddings: Any,
+        *,
+        rng: Any = None,
+        on_epoch: Callable[[int], None] | None = None,
+    ) -> MLCAttack:
         """Train on auxiliary texts (or token sets) and their (protected) embeddings.
 
         Parameters
@@ -291,6 +298,8 @@ class MLCAttack:
         embeddings : array_like, shape (n, d)
         rng : int, numpy.random.Generator or None
             Seeds the initialisation and the minibatch order.
+        on_epoch : callable, optional
+            Called with the number of epochs done after each epoch (progress).
         """
         sets = as_token_sets(texts)
         X = embeddings_f64(embeddings, "embeddings")
@@ -320,6 +329,7 @@ class MLCAttack:
                 lr=self.lr,
                 weight_decay=self.weight_decay,
                 gen=gen,
+                on_epoch=on_epoch,
             )
         return self
 
@@ -331,6 +341,7 @@ class MLCAttack:
         *,
         n_copies: int = 1,
         rng: Any = None,
+        on_epoch: Callable[[int], None] | None = None,
     ) -> MLCAttack:
         """The adaptive attacker: protect the auxiliary embeddings with ``mechanism`` and fit.
 
@@ -339,7 +350,7 @@ class MLCAttack:
         gen = as_generator(rng)
         sets = as_token_sets(texts)
         Xp = protect_copies(mechanism, embeddings, n_copies, rng=gen)
-        return self.fit(sets * n_copies, Xp, rng=gen)
+        return self.fit(sets * n_copies, Xp, rng=gen, on_epoch=on_epoch)
 
     def _inputs(self, X: NDArray[np.float64]) -> NDArray[np.float32]:
         return ((X - self._mu) / self._sd).astype(np.float32)

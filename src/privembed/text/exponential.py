@@ -22,6 +22,7 @@ References
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -143,8 +144,13 @@ class ExponentialSanitizer(TextSanitizer):
         p = np.exp(logp)
         return p / p.sum()
 
-    def sanitize_ids(self, ids: Any, *, rng: Any = None) -> NDArray[np.int64]:
-        """Sanitise vocabulary rows; each distinct word's distance row is computed once."""
+    def sanitize_ids(
+        self, ids: Any, *, rng: Any = None, on_progress: Callable[[int], None] | None = None
+    ) -> NDArray[np.int64]:
+        """Sanitise vocabulary rows; each distinct word's distance row is computed once.
+
+        ``on_progress(done)`` gets the number of rows done after every block of distinct words.
+        """
         arr = self._check_ids(ids)
         gen = as_generator(rng)
         out = np.empty_like(arr)
@@ -158,4 +164,6 @@ class ExponentialSanitizer(TextSanitizer):
             )
             for k, picked in enumerate(draws, start=b0):
                 out[order[starts[k] : starts[k + 1]]] = picked
+            if on_progress is not None:
+                on_progress(int(starts[b1]))
         return out

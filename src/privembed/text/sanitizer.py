@@ -28,7 +28,7 @@ References
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -154,8 +154,13 @@ class TextSanitizer(abc.ABC):
         """The privacy guarantee per in-vocabulary word token."""
 
     @abc.abstractmethod
-    def sanitize_ids(self, ids: Any, *, rng: Any = None) -> NDArray[np.int64]:
-        """Sanitise vocabulary rows: ``ids`` (n,) -> output rows (n,)."""
+    def sanitize_ids(
+        self, ids: Any, *, rng: Any = None, on_progress: Callable[[int], None] | None = None
+    ) -> NDArray[np.int64]:
+        """Sanitise vocabulary rows: ``ids`` (n,) -> output rows (n,).
+
+        ``on_progress(done)`` is called with the number of rows done so far as the work proceeds.
+        """
 
     def _check_ids(self, ids: Any) -> NDArray[np.int64]:
         arr = np.asarray(ids)
@@ -169,14 +174,23 @@ class TextSanitizer(abc.ABC):
             )
         return arr
 
-    def sanitize_many(self, texts: Sequence[str], *, rng: Any = None) -> list[str]:
+    def sanitize_many(
+        self,
+        texts: Sequence[str],
+        *,
+        rng: Any = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> list[str]:
         """Sanitise a corpus: every in-vocabulary word of every text goes through one batched
-        :meth:`sanitize_ids` call (one noise draw and one index search for the whole corpus).
+        :meth:`sanitize_ids` call (noise drawn and nearest words searched in large blocks).
 
         Parameters
         ----------
         texts : sequence of str
         rng : int, numpy.random.Generator or None
+        on_progress : callable, optional
+            Called with the number of in-vocabulary words sanitised so far (progress); the
+            total is :meth:`count_words` of ``texts``.
 
         Returns
         -------
@@ -191,7 +205,7 @@ class TextSanitizer(abc.ABC):
         ids = self.vocabulary.lookup(words)
         inv = ids >= 0
         out_ids = ids.copy()
-        out_ids[inv] = self.sanitize_ids(ids[inv], rng=gen)
+        out_ids[inv] = self.sanitize_ids(ids[inv], rng=gen, on_progress=on_progress)
         n_oov = int((~inv).sum())
         if self.oov == "replace" and n_oov:
             out_ids[~inv] = gen.integers(0, len(self.vocabulary), size=n_oov)
@@ -209,6 +223,11 @@ class TextSanitizer(abc.ABC):
                     parts.append(tok.text)
             result.append("".join(parts))
         return result
+
+    def count_words(self, texts: Sequence[str]) -> int:
+        """How many in-vocabulary word tokens ``texts`` holds (the work of :meth:`sanitize_many`)."""
+        words = [tok.text for t in texts for tok in tokenize(t) if tok.is_word]
+        return int((self.vocabulary.lookup(words) >= 0).sum())
 
     def sanitize(self, text: str, *, rng: Any = None) -> str:
         """Sanitise one text (see :meth:`sanitize_many`)."""
@@ -340,13 +359,21 @@ class WordSanitizer(TextSanitizer):
         )
         return neighbours_at_rank(self.index, xstar, ranks, lists=lists)
 
-    def sanitize_ids(self, ids: Any, *, rng: Any = None) -> NDArray[np.int64]:
-        """Sanitise vocabulary rows (all in one noise draw and one index search).
+    #: Words per noise draw and index search: bounds memory (``block_words * d`` noise values)
+    #: and paces progress; a seeded result depends on it, not on the texts' grouping.
+    block_words: int = 8192
+
+    def sanitize_ids(
+        self, ids: Any, *, rng: Any = None, on_progress: Callable[[int], None] | None = None
+    ) -> NDArray[np.int64]:
+        """Sanitise vocabulary rows (noise drawn and searched ``block_words`` rows at a time).
 
         Parameters
         ----------
         ids : array_like of int, shape (n,)
         rng : int, numpy.random.Generator or None
+        on_progress : callable, optional
+            Called with the number of rows done after every block.
 
         Returns
         -------
@@ -356,5 +383,11 @@ class WordSanitizer(TextSanitizer):
         if arr.size == 0:
             return arr.copy()
         gen = as_generator(rng)
-        xstar = self.index.nearest(self.noisy_vectors(arr, rng=gen))
-        return self.post_process(xstar, rng=gen)
+        out = np.empty_like(arr)
+        for b0 in range(0, arr.size, self.block_words):
+            b1 = min(b0 + self.block_words, arr.size)
+            xstar = self.index.nearest(self.noisy_vectors(arr[b0:b1], rng=gen))
+            out[b0:b1] = self.post_process(xstar, rng=gen)
+            if on_progress is not None:
+                on_progress(b1)
+        return out
