@@ -262,6 +262,9 @@ class _PhiloxCursor:
         self._ctr = np.ctypeslib.as_array((ctypes.c_uint64 * 4).from_address(ptrs[0]))
         self._key = np.ctypeslib.as_array((ctypes.c_uint64 * 2).from_address(ptrs[1]))
         self._pos = ctypes.c_int.from_address(addr + 2 * ctypes.sizeof(ctypes.c_void_p))
+        self._pos_mem = np.ctypeslib.as_array(
+            (ctypes.c_int * 1).from_address(ctypes.addressof(self._pos))
+        )
         self._fast = True
 
     def _probe_layout(self) -> bool:
@@ -349,6 +352,26 @@ class CounterSource(NoiseSource):
         out[:, 1] = np.uint64(salt)
         return out
 
+    def _kernel(self, name: str) -> Any:
+        """The compiled per-row kernel ``name`` (:mod:`privembed._jit`; same output as the
+        Python loop, row for row), or None: then the rows are drawn in the Python loop."""
+        if self.generator != "philox" or not self._cursor._fast:
+            return None
+        from . import _jit
+
+        k = _jit.kernels(self._n)
+        if k is None:
+            return None
+        return self._run(k, name)
+
+    def _run(self, k: Any, name: str) -> Any:
+        j = self._call
+        self._call += 1
+        self._ctr[:, 1] = j
+        c = self._cursor
+        fn = getattr(k, name)
+        return lambda *args: fn(c.gen, c._key, c._ctr, c._pos_mem, self._key, self._ctr, *args)
+
     def _gens(self) -> Iterator[np.random.Generator]:
         j = self._call
         self._call += 1
@@ -370,6 +393,9 @@ class CounterSource(NoiseSource):
     def normal(self, n: int, k: int) -> NDArray[np.float64]:
         self._check(n)
         out = np.empty((n, k))
+        if (run := self._kernel("normal_rows")) is not None:
+            run(out)
+            return out
         for row, g in zip(out, self._gens(), strict=True):
             g.standard_normal(out=row)
         return out
@@ -377,12 +403,19 @@ class CounterSource(NoiseSource):
     def uniform(self, n: int, k: int) -> NDArray[np.float64]:
         self._check(n)
         out = np.empty((n, k))
+        if (run := self._kernel("uniform_rows")) is not None:
+            run(out)
+            return out
         for row, g in zip(out, self._gens(), strict=True):
             g.random(out=row)
         return out
 
     def gamma(self, shape: float, n: int) -> NDArray[np.float64]:
         self._check(n)
+        if (run := self._kernel("gamma_rows")) is not None:
+            r = np.empty(n)
+            run(float(shape), r)
+            return r
         return np.fromiter(
             (g.standard_gamma(shape) for g in self._gens()), dtype=np.float64, count=n
         )
@@ -394,6 +427,9 @@ class CounterSource(NoiseSource):
         self._check(n)
         out = np.empty((n, k))
         r = np.empty(n)
+        if (run := self._kernel("normal_gamma_rows")) is not None:
+            run(float(shape), out, r)
+            return out, r
         for i, (row, g) in enumerate(zip(out, self._gens(), strict=True)):
             g.standard_normal(out=row)
             r[i] = g.standard_gamma(shape)

@@ -1,0 +1,86 @@
+"""The compiled per-record kernels (numba, extra ``fast``) draw exactly what the Python loop
+draws, row for row, for every CounterSource method; keyed releases are unchanged by them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from privembed import _jit
+from privembed.rng import CounterSource
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    k = _jit.kernels(-1)  # load now, whatever the row count so far
+    assert k is not None, "numba is part of the test environment (extra 'fast')"
+    return k
+
+
+def _source(n: int, seed: int = 0) -> CounterSource:
+    rows = np.random.default_rng(seed).integers(0, 1 << 64, size=(n, 2), dtype=np.uint64)
+    return CounterSource(bytes(range(16)), rows)
+
+
+def _both(monkeypatch, draw):
+    """``draw(source)`` through the kernels and through the Python loop, on equal sources."""
+    compiled = draw(_source(257))
+    with monkeypatch.context() as m:
+        m.setattr(CounterSource, "_kernel", lambda self, name: None)
+        looped = draw(_source(257))
+    return compiled, looped
+
+
+@pytest.mark.parametrize("d", [1, 2, 3, 16, 384])
+def test_every_method_matches_the_python_loop_bit_for_bit(kernels, monkeypatch, d):
+    def calls(src):  # several calls on one source: the call counter must advance alike
+        return (
+            src.normal(257, d),
+            src.uniform(257, 2),
+            src.gamma(float(d), 257),
+            *src.normal_gamma(257, d, float(d)),
+            src.gamma(0.5, 257),
+        )
+
+    compiled, looped = _both(monkeypatch, calls)
+    for a, b in zip(compiled, looped, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_kernels_are_used_and_rows_do_not_depend_on_their_neighbours(kernels, monkeypatch):
+    used = []
+    real = CounterSource._kernel
+
+    def spy(self, name):
+        run = real(self, name)
+        used.append(run is not None)
+        return run
+
+    monkeypatch.setattr(CounterSource, "_kernel", spy)
+    src = _source(100)
+    whole = src.normal(100, 8)
+    rows = np.random.default_rng(0).integers(0, 1 << 64, size=(100, 2), dtype=np.uint64)
+    part = CounterSource(bytes(range(16)), rows[40:60]).normal(20, 8)
+    np.testing.assert_array_equal(whole[40:60], part)
+    assert used and all(used)
+
+
+def test_disabled_by_environment(monkeypatch):
+    monkeypatch.setattr(_jit, "_loaded", None)
+    monkeypatch.setenv("PRIVEMBED_JIT", "0")
+    assert _jit.kernels(-1) is None
+
+
+def test_kernels_that_drift_from_numpy_are_refused(kernels):
+    """Keyed noise must not depend on whether numba is installed: were a numba release to draw
+    differently, the ledger would record the changed noise of an unchanged record as free."""
+    from types import SimpleNamespace
+
+    def drifting(gen, km, cm, pm, key, ctrs, out):
+        kernels.normal_rows(gen, km, cm, pm, key, ctrs, out)
+        out[-1, -1] = np.nextafter(out[-1, -1], np.inf)  # one ulp, one value
+
+    fake = SimpleNamespace(**{n: getattr(kernels, n) for n in dir(kernels) if n.endswith("_rows")})
+    assert _jit._reproduces_numpy(fake)
+    fake.normal_rows = drifting
+    assert not _jit._reproduces_numpy(fake)
