@@ -430,11 +430,16 @@ class Release:
         source_for: Callable[[int, int], NoiseSource]
         if self.key is not None:
             assert keys is not None
-            tags = self._tags(arr, keys, digests)
-            key, gen, tg = self.key, self.generator, tags
+            tag_rows = self._tagger(arr, keys, digests)
+            key, gen = self.key, self.generator
+            tags = [b""] * n  # filled block by block, in the sampling threads
 
             def keyed(start: int, stop: int) -> NoiseSource:
-                return keyed_source(key, tg[start:stop], generator=gen)
+                # the tags' hashing holds the GIL; in the block's thread it overlaps with the
+                # other threads' compiled draws, which do not
+                t = tag_rows(start, stop)
+                tags[start:stop] = t
+                return keyed_source(key, t, generator=gen)
 
             source_for = keyed
         elif self._stream_key is not None:
@@ -465,20 +470,27 @@ class Release:
         self.summary.dim_out = Y.shape[1]
         return Y
 
-    def _tags(
+    def _tagger(
         self, arr: NDArray[Any], keys: list[str], digests: Sequence[bytes] | None
-    ) -> list[bytes]:
+    ) -> Callable[[int, int], list[bytes]]:
+        """``tags(start, stop)``: the keyed tags of rows ``start:stop`` of this batch."""
         assert self.key is not None
+        key = self.key
         n, d = arr.shape
         ctx = release_context(
             self._fingerprint, model=self.model, input_dim=d, generator=self.generator
         )
         typed = [k.encode("utf-8", errors="surrogateescape") for k in keys]
         if digests is None:
-            return vector_tags(self.key, ctx, typed, arr)
+            return lambda a, b: vector_tags(key, ctx, typed[a:b], arr[a:b])
         if len(digests) != n:
             raise ValueError(f"digests has {len(digests)} entries but there are {n} rows.")
-        return record_tags(self.key, ctx, typed, digests)
+        return lambda a, b: record_tags(key, ctx, typed[a:b], digests[a:b])
+
+    def _tags(
+        self, arr: NDArray[Any], keys: list[str], digests: Sequence[bytes] | None
+    ) -> list[bytes]:
+        return self._tagger(arr, keys, digests)(0, arr.shape[0])
 
     def account(
         self, X: Any, ids: Sequence[Any], *, digests: Sequence[bytes] | None = None
