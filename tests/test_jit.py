@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from privembed import _jit
-from privembed.rng import CounterSource
+from privembed.rng import CounterSource, _verify_kernels
 
 
 @pytest.fixture(scope="module")
 def kernels():
-    k = _jit.kernels(-1)  # load now, whatever the row count so far
+    k = _jit.kernels(-1, verify=_verify_kernels)  # load now, whatever the row count so far
     assert k is not None, "numba is part of the test environment (extra 'fast')"
     return k
 
@@ -81,6 +81,43 @@ def test_kernels_that_drift_from_numpy_are_refused(kernels):
         out[-1, -1] = np.nextafter(out[-1, -1], np.inf)  # one ulp, one value
 
     fake = SimpleNamespace(**{n: getattr(kernels, n) for n in dir(kernels) if n.endswith("_rows")})
-    assert _jit._reproduces_numpy(fake)
+    assert _verify_kernels(fake) is None
     fake.normal_rows = drifting
-    assert not _jit._reproduces_numpy(fake)
+    assert "do not reproduce numpy" in (_verify_kernels(fake) or "")
+
+
+def test_gamma_shapes_the_kernels_do_not_take_behave_as_numpy(kernels):
+    rows = np.zeros((3, 2), dtype=np.uint64)
+    src = CounterSource(bytes(16), rows)
+    assert np.isnan(src.gamma(float("nan"), 3)).all()  # numpy's answer; no endless rejection loop
+    with pytest.raises(ValueError, match="shape"):
+        src.gamma(-1.0, 3)
+    u, g = CounterSource(bytes(16), rows).normal_gamma(3, 2, float("nan"))
+    assert np.isnan(g).all() and np.isfinite(u).all()
+
+
+def test_without_a_writable_cache_the_kernels_compile_in_memory(monkeypatch):
+    import numba
+
+    from privembed import _jit_kernels
+
+    real = numba.njit
+
+    def njit(**kw):
+        if kw.get("cache"):
+            raise RuntimeError("cannot cache function 'f': no locator available for file 'x.py'")
+        return real(**kw)
+
+    monkeypatch.setattr(numba, "njit", njit)
+    f = _jit_kernels._njit(lambda a: a + 1)
+    assert f(1) == 2
+
+
+def test_a_failing_self_check_warns_once_and_falls_back(monkeypatch):
+    monkeypatch.setattr(_jit, "_loaded", None)
+    refuse = lambda k: "they do not reproduce numpy's draws"  # noqa: E731
+    with pytest.warns(RuntimeWarning, match="do not reproduce numpy"):
+        assert _jit.kernels(-1, verify=refuse) is None
+    assert (
+        _jit.kernels(-1, verify=refuse) is None
+    )  # decided: no second warning (warnings are errors here)

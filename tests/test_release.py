@@ -282,3 +282,31 @@ def test_row_digests_and_commitments_equal_their_definitions():
         == [tag_commitment(t) for t in tags]
         == [hashlib.sha256(b"privembed/tag-commitment\x00" + t).hexdigest()[:32] for t in tags]
     )
+
+
+@pytest.mark.parametrize("ledger", [False, True])
+def test_a_batch_refused_for_its_rows_can_be_corrected_and_given_again(tmp_path, ledger):
+    """Ids are taken only once a batch is drawn: a NaN row refuses the batch, and the corrected
+    batch with the same ids is then accepted (not refused as a repeat of itself)."""
+    from privembed import DataError
+    from privembed.ledger import Ledger
+    from privembed.release import Release
+
+    X = np.random.default_rng(0).standard_normal((5, 8))
+    bad = X.copy()
+    bad[3, 2] = np.nan
+    ids = [f"r{i}" for i in range(5)]
+    led = Ledger(tmp_path / "l.db") if ledger else None
+    with Release(LaplaceMechanism(epsilon=5.0), key=bytes(32), ledger=led) as rel:
+        with pytest.raises(DataError, match="row 3"):
+            rel.protect(bad, ids)
+        Y = rel.protect(X, ids)
+        assert Y.shape == (5, 8) and np.isfinite(Y).all()
+        from privembed.release import DuplicateIds
+
+        with pytest.raises(DuplicateIds):
+            rel.protect(X[:1], ids[:1])
+        if ledger:
+            rel.commit()
+    if led is not None:
+        led.close()

@@ -8,17 +8,20 @@ row's key and counter into the *same* numpy ``Philox`` bit generator's C state (
 layout that :class:`~privembed.rng._PhiloxCursor` verified against numpy's public API) and draw
 through numba's implementation of numpy's ``Generator`` methods, which calls that bit generator
 and uses numpy's own algorithms (ziggurat normals, Marsaglia-Tsang gammas, 53-bit doubles).
-The output is therefore bit-identical to the pure-numpy path (tested row for row), and the
-loops release the GIL, so blocks on two threads run in parallel.
+The output is therefore bit-identical to the pure-numpy path (tested row for row, and checked
+again in every process before first use), and the loops release the GIL, so blocks on two
+threads run in parallel.
 
-Importing this module imports numba (and compiles or loads the cached kernels on first call);
-:func:`kernels` returns ``None`` when numba is not installed or ``PRIVEMBED_JIT=0``.
+This module does not import numba; :func:`kernels` loads :mod:`privembed._jit_kernels` (numba,
+compiled or read from its on-disk cache) on demand, and returns ``None`` when numba is not
+installed, the kernels fail their check, or ``PRIVEMBED_JIT=0``.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 _lock = threading.Lock()
@@ -37,67 +40,50 @@ def _enabled() -> bool:
     return os.environ.get("PRIVEMBED_JIT", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def kernels(rows: int = 0) -> Any:
-    """The compiled kernels, or ``None`` (not installed, disabled, or still below
-    :data:`LOAD_AFTER_ROWS` rows in this process); ``rows`` counts towards that threshold."""
+def kernels(rows: int = 0, *, verify: Callable[[Any], str | None] | None = None) -> Any:
+    """The compiled kernels, or ``None`` (not installed, disabled, unusable here, or still
+    below :data:`LOAD_AFTER_ROWS` rows in this process); ``rows`` counts towards that threshold
+    (a negative ``rows`` loads now).
+
+    ``verify(module)`` runs once, when the kernels are first loaded: ``None`` accepts them, a
+    string refuses them and says why (:func:`privembed.rng._verify_kernels` checks them against
+    numpy's own draws). Any failure means the pure-numpy path from then on; a
+    ``RuntimeWarning`` says why, once.
+    """
     global _loaded, _rows_seen
     if _loaded is not None:
         return _loaded or None
+    problem = None
     with _lock:
         _rows_seen += rows
         if _loaded is None and (_rows_seen >= LOAD_AFTER_ROWS or rows < 0):
-            _loaded = _load() if _enabled() else False
-    return _loaded or None
-
-
-def _load() -> Any:
-    try:
-        from . import _jit_kernels
-    except ImportError:
-        return False
-    if not _reproduces_numpy(_jit_kernels):
+            module, problem = _load(verify) if _enabled() else (False, None)
+            _loaded = module  # decided once, before any warning can raise
+    if problem:
         import warnings
 
         warnings.warn(
-            "privembed: the compiled noise kernels do not reproduce numpy's draws with this "
-            "numba/numpy pair; using the pure-numpy path (same output, slower).",
+            f"privembed: compiled noise kernels not used ({problem}); drawing with numpy "
+            "instead (same output, slower).",
             RuntimeWarning,
             stacklevel=3,
         )
-        return False
-    return _jit_kernels
+    return _loaded or None
 
 
-def _reproduces_numpy(k: Any) -> bool:
-    """Every kernel against the pure-numpy loop on a few random rows, before first use.
-
-    Keyed noise must be a function of (key, tag) alone: were a numba release to change an
-    algorithm, one record would get different noise with and without numba while the ledger,
-    seeing the same tag, recorded the second release as free. So the kernels are used only
-    when they give exactly numpy's numbers here.
-    """
-    import numpy as np
-
-    from .rng import CounterSource
-
-    rows = np.random.default_rng(20261126).integers(0, 1 << 64, size=(7, 2), dtype=np.uint64)
-
-    def draws(use_kernels: bool) -> list[Any]:
-        src = CounterSource(bytes(range(16)), rows)
-        if not src._cursor._fast:
-            raise RuntimeError("no in-place Philox positioning")
-        if not use_kernels:
-            src._kernel = lambda name: None  # type: ignore[method-assign]
-        else:
-            src._kernel = lambda name: src._run(k, name)  # type: ignore[method-assign]
-        return [
-            src.normal(7, 5),
-            src.uniform(7, 3),
-            src.gamma(2.5, 7),
-            *src.normal_gamma(7, 4, 0.7),
-        ]
-
+def _load(verify: Callable[[Any], str | None] | None) -> tuple[Any, str | None]:
+    """``(kernels module or False, why not or None)``."""
     try:
-        return all(np.array_equal(a, b) for a, b in zip(draws(True), draws(False), strict=True))
-    except Exception:  # any surprise: do not use the kernels
-        return False
+        from . import _jit_kernels
+    except ImportError:  # numba is not installed: the documented default
+        return False, None
+    except Exception as exc:  # numba present but failing to set up
+        return False, f"numba failed to compile them: {type(exc).__name__}: {exc}"
+    if verify is not None:
+        try:
+            problem = verify(_jit_kernels)
+        except Exception as exc:
+            problem = f"their check failed: {type(exc).__name__}: {exc}"
+        if problem is not None:
+            return False, problem
+    return _jit_kernels, None

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 import numba
 
-_njit = numba.njit(nogil=True, cache=True)
+
+def _njit(fn):
+    """Compiled without the GIL, cached on disk where numba finds a writable place (a
+    read-only install with no writable cache folder compiles in memory instead)."""
+    try:
+        return numba.njit(nogil=True, cache=True)(fn)
+    except RuntimeError:  # "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True)(fn)
 
 
 @_njit

@@ -424,8 +424,6 @@ class Release:
                 "ids: another file's line 5 is another record); give an id column (--id-column) "
                 "or derive ids from the content (--ids-from-content)."
             )
-        if self._ids is not None and keys is not None:
-            self._ids.add(keys)
         tags: list[bytes] | None = None
         source_for: Callable[[int, int], NoiseSource]
         if self.key is not None:
@@ -460,6 +458,10 @@ class Release:
 
             source_for = fresh
         Y = m.privatize_rows(arr, source_for, name=self.name, row_offset=offset)
+        # ids are taken only once the batch is drawn: a batch refused for its rows (NaN, zero)
+        # can be corrected and given again; a duplicate id still publishes nothing
+        if self._ids is not None and keys is not None:
+            self._ids.add(keys)
         if self.staged is not None:
             assert keys is not None
             commits = None if tags is None else tag_commitments(tags)

@@ -359,7 +359,7 @@ class CounterSource(NoiseSource):
             return None
         from . import _jit
 
-        k = _jit.kernels(self._n)
+        k = _jit.kernels(self._n, verify=_verify_kernels)
         if k is None:
             return None
         return self._run(k, name)
@@ -412,7 +412,9 @@ class CounterSource(NoiseSource):
 
     def gamma(self, shape: float, n: int) -> NDArray[np.float64]:
         self._check(n)
-        if (run := self._kernel("gamma_rows")) is not None:
+        # numpy refuses shape < 0 and returns NaN for a NaN shape; the kernels are only for
+        # the shapes the mechanisms use (shape > 0, finite or not): check before the counter moves
+        if shape > 0 and (run := self._kernel("gamma_rows")) is not None:
             r = np.empty(n)
             run(float(shape), r)
             return r
@@ -427,10 +429,41 @@ class CounterSource(NoiseSource):
         self._check(n)
         out = np.empty((n, k))
         r = np.empty(n)
-        if (run := self._kernel("normal_gamma_rows")) is not None:
+        if shape > 0 and (run := self._kernel("normal_gamma_rows")) is not None:
             run(float(shape), out, r)
             return out, r
         for i, (row, g) in enumerate(zip(out, self._gens(), strict=True)):
             g.standard_normal(out=row)
             r[i] = g.standard_gamma(shape)
         return out, r
+
+
+def _verify_kernels(k: Any) -> str | None:
+    """Check compiled kernels (:mod:`privembed._jit`) against the pure-numpy loop on a few
+    random rows, before their first use: ``None`` if every method gives exactly numpy's
+    numbers, else why not (an empty string: unusable here, nothing to report).
+
+    Keyed noise must be a function of (key, tag) alone: were a numba release to change an
+    algorithm, one record would get different noise with and without numba while the ledger,
+    seeing the same tag, recorded the second release as free.
+    """
+    if not _PhiloxCursor()._fast:  # numpy's Philox state is not the expected layout
+        return ""
+    rows = np.random.default_rng(20261126).integers(0, 1 << 64, size=(7, 2), dtype=np.uint64)
+
+    def draws(use_kernels: bool) -> list[Any]:
+        src = CounterSource(bytes(range(16)), rows)
+        src._kernel = (  # type: ignore[method-assign]
+            (lambda name: src._run(k, name)) if use_kernels else (lambda name: None)
+        )
+        return [  # shape 1.0 takes its own path in numpy's gamma (Laplace at d = 1)
+            src.normal(7, 5),
+            src.uniform(7, 3),
+            src.gamma(2.5, 7),
+            src.gamma(1.0, 7),
+            *src.normal_gamma(7, 4, 0.7),
+            *src.normal_gamma(7, 3, 1.0),
+        ]
+
+    same = all(np.array_equal(a, b) for a, b in zip(draws(True), draws(False), strict=True))
+    return None if same else "they do not reproduce numpy's draws with this numba/numpy pair"
