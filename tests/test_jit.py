@@ -121,3 +121,19 @@ def test_a_failing_self_check_warns_once_and_falls_back(monkeypatch):
     assert (
         _jit.kernels(-1, verify=refuse) is None
     )  # decided: no second warning (warnings are errors here)
+
+
+def test_a_release_told_its_size_loads_the_kernels_up_front(monkeypatch):
+    from privembed import LaplaceMechanism
+    from privembed.release import Release
+
+    monkeypatch.setattr(_jit, "_loaded", None)
+    monkeypatch.setattr(_jit, "_rows_seen", 0)
+    with Release(LaplaceMechanism(epsilon=5.0)) as rel:  # fresh noise draws no counter rows
+        rel.expect_rows(10 * _jit.LOAD_AFTER_ROWS)
+        assert _jit._loaded is None
+    with Release(LaplaceMechanism(epsilon=5.0), key=bytes(32)) as rel:
+        rel.expect_rows(1_000)
+        assert _jit._loaded is None  # too few rows to pay for loading
+        rel.expect_rows(_jit.LOAD_AFTER_ROWS)
+        assert _jit._loaded not in (None, False)

@@ -61,7 +61,14 @@ from .ledger import (
     record_key,
 )
 from .mechanisms.base import Mechanism
-from .rng import CounterSource, GeneratorSource, NoiseSource, bit_generator_name, seed_stream_key
+from .rng import (
+    CounterSource,
+    GeneratorSource,
+    NoiseSource,
+    bit_generator_name,
+    expect_counter_rows,
+    seed_stream_key,
+)
 
 __all__ = [
     "PROTECTION_KEYS",
@@ -546,6 +553,13 @@ class Release:
             other._ids = _IdSet()
         return other
 
+    def expect_rows(self, n: int) -> None:
+        """Hint that this release will draw about ``n`` rows (a file's row count): keyed and
+        seeded noise load the compiled per-record kernels (:mod:`privembed._jit`) up front when
+        that many rows pay for them, instead of after the first 200,000. Output is unchanged."""
+        if (self.key is not None and self.generator == "philox") or self._stream_key is not None:
+            expect_counter_rows(n)
+
     # ---- finishing ---------------------------------------------------------------------------
     def commit(self) -> ReleaseSummary:
         """Record the release in the ledger (budgets checked); call before publishing."""
@@ -772,6 +786,11 @@ def protect_file(
                 out["previous_protection"] = {k: m[k] for k in ("mechanism", "guarantee") if k in m}
             return out
 
+        def started(n: int) -> None:
+            rel.expect_rows(n)
+            if on_start is not None:
+                on_start(n)
+
         done = io.transform_file(
             src,
             dst,
@@ -780,7 +799,7 @@ def protect_file(
             batch_rows=batch_rows,
             column=column,
             id_column=id_column,
-            on_start=on_start,
+            on_start=started,
             on_batch=on_batch,
             commit=rel.commit,
             overwrite=overwrite,

@@ -438,6 +438,14 @@ class CounterSource(NoiseSource):
         return out, r
 
 
+def expect_counter_rows(n: int) -> None:
+    """Hint that about ``n`` :class:`CounterSource` rows are coming: the compiled kernels
+    (:mod:`privembed._jit`) load now if that many rows pay for loading them."""
+    from . import _jit
+
+    _jit.kernels(max(0, int(n)), verify=_verify_kernels)
+
+
 def _verify_kernels(k: Any) -> str | None:
     """Check compiled kernels (:mod:`privembed._jit`) against the pure-numpy loop on a few
     random rows, before their first use: ``None`` if every method gives exactly numpy's
