@@ -137,3 +137,38 @@ def test_a_release_told_its_size_loads_the_kernels_up_front(monkeypatch):
         assert _jit._loaded is None  # too few rows to pay for loading
         rel.expect_rows(_jit.LOAD_AFTER_ROWS)
         assert _jit._loaded not in (None, False)
+
+
+@pytest.mark.parametrize("key_len", [16, 32, 64, 65, 100])
+@pytest.mark.parametrize("d", [1, 3, 384])
+def test_compiled_tags_equal_hashlib_tags(kernels, key_len, d):
+    from privembed import keyed
+
+    assert keyed._compiled_hmac() is not None, "libcrypto's SHA-256 is reachable here"
+    rng = np.random.default_rng(d)
+    X = rng.standard_normal((200, d)).astype(np.float32)
+    X[3, 0] = -0.0  # canonicalised to +0.0 in both paths
+    ids = [7, "x", b"", "é" * 40, *(f"doc-{i}" for i in range(196))]
+    key = bytes(rng.integers(0, 256, size=key_len, dtype=np.uint8))
+    got = keyed.vector_tags(key, b"ctx", ids, X)
+    want = keyed._hashlib_vector_tags(key, b"ctx", ids, X + np.float32(0.0))
+    assert got == want and len(got) == 200 and all(len(t) == 32 for t in got)
+
+
+def test_compiled_tags_that_drift_are_refused(kernels, monkeypatch):
+    from privembed import keyed
+
+    real = keyed._compiled_vector_tags
+
+    def drifting(k, key, context, ids, A):
+        out = real(k, key, context, ids, A)
+        return [out[0][:-1] + bytes([out[0][-1] ^ 1]), *out[1:]]
+
+    monkeypatch.setattr(keyed, "_hmac_checked", None)
+    monkeypatch.setattr(keyed, "_compiled_vector_tags", drifting)
+    assert keyed._compiled_hmac() is None
+    X = np.ones((100, 4), dtype=np.float32)
+    ids = [f"r{i}" for i in range(100)]
+    assert keyed.vector_tags(bytes(32), b"c", ids, X) == keyed._hashlib_vector_tags(
+        bytes(32), b"c", ids, X
+    )

@@ -6,9 +6,12 @@ buffer position), and positions it for row ``i`` exactly as ``_PhiloxCursor.posi
 key, counter ``ctrs[i]``, buffer position 4 (exhausted, so the next draw computes a fresh block).
 """
 
+# mypy: disable-error-code="call-overload"
+
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 
 def _njit(fn):
@@ -68,3 +71,78 @@ def normal_gamma_rows(gen, key_mem, ctr_mem, pos_mem, key, ctrs, shape, out, r):
         for j in range(k):
             out[i, j] = gen.standard_normal()
         r[i] = gen.standard_gamma(shape)
+
+
+# ---- content tags: HMAC-SHA256 through libcrypto's SHA-256, without the GIL --------------------
+# hashlib holds the GIL for messages under 2,048 bytes (a 384-d float32 row is 1,536), so keyed
+# tags computed in Python run one thread at a time. The same libcrypto that backs hashlib is
+# called here from compiled code (its SHA256_* functions: SHA-NI where the CPU has it), with the
+# keyed pads and the shared prefix absorbed once; privembed.keyed checks the bytes against
+# hashlib before first use.
+
+_SHA_SYMBOLS = ("SHA256_Init", "SHA256_Update", "SHA256_Final")
+#: bytes reserved for an OpenSSL SHA256_CTX (112 on LP64 platforms)
+SHA_CTX_BYTES = 256
+
+
+def _load_libcrypto() -> bool:
+    """Make libcrypto's SHA-256 functions visible to compiled code (False if absent: a missing
+    symbol must be found here, not when LLVM links the kernel)."""
+    import ctypes
+    import ctypes.util
+
+    import llvmlite.binding as llvm
+
+    name = ctypes.util.find_library("crypto")
+    if name is None:
+        return False
+    try:
+        lib = ctypes.CDLL(name)
+        if not all(hasattr(lib, s) for s in _SHA_SYMBOLS):
+            return False
+        llvm.load_library_permanently(name)
+    except (OSError, RuntimeError):
+        return False
+    return True
+
+
+HAVE_HMAC = _load_libcrypto()
+
+if HAVE_HMAC:
+    _vp = numba.types.voidptr
+    _Init = numba.types.ExternalFunction("SHA256_Init", numba.types.intc(_vp))
+    _Update = numba.types.ExternalFunction(
+        "SHA256_Update", numba.types.intc(_vp, _vp, numba.types.uintp)
+    )
+    _Final = numba.types.ExternalFunction("SHA256_Final", numba.types.intc(_vp, _vp))
+
+    @_njit
+    def sha256_state(first, then, ctx):
+        """``ctx``: the SHA-256 state after absorbing ``first`` and then ``then`` (uint8)."""
+        _Init(ctx.ctypes.data)
+        _Update(ctx.ctypes.data, first.ctypes.data, first.shape[0])
+        if then.shape[0]:
+            _Update(ctx.ctypes.data, then.ctypes.data, then.shape[0])
+
+    @_njit
+    def hmac_rows(inner, outer, idbuf, idoff, suffix, rows, out):
+        """``out[i]`` = the HMAC whose inner state (key ^ ipad, then the shared prefix) is
+        ``inner`` and outer state (key ^ opad) is ``outer``, of
+        ``idbuf[idoff[i]:idoff[i+1]] ‖ suffix ‖ rows[i]``; ``rows`` (n, w) and ``out`` (n, 32)
+        uint8."""
+        n, w = rows.shape
+        ctx = np.empty(inner.shape[0], dtype=np.uint8)
+        dig = np.empty(32, dtype=np.uint8)
+        base = idbuf.ctypes.data
+        for i in range(n):
+            ctx[:] = inner
+            c = ctx.ctypes.data
+            a = idoff[i]
+            if idoff[i + 1] > a:
+                _Update(c, base + a, idoff[i + 1] - a)
+            _Update(c, suffix.ctypes.data, suffix.shape[0])
+            _Update(c, rows[i].ctypes.data, w)
+            _Final(dig.ctypes.data, c)
+            ctx[:] = outer
+            _Update(c, dig.ctypes.data, 32)
+            _Final(out[i].ctypes.data, c)

@@ -292,6 +292,14 @@ def vector_tags(key: bytes, context: bytes, ids: Sequence[Any], X: NDArray[Any])
     A = np.ascontiguousarray(np.asarray(X, dtype="<f4")) + np.float32(0.0)
     if A.ndim != 2 or A.shape[0] != len(ids):
         raise ValueError(f"X must be (len(ids), d), got shape {A.shape}.")
+    if A.shape[0] >= _COMPILED_MIN_ROWS and (hm := _compiled_hmac()) is not None:
+        return _compiled_vector_tags(hm, key, context, ids, A)
+    return _hashlib_vector_tags(key, context, ids, A)
+
+
+def _hashlib_vector_tags(
+    key: bytes, context: bytes, ids: Sequence[Any], A: NDArray[Any]
+) -> list[bytes]:
     mac = _HmacPrefix(key, _DOMAIN + context + b"\x00")
     width = A.shape[1] * 4
     mv = A.data.cast("B")
@@ -301,6 +309,76 @@ def vector_tags(key: bytes, context: bytes, ids: Sequence[Any], X: NDArray[Any])
         )
         for i, r in enumerate(ids)
     ]
+
+
+#: rows from which a batch's tags are computed by the compiled kernel (when it is loaded)
+_COMPILED_MIN_ROWS = 64
+_hmac_checked: bool | None = None
+
+
+def _compiled_hmac() -> Any:
+    """The compiled kernels if their HMAC (``privembed._jit_kernels.hmac_rows``: libcrypto's
+    SHA-256 called without the GIL, so tags scale with the sampling threads) is usable, or None.
+    Used only once the compiled noise kernels are loaded, and only if it gives hashlib's bytes
+    on a check (keys of every length class, empty and long ids, a ``-0.0``)."""
+    global _hmac_checked
+    from . import _jit
+
+    k = _jit.kernels(0)
+    if k is None or not getattr(k, "HAVE_HMAC", False) or _hmac_checked is False:
+        return None
+    if _hmac_checked is None:
+        try:
+            rng = np.random.default_rng(20261126)
+            X = rng.standard_normal((_COMPILED_MIN_ROWS, 5)).astype("<f4")
+            X[0, 0] = -0.0
+            ids = [b"", b"a", b"\xff" * 300, *(str(i).encode() for i in range(61))]
+            A = X + np.float32(0.0)  # canonical rows, as vector_tags hashes them
+            _hmac_checked = all(
+                _compiled_vector_tags(k, key, b"check", ids, A)
+                == _hashlib_vector_tags(key, b"check", ids, A)
+                for key in (bytes(range(16)), bytes(range(64)), bytes(range(100)))
+            )
+        except Exception:
+            _hmac_checked = False
+        if not _hmac_checked:
+            return None
+    return k
+
+
+def _compiled_vector_tags(
+    k: Any, key: bytes, context: bytes, ids: Sequence[Any], A: NDArray[Any]
+) -> list[bytes]:
+    kk = _check_key(key)
+    if len(kk) > 64:
+        kk = hashlib.sha256(kk).digest()
+    kk = kk.ljust(64, b"\x00")
+
+    def state(pad: int, then: bytes) -> NDArray[np.uint8]:
+        ctx = np.zeros(k.SHA_CTX_BYTES, dtype=np.uint8)
+        k.sha256_state(
+            np.frombuffer(bytes(b ^ pad for b in kk), dtype=np.uint8),
+            np.frombuffer(then, dtype=np.uint8),
+            ctx,
+        )
+        return ctx
+
+    typed = [r if isinstance(r, bytes) else typed_id(r) for r in ids]
+    n, d = A.shape
+    off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum([len(t) for t in typed], out=off[1:])
+    out = np.empty((n, 32), dtype=np.uint8)
+    k.hmac_rows(
+        state(0x36, _DOMAIN + context + b"\x00"),
+        state(0x5C, b""),
+        np.frombuffer(b"".join(typed) or b"\x00", dtype=np.uint8),
+        off,
+        np.frombuffer(b"\x00v", dtype=np.uint8),
+        A.view(np.uint8).reshape(n, d * 4),
+        out,
+    )
+    raw = out.tobytes()
+    return [raw[i * 32 : (i + 1) * 32] for i in range(n)]
 
 
 _COMMITMENT = hashlib.sha256(b"privembed/tag-commitment\x00")
