@@ -172,3 +172,19 @@ def test_compiled_tags_that_drift_are_refused(kernels, monkeypatch):
     assert keyed.vector_tags(bytes(32), b"c", ids, X) == keyed._hashlib_vector_tags(
         bytes(32), b"c", ids, X
     )
+
+
+def test_without_libcrypto_tags_come_from_hashlib(kernels, monkeypatch):
+    from privembed import keyed
+
+    monkeypatch.setattr(kernels, "HAVE_HMAC", False)
+    monkeypatch.setattr(keyed, "_hmac_checked", None)
+    assert keyed._compiled_hmac() is None
+    calls = []
+    monkeypatch.setattr(keyed, "_compiled_vector_tags", lambda *a: calls.append(a))
+    X = np.random.default_rng(0).standard_normal((100, 4)).astype(np.float32)
+    ids = [f"r{i}" for i in range(100)]
+    assert keyed.vector_tags(bytes(32), b"c", ids, X) == keyed._hashlib_vector_tags(
+        bytes(32), b"c", ids, X
+    )
+    assert not calls
