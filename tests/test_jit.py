@@ -188,3 +188,33 @@ def test_without_libcrypto_tags_come_from_hashlib(kernels, monkeypatch):
         bytes(32), b"c", ids, X
     )
     assert not calls
+
+
+def test_hmac_kernel_refuses_arguments_that_do_not_fit(kernels):
+    ctx = np.zeros(kernels.SHA_CTX_BYTES, dtype=np.uint8)
+    rows = np.zeros((1, 8), dtype=np.uint8)
+    out = np.empty((1, 32), dtype=np.uint8)
+    sfx = np.frombuffer(b"\x00v", dtype=np.uint8)
+    idbuf = np.frombuffer(b"ab", dtype=np.uint8)
+    for idoff in ([0, 40], [0], [1, 2], [0, 2, 1]):
+        with pytest.raises(ValueError, match="idoff"):
+            kernels.hmac_rows(ctx, ctx, idbuf, np.array(idoff, np.int64), sfx, rows, out)
+    with pytest.raises(ValueError, match="contiguous"):
+        wide = np.zeros((1, 16), dtype=np.uint8)
+        kernels.hmac_rows(ctx, ctx, idbuf, np.array([0, 2]), sfx, wide[:, ::2], out)
+    with pytest.raises(ValueError, match="SHA256_CTX"):
+        kernels.hmac_rows(ctx[:64], ctx[:64], idbuf, np.array([0, 2]), sfx, rows, out)
+
+
+def test_vector_tags_edge_shapes_and_byte_order(kernels):
+    from privembed import keyed
+
+    assert keyed.vector_tags(bytes(32), b"c", [], np.zeros((0, 8), np.float32)) == []
+    with pytest.raises(ValueError, match="at least one column"):
+        keyed.vector_tags(bytes(32), b"c", [f"r{i}" for i in range(70)], np.zeros((70, 0)))
+    X = np.random.default_rng(2).standard_normal((70, 6)).astype("<f4")
+    ids = [f"r{i}" for i in range(70)]
+    assert keyed.vector_tags(bytes(32), b"c", ids, X) == keyed.vector_tags(
+        bytes(32), b"c", ids, X.astype(">f4")
+    )
+    assert keyed.vector_digests(X) == keyed.vector_digests(X.astype(">f8"))

@@ -131,6 +131,18 @@ if HAVE_HMAC:
         ``idbuf[idoff[i]:idoff[i+1]] ‖ suffix ‖ rows[i]``; ``rows`` (n, w) and ``out`` (n, 32)
         uint8."""
         n, w = rows.shape
+        # the C calls below trust these: check them (O(n), next to the hashing)
+        if idoff.shape[0] != n + 1 or idoff[0] != 0 or idoff[n] > idbuf.shape[0]:
+            raise ValueError("hmac_rows: idoff does not describe idbuf")
+        for i in range(n):
+            if idoff[i + 1] < idoff[i]:
+                raise ValueError("hmac_rows: idoff must be non-decreasing")
+        if out.shape[0] != n or out.shape[1] != 32:
+            raise ValueError("hmac_rows: out must have shape (n, 32)")
+        if inner.shape[0] != outer.shape[0] or inner.shape[0] < 112:
+            raise ValueError("hmac_rows: inner and outer must be SHA256_CTX buffers")
+        if n > 0 and (rows.strides[0] != w or rows.strides[1] != 1):
+            raise ValueError("hmac_rows: rows must be C-contiguous")
         ctx = np.empty(inner.shape[0], dtype=np.uint8)
         dig = np.empty(32, dtype=np.uint8)
         base = idbuf.ctypes.data

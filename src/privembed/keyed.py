@@ -205,7 +205,9 @@ def vector_digests(X: NDArray[Any]) -> list[bytes]:
     A = np.ascontiguousarray(np.asarray(X, dtype="<f4"))
     if A.ndim != 2:
         raise DataError(f"X must be 2-D (n, d), got shape {A.shape}.")
-    A = A + np.float32(0.0)  # -0.0 + 0.0 == +0.0: one canonical zero
+    # -0.0 + 0.0 == +0.0: one canonical zero; arithmetic returns native byte order, so the
+    # bytes are made little-endian again (a no-op here, the documented format everywhere)
+    A = (A + np.float32(0.0)).astype("<f4", copy=False)
     prefix = _VEC_DOMAIN + str(A.shape[1]).encode() + b"\x00"
     return [hashlib.sha256(prefix + row.tobytes()).digest() for row in A]
 
@@ -289,9 +291,15 @@ def vector_tags(key: bytes, context: bytes, ids: Sequence[Any], X: NDArray[Any])
     Equal to ``record_tags`` over those bytes in spirit, one pass over each row instead of a
     separate digest (the cost of keyed noise is dominated by such per-row work).
     """
-    A = np.ascontiguousarray(np.asarray(X, dtype="<f4")) + np.float32(0.0)
+    A = (np.ascontiguousarray(np.asarray(X, dtype="<f4")) + np.float32(0.0)).astype(
+        "<f4", copy=False
+    )  # canonical zero, little-endian bytes whatever the host
     if A.ndim != 2 or A.shape[0] != len(ids):
         raise ValueError(f"X must be (len(ids), d), got shape {A.shape}.")
+    if A.shape[1] == 0:
+        raise ValueError(f"X must have at least one column, got shape {A.shape}.")
+    if A.shape[0] == 0:
+        return []
     if A.shape[0] >= _COMPILED_MIN_ROWS and (hm := _compiled_hmac()) is not None:
         return _compiled_vector_tags(hm, key, context, ids, A)
     return _hashlib_vector_tags(key, context, ids, A)
