@@ -48,7 +48,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ._validation import DataError, check_choice
-from .rng import CounterSource
+from .rng import CounterSource, _verify_kernels
 
 __all__ = [
     "KEY_BYTES",
@@ -197,17 +197,22 @@ def canonical_text(text: str, *, casefold: bool = False) -> str:
     return s.casefold() if casefold else s
 
 
+def _canonical_rows(X: Any) -> NDArray[Any]:
+    """``X`` as the bytes its content is hashed from: C-contiguous float32 little-endian,
+    ``-0.0`` as ``0.0`` (-0.0 + 0.0 == +0.0; arithmetic returns native byte order, so the result
+    is made little-endian again: a no-op on little-endian hosts)."""
+    A = np.ascontiguousarray(np.asarray(X, dtype="<f4")) + np.float32(0.0)
+    return A.astype("<f4", copy=False)
+
+
 def vector_digests(X: NDArray[Any]) -> list[bytes]:
     """SHA-256 of each row's canonical bytes: float32 little-endian, ``-0.0`` as ``0.0``.
 
     Two rows get the same digest only if their float32 values are identical.
     """
-    A = np.ascontiguousarray(np.asarray(X, dtype="<f4"))
+    A = _canonical_rows(X)
     if A.ndim != 2:
         raise DataError(f"X must be 2-D (n, d), got shape {A.shape}.")
-    # -0.0 + 0.0 == +0.0: one canonical zero; arithmetic returns native byte order, so the
-    # bytes are made little-endian again (a no-op here, the documented format everywhere)
-    A = (A + np.float32(0.0)).astype("<f4", copy=False)
     prefix = _VEC_DOMAIN + str(A.shape[1]).encode() + b"\x00"
     return [hashlib.sha256(prefix + row.tobytes()).digest() for row in A]
 
@@ -241,6 +246,16 @@ def release_context(
     )
 
 
+def _hmac_pads(key: bytes) -> tuple[bytes, bytes]:
+    """HMAC-SHA256's keyed pads (RFC 2104): the key (hashed when longer than the 64-byte
+    block, then zero-padded) XOR ipad, and XOR opad."""
+    k = _check_key(key)
+    if len(k) > 64:
+        k = hashlib.sha256(k).digest()
+    k = k.ljust(64, b"\x00")
+    return bytes(b ^ 0x36 for b in k), bytes(b ^ 0x5C for b in k)
+
+
 class _HmacPrefix:
     """HMAC-SHA256 of many messages that share a prefix, with hashlib objects directly.
 
@@ -251,13 +266,10 @@ class _HmacPrefix:
     """
 
     def __init__(self, key: bytes, prefix: bytes) -> None:
-        k = _check_key(key)
-        if len(k) > 64:
-            k = hashlib.sha256(k).digest()
-        k = k.ljust(64, b"\x00")
-        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in k))
+        ipad, opad = _hmac_pads(key)
+        self._inner = hashlib.sha256(ipad)
         self._inner.update(prefix)
-        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in k))
+        self._outer = hashlib.sha256(opad)
 
     def digest(self, *parts: Any) -> bytes:
         h = self._inner.copy()
@@ -291,9 +303,7 @@ def vector_tags(key: bytes, context: bytes, ids: Sequence[Any], X: NDArray[Any])
     Equal to ``record_tags`` over those bytes in spirit, one pass over each row instead of a
     separate digest (the cost of keyed noise is dominated by such per-row work).
     """
-    A = (np.ascontiguousarray(np.asarray(X, dtype="<f4")) + np.float32(0.0)).astype(
-        "<f4", copy=False
-    )  # canonical zero, little-endian bytes whatever the host
+    A = _canonical_rows(X)
     if A.ndim != 2 or A.shape[0] != len(ids):
         raise ValueError(f"X must be (len(ids), d), got shape {A.shape}.")
     if A.shape[1] == 0:
@@ -332,7 +342,7 @@ def _compiled_hmac() -> Any:
     global _hmac_checked
     from . import _jit
 
-    k = _jit.kernels(0)
+    k = _jit.kernels(0, verify=_verify_kernels)
     if k is None or not getattr(k, "HAVE_HMAC", False) or _hmac_checked is False:
         return None
     if _hmac_checked is None:
@@ -341,7 +351,7 @@ def _compiled_hmac() -> Any:
             X = rng.standard_normal((_COMPILED_MIN_ROWS, 5)).astype("<f4")
             X[0, 0] = -0.0
             ids = [b"", b"a", b"\xff" * 300, *(str(i).encode() for i in range(61))]
-            A = X + np.float32(0.0)  # canonical rows, as vector_tags hashes them
+            A = _canonical_rows(X)  # as vector_tags hashes them
             _hmac_checked = all(
                 _compiled_vector_tags(k, key, b"check", ids, A)
                 == _hashlib_vector_tags(key, b"check", ids, A)
@@ -357,18 +367,11 @@ def _compiled_hmac() -> Any:
 def _compiled_vector_tags(
     k: Any, key: bytes, context: bytes, ids: Sequence[Any], A: NDArray[Any]
 ) -> list[bytes]:
-    kk = _check_key(key)
-    if len(kk) > 64:
-        kk = hashlib.sha256(kk).digest()
-    kk = kk.ljust(64, b"\x00")
+    ipad, opad = _hmac_pads(key)
 
-    def state(pad: int, then: bytes) -> NDArray[np.uint8]:
+    def state(pad: bytes, then: bytes) -> NDArray[np.uint8]:
         ctx = np.zeros(k.SHA_CTX_BYTES, dtype=np.uint8)
-        k.sha256_state(
-            np.frombuffer(bytes(b ^ pad for b in kk), dtype=np.uint8),
-            np.frombuffer(then, dtype=np.uint8),
-            ctx,
-        )
+        k.sha256_state(np.frombuffer(pad, dtype=np.uint8), np.frombuffer(then, dtype=np.uint8), ctx)
         return ctx
 
     typed = [r if isinstance(r, bytes) else typed_id(r) for r in ids]
@@ -377,8 +380,8 @@ def _compiled_vector_tags(
     np.cumsum([len(t) for t in typed], out=off[1:])
     out = np.empty((n, 32), dtype=np.uint8)
     k.hmac_rows(
-        state(0x36, _DOMAIN + context + b"\x00"),
-        state(0x5C, b""),
+        state(ipad, _DOMAIN + context + b"\x00"),
+        state(opad, b""),
         np.frombuffer(b"".join(typed) or b"\x00", dtype=np.uint8),
         off,
         np.frombuffer(b"\x00v", dtype=np.uint8),
