@@ -8,7 +8,14 @@ from typing import Annotated, Any, Literal
 
 import typer
 
-from .common import err_console, parse_floats, print_json, progress_done, user_errors
+from .common import (
+    err_console,
+    parse_floats,
+    print_json,
+    progress_done,
+    show_progress,
+    user_errors,
+)
 
 app = typer.Typer(
     help="Word-level text sanitisation with d_X privacy (multivariate Laplace + nearest word, "
@@ -116,7 +123,8 @@ def sanitize(
         if index_cache is not None:
             search = NearestNeighbourIndex(voc.vectors, method=index, cache=index_cache)
         san = WordSanitizer(vocabulary=voc, epsilon=epsilon, post=post, c=c, oov=oov, index=search)
-    with progress_done("sanitising", san.count_words(lines), unit="words") as on_progress:
+    total = san.count_words(lines) if show_progress() else 0  # only a drawn bar needs it
+    with progress_done("sanitising", total, unit="words") as on_progress:
         out = san.sanitize_many(lines, rng=seed, on_progress=on_progress)
     if as_json:
         print_json(
