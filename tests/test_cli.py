@@ -297,3 +297,31 @@ def test_protect_projection_records_public_projection_and_ledger(tmp_path):
     assert proj["sigma"] > 0 and proj["sensitivity"] > 2.0  # 2 * ||P||_2 > 2 for k < d
     r = runner.invoke(app, ["ledger", "spent", str(led), "--json"])
     assert r.exit_code == 0 and '"releases": 1' in r.stdout
+
+
+def test_an_interrupt_inside_an_import_is_an_interrupt():
+    """Ctrl-C while a C extension is being imported (pyarrow imports pandas lazily in the first
+    batch) surfaces as SystemError/AttributeError caused by the KeyboardInterrupt; the CLI
+    treats it as the interrupt it is (one line, exit 130), not as a crash with a traceback."""
+    from privembed._cli.common import user_errors
+
+    @user_errors
+    def interrupted_import() -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as ki:
+            try:
+                raise AttributeError("partially initialized module 'pandas'") from ki
+            except AttributeError as inner:
+                raise SystemError("returned a result with an exception set") from inner
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        interrupted_import()
+    assert isinstance(info.value.__cause__, SystemError)
+
+    @user_errors
+    def plain_bug() -> None:
+        raise SystemError("not an interrupt")
+
+    with pytest.raises(SystemError, match="not an interrupt"):
+        plain_bug()

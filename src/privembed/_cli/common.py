@@ -229,13 +229,32 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """True if a KeyboardInterrupt is among the causes or contexts of ``exc``."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def user_errors(func: F) -> F:
     """Decorator: turn user errors into one-line messages and a non-zero exit."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            except Exception as exc:
+                # Ctrl-C inside a C extension's import (pyarrow imports pandas lazily, in the
+                # first batch) surfaces as SystemError/AttributeError caused by the interrupt
+                if _caused_by_interrupt(exc):
+                    raise KeyboardInterrupt from exc
+                raise
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
         except USER_ERRORS as exc:
