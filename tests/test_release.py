@@ -74,7 +74,7 @@ def test_texts_without_ids_take_content_ids_on_request(tmp_path):
         protect_file(f, tmp_path / f"o{f.stem}.parquet", mech, key=key, ids_from_content=True,
                      embedder=_FakeEmbedder())  # fmt: skip
     A, B = read_embeddings(tmp_path / "oa.parquet"), read_embeddings(tmp_path / "ob.parquet")
-    assert list(A.ids) == content_ids(texts=["the patient has diabetes", "shared line"])
+    assert list(A.ids) == content_ids(key=key, texts=["the patient has diabetes", "shared line"])
     assert not np.array_equal(A.X[0], B.X[0])  # line 1 of two files: two records
     assert np.array_equal(A.X[1], B.X[1])  # the same text: the same record, the same vector
 

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from . import labels
 from ._validation import DataError, check_choice
 from .rng import CounterSource, _verify_kernels
 
@@ -54,6 +55,7 @@ __all__ = [
     "KEY_BYTES",
     "KeyLike",
     "canonical_text",
+    "content_ids",
     "key_id",
     "keyed_source",
     "keygen",
@@ -70,10 +72,11 @@ __all__ = [
 ]
 
 KEY_BYTES = 32
-_DOMAIN = b"privembed/keyed/v2\x00"
-_STREAM_DOMAIN = b"privembed/keyed/v2/stream"
-_VEC_DOMAIN = b"privembed/content/vector/v1\x00"
-_TEXT_DOMAIN = b"privembed/content/text/v1\x00"
+_DOMAIN = labels.NOISE_TAG
+_STREAM_DOMAIN = labels.NOISE_STREAM
+_VEC_DOMAIN = labels.CONTENT_VECTOR
+_TEXT_DOMAIN = labels.CONTENT_TEXT
+_CONTENT_ID = labels.CONTENT_ID
 
 KeyLike = bytes | bytearray | str | os.PathLike[str]
 
@@ -153,7 +156,7 @@ def key_id(key: bytes) -> str:
 
     It names the key in metadata and the ledger without revealing it.
     """
-    return hashlib.sha256(b"privembed/key-id\x00" + _check_key(key)).hexdigest()[:16]
+    return hashlib.sha256(labels.KEY_ID + _check_key(key)).hexdigest()[:16]
 
 
 def typed_id(record_id: Any) -> bytes:
@@ -228,6 +231,48 @@ def text_digests(texts: Sequence[str], model: str) -> list[bytes]:
     return [
         hashlib.sha256(prefix + t.encode("utf-8", errors="surrogatepass")).digest() for t in texts
     ]
+
+
+def content_ids(key: bytes, *, texts: Sequence[str] | None = None, X: Any = None) -> list[str]:
+    """Record ids derived from content under the key: ``"cid:"`` + 128 bits of
+    ``HMAC-SHA256(K, "privembed/content-id/v1" || 0x00 || kind || content)``.
+
+    For texts the content is :func:`canonical_text` (NFKC, whitespace collapsed; case kept), so
+    whitespace and compatibility variants of one text are one record (their exact texts still
+    get independent noise, and each variant is charged to that record); for vectors it is the
+    row's canonical float32 bytes and dimension.
+
+    An unkeyed digest would let whoever holds the store and a list of candidate texts (or clean
+    vectors) confirm each one exactly, whatever the noise: the HMAC is a PRF, so without ``K``
+    the ids are unrelated to the content. Equal contents still get equal ids, which a release
+    refuses as duplicates.
+
+    Examples
+    --------
+    >>> k = bytes(32)
+    >>> a, b = content_ids(k, texts=["a  note", "a note"])
+    >>> a == b, a.startswith("cid:"), len(a)
+    (True, True, 36)
+    >>> a == content_ids(bytes(range(32)), texts=["a note"])[0]
+    False
+    """
+    k = _check_key(key)
+    if texts is not None:
+        prefix = _CONTENT_ID + b"t\x00"
+        return [
+            "cid:"
+            + hmac.digest(
+                k, prefix + canonical_text(t).encode("utf-8", errors="surrogatepass"), "sha256"
+            )[:16].hex()
+            for t in texts
+        ]
+    if X is None:
+        raise ValueError("give texts or X.")
+    A = _canonical_rows(np.atleast_2d(np.asarray(X)))
+    if A.ndim != 2:
+        raise DataError(f"X must be 2-D (n, d), got shape {A.shape}.")
+    mac = _HmacPrefix(k, _CONTENT_ID + b"v\x00" + str(A.shape[1]).encode() + b"\x00")
+    return ["cid:" + mac.digest(row.tobytes())[:16].hex() for row in A]
 
 
 def release_context(
@@ -392,7 +437,7 @@ def _compiled_vector_tags(
     return [raw[i * 32 : (i + 1) * 32] for i in range(n)]
 
 
-_COMMITMENT = hashlib.sha256(b"privembed/tag-commitment\x00")
+_COMMITMENT = hashlib.sha256(labels.TAG_COMMITMENT)
 
 
 def tag_commitment(tag: bytes) -> str:

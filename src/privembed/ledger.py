@@ -190,19 +190,44 @@ def display_key(key: str) -> str:
 
 @contextlib.contextmanager
 def ledger_for_command(path: str | Path, **kwargs: Any) -> Iterator[Ledger]:
-    """Open a ledger for one command; if the command created it and then fails, remove it
-    again (with its WAL files), so a failed command leaves nothing behind."""
+    """Open a ledger for one command. If the command created it and fails before committing
+    anything, the empty ledger is removed again (with its WAL files), so such a failure leaves
+    nothing behind. A ledger that records a committed release is never removed: its output may
+    already be out (a stream on stdout, batches upserted into a store), and the ledger is the
+    only trace of that spend; the error then carries a note saying the ledger was kept."""
     p = Path(path)
     created = not p.exists()
     try:
         with Ledger(p, **kwargs) as led:
             yield led
-    except BaseException:
+    except BaseException as exc:
         if created:
-            for q in (p, p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm")):
-                with contextlib.suppress(FileNotFoundError):
-                    q.unlink()
+            kept = _committed_batches(p)
+            if kept:
+                exc.add_note(
+                    f"the ledger {p} was kept: it records {kept} release(s) committed before "
+                    "the failure"
+                )
+            else:
+                for q in (p, p.with_name(p.name + "-wal"), p.with_name(p.name + "-shm")):
+                    with contextlib.suppress(FileNotFoundError):
+                        q.unlink()
         raise
+
+
+def _committed_batches(path: Path) -> int:
+    """Committed releases in the ledger file at ``path`` (0 if none, or it cannot be read:
+    a ledger that cannot even be read after a failure was never written to)."""
+    if not path.exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM batches").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return 0
 
 
 def _is_ledger(db: sqlite3.Connection) -> bool | str:

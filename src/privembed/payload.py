@@ -76,6 +76,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from . import labels
 from ._optional import require
 from ._validation import DataError, check_choice, check_int
 from .keyed import load_key, typed_id
@@ -96,7 +97,7 @@ _HEADER = struct.Struct("<3sBB4s4sI12s")  # magic, version, flags, key check, bi
 _TAG = 16
 _F16, _TEXT, _META, _PAD = 1, 2, 4, 8
 _KNOWN_FLAGS = _F16 | _TEXT | _META | _PAD
-_AD_DOMAIN = b"privembed/payload/v1/ad\x00"
+_AD_DOMAIN = labels.PAYLOAD_AD
 _U32 = struct.Struct("<I")
 _DTYPES: dict[str, np.dtype[Any]] = {"float32": np.dtype("<f4"), "float16": np.dtype("<f2")}
 
@@ -202,8 +203,8 @@ class PayloadCodec:
         self._master = hkdf.HKDF(
             algorithm=hashes.SHA256(),
             length=32,
-            salt=b"privembed/payload",
-            info=b"privembed/payload/v1",
+            salt=labels.PAYLOAD_HKDF_SALT,
+            info=labels.PAYLOAD_HKDF_INFO,
         ).derive(bytes(key))
         self._key_check = hmac.digest(self._master, b"key-check", "sha256")[:4]
         self._collections: dict[str, tuple[Any, bytes]] = {}

@@ -40,6 +40,9 @@ from numpy.typing import NDArray
 from ._validation import DataError, check_embeddings, check_int
 from .accounting import MetricDP, PureDP, cost_of
 from .keyed import (
+    content_ids as _keyed_content_ids,
+)
+from .keyed import (
     key_id as _key_id,
 )
 from .keyed import (
@@ -49,7 +52,6 @@ from .keyed import (
     resolve_key,
     tag_commitments,
     text_digests,
-    vector_digests,
     vector_tags,
 )
 from .ledger import (
@@ -104,22 +106,40 @@ def default_keyed_generator() -> str:
     return "aes" if bit_generator_name() in _CSPRNGS else "philox"
 
 
-def content_ids(*, texts: Sequence[str] | None = None, X: Any = None) -> list[str]:
+def content_ids(*, key: Any, texts: Sequence[str] | None = None, X: Any = None) -> list[str]:
     """Record ids derived from content, for inputs that carry none (explicit opt-in).
 
-    ``"sha256:<hex>"`` of the UTF-8 text, or ``"vec-sha256:<hex>"`` of the canonical float32
-    row. Equal contents get equal ids (and, keyed, identical releases).
+    Keyed (:func:`privembed.keyed.content_ids`): ``"cid:"`` and 128 bits of an HMAC of the
+    canonical text, or of the canonical float32 row, under the release key. Equal contents get
+    equal ids (and, keyed, identical releases); without the key the ids say nothing about the
+    content. There is no unkeyed form: a plain digest of a text published as its id lets
+    whoever holds the store and candidate texts confirm each one exactly, whatever epsilon is.
+
+    Raises
+    ------
+    ValueError
+        No key (content-derived ids need keyed noise: ``--key-file``).
 
     Examples
     --------
-    >>> content_ids(texts=["a"])[0][:15]
-    'sha256:ca978112'
+    >>> content_ids(key=bytes(32), texts=["a"])[0][:4]
+    'cid:'
+    >>> content_ids(key=None, texts=["a"])
+    Traceback (most recent call last):
+    ...
+    ValueError: ids derived from the content need a key (--key-file): an unkeyed digest of a text, published as its id, lets whoever holds candidate texts confirm each one.
     """
+    if key is None:
+        raise ValueError(
+            "ids derived from the content need a key (--key-file): an unkeyed digest of a text, "
+            "published as its id, lets whoever holds candidate texts confirm each one."
+        )
+    k = resolve_key(key)
     if texts is not None:
-        return ["sha256:" + hashlib.sha256(t.encode("utf-8")).hexdigest() for t in texts]
+        return _keyed_content_ids(k, texts=texts)
     if X is None:
         raise ValueError("give texts or X.")
-    return ["vec-sha256:" + d.hex() for d in vector_digests(np.atleast_2d(np.asarray(X)))]
+    return _keyed_content_ids(k, X=X)
 
 
 def charge_text(mechanism: Mechanism) -> str:
@@ -721,6 +741,8 @@ def protect_file(
     if not overwrite and dst.exists():
         raise FileExistsError(f"output exists: {dst} (pass --overwrite to replace it).")
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
+    if ids_from_content and key is None:
+        content_ids(key=None)  # refused before anything is read or written
     erase = _resolve_eraser(eraser)
     if is_text_file(src, text_field=text_field):
         return _protect_texts_file(
@@ -772,7 +794,7 @@ def protect_file(
         def fn(batch: Any) -> NDArray[Any]:
             ids = batch.ids
             if ids is None and ids_from_content and rel.needs_ids:
-                ids = content_ids(X=batch.X)  # of the vectors as given, before any erasure
+                ids = content_ids(key=rel.key, X=batch.X)  # the vectors as given, before erasure
             X = batch.X if erase is None else _erased(erase, batch.X, src.name, batch.start)
             return rel.protect(X, ids, row_offset=batch.start)
 
@@ -934,7 +956,7 @@ def _protect_texts_file(
                 f"none (line numbers are not ids); add an {id_field!r} field (--id-column) or "
                 "derive ids from the text (--ids-from-content)."
             )
-        ids = content_ids(texts=texts)
+        ids = content_ids(key=key, texts=texts)
     if embedder is None:
         from .embedders import Embedder
 

@@ -29,6 +29,8 @@ from typing import Any, ClassVar, TypeAlias
 import numpy as np
 from numpy.typing import NDArray
 
+from . import labels
+
 __all__ = [
     "CounterSource",
     "GeneratorSource",
@@ -214,7 +216,7 @@ class GeneratorSource(NoiseSource):
 
 
 #: domain of the stream keys derived from integer seeds (see :func:`seed_stream_key`)
-_SEED_DOMAIN = b"privembed/seeded-rows/v1\x00"
+_SEED_DOMAIN = labels.SEEDED_ROWS
 
 
 def seed_stream_key(rng: Any) -> bytes:

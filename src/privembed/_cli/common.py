@@ -260,7 +260,8 @@ def user_errors(func: F) -> F:
         except USER_ERRORS as exc:
             if os.environ.get("PRIVEMBED_DEBUG") == "1":
                 raise
-            fail(str(exc) or type(exc).__name__)
+            notes = "; ".join(getattr(exc, "__notes__", ()))
+            fail((str(exc) or type(exc).__name__) + (f" ({notes})" if notes else ""))
         except MemoryError as exc:
             if os.environ.get("PRIVEMBED_DEBUG") == "1":
                 raise

@@ -23,7 +23,7 @@ Encode = Callable[[list[str]], Any]
 class TextProtector:
     """Embed texts with ``encode`` and protect them; treat queries as the mechanism requires.
 
-    With a ``key`` each document is a record whose id is the SHA-256 of its text
+    With a ``key`` each document is a record whose id is a keyed HMAC of its text
     (:func:`privembed.release.content_ids`) and whose content digest is the canonical text and
     ``model_id`` (:func:`privembed.keyed.text_digests`): the same text always gets the same
     noise, in any batch, any process, and the ledger counts its re-release as free. The model's
@@ -86,7 +86,7 @@ class TextProtector:
         with Release(self.mechanism, key=self.key, model=self.model_id, name="texts") as rel:
             Y = rel.protect(
                 self._embed(self.encode, uniq),
-                content_ids(texts=uniq),
+                content_ids(key=self.key, texts=uniq),
                 digests=text_digests(uniq, self.model_id),
             )
         pos = {t: i for i, t in enumerate(uniq)}

@@ -735,6 +735,7 @@ def _text_batches(
     id_field: str,
     ids_from_content: bool,
     needs_ids: bool,
+    key: Any = None,
     on_batch: Any = None,
 ) -> tuple[int, str, Any]:
     """(n, model id, iterator of (ids, X, texts, start)) for a file of texts, embedded here."""
@@ -750,7 +751,7 @@ def _text_batches(
                 f"texts have none (line numbers are not ids); add an {id_field!r} field "
                 "(--id-field) or derive ids from the text (--ids-from-content)."
             )
-        ids = content_ids(texts=texts) if ids_from_content else list(range(len(texts)))
+        ids = content_ids(key=key, texts=texts) if ids_from_content else list(range(len(texts)))
     emb = Embedder(model)
 
     def gen() -> Any:
@@ -861,6 +862,7 @@ def index_file(
             id_field=id_column or "id",
             ids_from_content=ids_from_content,
             needs_ids=needs_ids,
+            key=key,
         )
         meta_in: dict[str, Any] = {}
         _dim = -1

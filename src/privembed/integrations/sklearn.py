@@ -181,7 +181,7 @@ class PrivatizeTransformer(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Ba
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         if self.key is not None:
             with Release(self.mechanism_, key=self.key) as rel:
-                return rel.protect(X, content_ids(X=X))
+                return rel.protect(X, content_ids(key=rel.key, X=X))
         with warnings.catch_warnings():  # fit already warned about rng=
             warnings.simplefilter("ignore", FutureWarning)
             rng = self._random_state()

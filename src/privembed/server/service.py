@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from .. import labels
 from ..keyed import canonical_text, key_id, text_digests, vector_digests
 from ..release import Release
 from .backends import Backend, BackendError, make_backend
@@ -74,9 +75,9 @@ __all__ = [
     "text_record_id",
 ]
 
-_TEXT_DOMAIN = b"privembed/serve/text/v1\x00"
-_BACKEND_DOMAIN = b"privembed/serve/backend/v1\x00"
-_ALIAS_DOMAIN = b"privembed/serve/vector-alias/v1\x00"
+_TEXT_DOMAIN = labels.SERVE_TEXT
+_BACKEND_DOMAIN = labels.SERVE_BACKEND
+_ALIAS_DOMAIN = labels.SERVE_VECTOR_ALIAS
 
 
 def text_record_id(key: bytes, text: str, *, casefold: bool = True) -> str:

@@ -1,0 +1,234 @@
+"""Identities an adversary cannot choose or read: content-derived ids, model identity, ledgers.
+
+Each test is an attack by someone with ordinary access (the store holder with candidate texts,
+a user who swaps a model folder, a run that fails half way) on the names under which records
+and models are charged (issue 24, findings 1, 2 and 4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from privembed import LaplaceMechanism
+from privembed.cli import app
+from privembed.io import read_embeddings, sidecar_path, write_embeddings
+from privembed.keyed import canonical_text
+from privembed.ledger import Ledger
+from privembed.release import content_ids, protect_file
+
+runner = CliRunner()
+
+NOTES = [f"patient {i} was seen for {d} on day {i % 7}" for i, d in
+         enumerate(["diabetes", "asthma", "a fracture", "hypertension", "migraine"] * 10)]  # fmt: skip
+
+
+class _FakeEmbedder:
+    """A unit vector seeded by the text (stands in for the model)."""
+
+    def __init__(self, name: str = "fake-model") -> None:
+        self.name = name
+
+    def metadata(self):
+        return {"embedding_model": self.name, "dim": 8, "normalized": True}
+
+    def encode(self, texts):
+        rows = []
+        for t in texts:
+            seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
+            v = np.random.default_rng(seed).standard_normal(8)
+            rows.append(v / np.linalg.norm(v))
+        return np.asarray(rows, dtype=np.float32)
+
+
+KEY = bytes(range(7, 39))
+
+
+@pytest.fixture
+def key() -> bytes:
+    return KEY
+
+
+@pytest.fixture
+def key_file(tmp_path):
+    p = tmp_path / "release.key"
+    p.write_text(KEY.hex() + "\n")
+    p.chmod(0o600)
+    return p
+
+
+def _candidate_digests(texts: list[str]) -> set[str]:
+    """Every plain digest a store holder with the candidate texts would try."""
+    out = set()
+    for t in texts:
+        for form in {t, canonical_text(t), canonical_text(t, casefold=True)}:
+            for h in (hashlib.sha256, hashlib.sha1, hashlib.md5, hashlib.blake2b):
+                hx = h(form.encode()).hexdigest()
+                out |= {hx, hx[:32], hx[:16]}
+    return out
+
+
+def _all_bytes(*paths) -> bytes:
+    """Every byte a holder of these files reads: zip archives (``.npz``) opened, and the text
+    re-encoded from UTF-16/UTF-32 (numpy string arrays) so one search covers every encoding."""
+    import zipfile
+
+    raw: list[bytes] = []
+    for p in paths:
+        files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+        for q in files:
+            if not q.exists():
+                continue
+            data = q.read_bytes()
+            raw.append(data)
+            if zipfile.is_zipfile(q):
+                with zipfile.ZipFile(q) as z:
+                    raw.extend(z.read(n) for n in z.namelist())
+    out = []
+    for data in raw:
+        out.append(data)
+        for enc in ("utf-16-le", "utf-32-le"):
+            out.append(data.decode(enc, errors="ignore").encode("utf-8", errors="ignore"))
+    return b"\n".join(out).lower()
+
+
+# ---- finding 1: content ids -------------------------------------------------------------------
+def test_a_store_holder_with_candidate_texts_confirms_none_of_them(tmp_path, key_file):
+    """Finding 1: ``--ids-from-content`` published ``sha256:<hex>`` of each text; whoever held
+    the output and the candidate texts confirmed 50 of 50. Through the CLI, keyed."""
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("".join(json.dumps({"text": t}) + "\n" for t in NOTES))
+    out = tmp_path / "out.parquet"
+    r = runner.invoke(app, ["protect", str(notes), "-o", str(out), "-m", "laplace",
+                            "--epsilon", "50", "--key-file", str(key_file),
+                            "--ids-from-content", "--backend", "onnx-int8"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    ids = [str(i) for i in read_embeddings(out).ids]
+    assert len(set(ids)) == len(NOTES) and all(i.startswith("cid:") for i in ids)
+    digests = _candidate_digests(NOTES)
+    assert not digests & {i.split(":", 1)[1] for i in ids}
+    blob = _all_bytes(out, sidecar_path(out))
+    confirmed = [d for d in digests if d.encode() in blob]
+    assert confirmed == []
+    # the ids are the key holder's: the same key names the same records again, another key not
+    assert ids == content_ids(key=key_file, texts=NOTES)
+    assert not set(ids) & set(content_ids(key=bytes(range(32)), texts=NOTES))
+
+
+def test_content_ids_in_a_vector_store_reveal_no_digest(tmp_path, key_file):
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text("".join(json.dumps({"text": t}) + "\n" for t in NOTES[:20]))
+    db = tmp_path / "db"
+    r = runner.invoke(app, ["index", str(notes), "--store", "faiss", "--path", str(db),
+                            "-m", "laplace", "--epsilon", "50", "--key-file", str(key_file),
+                            "--ids-from-content", "--payloads"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    blob = _all_bytes(db)
+    assert [d for d in _candidate_digests(NOTES[:20]) if d.encode() in blob] == []
+    assert content_ids(key=key_file, texts=NOTES[:1])[0].encode() in blob
+
+
+def test_content_ids_without_a_key_are_refused_before_anything_is_written(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("\n".join(NOTES[:5]) + "\n")
+    before = notes.read_bytes()
+    out, led = tmp_path / "out.parquet", tmp_path / "l.sqlite"
+    r = runner.invoke(app, ["protect", str(notes), "-o", str(out), "-m", "laplace",
+                            "--epsilon", "50", "--ledger", str(led), "--ids-from-content"])  # fmt: skip
+    assert r.exit_code == 2, r.output
+    err = " ".join(r.stderr.split())
+    assert err.startswith("error: ") and "need a key (--key-file)" in err
+    assert not out.exists() and not led.exists() and notes.read_bytes() == before
+    with pytest.raises(ValueError, match="need a key"):
+        content_ids(key=None, texts=["a"])
+
+
+def test_variants_of_one_text_are_one_record_charged_per_variant(tmp_path, key):
+    """Whitespace and compatibility variants share a content id (one record, one budget), but
+    each exact text gets its own noise and is charged: averaging variants spends the record."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("The patient has diabetes\n")
+    b.write_text("The  patient\u00a0has diabetes \n")
+    led = tmp_path / "l.sqlite"
+    mech = LaplaceMechanism(epsilon=10.0)
+    for f in (a, b):
+        protect_file(f, tmp_path / f"{f.stem}.parquet", mech, key=key, ledger=led,
+                     ids_from_content=True, embedder=_FakeEmbedder())  # fmt: skip
+    ia, ib = (read_embeddings(tmp_path / f"{s}.parquet").ids[0] for s in "ab")
+    assert ia == ib
+    with Ledger(led, readonly=True) as L:
+        (spent,) = L.spent([str(ia)])
+    assert (
+        spent.releases == 2
+        and spent.free_releases == 0
+        and spent.epsilon == pytest.approx(2 * 20.0)
+    )
+
+
+def test_vector_content_ids_are_keyed(key):
+    X = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    ids = content_ids(key=key, X=X)
+    assert ids == content_ids(key=key, X=X.astype(np.float64).astype(np.float32))
+    assert len(set(ids)) == 4
+    plain = {hashlib.sha256(r.astype("<f4").tobytes()).hexdigest() for r in X}
+    assert not plain & {i[4:] for i in ids}
+
+
+# ---- finding 4: ledgers are never removed once something was published --------------------------
+def test_a_failing_stream_keeps_the_ledger_of_what_it_published(tmp_path, key_file):
+    """Finding 4: ``protect-stream`` to stdout published 5 rows, met a NaN on the last line and
+    removed the ledger it had created; repeating republished fresh noise with no trace."""
+    rng = np.random.default_rng(0)
+    lines = [json.dumps({"id": f"n{i}", "embedding": rng.standard_normal(8).tolist()})
+             for i in range(6)]  # fmt: skip
+    lines.append('{"id": "bad", "embedding": [NaN, 1, 1, 1, 1, 1, 1, 1]}')
+    led = tmp_path / "l.sqlite"
+    r = runner.invoke(app, ["protect-stream", "-m", "laplace",
+                            "--epsilon", "10", "--ledger", str(led), "--batch-rows", "2"],
+                      input="\n".join(lines) + "\n")  # fmt: skip
+    assert r.exit_code == 2, r.output
+    published = [json.loads(x)["id"] for x in r.stdout.splitlines() if x.strip()]
+    assert published, "the stream should have published the batches before the bad row"
+    assert led.exists(), "the ledger of published rows was removed"
+    with Ledger(led, readonly=True) as L:
+        charged = {s.record_id for s in L.spent()}
+    assert {f"s:{i}" for i in published} <= charged
+    assert "kept" in " ".join(r.stderr.split()) and str(led.name) in r.stderr
+
+
+def test_a_failing_first_run_still_leaves_no_empty_ledger(tmp_path):
+    src = tmp_path / "x.parquet"
+    X = np.ones((3, 8), dtype=np.float32)
+    X[2, 0] = np.nan
+    write_embeddings(src, X, ids=["a", "b", "c"])
+    led = tmp_path / "l.sqlite"
+    r = runner.invoke(app, ["protect", str(src), "-o", str(tmp_path / "o.parquet"), "-m",
+                            "laplace", "--epsilon", "10", "--ledger", str(led)])  # fmt: skip
+    assert r.exit_code == 2 and not led.exists()
+
+
+def test_index_into_an_existing_store_keeps_the_ledger_when_a_later_batch_fails(tmp_path, key_file):
+    rng = np.random.default_rng(1)
+    good = tmp_path / "good.parquet"
+    write_embeddings(good, rng.standard_normal((6, 8)).astype(np.float32),
+                     ids=[f"g{i}" for i in range(6)])  # fmt: skip
+    db, led = tmp_path / "db", tmp_path / "l.sqlite"
+    args = ["--store", "faiss", "--path", str(db), "-m", "laplace", "--epsilon", "10",
+            "--key-file", str(key_file)]  # fmt: skip
+    r = runner.invoke(app, ["index", str(good), *args])
+    assert r.exit_code == 0, r.output
+    bad = tmp_path / "bad.parquet"
+    Xb = rng.standard_normal((6, 8)).astype(np.float32)
+    Xb[5, 0] = np.inf
+    write_embeddings(bad, Xb, ids=[f"b{i}" for i in range(6)])
+    r = runner.invoke(app, ["index", str(bad), *args, "--ledger", str(led), "--batch-rows", "2"])
+    assert r.exit_code == 2, r.output
+    assert led.exists()
+    with sqlite3.connect(led) as db_:
+        n = db_.execute("SELECT COUNT(*) FROM releases").fetchone()[0]
+    assert n == 4  # the two batches upserted before the bad one
