@@ -42,6 +42,7 @@ def test_embedder_offline_model(embedder):
         "dim": 384,
         "normalized": True,
         "embedding_backend": md["embedding_backend"],
+        "embedding_model_identity": embedder.identity,
     }
     assert md["embedding_backend"] in ("onnx", "torch")  # fp32 onnx keeps the model id
     with pytest.raises(DataError, match="empty or non-string"):

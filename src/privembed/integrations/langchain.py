@@ -47,12 +47,18 @@ class PrivateEmbeddings(Embeddings):
         (offline all-MiniLM-L6-v2, or ``model``).
     mechanism : Mechanism
     key : bytes, optional
-        Keyed noise per document text (its SHA-256 is the record id): embedding the same
-        document again returns the identical vector, so repeated indexing leaks nothing new.
+        Keyed noise per document text (a keyed HMAC of the text is the record id): embedding
+        the same document again returns the identical vector, so repeated indexing leaks
+        nothing new.
     rng : int, numpy.random.Generator or None
         Randomness without a key; one generator advanced by every call.
     model : str, optional
-        Model for the default embedder.
+        Model for the default embedder (whose identity is a digest of the model).
+    model_identity : str, optional
+        What identifies ``embeddings``' model for keyed noise (default: its ``model`` /
+        ``model_name`` attribute). A hosted model cannot be digested here: give a string that
+        changes whenever the provider's model does (e.g. its dated version), so a changed model
+        gets independent noise instead of noise that cancels between the two releases.
 
     Examples
     --------
@@ -73,6 +79,7 @@ class PrivateEmbeddings(Embeddings):
         key: bytes | None = None,
         rng: Any = None,
         model: str | None = None,
+        model_identity: str | None = None,
     ) -> None:
         if embeddings is None:
             from ..embedders import Embedder
@@ -89,7 +96,16 @@ class PrivateEmbeddings(Embeddings):
                 raise ValueError("model applies only to the default embedder (embeddings=None).")
             encode = embeddings.embed_documents
         self.embeddings = embeddings
-        model_id = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
+        if embeddings is None:
+            model_id: str | None = emb.identity  # a digest of the local model
+        else:
+            # a hosted model is known by the name its provider serves; a changed model under
+            # that name is the provider's to announce (docs/integrations.md)
+            model_id = (
+                model_identity
+                or getattr(embeddings, "model", None)
+                or getattr(embeddings, "model_name", None)
+            )
         self._texts = TextProtector(
             encode,
             mechanism,

@@ -10,7 +10,6 @@ Code that calls ``model.encode(...)`` before writing vectors to a store can swap
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -138,14 +137,17 @@ class PrivateSentenceTransformer:
 
 
 def _model_id(model: Any) -> str:
-    """A stable id of the wrapped model for keyed noise: its name, and a digest of what makes
-    it this model (module classes and configurations, weights of a local folder), so that two
-    models never share a text's noise -- the difference of their releases would otherwise be
-    the exact difference of their clean vectors."""
-    meta = getattr(model, "metadata", None)
-    if callable(meta):
-        with contextlib.suppress(Exception):
-            return str(meta().get("embedding_model"))
+    """The wrapped model's identity for keyed noise: its name and a digest of what computes
+    the vectors (module classes and configurations, every weight tensor, the tokenizer:
+    :func:`privembed.embedders.loaded_model_digest`), so that two models never share a text's
+    noise -- the difference of their releases would otherwise be the exact difference of their
+    clean vectors. A privembed :class:`~privembed.embedders.Embedder` gives its own
+    :attr:`~privembed.embedders.Embedder.identity`."""
+    from ..embedders import loaded_model_digest
+
+    ident = getattr(model, "identity", None)
+    if isinstance(ident, str) and ident:
+        return ident
     name = type(model).__qualname__
     for attr in ("model_card_data", "name_or_path"):
         v = getattr(model, attr, None)
@@ -153,30 +155,4 @@ def _model_id(model: Any) -> str:
         if found:
             name = str(found)
             break
-    return f"{name}#{_model_digest(model)}"
-
-
-def _model_digest(model: Any) -> str:
-    """SHA-256 (16 hex digits) of a model's module classes and configurations, and of the
-    weights of any local folder its modules were loaded from."""
-    import hashlib
-    import json
-    from pathlib import Path
-
-    from ..embedders import model_digest
-
-    h = hashlib.sha256(type(model).__qualname__.encode())
-    modules = getattr(model, "_modules", None)
-    for m in modules.values() if isinstance(modules, dict) else [model]:
-        h.update(b"\x00" + type(m).__qualname__.encode())
-        cfg = getattr(m, "get_config_dict", None)
-        if callable(cfg):
-            with contextlib.suppress(Exception):
-                h.update(json.dumps(cfg(), sort_keys=True, default=str).encode())
-        auto = getattr(m, "auto_model", None)
-        src = getattr(getattr(auto, "config", None), "_name_or_path", None)
-        if isinstance(src, str) and src:
-            h.update(b"\x00" + src.encode())
-            if Path(src).is_dir():
-                h.update(model_digest(src).encode())
-    return h.hexdigest()[:16]
+    return f"{name}@{loaded_model_digest(model)[:32]}"
