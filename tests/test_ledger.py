@@ -7,8 +7,6 @@ import hashlib
 import math
 import multiprocessing as mp
 import sqlite3
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -344,44 +342,64 @@ def test_first_version_ledgers_are_migrated(tmp_path):
         assert led.spent(["a"])[0].epsilon == pytest.approx(8.0)
 
 
-def test_lock_contention_is_a_bounded_wait_with_a_message(tmp_path):
+def test_lock_contention_is_a_bounded_wait_with_a_message(tmp_path, monkeypatch):
+    """The wait ends at the ledger's timeout. The ledger's clock is replaced by one that
+    advances 0.25 s per reading, so the test counts waits instead of timing them."""
+    import privembed.ledger as ledger_mod
+
     p = tmp_path / "l.db"
     Ledger(p).close()
     holder = sqlite3.connect(p, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
     waited = []
+    clock = iter(range(10**6))
+    monkeypatch.setattr(ledger_mod.time, "monotonic", lambda: next(clock) * 0.25)
     try:
-        with Ledger(p, timeout=0.5, on_wait=waited.append) as led:
-            t0 = time.monotonic()
+        with Ledger(p, timeout=2.0, on_wait=waited.append) as led:
             with pytest.raises(LedgerBusy, match="locked by another process"):
                 _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
-            assert time.monotonic() - t0 < 5
         assert waited == [p]
+        assert next(clock) < 20  # about timeout / 0.25 readings, not an unbounded loop
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+    monkeypatch.undo()
     # released later: the same release goes through
     with Ledger(p) as led:
         _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
 
 
-def test_sigint_is_not_ignored_while_waiting_for_the_lock(tmp_path):
-    """Ctrl-C during a lock wait interrupts the wait (no 600 s busy handler in C)."""
-    import _thread
+@pytest.mark.parametrize("cooperative", [True, False])
+def test_sigint_is_not_ignored_while_waiting_for_the_lock(tmp_path, monkeypatch, cooperative):
+    """Ctrl-C during a lock wait ends the wait at once: the signal is sent when the first wait
+    begins (a named checkpoint, no timer), and a second wait would fail the test. Under
+    :func:`privembed.cancel.cancellable` (the release front ends) the signal is recorded and the
+    wait stops at its checkpoint; without it Python's own KeyboardInterrupt stops it."""
+    import contextlib
+    import signal
+
+    from privembed import cancel
 
     p = tmp_path / "l.db"
     Ledger(p).close()
     holder = sqlite3.connect(p, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
-    timer = threading.Timer(0.5, _thread.interrupt_main)
+    waits: list[str] = []
+
+    def inject(name: str) -> None:
+        if name == "ledger.wait":
+            waits.append(name)
+            assert len(waits) == 1, "the wait went on after the signal"
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(cancel, "_inject", inject)
     try:
-        with Ledger(p, timeout=30) as led:
-            timer.start()
-            t0 = time.monotonic()
-            with pytest.raises(KeyboardInterrupt):
+        ctx = cancel.cancellable() if cooperative else contextlib.nullcontext()
+        with Ledger(p, timeout=3600) as led, ctx:
+            with pytest.raises(KeyboardInterrupt) as info:
                 _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
-            assert time.monotonic() - t0 < 5
+        assert isinstance(info.value, cancel.Cancelled) == cooperative
+        assert waits == ["ledger.wait"]
     finally:
-        timer.cancel()
         holder.execute("ROLLBACK")
         holder.close()

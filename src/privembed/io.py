@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 
 from ._optional import require
 from ._validation import DataError, check_embeddings
+from .cancel import checkpoint
 
 __all__ = [
     "TEXT_FORMATS",
@@ -232,6 +233,23 @@ def remove_stale_temporaries(dst: str | Path) -> list[Path]:
     return removed
 
 
+def _checked(batches: Iterator[Batch]) -> Iterator[Batch]:
+    """The batches of a release, with a cancellation checkpoint after each is read."""
+    for b in batches:
+        checkpoint("batch.read")
+        yield b
+
+
+def preload(*paths: str | Path) -> None:
+    """Import now what reading or writing these files will import lazily (pyarrow, and the
+    pandas that pyarrow loads on first use), so that no import runs once an output is open."""
+    if any(Path(p).suffix.lower() == ".parquet" for p in paths):
+        pa = _pa()
+        with contextlib.suppress(ImportError):
+            import pandas  # noqa: F401 - pyarrow imports it lazily in the first batch otherwise
+        pa.table({"x": [1]}).to_pylist()
+
+
 def _temp_for(dst: Path) -> Path:
     parent = dst.parent if str(dst.parent) else Path(".")
     return parent / f".{dst.name}.privembed-{os.getpid()}-{secrets.token_hex(4)}.tmp"
@@ -294,6 +312,7 @@ def atomic_output(
     fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     os.close(fd)
     try:
+        checkpoint("output.opened")
         yield tmp_path
         os.chmod(tmp_path, _default_mode(dst))
         if sidecar is not None:
@@ -306,9 +325,11 @@ def atomic_output(
             }
             side_tmp.write_text(json.dumps(body), encoding="utf-8")
             os.chmod(side_tmp, _default_mode(dst))
+        checkpoint("commit.before")
         with _signals_deferred():
             if commit is not None:
                 commit()
+            checkpoint("commit.after", stop=False)  # signals are held: the rename follows
             if side_tmp is not None:
                 os.replace(side_tmp, sidecar_path(dst))
             os.replace(tmp_path, dst)
@@ -999,12 +1020,19 @@ def transform_file(
         raise ValueError(
             f"keeping columns ({', '.join(kept)}) needs a Parquet output, got {Path(dst).name}."
         )
-    n, dim, meta_in, batches = iter_batches(
+    n, dim, meta_in, raw_batches = iter_batches(
         src, batch_rows=batch_rows, column=column, id_column=id_column
     )
+    batches = _checked(raw_batches)
     meta_out = metadata(meta_in) if callable(metadata) else dict(metadata or meta_in)
     if on_start:
         on_start(n)
+
+    def written(k: int) -> None:
+        if on_batch:
+            on_batch(k)
+        checkpoint("batch.written")
+
     out_fmt = detect_format(dst)
     rows = 0
     dim_out: int | None = None
@@ -1034,8 +1062,7 @@ def transform_file(
                         row_group_size=ROW_GROUP_ROWS,
                     )
                     rows += Y.shape[0]
-                    if on_batch:
-                        on_batch(Y.shape[0])
+                    written(Y.shape[0])
             finally:
                 if writer is not None:
                     writer.close()
@@ -1050,8 +1077,7 @@ def transform_file(
                     )
                 out[b.start : b.start + Y.shape[0]] = Y
                 rows += Y.shape[0]
-                if on_batch:
-                    on_batch(Y.shape[0])
+                written(Y.shape[0])
             if out is not None:
                 out.flush()
                 del out
@@ -1064,8 +1090,7 @@ def transform_file(
                 if b.ids is not None:
                     id_parts.extend(_plain_ids(b.ids))
                 rows += Y.shape[0]
-                if on_batch:
-                    on_batch(Y.shape[0])
+                written(Y.shape[0])
             if not parts:
                 raise DataError(f"{src} contains no rows.")
             Yall = np.concatenate(parts)

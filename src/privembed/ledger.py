@@ -39,6 +39,7 @@ from typing import Any
 
 from ._validation import DataError, check_real
 from .accounting import Cost, Neighbouring, UnsupportedGuarantee, compose, cost_of
+from .cancel import checkpoint
 from .keyed import typed_id
 
 __all__ = [
@@ -416,6 +417,7 @@ class Ledger:
                 if not told and self.on_wait is not None:
                     self.on_wait(self.path)
                     told = True
+                checkpoint("ledger.wait")  # a signal ends the wait here
         try:
             yield
         except BaseException:

@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 
 from ._validation import DataError, check_embeddings, check_int
 from .accounting import MetricDP, PureDP, cost_of
+from .cancel import checkpoint, cooperative
 from .keyed import (
     content_ids as _keyed_content_ids,
 )
@@ -497,6 +498,7 @@ class Release:
         self.summary.rows += n
         self.summary.dim_in = d
         self.summary.dim_out = Y.shape[1]
+        checkpoint("batch.drawn")
         return Y
 
     def _tagger(
@@ -683,6 +685,7 @@ def _open_ledger(
         yield led
 
 
+@cooperative
 def protect_file(
     src: str | Path,
     dst: str | Path,
@@ -744,6 +747,8 @@ def protect_file(
     if ids_from_content and key is None:
         content_ids(key=None)  # refused before anything is read or written
     erase = _resolve_eraser(eraser)
+    io.preload(src, dst)  # no lazy import runs once the output is open (cancel.py)
+    checkpoint("command.start")
     if is_text_file(src, text_field=text_field):
         return _protect_texts_file(
             src,
@@ -832,6 +837,7 @@ def protect_file(
             overwrite=overwrite,
             keep_columns=keep_columns,
         )
+        checkpoint("publish.after", stop=False)  # complete: a late signal changes nothing
         rel.mark_published()
         if keep_columns:
             rel.summary.notes.append(f"kept as they are (not protected): {', '.join(keep_columns)}")
@@ -997,6 +1003,7 @@ def _protect_texts_file(
             if on_batch and rows > done:
                 on_batch(rows - done)
             done = max(done, rows)
+            checkpoint("batch.read")
 
         # after the ledger's budget check; progress from embedders that report it
         if "on_progress" in inspect.signature(embedder.encode).parameters:
@@ -1028,6 +1035,7 @@ def _protect_texts_file(
             commit=rel.commit,
             overwrite=overwrite,
         )
+        checkpoint("publish.after", stop=False)
         rel.mark_published()
         if keep:
             rel.summary.notes.append(f"kept as they are (not protected): {', '.join(keep)}")

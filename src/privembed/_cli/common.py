@@ -25,6 +25,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from .._validation import DataError
+from ..cancel import Cancelled
 
 __all__ = [
     "USER_ERRORS",
@@ -255,8 +256,14 @@ def user_errors(func: F) -> F:
                 if _caused_by_interrupt(exc):
                     raise KeyboardInterrupt from exc
                 raise
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+        except (typer.Exit, typer.Abort):
             raise
+        except KeyboardInterrupt as exc:
+            # a release stopped at a checkpoint (privembed.cancel), or Ctrl-C elsewhere: one
+            # line and 128 + the signal, never a traceback and never click's "Aborted!" (1)
+            code = exc.exit_code if isinstance(exc, Cancelled) else 130
+            err_console.print("interrupted" if code == 130 else "terminated", highlight=False)
+            raise typer.Exit(code) from None
         except USER_ERRORS as exc:
             if os.environ.get("PRIVEMBED_DEBUG") == "1":
                 raise

@@ -35,6 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._validation import DataError, check_embeddings, check_int
+from ..cancel import checkpoint, cooperative
 from ..keyed import resolve_key
 from ..mechanisms import Mechanism
 from ..payload import PayloadCodec, PayloadError
@@ -788,6 +789,7 @@ def _profile_query_vectors(queries: Any, model: str | None) -> NDArray[np.float3
     return np.asarray(arr, dtype=np.float32)
 
 
+@cooperative
 def index_file(
     input: str | Path,
     store: str,
@@ -979,6 +981,7 @@ def index_file(
                 dim = int(np.asarray(X).shape[1])
                 if on_batch is not None:
                     on_batch(nb)
+                checkpoint("batch.written")
             if sample is not None and rows >= 3:
                 docs = sample.rows()
                 if real_queries is not None:

@@ -42,6 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._validation import DataError, check_choice, check_int
+from ..cancel import checkpoint, cooperative
 from ..ledger import record_key
 from ..mechanisms import Mechanism
 from ..release import Release, _IdSet
@@ -161,6 +162,7 @@ def _jsonl_lines(recs: list[dict[str, Any]], Y: NDArray[Any]) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
+@cooperative
 def protect_stream(
     src: IO[bytes],
     dst: IO[bytes],
@@ -231,6 +233,7 @@ def protect_stream(
     seen = _IdSet() if needs_ids else None
     try:
         for X, recs, first in batches:
+            checkpoint("batch.read")
             ids = None
             if needs_ids:
                 missing = [i for i, r in enumerate(recs) if "id" not in r]
@@ -272,6 +275,7 @@ def protect_stream(
                 dst.flush()
             rows += X.shape[0]
             count += 1
+            checkpoint("batch.written")
     finally:
         if seen is not None:
             seen.close()
