@@ -40,7 +40,7 @@ def test_round_trip_float32_with_text_and_metadata(codec, x):
 def test_float16_payloads_are_half_the_size_and_close(x):
     c16 = PayloadCodec(KEY, dtype="float16")
     blob = c16.seal(x, record_id=1, collection="c")
-    assert len(blob) == payload_size(384, dtype="float16") == 817
+    assert len(blob) == payload_size(384, dtype="float16") == 861
     got = PayloadCodec(KEY).open(blob, record_id=1, collection="c")  # any codec reads both
     # float16 has an 11-bit significand: relative rounding error <= 2^-11 per entry
     assert np.all(np.abs(got.vector - x) <= np.abs(x) * 2.0**-11 + 2.0**-24)
@@ -121,7 +121,9 @@ def test_not_a_payload_or_other_version(codec, x):
         codec.open(b"\x00" * 100, record_id="r", collection="c")
     blob = bytearray(codec.seal(x, record_id="r", collection="c"))
     blob[3] = 9
-    with pytest.raises(PayloadError, match="format version 9; this privembed reads version 1"):
+    with pytest.raises(
+        PayloadError, match="format version 9; this privembed reads versions 1 and 2"
+    ):
         codec.open(bytes(blob), record_id="r", collection="c")
     with pytest.raises(TypeError, match="must be bytes"):
         codec.open("text", record_id="r", collection="c")  # type: ignore[arg-type]
@@ -183,7 +185,7 @@ def test_padding_hides_text_length(codec, x):
     padded = PayloadCodec(KEY, pad_to=256)
     a = padded.seal(x, record_id="r", collection="c", text="short")
     b = padded.seal(x, record_id="r", collection="c", text="a much longer text " * 5)
-    assert len(a) == len(b) and (len(a) - 45) % 256 == 0
+    assert len(a) == len(b) and (len(a) - 61) % 256 == 0
     assert codec.open(b, record_id="r", collection="c").text == "a much longer text " * 5
     assert len(codec.seal(x, record_id="r", collection="c", text="short")) < len(a)
     with pytest.raises(ValueError, match="pad_to must be >= 0"):
@@ -209,3 +211,117 @@ def test_ciphertexts_tell_a_probe_nothing_about_the_vectors(codec):
     assert (
         LogisticRegression(max_iter=2000).fit(X[:2000], z[:2000]).score(X[2000:], z[2000:]) > 0.95
     )
+
+
+def test_payload_lengths_hide_text_lengths_by_default(x):
+    """Finding 8: a payload's size revealed the exact text length (text bytes + 1,589). By
+    default (Padmé) 400 texts of 400 different lengths give a handful of payload sizes, each at
+    most 11.7% above the unpadded size; unpadded, every length shows."""
+    default, unpadded = PayloadCodec(KEY), PayloadCodec(KEY, pad_to=0)
+    texts = ["x" * n for n in range(1, 401)]
+    sizes = [len(default.seal(x, record_id=i, collection="c", text=t)) for i, t in enumerate(texts)]
+    raw = [len(unpadded.seal(x, record_id=i, collection="c", text=t)) for i, t in enumerate(texts)]
+    assert len(set(raw)) == 400
+    assert len(set(sizes)) <= 8, sorted(set(sizes))
+    assert all(s >= r for s, r in zip(sizes, raw, strict=True))
+    assert max((s - 61) / (r - 61) for s, r in zip(sizes, raw, strict=True)) <= 1.117
+    assert sizes == [payload_size(384, text=t) for t in texts]
+    assert (
+        default.open(
+            default.seal(x, record_id=1, collection="c", text="x" * 77), record_id=1, collection="c"
+        ).text
+        == "x" * 77
+    )
+    with pytest.raises(ValueError, match="pad_to must be 'padme' or an int"):
+        PayloadCodec(KEY, pad_to="bucket")
+
+
+def test_a_payload_of_an_older_release_is_refused(codec, x):
+    """Finding 10: an old payload of an edited record opened without error (rollback). A payload
+    names the release it belongs to (the digest of the protected vector beside it), under the
+    tag: the store can neither put an old payload back nor relabel it."""
+    from privembed.payload import release_digest
+
+    y1, y2 = x + 0.01, x - 0.01  # two releases of the record (before and after an edit)
+    from privembed.release import _row_digests
+
+    assert release_digest(y1).hex() == _row_digests(y1[None, :])[0]  # what the ledger records
+    r1, r2 = release_digest(y1), release_digest(y2)
+    old = codec.seal(x, record_id="r", collection="c", release=r1)
+    new = codec.seal(x * 0.5, record_id="r", collection="c", release=r2)
+    assert codec.open(new, record_id="r", collection="c", release=r2).release == r2
+    with pytest.raises(PayloadError, match="another release of the record") as info:
+        codec.open(old, record_id="r", collection="c", release=r2)
+    assert info.value.cause == "stale"
+    relabelled = bytearray(old)
+    relabelled[29:45] = r2  # the store rewrites the release field of the old payload
+    with pytest.raises(PayloadError) as info:
+        codec.open(bytes(relabelled), record_id="r", collection="c", release=r2)
+    assert info.value.cause == "tampered"
+    unversioned = codec.seal(x, record_id="r", collection="c")
+    assert codec.open(unversioned, record_id="r", collection="c").release is None
+    with pytest.raises(PayloadError) as info:
+        codec.open(unversioned, record_id="r", collection="c", release=r2)
+    assert info.value.cause == "stale"
+    assert [p.release for p in codec.open_many([old, new], ids=["r", "r"], collection="c")] == [
+        r1,
+        r2,
+    ]
+
+
+def test_version_1_payloads_still_open(codec, x):
+    """Stores written before releases were bound keep working (reported as unversioned)."""
+    import struct
+
+    from privembed import payload as P
+
+    aes, ck = codec._collection("c")
+    ad = codec._ad_record("r", "c")
+    binding = P.hmac.digest(ck, b"binding\x00" + ad, "sha256")[:4]
+    plaintext = struct.pack("<I", x.size) + x.astype("<f4").tobytes()
+    nonce = bytes(12)
+    header = P._HEADER_V1.pack(b"PEP", 1, 0, codec._key_check, binding, len(plaintext), nonce)
+    blob = header + aes.encrypt(nonce, plaintext, ad + header)
+    got = codec.open(blob, record_id="r", collection="c")
+    np.testing.assert_array_equal(got.vector, x.astype(np.float32))
+    assert got.release is None
+
+
+def test_index_pads_payloads_by_default_and_says_why_on_a_bad_pad(tmp_path):
+    """Through the CLI and the store: texts of 60 lengths, sealed with them, give few payload
+    sizes by default and about one size per length with --pad-to 0."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from privembed.cli import app
+    from privembed.integrations.stores import open_store
+
+    key = tmp_path / "k.key"
+    key.write_text(KEY.hex() + "\n")
+    key.chmod(0o600)
+    notes = tmp_path / "notes.jsonl"
+    words = ["fever", "cough", "knee", "insulin", "asthma", "rash", "migraine", "ankle",
+             "statin", "biopsy", "sepsis", "anemia"]  # fmt: skip
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, size=2 + i)) for i in range(60)]
+    notes.write_text("".join(_json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    runner = CliRunner()
+    sizes = {}
+    for pad in ("padme", "0"):
+        db = tmp_path / f"db-{pad}"
+        r = runner.invoke(app, ["index", str(notes), "--store", "faiss", "--path", str(db), "-m",
+                                "laplace", "--epsilon", "50", "--key-file", str(key),
+                                "--payloads", "--store-text", "--pad-to", pad])  # fmt: skip
+        assert r.exit_code == 0, r.output
+        store = open_store("faiss", db, "privembed")
+        try:
+            (hits,) = store.search(np.ones((1, 384), dtype=np.float32), 60)
+        finally:
+            store.close()
+        sizes[pad] = {len(h.payload) for h in hits}
+    assert len(sizes["0"]) >= 50 and len(sizes["padme"]) <= 8, sizes
+    r = runner.invoke(app, ["index", str(notes), "--store", "faiss", "--path", str(tmp_path / "x"),
+                            "-m", "laplace", "--epsilon", "50", "--key-file", str(key),
+                            "--payloads", "--pad-to", "-3"])  # fmt: skip
+    assert r.exit_code == 2 and "--pad-to must be 'padme' or a number" in r.stderr

@@ -30,24 +30,37 @@ Construction
   another record or collection"). Both are keyed PRF outputs: without ``K`` they reveal nothing
   about the record, and the store already knows which record a payload sits beside.
 
-Format (version 1, little-endian)::
+* **Versions.** A payload names the release it belongs to: 128 bits of SHA-256 of the
+  protected vector it was sealed beside (:func:`release_digest`; the ledger records the same
+  digest of every release), authenticated with the rest of the header. A store that puts an
+  old payload back beside a newer vector of the record (a rollback of the payload) is refused
+  (:meth:`PayloadCodec.open` ``release=``, cause ``"stale"``); a rollback of both the vector and
+  the payload is caught against the key holder's ledger, which knows each record's latest
+  release (:class:`privembed.integrations.ProtectedCollection` with a ledger).
+
+Format (version 2, little-endian)::
 
     offset  size  field
     0       3     magic b"PEP"
-    3       1     version = 1
+    3       1     version = 2
     4       1     flags: bit 0 float16 vector (else float32), bit 1 text, bit 2 metadata,
                   bit 3 zero padding
     5       4     key check
     9       4     binding check
     13      4     plaintext length
     17      12    nonce
-    29      n+16  AES-256-GCM(plaintext) || tag
+    29      16    release (digest of the protected vector; zeros: not bound to one)
+    45      n+16  AES-256-GCM(plaintext) || tag
     plaintext = u32 d || vector (d float32/float16) [|| u32 len || UTF-8 text]
                 [|| u32 len || metadata as canonical JSON] [|| zero bytes]
 
-Overhead: 45 bytes + 4 per field; a 384-d float32 vector seals to 1,585 bytes (float16: 817).
-The length of a payload is the one thing it shows: it gives away the length of the text and
-metadata unless ``pad_to`` rounds every plaintext up to a multiple of that many bytes.
+Version 1 payloads (no release field) still open; they are reported as unversioned.
+
+Overhead: 61 bytes + 4 per field. The length of a payload is the one thing it shows, and it
+would give away the length of the text and metadata; by default every plaintext is therefore
+padded with Padmé (:func:`padded_length`: at most 12% larger, and a length of L bytes reveals
+only O(log log L) bits), or to a multiple of ``pad_to`` bytes, or not at all (``pad_to=0``).
+A 384-d float32 vector alone seals to 1,661 bytes (unpadded: 1,601; float16: 861).
 
 Examples
 --------
@@ -55,7 +68,7 @@ Examples
 >>> x = np.array([0.6, 0.8], dtype=np.float32)
 >>> blob = codec.seal(x, record_id="doc-1", collection="notes", text="hello")
 >>> len(blob), codec.open(blob, record_id="doc-1", collection="notes").text
-(66, 'hello')
+(83, 'hello')
 >>> codec.open(blob, record_id="doc-2", collection="notes")
 Traceback (most recent call last):
 ...
@@ -64,6 +77,7 @@ privembed.payload.PayloadError: payload does not belong to record 'doc-2' in col
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import os
@@ -87,13 +101,18 @@ __all__ = [
     "PayloadCodec",
     "PayloadError",
     "open",
+    "padded_length",
     "payload_size",
+    "release_digest",
     "seal",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _MAGIC = b"PEP"
-_HEADER = struct.Struct("<3sBB4s4sI12s")  # magic, version, flags, key check, binding, length, nonce
+# magic, version, flags, key check, binding, length, nonce (version 1 ends here), release
+_HEADER_V1 = struct.Struct("<3sBB4s4sI12s")
+_HEADER = struct.Struct("<3sBB4s4sI12s16s")
+_NO_RELEASE = bytes(16)
 _TAG = 16
 _F16, _TEXT, _META, _PAD = 1, 2, 4, 8
 _KNOWN_FLAGS = _F16 | _TEXT | _META | _PAD
@@ -107,7 +126,8 @@ class PayloadError(DataError):
 
     ``cause`` is one of ``"format"`` (not a privembed payload, or an unknown version),
     ``"truncated"``, ``"wrong-key"``, ``"wrong-record"`` (sealed for another record or
-    collection) and ``"tampered"`` (the authentication tag does not verify).
+    collection), ``"tampered"`` (the authentication tag does not verify) and ``"stale"`` (it
+    belongs to another release of the record than the one expected: a rollback).
     """
 
     def __init__(self, message: str, *, cause: str) -> None:
@@ -125,29 +145,81 @@ class Payload:
         The exact embedding (float16 payloads are widened to float32).
     text : str or None
     metadata : dict or None
+    release : bytes or None
+        The 16-byte :func:`release_digest` of the protected vector it was sealed beside
+        (``None``: a version-1 payload, or one sealed without a release).
     """
 
     vector: NDArray[np.float32]
     text: str | None = None
     metadata: dict[str, Any] | None = None
+    release: bytes | None = None
+
+
+def release_digest(protected: Any) -> bytes:
+    """128 bits of SHA-256 of a protected vector's bytes (C order, its own dtype): the release a
+    payload belongs to -- the same digest the ledger records as each release's output digest.
+
+    Examples
+    --------
+    >>> release_digest(np.array([0.6, 0.8], dtype=np.float32)).hex()[:8]
+    '9d2c143d'
+    """
+    row = np.ascontiguousarray(protected)
+    if row.ndim != 1:
+        raise DataError(f"a protected vector must be 1-D, got shape {row.shape}.")
+    return hashlib.sha256(row.data.cast("B")).digest()[:16]
+
+
+def padded_length(n: int, pad_to: int | str = "padme") -> int:
+    """The plaintext length ``n`` after padding.
+
+    ``"padme"`` (Nikitin et al., PETS 2019, "Reducing metadata leakage from encrypted files and
+    communication with PURBs"): keep the top ``floor(log2 floor(log2 n)) + 1`` bits of ``n`` and
+    round the rest up, so at most 11.7% is added and ``n`` shows only O(log log n) bits. An int
+    ``m > 0``: the next multiple of ``m``. ``0``: no padding.
+
+    Examples
+    --------
+    >>> [padded_length(n) for n in (100, 1540, 1700, 4000)]
+    [104, 1600, 1728, 4096]
+    >>> padded_length(1541, 512), padded_length(1541, 0)
+    (2048, 1541)
+    """
+    if isinstance(pad_to, str):
+        if pad_to != "padme":
+            raise ValueError(f"pad_to must be 'padme' or an int >= 0, got pad_to={pad_to!r}.")
+        if n < 2:
+            return n
+        e = n.bit_length() - 1
+        s = e.bit_length()  # floor(log2 e) + 1
+        mask = (1 << max(e - s, 0)) - 1
+        return (n + mask) & ~mask
+    m = check_int("pad_to", pad_to, ge=0)
+    return n if m == 0 or n % m == 0 else n + m - n % m
 
 
 def payload_size(
-    d: int, *, dtype: str = "float32", text: str | None = None, metadata: Any = None
+    d: int,
+    *,
+    dtype: str = "float32",
+    text: str | None = None,
+    metadata: Any = None,
+    pad_to: int | str = "padme",
 ) -> int:
     """Bytes of a sealed payload for a ``d``-dimensional vector (and the given text/metadata).
 
     Examples
     --------
-    >>> payload_size(384), payload_size(384, dtype="float16")
-    (1585, 817)
+    >>> payload_size(384), payload_size(384, dtype="float16"), payload_size(384, pad_to=0)
+    (1661, 861, 1601)
     """
-    n = _HEADER.size + _TAG + 4 + d * _DTYPES[check_choice("dtype", dtype, tuple(_DTYPES))].itemsize
+    n = 4 + d * _DTYPES[check_choice("dtype", dtype, tuple(_DTYPES))].itemsize
     if text is not None:
         n += 4 + len(text.encode("utf-8"))
     if metadata is not None:
         n += 4 + len(_canonical_json(metadata))
-    return n
+    return _HEADER.size + _TAG + padded_length(n, pad_to)
 
 
 def _canonical_json(metadata: Any) -> bytes:
@@ -179,9 +251,10 @@ class PayloadCodec:
         derived keys are kept.
     dtype : {"float32", "float16"}, default "float32"
         How :meth:`seal` stores vectors. :meth:`open` reads either.
-    pad_to : int, default 0
-        Round every plaintext up to a multiple of this many bytes with zeros (0: no padding),
-        so that payload lengths do not reveal text or metadata lengths (up to the multiple).
+    pad_to : "padme" or int, default "padme"
+        How plaintexts are padded with zeros so that payload lengths do not reveal text or
+        metadata lengths (:func:`padded_length`): Padmé (at most 12% larger, O(log log L)
+        bits of the length shown), a multiple of this many bytes, or 0 for no padding.
 
     Notes
     -----
@@ -189,13 +262,14 @@ class PayloadCodec:
     derived keys and a cache of AES-GCM objects per collection.
     """
 
-    def __init__(self, key: bytes, *, dtype: str = "float32", pad_to: int = 0) -> None:
+    def __init__(self, key: bytes, *, dtype: str = "float32", pad_to: int | str = "padme") -> None:
         if not isinstance(key, bytes | bytearray):
             raise TypeError(f"key must be bytes, got key of type {type(key).__name__}.")
         if len(key) < 16:
             raise ValueError(f"key must be at least 16 bytes, got {len(key)} bytes.")
         self.dtype = check_choice("dtype", dtype, tuple(_DTYPES))
-        self.pad_to = check_int("pad_to", pad_to, ge=0)
+        padded_length(1, pad_to)  # checks pad_to
+        self.pad_to: int | str = pad_to
         aead = require("cryptography.hazmat.primitives.ciphers.aead", "secure", purpose="payloads")
         hkdf = require("cryptography.hazmat.primitives.kdf.hkdf", "secure", purpose="payloads")
         hashes = require("cryptography.hazmat.primitives.hashes", "secure", purpose="payloads")
@@ -211,7 +285,7 @@ class PayloadCodec:
 
     @classmethod
     def from_key_file(
-        cls, path: str | Path, *, dtype: str = "float32", pad_to: int = 0
+        cls, path: str | Path, *, dtype: str = "float32", pad_to: int | str = "padme"
     ) -> PayloadCodec:
         """A codec for the key in a privembed key file (:func:`privembed.keyed.keygen`)."""
         return cls(load_key(path), dtype=dtype, pad_to=pad_to)
@@ -254,6 +328,7 @@ class PayloadCodec:
         collection: str,
         text: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        release: bytes | None = None,
     ) -> bytes:
         """Encrypt one record's exact vector (and text, metadata) for ``(collection, record_id)``.
 
@@ -267,6 +342,9 @@ class PayloadCodec:
         text : str, optional
         metadata : dict, optional
             JSON-serialisable (stored as canonical JSON).
+        release : bytes, optional
+            The 16-byte :func:`release_digest` of the protected vector this payload is stored
+            beside: the release it belongs to.
 
         Returns
         -------
@@ -298,14 +376,26 @@ class PayloadCodec:
             parts += [_U32.pack(len(b)), b]
             flags |= _META
         plaintext = b"".join(parts)
-        if self.pad_to and len(plaintext) % self.pad_to:
-            plaintext += bytes(self.pad_to - len(plaintext) % self.pad_to)
+        target = padded_length(len(plaintext), self.pad_to)
+        if target > len(plaintext):
+            plaintext += bytes(target - len(plaintext))
             flags |= _PAD
+        if release is None:
+            release = _NO_RELEASE
+        elif not isinstance(release, bytes | bytearray) or len(release) != 16:
+            raise TypeError(f"release must be 16 bytes (release_digest), got {release!r}.")
         ad_record = self._ad_record(record_id, collection)
         binding = hmac.digest(ck, b"binding\x00" + ad_record, "sha256")[:4]
         nonce = os.urandom(12)
         header = _HEADER.pack(
-            _MAGIC, FORMAT_VERSION, flags, self._key_check, binding, len(plaintext), nonce
+            _MAGIC,
+            FORMAT_VERSION,
+            flags,
+            self._key_check,
+            binding,
+            len(plaintext),
+            nonce,
+            bytes(release),
         )
         return header + aes.encrypt(nonce, plaintext, ad_record + header)
 
@@ -317,13 +407,20 @@ class PayloadCodec:
         collection: str,
         texts: Sequence[str | None] | None = None,
         metadatas: Sequence[Mapping[str, Any] | None] | None = None,
+        releases: Sequence[bytes | None] | None = None,
     ) -> list[bytes]:
-        """:meth:`seal` for each row of ``X`` (shape (n, d)) with its id, text and metadata."""
+        """:meth:`seal` for each row of ``X`` (shape (n, d)) with its id, text, metadata and
+        release."""
         A = np.asarray(X)
         if A.ndim != 2:
             raise DataError(f"X must be 2-D (n, d), got shape {A.shape}.")
         n = A.shape[0]
-        for name, seq in (("ids", ids), ("texts", texts), ("metadatas", metadatas)):
+        for name, seq in (
+            ("ids", ids),
+            ("texts", texts),
+            ("metadatas", metadatas),
+            ("releases", releases),
+        ):
             if seq is not None and len(seq) != n:
                 raise DataError(f"{name} has {len(seq)} entries but X has {n} rows.")
         return [
@@ -333,20 +430,29 @@ class PayloadCodec:
                 collection=collection,
                 text=None if texts is None else texts[i],
                 metadata=None if metadatas is None else metadatas[i],
+                release=None if releases is None else releases[i],
             )
             for i in range(n)
         ]
 
     # ---- open ------------------------------------------------------------------------------
 
-    def open(self, payload: bytes, *, record_id: Any, collection: str) -> Payload:
+    def open(
+        self, payload: bytes, *, record_id: Any, collection: str, release: bytes | None = None
+    ) -> Payload:
         """Authenticate and decrypt a payload sealed for ``(collection, record_id)``.
+
+        ``release``: the :func:`release_digest` of the protected vector the store returned
+        beside this payload (or the record's latest release in the ledger); a payload of
+        another release of the record is refused. Unversioned payloads (version 1, or sealed
+        without a release) are refused only if a release is asked for.
 
         Raises
         ------
         PayloadError
             One line naming the cause (:attr:`PayloadError.cause`): not a payload / unknown
-            version, truncated, wrong key, sealed for another record or collection, tampered.
+            version, truncated, wrong key, sealed for another record or collection, tampered,
+            from another release of the record (stale).
         TypeError
             ``payload`` is not bytes.
         """
@@ -358,19 +464,22 @@ class PayloadCodec:
             if not data:
                 raise PayloadError(f"payload of {where} is missing (empty).", cause="truncated")
             raise PayloadError(f"payload of {where} is not a privembed payload.", cause="format")
-        if data[3] != FORMAT_VERSION:
+        if data[3] not in (1, FORMAT_VERSION):
             raise PayloadError(
                 f"payload of {where} has format version {data[3]}; this privembed reads "
-                f"version {FORMAT_VERSION}.",
+                f"versions 1 and {FORMAT_VERSION}.",
                 cause="format",
             )
-        if len(data) < _HEADER.size + _TAG:
+        header = _HEADER if data[3] == FORMAT_VERSION else _HEADER_V1
+        if len(data) < header.size + _TAG:
             raise PayloadError(
                 f"payload of {where} is truncated ({len(data)} bytes, a header alone is "
-                f"{_HEADER.size + _TAG}).",
+                f"{header.size + _TAG}).",
                 cause="truncated",
             )
-        _, _, flags, key_check, binding, length, nonce = _HEADER.unpack_from(data)
+        fields = header.unpack_from(data)
+        _, _, flags, key_check, binding, length, nonce = fields[:7]
+        sealed_release = fields[7] if len(fields) > 7 and fields[7] != _NO_RELEASE else None
         if not hmac.compare_digest(key_check, self._key_check):
             raise PayloadError(
                 f"payload of {where} was sealed under another key (key check {key_check.hex()}, "
@@ -387,7 +496,7 @@ class PayloadCodec:
                 "collection; the store swapped or misplaced it).",
                 cause="wrong-record",
             )
-        expected = _HEADER.size + length + _TAG
+        expected = header.size + length + _TAG
         if len(data) != expected:
             word = "truncated" if len(data) < expected else "longer than its header says"
             raise PayloadError(
@@ -395,14 +504,24 @@ class PayloadCodec:
                 cause="truncated" if len(data) < expected else "tampered",
             )
         try:
-            plaintext = aes.decrypt(nonce, data[_HEADER.size :], ad_record + data[: _HEADER.size])
+            plaintext = aes.decrypt(nonce, data[header.size :], ad_record + data[: header.size])
         except Exception:  # cryptography.exceptions.InvalidTag
             raise PayloadError(
                 f"payload of {where} failed authentication: it was tampered with or corrupted; "
                 "refusing to decrypt.",
                 cause="tampered",
             ) from None
-        return self._parse(plaintext, flags, where)
+        # the release field is authenticated (it is part of the header, hence of the AD)
+        if release is not None and sealed_release != bytes(release):
+            shown = "no release" if sealed_release is None else sealed_release.hex()[:12]
+            raise PayloadError(
+                f"payload of {where} belongs to another release of the record ({shown}, "
+                f"expected {bytes(release).hex()[:12]}): the store holds an old payload "
+                "(rolled back or replayed); refusing it.",
+                cause="stale",
+            )
+        opened = self._parse(plaintext, flags, where)
+        return Payload(opened.vector, opened.text, opened.metadata, sealed_release)
 
     @staticmethod
     def _parse(plaintext: bytes, flags: int, where: str) -> Payload:
@@ -436,14 +555,23 @@ class PayloadCodec:
         return Payload(vector, text, meta)
 
     def open_many(
-        self, payloads: Sequence[bytes], *, ids: Sequence[Any], collection: str
+        self,
+        payloads: Sequence[bytes],
+        *,
+        ids: Sequence[Any],
+        collection: str,
+        releases: Sequence[bytes | None] | None = None,
     ) -> list[Payload]:
-        """:meth:`open` for each payload with its id (the first failure raises)."""
+        """:meth:`open` for each payload with its id (and expected release; the first failure
+        raises)."""
         if len(payloads) != len(ids):
             raise DataError(f"payloads has {len(payloads)} entries but ids has {len(ids)}.")
+        if releases is not None and len(releases) != len(ids):
+            raise DataError(f"releases has {len(releases)} entries but ids has {len(ids)}.")
+        rel = [None] * len(ids) if releases is None else list(releases)
         return [
-            self.open(p, record_id=r, collection=collection)
-            for p, r in zip(payloads, ids, strict=True)
+            self.open(p, record_id=r, collection=collection, release=v)
+            for p, r, v in zip(payloads, ids, rel, strict=True)
         ]
 
     def vectors(

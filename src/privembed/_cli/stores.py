@@ -186,6 +186,15 @@ def index(
     payload_dtype: Annotated[
         Literal["float32", "float16"], typer.Option(help="How payloads store exact vectors.")
     ] = "float32",
+    pad_to: Annotated[
+        str,
+        typer.Option(
+            "--pad-to",
+            help="Pad payload plaintexts so their length hides the text's: 'padme' (at most "
+            "11.7% larger, O(log log L) bits of the length shown), N (a multiple of N bytes) "
+            "or 0 (no padding: the length of each text shows).",
+        ),
+    ] = "padme",
     store_text: Annotated[
         bool,
         typer.Option("--store-text", help="Also seal each text in its payload (texts as input)."),
@@ -246,6 +255,7 @@ def index(
             allow_reprotect=allow_reprotect,
             payloads=payloads,
             payload_dtype=payload_dtype,
+            pad_to=pad_to if pad_to == "padme" else _pad_bytes(pad_to),
             store_text=store_text,
             text_field=text_field,
             ids_from_content=ids_from_content,
@@ -618,3 +628,14 @@ def register(app: typer.Typer) -> None:
     app.command("search")(user_errors(search))
     app.command("protect-stream")(user_errors(protect_stream))
     app.command("protect-shards")(user_errors(protect_shards))
+
+
+def _pad_bytes(text: str) -> int:
+    """``--pad-to N``: a non-negative number of bytes."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"--pad-to must be 'padme' or a number of bytes >= 0, got {text!r}.")
+    return n

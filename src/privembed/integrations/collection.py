@@ -38,7 +38,7 @@ from .._validation import DataError, check_embeddings, check_int
 from ..cancel import checkpoint, cooperative
 from ..keyed import resolve_key
 from ..mechanisms import Mechanism
-from ..payload import PayloadCodec, PayloadError
+from ..payload import PayloadCodec, PayloadError, release_digest
 from ..release import Release
 from ..rng import as_generator
 from .query import QueryTreatment, query_treatment
@@ -96,7 +96,7 @@ class ProtectedCollection:
         protection: dict[str, Any] | None = None,
         payloads: bool | None = None,
         payload_dtype: str = "float32",
-        pad_to: int = 0,
+        pad_to: int | str = "padme",
     ) -> None:
         self.store = store
         stored = store.info.get("protection")
@@ -151,7 +151,9 @@ class ProtectedCollection:
             )
 
     # ---- payloads ----------------------------------------------------------------------------
-    def _payload_codec(self, payloads: bool | None, dtype: str, pad_to: int) -> PayloadCodec | None:
+    def _payload_codec(
+        self, payloads: bool | None, dtype: str, pad_to: int | str
+    ) -> PayloadCodec | None:
         """The codec of the collection's sealed payloads (None if it has none or no key).
 
         ``payloads=True`` starts storing them (a key is needed); ``None`` follows the
@@ -170,7 +172,7 @@ class ProtectedCollection:
         if payloads is False or self.key is None or (info is None and not payloads):
             return None
         codec = PayloadCodec(self.key, dtype=dtype if info is None else info["dtype"],
-                             pad_to=pad_to if info is None else int(info.get("pad_to", 0)))  # fmt: skip
+                             pad_to=pad_to if info is None else info.get("pad_to", 0))  # fmt: skip
         if info is not None and info.get("key_check") != codec.key_check:
             raise PayloadError(
                 f"wrong key for collection {self.store.collection!r}: its payloads were sealed "
@@ -291,7 +293,7 @@ class ProtectedCollection:
                 )
             Y, _ = check_embeddings(X, name="embeddings", row_offset=row_offset)
             self._record_info(Y.shape[1])
-            self.store.upsert(id_list, Y, metadata, payloads=self._seal(id_list, Y, texts))
+            self.store.upsert(id_list, Y, metadata, payloads=self._seal(id_list, Y, texts, Y))
             return Y
         arr = np.asarray(X)
         dim_in = arr.shape[-1] if arr.ndim else 0
@@ -306,13 +308,17 @@ class ProtectedCollection:
         ) as rel:
             Y = rel.protect(arr, id_list, row_offset=row_offset)
             rel.commit()  # the ledger records the release before anything is sent
-            blobs = self._seal(id_list, arr, texts)
+            blobs = self._seal(id_list, arr, texts, Y)
             self._record_info(dim_in)
             self.store.upsert(id_list, Y, metadata, payloads=blobs)
         return Y
 
-    def _seal(self, ids: list[Any], X: Any, texts: Sequence[str] | None) -> list[bytes] | None:
-        """Sealed payloads of the clean rows (None when the collection stores none)."""
+    def _seal(
+        self, ids: list[Any], X: Any, texts: Sequence[str] | None, released: Any
+    ) -> list[bytes] | None:
+        """Sealed payloads of the clean rows (None when the collection stores none), each
+        bound to the release it is stored beside (:func:`privembed.payload.release_digest` of
+        its row of ``released``)."""
         if self.codec is None:
             return None
         if self.store.info.get("payloads") is None:
@@ -322,7 +328,7 @@ class ProtectedCollection:
                     "pad_to": self.codec.pad_to,
                     "key_check": self.codec.key_check,
                     "texts": texts is not None,
-                    "format": "privembed.payload/1 (AES-256-GCM)",
+                    "format": "privembed.payload/2 (AES-256-GCM)",
                 }
             )
         clean = np.asarray(X, dtype=np.float32)
@@ -331,6 +337,7 @@ class ProtectedCollection:
             ids=[str(i) for i in ids],  # the store's id: payloads open for what it returns
             collection=self.store.collection,
             texts=None if texts is None else list(texts),
+            releases=[release_digest(r) for r in np.asarray(released)],
         )
 
     def add_released(
@@ -808,6 +815,7 @@ def index_file(
     allow_reprotect: bool = False,
     payloads: bool = False,
     payload_dtype: str = "float32",
+    pad_to: int | str = "padme",
     store_text: bool = False,
     text_field: str = "text",
     ids_from_content: bool = False,
@@ -931,6 +939,7 @@ def index_file(
             embedding_model=emb_model,
             payloads=payloads or None,
             payload_dtype=payload_dtype,
+            pad_to=pad_to,
         ) as col:
             for b_ids, X, texts, extra, start in batches:
                 if real_queries is not None and real_queries.shape[1] != np.shape(X)[1]:
