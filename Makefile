@@ -8,22 +8,37 @@ STAMP  := $(VENV)/.installed
 LC_VENV ?= .venv-langchain
 LC_STAMP := $(LC_VENV)/.installed
 
-.PHONY: install browser demo test lint typecheck pytest langchain-tests bench clean
+.PHONY: install browser demo test lint typecheck pytest langchain-tests wheel-smoke bench clean
 
-$(STAMP): pyproject.toml constraints.txt
+DEMO_STAMP := $(VENV)/.installed-demo
+# pip prints what it collects and installs (no -q): a first install takes a while, visibly
+PIP_SHOW := --progress-bar on --disable-pip-version-check
+
+$(VENV)/bin/python:
+	@echo "make: creating the virtual environment $(VENV)"
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[dev]'
-	touch $(STAMP)
+	$(PIP) install $(PIP_SHOW) --upgrade pip
+
+## What the demo needs only (no Ray, LangChain, spaCy or test tools): about 1.6 GB, torch CPU included.
+$(DEMO_STAMP): pyproject.toml constraints.txt | $(VENV)/bin/python
+	@echo "make: installing what 'privembed demo' needs into $(VENV) (torch CPU, sentence-transformers, ONNX Runtime, Faker)"
+	$(PIP) install $(PIP_SHOW) -c constraints.txt -e '.[demo]'
+	touch $(DEMO_STAMP)
+
+## Everything, for development and the whole test suite.
+$(STAMP): pyproject.toml constraints.txt | $(VENV)/bin/python
+	@echo "make: installing privembed with every extra and the development tools into $(VENV)"
+	$(PIP) install $(PIP_SHOW) -c constraints.txt -e '.[dev]'
+	touch $(STAMP) $(DEMO_STAMP)
 
 install: $(STAMP)
 
-## Install everything and run the main job on the bundled sample.
-demo: $(STAMP)
+## Install what the demo needs and run the main job on the bundled sample.
+demo: $(DEMO_STAMP)
 	$(VENV)/bin/privembed demo
 
-## Install everything and run the whole test suite (lint, format, types, tests).
-test: $(STAMP) browser lint typecheck pytest langchain-tests
+## Install everything and run the whole test suite (lint, format, types, tests, the built wheel).
+test: $(STAMP) browser lint typecheck pytest langchain-tests wheel-smoke
 
 ## Debian's chromium renders the HTML report in a test (installed when missing and root).
 browser:
@@ -52,8 +67,12 @@ $(LC_STAMP): pyproject.toml constraints.txt
 langchain-tests: $(LC_STAMP)
 	$(LC_VENV)/bin/python -m pytest -q -c tests_langchain/pytest.ini tests_langchain
 
+## A wheel built as a user gets it, installed into a clean environment, and run there.
+wheel-smoke: $(STAMP)
+	bash .ci/wheel-smoke $(PY)
+
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(LC_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LC_VENV) .pytest_cache .mypy_cache .ruff_cache build dist
