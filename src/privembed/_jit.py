@@ -74,6 +74,7 @@ def kernels(rows: int = 0, *, verify: Callable[[Any], str | None] | None = None)
 def _load(verify: Callable[[Any], str | None] | None) -> tuple[Any, str | None]:
     """``(kernels module or False, why not or None)``."""
     try:
+        _numba_cache_outside_the_package()
         from . import _jit_kernels
     except ImportError:  # numba is not installed: the documented default
         return False, None
@@ -87,3 +88,15 @@ def _load(verify: Callable[[Any], str | None] | None) -> tuple[Any, str | None]:
         if problem is not None:
             return False, problem
     return _jit_kernels, None
+
+
+def _numba_cache_outside_the_package() -> None:
+    """numba caches compiled code beside the source (``__pycache__`` in the package, or the
+    checkout) unless told otherwise: point it at privembed's cache folder, unless the user set
+    ``NUMBA_CACHE_DIR`` themselves."""
+    import numba
+
+    if not numba.config.CACHE_DIR:
+        from .cache import cache_dir
+
+        numba.config.CACHE_DIR = str(cache_dir("numba"))

@@ -272,14 +272,9 @@ def onnx_cache_dir(cache_dir: str | Path | None = None) -> Path:
     >>> onnx_cache_dir("/tmp/pe-cache").as_posix()
     '/tmp/pe-cache/onnx'
     """
-    if cache_dir is not None:
-        root = Path(cache_dir)
-    elif os.environ.get("PRIVEMBED_CACHE"):
-        root = Path(os.environ["PRIVEMBED_CACHE"])
-    elif os.environ.get("XDG_CACHE_HOME"):
-        root = Path(os.environ["XDG_CACHE_HOME"]) / "privembed"
-    else:
-        root = Path.home() / ".cache" / "privembed"
+    from .cache import cache_root
+
+    root = Path(cache_dir) if cache_dir is not None else cache_root()
     return root.expanduser() / "onnx"
 
 
