@@ -96,7 +96,8 @@ def _numba_cache_outside_the_package() -> None:
     ``NUMBA_CACHE_DIR`` themselves."""
     import numba
 
-    if not numba.config.CACHE_DIR:
+    config: Any = numba.config
+    if not config.CACHE_DIR:
         from .cache import cache_dir
 
-        numba.config.CACHE_DIR = str(cache_dir("numba"))
+        config.CACHE_DIR = str(cache_dir("numba"))
