@@ -81,6 +81,7 @@ __all__ = [
     "content_ids",
     "protect",
     "protect_file",
+    "refuse_protected",
 ]
 
 #: the entries of file metadata that describe a protection
@@ -141,6 +142,33 @@ def content_ids(*, key: Any, texts: Sequence[str] | None = None, X: Any = None) 
     if X is None:
         raise ValueError("give texts or X.")
     return _keyed_content_ids(k, X=X)
+
+
+def refuse_protected(
+    metadata: dict[str, Any],
+    source: Any,
+    *,
+    allow: bool = False,
+    hint: str = "pass --allow-reprotect to protect it again (the guarantees compose)",
+) -> None:
+    """The one rule on protected inputs: a file whose metadata says it holds protected vectors
+    is refused unless ``allow`` -- protecting it again composes two guarantees silently, and
+    measuring it as if it were clean (``evaluate``, ``advise``) reports the utility and the
+    attacks of the wrong vectors. ``hint`` says what to do instead.
+
+    Examples
+    --------
+    >>> refuse_protected({"protected": False}, "x.npy")
+    >>> refuse_protected({"protected": True, "guarantee_text": "10-LDP"}, "p.npy")
+    Traceback (most recent call last):
+    ...
+    ValueError: p.npy is already protected (10-LDP); pass --allow-reprotect to protect it again (the guarantees compose).
+    """
+    if metadata.get("protected") and not allow:
+        raise ValueError(
+            f"{source} is already protected ({metadata.get('guarantee_text', 'unknown mechanism')}"
+            f"); {hint}."
+        )
 
 
 def charge_text(mechanism: Mechanism) -> str:
@@ -775,11 +803,7 @@ def protect_file(
             on_wait=on_wait,
         )
     meta_in = io.read_metadata(src)
-    if meta_in.get("protected") and not allow_reprotect:
-        raise ValueError(
-            f"{src} is already protected ({meta_in.get('guarantee_text', 'unknown mechanism')}); "
-            "pass --allow-reprotect to protect it again (the guarantees compose)."
-        )
+    refuse_protected(meta_in, src, allow=allow_reprotect)
     model_id = (
         model
         or meta_in.get("embedding_model_identity")

@@ -18,12 +18,20 @@ from typing import Annotated, Any, get_args
 import numpy as np
 import typer
 
+from ..release import refuse_protected
 from .common import MechanismName, console, err_console, print_json, progress_done, user_errors
 
 __all__ = ["advise", "register"]
 
 #: the values of the comma-separated --mechanisms (every registered mechanism)
 _MECHANISMS = ", ".join(get_args(MechanismName))
+
+#: evaluate and advise measure protection on the clean vectors: a protected file is refused
+_CLEAN_ONLY = (
+    "evaluate and advise protect the clean embeddings themselves to measure what protection "
+    "costs and buys; give the unprotected file (measuring protected vectors as if they were "
+    "clean reports the wrong utility and attacks)"
+)
 
 
 def _names(text: str) -> list[str]:
@@ -141,6 +149,7 @@ def advise(
             X = np.asarray(Embedder(model).encode(all_texts, on_progress=on_progress))
     else:
         table = read_embeddings(input, column=column)
+        refuse_protected(table.metadata, input, hint=_CLEAN_ONLY)
         X = np.asarray(table.X)
         ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
         if texts is not None:

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal, get_args
 import numpy as np
 import typer
 
+from ..release import refuse_protected
 from .common import (
     MechanismName,
     console,
@@ -33,6 +34,13 @@ __all__ = ["evaluate", "print_attack_checks", "print_recommendation", "register"
 #: the values of the comma-separated --mechanisms (every registered mechanism)
 _MECHANISMS = ", ".join(get_args(MechanismName))
 _AUDIT = "default: the audit settings, 40 epochs at lr 3e-3 (one hidden layer of 256, top-10 rule)"
+
+#: evaluate and advise measure protection on the clean vectors: a protected file is refused
+_CLEAN_ONLY = (
+    "evaluate and advise protect the clean embeddings themselves to measure what protection "
+    "costs and buys; give the unprotected file (measuring protected vectors as if they were "
+    "clean reports the wrong utility and attacks)"
+)
 
 
 def _names(text: str) -> list[str]:
@@ -210,6 +218,7 @@ def evaluate(
     else:
         assert input is not None
         table = read_embeddings(input, column=column)
+        refuse_protected(table.metadata, input, hint=_CLEAN_ONLY)
         X = np.asarray(table.X)
         ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
         description = {"source": input.name}

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .._validation import DataError
+from ..release import refuse_protected
 
 __all__ = ["PARQUET_SUFFIXES", "ShardPlan", "output_metadata", "plan_shards", "resolve_shards"]
 
@@ -109,12 +110,7 @@ def plan_shards(
         rows.append(int(n))
         dims.append(int(d))
         metas.append(meta)
-        if meta.get("protected") and not allow_reprotect:
-            raise ValueError(
-                f"{f} is already protected ({meta.get('guarantee_text', 'unknown mechanism')}); "
-                "pass allow_reprotect (--allow-reprotect) to protect it again (the guarantees "
-                "compose)."
-            )
+        refuse_protected(meta, f, allow=allow_reprotect)
     known = {d for d in dims if d > 0}
     if len(known) > 1:
         detail = ", ".join(f"{f.name}: {d}" for f, d in zip(files, dims, strict=True) if d > 0)

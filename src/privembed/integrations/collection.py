@@ -849,7 +849,7 @@ def index_file(
     """
     from ..io import iter_batches
     from ..ledger import record_key
-    from ..release import PROTECTION_KEYS, _IdSet, is_text_file
+    from ..release import PROTECTION_KEYS, _IdSet, is_text_file, refuse_protected
 
     input = Path(input)
     if not input.exists():
@@ -899,10 +899,12 @@ def index_file(
     elif mechanism == "none":
         if protected_in:
             raise ValueError(f"{input} is protected; omit --mechanism to index it as it is.")
-    elif protected_in and not allow_reprotect:
-        raise ValueError(
-            f"{input} is already protected ({meta_in.get('guarantee_text', 'unknown')}); "
-            "omit --mechanism to index it as it is, or pass --allow-reprotect."
+    else:
+        refuse_protected(
+            meta_in,
+            input,
+            allow=allow_reprotect,
+            hint="omit --mechanism to index it as it is, or pass --allow-reprotect",
         )
     protects = isinstance(mechanism, Mechanism)
     if ledger is not None and not protects:
