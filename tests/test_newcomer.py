@@ -34,3 +34,55 @@ def test_3_evaluate_and_advise_refuse_an_already_protected_file(tmp_path, comman
     r = runner.invoke(app, [command, str(prot), *extra])
     _one_line_error(r, "gauss.parquet is already protected")
     assert "give the unprotected file" in " ".join(r.stderr.split())
+
+
+def test_9_protect_output_says_each_thing_once_and_never_contradicts_the_ledger(tmp_path):
+    """Finding 9: a free keyed re-release printed '... free ..., 0 charged' and then 'charged
+    100-LDP per record'; the guarantee was printed twice; the Mahalanobis guarantee read
+    '... Mahalanobis distance ||Sigma^-1/2 distance'; ledger ids showed as 'note-00000' in the
+    table and 's:note-00000' in JSON."""
+    X = np.random.default_rng(0).standard_normal((12, 8)).astype(np.float32)
+    src = tmp_path / "emb.jsonl"
+    write_embeddings(src, X, ids=[f"note-{i:05d}" for i in range(11)] + [7])
+    key = tmp_path / "k.key"
+    assert runner.invoke(app, ["keygen", "-o", str(key)]).exit_code == 0
+    led = tmp_path / "l.db"
+    args = ["protect", str(src), "-m", "laplace", "--epsilon", "50", "--key-file", str(key),
+            "--ledger", str(led)]  # fmt: skip
+    first = runner.invoke(app, [*args, "-o", str(tmp_path / "a.jsonl")])
+    again = runner.invoke(app, [*args, "-o", str(tmp_path / "b.jsonl")])
+    assert first.exit_code == 0 and again.exit_code == 0, again.output
+    one = " ".join(first.stderr.split())
+    two = " ".join(again.stderr.split())
+    assert "12 record(s) charged 100-LDP per record" in one
+    assert "nothing charged" in two and "charged 100-LDP" not in two
+    for text in (one, two):
+        assert text.count("guarantee:") == 1 and text.count("50-d_X privacy") == 1
+    cov = tmp_path / "cov.npy"
+    np.save(cov, np.linspace(0.5, 1.5, 8))
+    r = runner.invoke(app, ["protect", str(src), "-o", str(tmp_path / "m.jsonl"), "-m",
+                            "mahalanobis", "--epsilon", "10", "--covariance", str(cov)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    m = " ".join(r.stderr.split())
+    assert "Mahalanobis distance ||Sigma^-1/2 (x - x')||" in m and "||Sigma^-1/2 distance" not in m
+    assert "per unit of Mahalanobis distance on unit vectors" in m
+    table = runner.invoke(app, ["ledger", "spent", str(led)])
+    js = runner.invoke(app, ["ledger", "spent", str(led), "--json"])
+    import json
+
+    rows = json.loads(js.stdout)
+    assert {r["id"] for r in rows} == {f"note-{i:05d}" for i in range(11)} | {7}
+    assert "'note-00000'" in table.stdout and "s:note-00000" not in table.stdout
+
+
+def test_9_embed_says_which_backend_ran(tmp_path):
+    import json
+
+    notes = tmp_path / "n.txt"
+    notes.write_text("the patient has diabetes\nstock markets fell\n")
+    r = runner.invoke(app, ["embed", str(notes), "-o", str(tmp_path / "e.npz"), "--json",
+                            "--backend", "onnx"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["embedding_backend"] == "onnx"
+    assert out["embedding_model_identity"].startswith("all-MiniLM-L6-v2@")

@@ -185,8 +185,25 @@ class MetricDP(Guarantee):
         if not (self.epsilon >= 0):
             raise ValueError(f"epsilon must be >= 0, got epsilon={self.epsilon!r}.")
 
+    @property
+    def metric_name(self) -> str:
+        """The metric's name without its details (``"l2"``, ``"Mahalanobis"``, ``"angular"``).
+
+        Examples
+        --------
+        >>> MetricDP(1.0, "Mahalanobis distance ||Sigma^-1/2 (x - x')||").metric_name
+        'Mahalanobis'
+        >>> MetricDP(1.0, "angular (great-circle distance, radians)").metric_name
+        'angular'
+        """
+        cuts = [i for i in (self.metric.find(" ("), self.metric.find(" distance")) if i > 0]
+        return self.metric[: min(cuts)] if cuts else self.metric
+
     def describe(self) -> str:
-        s = f"{_g(self.epsilon)}-d_X privacy per unit of {self.metric} distance"
+        detail = self.metric[len(self.metric_name) :].strip()
+        detail = detail.removeprefix("distance").strip()
+        s = f"{_g(self.epsilon)}-d_X privacy per unit of {self.metric_name} distance"
+        s += f" {detail}" if detail else ""
         if self.implied:
             s += " (implies " + "; ".join(g.describe() for g in self.implied) + ")"
         return s + (f"; {self.note}" if self.note else "")

@@ -140,6 +140,8 @@ def embed(
                 "rows": int(X.shape[0]),
                 "dim": int(X.shape[1]),
                 "embedding_model": meta["embedding_model"],
+                "embedding_model_identity": meta["embedding_model_identity"],
+                "embedding_backend": meta["embedding_backend"],
                 "ids": table.ids is not None,
                 "columns": kept,
             }
@@ -147,7 +149,8 @@ def embed(
         return
     err_console.print(
         f"wrote {X.shape[0]} x {X.shape[1]} embeddings to {output}"
-        + (f" with columns {', '.join(kept)}" if kept else ""),
+        + (f" with columns {', '.join(kept)}" if kept else "")
+        + f" ({meta['embedding_model']} on {meta['embedding_backend']})",
         highlight=False,
     )
     if kept:
@@ -366,17 +369,25 @@ def protect(
         f"protected {summary.rows} x {summary.dim_in} -> {summary.dim_out} embeddings -> {output}",
         highlight=False,
     )
-    if ledger is not None:
-        err_console.print(
-            f"ledger {ledger}: recorded {summary.rows} release(s), {summary.free} free (keyed "
-            f"re-release of unchanged content), {summary.fresh} charged",
-            highlight=False,
-        )
     _print_guarantee(mech)
-    err_console.print(summary.charge, highlight=False)
+    err_console.print(_charge_line(summary, ledger), highlight=False)
     for line in summary.notes:
         err_console.print(f"[yellow]note:[/yellow] {line}", highlight=False)
-    _print_note(note)
+    _print_note(note, guarantee=False)
+
+
+def _charge_line(summary: Any, ledger: Any) -> str:
+    """What the release cost, consistent with the ledger: a free re-release is not 'charged'."""
+    if ledger is None:
+        return f"{summary.charge}; no ledger records it"
+    fresh, free = summary.fresh or 0, summary.free or 0
+    if fresh == 0:
+        return (
+            f"ledger {ledger}: nothing charged -- all {free} record(s) were keyed re-releases "
+            "of unchanged content (identical vectors)"
+        )
+    freed = f"; {free} free (keyed re-releases of unchanged content)" if free else ""
+    return f"ledger {ledger}: {fresh} record(s) {summary.charge}{freed}"
 
 
 def _text_embedder(input: Path, model: str | None, backend: str | None) -> Any:
@@ -401,10 +412,10 @@ def _setting_note(mech: Any, dim: int | None) -> Any:
     return setting_note(mech, dim)
 
 
-def _print_note(note: Any) -> None:
+def _print_note(note: Any, *, guarantee: bool = True) -> None:
     if note is None:
         return
-    err_console.print(note.summary(), highlight=False)
+    err_console.print(note.summary(guarantee=guarantee), highlight=False)
     for line in note.notes:
         err_console.print(f"[yellow]note:[/yellow] {line}", highlight=False)
 

@@ -53,6 +53,7 @@ __all__ = [
     "Spent",
     "StagedRelease",
     "display_key",
+    "key_value",
     "ledger_for_command",
     "record_key",
 ]
@@ -186,6 +187,23 @@ def display_key(key: str) -> str:
         return rest
     if kind == "s":
         return repr(rest)
+    return key
+
+
+def key_value(key: str) -> Any:
+    """A ledger key as the id's own value: ``"i:5"`` -> ``5``, ``"s:doc"`` -> ``"doc"`` (what
+    JSON output shows, typed as JSON types it; other keys as they are).
+
+    Examples
+    --------
+    >>> key_value("i:5"), key_value("s:note-1")
+    (5, 'note-1')
+    """
+    kind, _, rest = key.partition(":")
+    if kind == "i":
+        return int(rest)
+    if kind == "s":
+        return rest
     return key
 
 

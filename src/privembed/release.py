@@ -195,7 +195,7 @@ def charge_text(mechanism: Mechanism) -> str:
         factor = pure.epsilon / g.epsilon if g.epsilon else math.inf
         return (
             f"charged {pure.epsilon:.4g}-LDP per record ({g.epsilon:.4g}-d_X per unit of "
-            f"{g.metric.split(' (')[0]} distance on unit vectors: any two differ by at most "
+            f"{g.metric_name} distance on unit vectors: any two differ by at most "
             f"{factor:.4g})"
         )
     return f"charged {g.short()} per record"

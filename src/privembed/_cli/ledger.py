@@ -17,7 +17,7 @@ import typer
 from rich.padding import Padding
 from rich.table import Table
 
-from ..ledger import Ledger, display_key
+from ..ledger import Ledger, display_key, key_value
 from .common import console, err_console, mechanism_text, print_json, user_errors
 
 app = typer.Typer(no_args_is_help=True)
@@ -147,7 +147,15 @@ def spent(
         delta = led.report_delta
     rows.sort(key=lambda r: -r.epsilon)
     if as_json:
-        print_json([r.__dict__ for r in rows])
+        # the id as written (5 and "5" stay apart as JSON number and string), and its key
+        out = []
+        for r in rows:
+            rest = {k: v for k, v in r.__dict__.items() if k != "record_id"}
+            if subject:
+                out.append({"subject": r.record_id, **rest})
+            else:
+                out.append({"id": key_value(r.record_id), "ledger_key": r.record_id, **rest})
+        print_json(out)
         return
     t = Table(
         "subject" if subject else "record",

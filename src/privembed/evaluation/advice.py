@@ -144,14 +144,15 @@ class SettingNote:
         """Whether any note is a warning (low utility or vacuous guarantee)."""
         return any(not n.startswith("no closed form") for n in self.notes)
 
-    def summary(self) -> str:
-        """One line: the expected mean cosine (or that none is known) and the guarantee."""
+    def summary(self, *, guarantee: bool = True) -> str:
+        """One line: the expected mean cosine (or that none is known) and, unless told not to
+        (a caller that already printed it), the guarantee."""
         cos = (
             f"expected mean cosine {self.expected_cosine:.3f} (closed form, d = {self.dim})"
             if self.expected_cosine is not None
             else f"expected mean cosine: no closed form for {self.mechanism}"
         )
-        return f"{cos}; guarantee: {self.guarantee}"
+        return f"{cos}; guarantee: {self.guarantee}" if guarantee else cos
 
     def lines(self) -> list[str]:
         """:meth:`summary` and then every note: what ``protect`` / ``index`` print."""
