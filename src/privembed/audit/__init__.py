@@ -65,21 +65,35 @@ Examples
 from __future__ import annotations
 
 from ._bounds import ScoreLaw, cp_upper, epsilon_lower_bound, max_certifiable_epsilon
-from ._core import audit, features, mechanism_from_config, samples_needed, whitebox_check
+from ._core import (
+    RESOLUTION,
+    audit,
+    ceiling_samples,
+    features,
+    mechanism_from_config,
+    samples_needed,
+    whitebox_check,
+)
 from ._families import AUDITORS, AngleLaw, Family, auditor_for, register_auditor
-from ._results import AuditResult, Estimate, LawTest, WhiteBoxResult
+from ._paths import NoisePath
+from ._results import VERDICTS, AuditResult, Estimate, LawTest, ParameterCheck, WhiteBoxResult
 
 __all__ = [
     "AUDITORS",
+    "RESOLUTION",
+    "VERDICTS",
     "AngleLaw",
     "AuditResult",
     "Estimate",
     "Family",
     "LawTest",
+    "NoisePath",
+    "ParameterCheck",
     "ScoreLaw",
     "WhiteBoxResult",
     "audit",
     "auditor_for",
+    "ceiling_samples",
     "cp_upper",
     "epsilon_lower_bound",
     "features",
