@@ -337,3 +337,11 @@ def test_a_guarantee_stronger_than_the_parameters_is_caught():
     wb = whitebox_check(Overclaims(epsilon=2.0, delta=1e-5), dim=8, samples=4000, rng=0)
     assert wb.verdict == "violation"
     assert any("claim" in c.name and not c.passed for c in wb.checks)
+
+
+def test_a_singular_sigma_is_refused_not_misread():
+    # mask zeros with mask_delta=0: no noise along those axes; whitening by Sigma would divide
+    # by zero (the audit used to report a Gamma shape of inf); refused with the reason
+    m = get_mechanism("mahalanobis", epsilon=1.0, mask=[1, 0, 1, 0], mask_delta=0.0)
+    with pytest.raises(ValueError, match="singular"):
+        audit(m, dim=4, samples=200, rng=0)

@@ -414,9 +414,9 @@ def _conclude(
     """
     interval = f"{what} implies epsilon {eps_hat:.5g} [{eps_lo:.5g}, {eps_hi:.5g}]{unit}"
     problems = list(findings)
-    problems += [
-        "the mechanism is not what its parameters say: " + c.detail for c in checks if not c.passed
-    ]
+    wrong = [c.detail for c in checks if not c.passed]
+    if wrong:
+        problems.append("the mechanism is not what its parameters say: " + "; ".join(wrong))
     failed = [t for t in tests if not t.passed]
     if failed:
         problems.append(

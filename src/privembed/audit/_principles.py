@@ -142,7 +142,7 @@ def mahalanobis_metric(params: dict[str, Any], d: int) -> Metric:
     Raises
     ------
     ValueError
-        The parameters' Sigma has another dimension than ``d``.
+        The parameters' Sigma has another dimension than ``d``, or is singular.
     """
     mask, cov = params.get("mask"), params.get("covariance")
     if mask is not None:
@@ -166,6 +166,14 @@ def mahalanobis_metric(params: dict[str, Any], d: int) -> Metric:
         eye = np.ones(d) if S.ndim == 1 else np.eye(d)
         S = _to_trace(lam * eye + (1.0 - lam) * S, d)
     if S.ndim == 1:
-        return Metric(S)
-    w, V = np.linalg.eigh((S + S.T) / 2.0)
-    return Metric(w, V)
+        out = Metric(S)
+    else:
+        w, V = np.linalg.eigh((S + S.T) / 2.0)
+        out = Metric(w, V)
+    if not float(out.values.min()) > 0:
+        raise ValueError(
+            f"Sigma is singular (smallest eigenvalue {float(out.values.min()):.3g}, e.g. a mask "
+            "with zeros and mask_delta=0): the Mahalanobis metric is infinite along its null "
+            "directions, where the noise is zero, and the audit cannot whiten by it."
+        )
+    return out
