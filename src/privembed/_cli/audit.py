@@ -310,6 +310,10 @@ def audit(
     gens: list[str | None] = [None]
     if keyed:
         gens = ["philox", "aes"] if keyed_generator == "both" else [keyed_generator]
+        if "aes" in gens:  # before the first audit runs, not after it
+            from .._optional import require
+
+            require("randomgen", "secure", purpose="keyed AES noise (--keyed-generator aes)")
     results = [
         run_audit(
             mech,
