@@ -365,3 +365,12 @@ def test_isotropy_test_variance_and_false_alarm_rate():
     Z = g.standard_normal((20_000, 6)) * np.sqrt([1.2, 1, 1, 1, 1, 1])
     U = Z / np.linalg.norm(Z, axis=1, keepdims=True)
     assert not _isotropy_test("iso", U, 1e-5).passed
+
+
+def test_cli_resolution_default_is_the_librarys():
+    import inspect
+
+    from privembed._cli.audit import audit as cli_audit
+    from privembed.audit import RESOLUTION
+
+    assert inspect.signature(cli_audit).parameters["resolution"].default == RESOLUTION
