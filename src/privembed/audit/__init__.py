@@ -95,7 +95,6 @@ from __future__ import annotations
 
 from ._bounds import ScoreLaw, cp_upper, epsilon_lower_bound, max_certifiable_epsilon
 from ._core import (
-    RESOLUTION,
     audit,
     ceiling_samples,
     features,
@@ -105,7 +104,15 @@ from ._core import (
 )
 from ._families import AUDITORS, AngleLaw, Family, auditor_for, register_auditor
 from ._paths import NoisePath
-from ._results import VERDICTS, AuditResult, Estimate, LawTest, ParameterCheck, WhiteBoxResult
+from ._results import (
+    RESOLUTION,
+    VERDICTS,
+    AuditResult,
+    Estimate,
+    LawTest,
+    ParameterCheck,
+    WhiteBoxResult,
+)
 
 __all__ = [
     "AUDITORS",

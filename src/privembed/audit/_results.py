@@ -7,10 +7,20 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["VERDICTS", "AuditResult", "Estimate", "LawTest", "ParameterCheck", "WhiteBoxResult"]
+__all__ = [
+    "RESOLUTION",
+    "VERDICTS",
+    "AuditResult",
+    "Estimate",
+    "LawTest",
+    "ParameterCheck",
+    "WhiteBoxResult",
+]
 
 #: the verdicts of an audit and of a white-box check
 VERDICTS = ("consistent", "violation", "inconclusive")
+#: default resolution: "consistent" bounds the privacy the noise gives by 1.25 x the claim
+RESOLUTION = 1.25
 
 
 def _json(v: Any) -> Any:
@@ -152,7 +162,7 @@ class WhiteBoxResult:
     verdict: str
     reason: str
     epsilon_high: float = math.inf
-    resolution: float = 1.25
+    resolution: float = RESOLUTION
     samples_needed: float | None = None
     checks: tuple[ParameterCheck, ...] = ()
 
@@ -260,7 +270,7 @@ class AuditResult:
     ceiling: float
     verdict: str
     reason: str
-    resolution: float = 1.25
+    resolution: float = RESOLUTION
     needed_samples: float | None = None
     noise: str = "seeded"
     generator: str | None = None
