@@ -119,6 +119,7 @@ def _plant_keyed_sigma_bug(monkeypatch, only: str | None = None) -> None:
 
 
 # ---- three verdicts -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_laplace_scale_bug_without_whitebox_at_100_samples_is_inconclusive(monkeypatch):
     monkeypatch.setitem(MECHANISMS, "laplace", ScaledLaplace)
     args = ["audit", "-m", "laplace", "--epsilon", "1", "--dim", "2", "--samples", "100"]
@@ -150,6 +151,7 @@ def test_table_bug_is_a_violation_at_any_n_and_names_the_table():
     assert not check.passed and check.deviation > 1e-3
 
 
+@pytest.mark.slow
 def test_a_claim_above_the_ceiling_is_inconclusive_even_when_the_whitebox_agrees():
     # classic sigma at epsilon = 50 reports the delta it really has (0.586): an honest claim,
     # but 50 nats is beyond any 1e4-draw sampling audit (ceiling 7.9)
@@ -181,6 +183,7 @@ def test_the_whitebox_says_inconclusive_when_its_interval_is_too_wide():
     assert more.verdict == "consistent" and more.epsilon_high <= 1.25
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "params", "d"),
     [
@@ -210,6 +213,7 @@ def test_full_covariance_mahalanobis_is_audited_from_its_parameters():
 
 
 # ---- keyed noise ----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_keyed_sigma_bug_is_caught_only_by_the_keyed_audit(monkeypatch):
     _plant_keyed_sigma_bug(monkeypatch)
     m = get_mechanism("gaussian", epsilon=2.0, delta=1e-5)
@@ -251,6 +255,7 @@ def test_keyed_audit_draws_through_the_release_path_with_distinct_ids(monkeypatc
     assert again.epsilon_lower == r.epsilon_lower  # a seeded audit derives its key from rng
 
 
+@pytest.mark.slow
 def test_keyed_correct_mechanisms_read_consistent():
     for gen in ("philox", "aes"):
         if gen == "aes":
@@ -260,6 +265,7 @@ def test_keyed_correct_mechanisms_read_consistent():
         assert r.verdict == "consistent", (gen, r.reason)
 
 
+@pytest.mark.slow
 def test_cli_keyed_audits_both_generators_and_catches_the_keyed_bug(monkeypatch):
     pytest.importorskip("randomgen")
     _plant_keyed_sigma_bug(monkeypatch)
