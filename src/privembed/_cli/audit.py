@@ -1,11 +1,18 @@
 """``privembed audit``: audit a mechanism's claim -- an epsilon lower bound from sampling and a
 white-box check of its noise law (:mod:`privembed.audit`).
 
+The verdict is consistent, violation or inconclusive. Exit status: 0, unless
+``--fail-on-violation`` or ``--fail-unless-consistent`` is given and the verdict is a violation
+(3), or ``--fail-unless-consistent`` is given and it is inconclusive (4); 2 for usage and data
+errors. With ``--keyed`` the noise is drawn through the keyed release path, by default once
+per keyed generator (Philox, then AES), and the worst verdict counts.
+
 Examples::
 
     privembed audit -m laplace --epsilon 1 --dim 2 --samples 1000000
     privembed audit -m gaussian --epsilon 4 --delta 1e-5 --dim 384 --json
     privembed audit --from-file protected.parquet          # the configuration in its metadata
+    privembed audit -m gaussian --epsilon 2 --delta 1e-5 --keyed --fail-unless-consistent
 """
 
 from __future__ import annotations
@@ -29,7 +36,15 @@ from .common import (
     user_errors,
 )
 
-__all__ = ["audit", "register"]
+__all__ = ["EXIT_INCONCLUSIVE", "EXIT_VIOLATION", "audit", "register"]
+
+#: exit status of a violation under --fail-on-violation or --fail-unless-consistent
+EXIT_VIOLATION = 3
+#: exit status of an inconclusive audit under --fail-unless-consistent
+EXIT_INCONCLUSIVE = 4
+#: verdicts from best to worst (several audits: the worst counts)
+_ORDER = ("consistent", "inconclusive", "violation")
+_STYLE = {"consistent": "bold green", "inconclusive": "bold yellow", "violation": "bold red"}
 
 
 def _from_file(path: Path, mask: Path | None, covariance: Path | None) -> tuple[Any, int]:
@@ -72,6 +87,7 @@ def _print(result: Any) -> None:
     r = result
     unit = f" per unit of {r.metric.split()[0]}" if r.metric else ""
     t = Table(show_header=False, box=None, pad_edge=False)
+    noise = r.noise if r.generator is None else f"{r.noise} ({r.generator})"
     t.add_column(style="bold")
     t.add_column()
     t.add_row("mechanism", f"{r.mechanism.get('mechanism')} at d={r.dim}")
@@ -103,18 +119,28 @@ def _print(result: Any) -> None:
     if r.whitebox is not None:
         wb = r.whitebox
         t.add_row("white-box", f"{wb.verdict}: {wb.reason}")
+        for c in wb.checks:
+            t.add_row("", c.text())
         for e in wb.estimates:
             t.add_row("", e.text())
         for test in wb.tests:
             t.add_row("", f"{test.name}: p={test.pvalue:.3g} ({'ok' if test.passed else 'FAIL'})")
     t.add_row(
         "samples",
-        f"{r.samples} per side ({r.test_samples} test), {r.noise} noise, {r.seconds:.1f} s",
+        f"{r.samples} per side ({r.test_samples} test), {noise} noise, {r.seconds:.1f} s",
     )
     for note in r.notes:
         t.add_row("note", note)
-    style = "bold red" if r.verdict == "violation" else "bold green"
-    t.add_row("verdict", f"[{style}]{r.verdict}[/{style}]")
+    style = _STYLE[r.verdict]
+    t.add_row("verdict", f"[{style}]{r.verdict}[/{style}]: {r.reason}")
+    if r.verdict == "inconclusive":
+        ways = []
+        if r.whitebox is not None and r.whitebox.samples_needed is not None:
+            ways.append(f"white box: {_fmt_n(r.whitebox.samples_needed)} noise draws")
+        if r.needed_samples is not None:
+            ways.append(f"sampling: {_fmt_n(r.needed_samples)} draws per side")
+        if ways:
+            t.add_row("N to decide", "; ".join(ways))
     console.print(t, highlight=False)
 
 
@@ -186,6 +212,16 @@ def audit(
             "--power", help="Also compute the draws needed for a bound of half the claim."
         ),
     ] = False,
+    whitebox_samples: Annotated[
+        int | None,
+        typer.Option(help="Noise draws for the white-box check (default: --samples, capped)."),
+    ] = None,
+    resolution: Annotated[
+        float,
+        typer.Option(
+            help="'consistent' needs the privacy the noise gives bounded by this x the claim."
+        ),
+    ] = 1.25,
     seed: Annotated[int | None, typer.Option(help="Seed (reproducible audit).")] = None,
     fresh_noise: Annotated[
         bool,
@@ -194,6 +230,17 @@ def audit(
             help="Audit the fresh-entropy noise path (production) instead of seeded streams.",
         ),
     ] = False,
+    keyed: Annotated[
+        bool,
+        typer.Option(
+            "--keyed",
+            help="Audit the keyed noise path (the release path with a key; one id per draw).",
+        ),
+    ] = False,
+    keyed_generator: Annotated[
+        Literal["philox", "aes", "both"],
+        typer.Option(help="Keyed generator(s) audited with --keyed (both: one audit each)."),
+    ] = "both",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     fail_on_violation: Annotated[
         bool,
@@ -201,8 +248,20 @@ def audit(
             "--fail-on-violation", help="Exit with status 3 when the verdict is a violation."
         ),
     ] = False,
+    fail_unless_consistent: Annotated[
+        bool,
+        typer.Option(
+            "--fail-unless-consistent",
+            help="Exit with status 3 on a violation and 4 when the audit is inconclusive.",
+        ),
+    ] = False,
 ) -> None:
-    """Audit a mechanism: an empirical epsilon lower bound and a white-box noise-law check."""
+    """Audit a mechanism: an empirical epsilon lower bound and a white-box noise-law check.
+
+    The verdict is consistent, violation or inconclusive (too few draws, or a claim above what
+    they can certify). Exit status 3 for a violation under --fail-on-violation or
+    --fail-unless-consistent, 4 for an inconclusive audit under --fail-unless-consistent.
+    """
     from ..audit import audit as run_audit
     from ..mechanisms import get_mechanism
 
@@ -243,28 +302,56 @@ def audit(
             covariance=None if covariance is None else str(covariance),
         )
         d = 16 if dim is None else dim
-    result = run_audit(
-        mech,
-        dim=d,
-        samples=samples,
-        score=score,
-        distance=distance,
-        confidence=confidence,
-        whitebox=whitebox,
-        power=power,
-        noise="fresh" if fresh_noise else "seeded",
-        rng=seed,
-    )
+    if keyed and fresh_noise:
+        raise ValueError("--keyed and --fresh-noise choose different noise paths; give one.")
+    if keyed_generator != "both" and not keyed:
+        raise ValueError(f"--keyed-generator {keyed_generator} needs --keyed.")
+    noise = "keyed" if keyed else "fresh" if fresh_noise else "seeded"
+    gens: list[str | None] = [None]
+    if keyed:
+        gens = ["philox", "aes"] if keyed_generator == "both" else [keyed_generator]
+        if "aes" in gens:  # before the first audit runs, not after it
+            from .._optional import require
+
+            require("randomgen", "secure", purpose="keyed AES noise (--keyed-generator aes)")
+    results = [
+        run_audit(
+            mech,
+            dim=d,
+            samples=samples,
+            score=score,
+            distance=distance,
+            confidence=confidence,
+            whitebox=whitebox,
+            whitebox_samples=whitebox_samples,
+            power=power,
+            noise=noise,
+            generator=gen,
+            resolution=resolution,
+            rng=seed,
+        )
+        for gen in gens
+    ]
+    verdict = max((r.verdict for r in results), key=_ORDER.index)
     if as_json:
-        print_json(result.to_dict())
+        if keyed:
+            print_json({"verdict": verdict, "audits": [r.to_dict() for r in results]})
+        else:
+            print_json(results[0].to_dict())
     else:
-        _print(result)
-    if result.verdict == "violation":
+        for r in results:
+            _print(r)
+    if verdict == "violation":
         err_console.print(
             "audit: VIOLATION -- the measured privacy is worse than the claim", highlight=False
         )
-        if fail_on_violation:
-            raise typer.Exit(3)
+        if fail_on_violation or fail_unless_consistent:
+            raise typer.Exit(EXIT_VIOLATION)
+    elif verdict == "inconclusive":
+        worst = next(r for r in results if r.verdict == "inconclusive")
+        err_console.print(f"audit: INCONCLUSIVE -- {worst.reason}", highlight=False)
+        if fail_unless_consistent:
+            raise typer.Exit(EXIT_INCONCLUSIVE)
 
 
 def register(app: typer.Typer) -> None:

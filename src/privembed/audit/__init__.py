@@ -17,17 +17,40 @@ correct mechanism yields a bound below its claim; a bound above the claim is a v
   ``(1 - confidence)/2``, in
   :math:`\varepsilon \ge \ln\frac{1-\delta-\beta}{\alpha}` (and the same with alpha and
   beta swapped).
-* **The white-box check** (:func:`whitebox_check`) estimates the noise law's parameters from
-  samples (Gaussian sigma with a chi-square interval, the radius law of the l2 mechanisms,
-  Purkayastha's angle law), tests the law's shape, and computes the privacy curve from the
-  estimates.
+* **The white-box check** (:func:`whitebox_check`) first holds the mechanism to its own
+  parameters: its sensitivity, sigma, Sigma, angle table and the claim itself are recomputed
+  from the constructor parameters and first principles (``dp_accounting`` for the Gaussian
+  calibration; never the attribute under check) and compared with what it uses. It then
+  estimates the noise law's parameters from samples (Gaussian sigma with a chi-square
+  interval, the radius law of the l2 mechanisms, Purkayastha's angle law), tests the law's
+  shape, and computes the privacy curve from the estimates.
+* **The randomness path** is chosen with ``noise``: seeded streams, fresh entropy, or the keyed
+  release path (:class:`privembed.release.Release` with a key and one record id per draw,
+  Philox or AES): a bug on one path is invisible on the others.
+
+Verdicts
+--------
+Every audit ends in one of three verdicts (:data:`VERDICTS`), with its reason:
+
+* **violation** -- the sampling bound exceeds the claim, or the white box found a mismatch with
+  the parameters, a failed goodness-of-fit test, or an estimate beyond the claim even at the
+  end of its interval most favourable to the mechanism;
+* **inconclusive** -- no violation, but the claim is above the ceiling of the test draws, or
+  neither the white box (off, or its epsilon interval reaching past ``resolution`` x the claim)
+  nor the sampling power (a correct mechanism's expected bound at this N short of claim /
+  ``resolution``, from the exact law of the score) resolves the claim; ``needed_samples`` and
+  ``whitebox.samples_needed`` say how many draws would decide;
+* **consistent** -- otherwise: no violation, and the privacy the sampled noise law gives is
+  bounded by ``resolution`` (default 1.25) x the claim at the white box's level (within its
+  model), or the sampling audit could have seen a violation of that size.
 
 What an audit cannot show
 -------------------------
 * **The ln N ceiling.** With N test draws per side no audit certifies more than
   :func:`max_certifiable_epsilon` -- about :math:`\ln(N/\ln(2/(1-c)))` at confidence c: 11.8
-  for 5e5 test draws, 12.5 for 1e6, 19.4 for 1e9. Larger claims (the classic Gaussian sigma
-  presented as (50, 1e-5)-LDP, whose real delta is 0.586) need the white-box check.
+  for 5e5 test draws, 12.5 for 1e6, 19.4 for 1e9 (:func:`ceiling_samples` inverts it). Larger
+  claims read *inconclusive* whatever the white box finds; the white box can still show them
+  violated (the classic Gaussian sigma presented as (50, 1e-5)-LDP, whose real delta is 0.586).
 * **Rare regions.** A bound needs the distinguishing event to happen often enough to be
   counted. In high dimension the privacy loss of the l2 mechanisms is concentrated far below
   its worst case (it is reached only when the noise points along x1 - x0), so a sampling
@@ -35,8 +58,11 @@ What an audit cannot show
   :func:`samples_needed` computes the N that would be needed. Bugs that live where the noise is
   small (a Laplace radius with Gamma shape d - 1 makes the loss unbounded near the input) are
   visited most of the time at d = 2 and almost never at d = 384: audit small dimensions too.
-* **Code paths the sampler never takes**: keyed sources, other bit generators, float32 inputs,
-  other blocks of a batch; each needs its own audit.
+  The white box's "consistent" bounds epsilon through the law's scale only: a shape bug whose
+  scale shift is inside the interval (0.26% at d = 384 for shape d - 1) reads consistent.
+* **Code paths the sampler never takes**: other bit generators, float32 inputs, other blocks
+  of a batch, text-content keyed tags (the keyed audit binds vector contents); each needs its
+  own audit.
 * **Floating-point side channels**: outputs are float64 samples of a continuous law; the
   low-order bits of a float sampler can leak the input (Mironov 2012) and no statistical test
   at these sample sizes sees that.
@@ -58,6 +84,9 @@ Examples
 >>> r = audit(get_mechanism("purkayastha", epsilon=1.0), dim=2, samples=20_000, rng=0)
 >>> r.verdict, r.whitebox.verdict
 ('consistent', 'consistent')
+>>> audit(get_mechanism("purkayastha", epsilon=1.0), dim=2, samples=20_000, noise="keyed",
+...       rng=0).verdict
+'consistent'
 >>> round(max_certifiable_epsilon(10**6 // 2), 1)
 11.8
 """
@@ -65,21 +94,42 @@ Examples
 from __future__ import annotations
 
 from ._bounds import ScoreLaw, cp_upper, epsilon_lower_bound, max_certifiable_epsilon
-from ._core import audit, features, mechanism_from_config, samples_needed, whitebox_check
+from ._core import (
+    audit,
+    ceiling_samples,
+    features,
+    mechanism_from_config,
+    samples_needed,
+    whitebox_check,
+)
 from ._families import AUDITORS, AngleLaw, Family, auditor_for, register_auditor
-from ._results import AuditResult, Estimate, LawTest, WhiteBoxResult
+from ._paths import NoisePath
+from ._results import (
+    RESOLUTION,
+    VERDICTS,
+    AuditResult,
+    Estimate,
+    LawTest,
+    ParameterCheck,
+    WhiteBoxResult,
+)
 
 __all__ = [
     "AUDITORS",
+    "RESOLUTION",
+    "VERDICTS",
     "AngleLaw",
     "AuditResult",
     "Estimate",
     "Family",
     "LawTest",
+    "NoisePath",
+    "ParameterCheck",
     "ScoreLaw",
     "WhiteBoxResult",
     "audit",
     "auditor_for",
+    "ceiling_samples",
     "cp_upper",
     "epsilon_lower_bound",
     "features",

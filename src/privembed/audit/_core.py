@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Callable
@@ -14,11 +15,18 @@ from .._optional import require
 from .._validation import check_choice, check_int, check_real
 from ..mechanisms import Mechanism, get_mechanism
 from ..rng import spawn
-from ._bounds import evaluate_threshold, max_certifiable_epsilon, select_threshold
-from ._families import Family, auditor_for
-from ._results import AuditResult, WhiteBoxResult
+from ._bounds import ScoreLaw, evaluate_threshold, max_certifiable_epsilon, select_threshold
+from ._families import Claim, Family, Pair, auditor_for
+from ._paths import NoisePath
+from ._results import RESOLUTION, AuditResult, WhiteBoxResult
 
-__all__ = ["audit", "mechanism_from_config", "samples_needed", "whitebox_check"]
+__all__ = [
+    "audit",
+    "ceiling_samples",
+    "mechanism_from_config",
+    "samples_needed",
+    "whitebox_check",
+]
 
 SCORES = ("lr", "logistic", "mlp")
 #: classifiers are fitted on at most this many draws per side
@@ -40,16 +48,18 @@ def _draw(
     n: int,
     rng: np.random.Generator,
     fn: Callable[[NDArray[np.float64]], NDArray[np.float64]],
-    fresh: bool = False,
+    path: NoisePath | None = None,
+    label: str = "x",
 ) -> NDArray[np.float64]:
-    """``fn`` of ``n`` releases of ``x``, drawn in bounded-memory chunks."""
+    """``fn`` of ``n`` releases of ``x`` through ``path`` (default: seeded), in bounded-memory
+    chunks."""
+    path = path if path is not None else NoisePath("seeded")
     rows = _chunk_rows(x.size)
     X = np.tile(x, (min(rows, n), 1))
     parts = []
     for start in range(0, n, rows):
         m = min(rows, n - start)
-        Y = np.asarray(mech.privatize(X[:m], rng=None if fresh else rng), dtype=np.float64)
-        parts.append(fn(Y))
+        parts.append(fn(path.release(mech, X[:m], rng, label)))
     return np.concatenate(parts)
 
 
@@ -134,6 +144,8 @@ def audit(
     law_level: float = 1.0 - 1e-5,
     power: bool = False,
     noise: str = "seeded",
+    generator: str | None = None,
+    resolution: float = RESOLUTION,
     rng: Any = None,
 ) -> AuditResult:
     r"""Audit a mechanism's claim: an epsilon lower bound from sampling, plus a white-box check.
@@ -143,6 +155,13 @@ def audit(
     and orientation chosen on the first ``train_fraction`` of the draws and the error rates
     counted on the rest; their Clopper-Pearson upper bounds give an epsilon lower bound that
     holds with probability ``confidence`` (:mod:`privembed.audit`).
+
+    The verdict is one of three (:class:`AuditResult`): "violation" (the bound exceeds the
+    claim, or the white box found one), "consistent" (no violation, and the audit resolved the
+    claim: it is within the ceiling of the test draws, and the white box bounds the privacy the
+    noise gives by ``resolution`` x the claim, or the sampling audit's expected bound for a
+    correct mechanism at this N reaches claim / ``resolution``), else "inconclusive", with
+    the reason and the draws that would be needed.
 
     Parameters
     ----------
@@ -175,11 +194,17 @@ def audit(
     power : bool
         Also compute ``samples_needed``: the draws per side an audit needs for an expected
         bound of half the claim (:func:`samples_needed`).
-    noise : {"seeded", "fresh"}
-        Which randomness path of ``privatize`` is audited: ``"seeded"`` (the default) hands it
-        a generator derived from ``rng`` (per-row counter streams; reproducible), ``"fresh"``
-        hands it ``None`` (fresh OS entropy, bulk block generators: the production path; the
-        result then varies from run to run). Keyed noise is not audited here.
+    noise : {"seeded", "fresh", "keyed"}
+        Which randomness path is audited, for the sampling and the white box alike:
+        ``"seeded"`` (the default) hands ``privatize`` a generator derived from ``rng``
+        (per-row counter streams; reproducible), ``"fresh"`` hands it ``None`` (fresh OS
+        entropy, bulk block generators; the result then varies from run to run), ``"keyed"``
+        releases through :class:`privembed.release.Release` with a secret key derived from
+        ``rng`` and one record id per draw (the production path of keyed noise).
+    generator : {"philox", "aes"}, optional
+        The keyed generator (``noise="keyed"`` only; default: the one a release would use).
+    resolution : float, > 1
+        How closely "consistent" must bound the claim (see above; default 1.25).
     rng : int, numpy.random.Generator or None
 
     Returns
@@ -192,20 +217,25 @@ def audit(
     >>> r = audit(get_mechanism("laplace", epsilon=1.0), dim=2, samples=20_000, rng=0)
     >>> r.verdict, r.epsilon_lower < r.claimed_epsilon
     ('consistent', True)
+    >>> small = audit(get_mechanism("laplace", epsilon=1.0), dim=2, samples=200, whitebox=False,
+    ...               rng=0)
+    >>> small.verdict, round(small.needed_samples, -2)   # sampling alone needs ~7.9e3 per side
+    ('inconclusive', 7900.0)
     """
     t0 = time.perf_counter()
     fam, d, n = _check_common(mechanism, dim, samples)
     score = check_choice("score", score, SCORES)
-    fresh = check_choice("noise", noise, ("seeded", "fresh")) == "fresh"
     confidence = check_real("confidence", confidence, gt=0, lt=1)
     train_fraction = check_real("train_fraction", train_fraction, gt=0, lt=1)
+    resolution = check_real("resolution", resolution, gt=1)
     claim = fam.claim(mechanism)
     if score == "lr" and not fam.has_statistic:
         raise ValueError(
             f"no likelihood-ratio statistic is known for mechanism {mechanism.name!r}; use "
             "score='logistic' or score='mlp'."
         )
-    g_pair, g0, g1, g_wb, g_fit = spawn(rng, 5)
+    g_pair, g0, g1, g_wb, g_fit, g_key = spawn(rng, 6)
+    path = NoisePath(noise, generator=generator, key_rng=g_key)
     pair = fam.pair(mechanism, d, distance, g_pair)
     n_sel = max(10, round(n * train_fraction))
     n_test = n - n_sel
@@ -219,12 +249,12 @@ def audit(
         def fn(Y: NDArray[np.float64]) -> NDArray[np.float64]:
             return fam.statistic(mechanism, pair, Y)
 
-        s0 = _draw(mechanism, pair.x0, n, g0, fn, fresh)
-        s1 = _draw(mechanism, pair.x1, n, g1, fn, fresh)
+        s0 = _draw(mechanism, pair.x0, n, g0, fn, path, "x0")
+        s1 = _draw(mechanism, pair.x1, n, g1, fn, path, "x1")
     else:
         m0, m1 = fam.centres(mechanism, pair)
-        F0 = _draw(mechanism, pair.x0, n, g0, lambda Y: features(Y, m0, m1), fresh)
-        F1 = _draw(mechanism, pair.x1, n, g1, lambda Y: features(Y, m0, m1), fresh)
+        F0 = _draw(mechanism, pair.x0, n, g0, lambda Y: features(Y, m0, m1), path, "x0")
+        F1 = _draw(mechanism, pair.x1, n, g1, lambda Y: features(Y, m0, m1), path, "x1")
         n_fit = n_sel // 2
         s0, s1 = _fit_scores(score, F0, F1, n_fit, int(g_fit.integers(2**31)))
         s0, s1 = s0[n_fit:], s1[n_fit:]
@@ -251,14 +281,16 @@ def audit(
             ),
             g_wb,
             check_real("law_level", law_level, gt=0, lt=1),
-            fresh=fresh,
+            path=path,
+            resolution=resolution,
         )
+    laws = _LawCache(fam, mechanism, pair, d)
     needed: float | None = None
     exact: bool | None = None
     eps_exact: float | None = None
     notes: list[str] = []
     if power:
-        law = fam.score_law(mechanism, pair, d)
+        law = laws.get()
         if law is None:
             notes.append("no exact score law for this pair: samples_needed not computed")
         else:
@@ -272,6 +304,21 @@ def audit(
             eps_exact = law.exact_epsilon(delta=delta) / scale
     if wb is None and fam.name == "generic":
         notes.append(f"no white-box check for mechanism {mechanism.name!r}")
+    verdict, reason, conclusive_n = _verdict(
+        claim=claim,
+        lower=ev["epsilon"] / scale,
+        ceiling=ceiling,
+        scale=scale,
+        n=n,
+        n_test=n_test,
+        wb=wb,
+        whitebox=whitebox,
+        score=score,
+        laws=laws,
+        resolution=resolution,
+        confidence=confidence,
+        train_fraction=train_fraction,
+    )
     return AuditResult(
         mechanism=mechanism.config,
         guarantee=claim.text,
@@ -295,7 +342,12 @@ def audit(
         epsilon_lower=ev["epsilon"] / scale,
         confidence=confidence,
         ceiling=ceiling,
-        noise="fresh" if fresh else "seeded",
+        verdict=verdict,
+        reason=reason,
+        resolution=resolution,
+        needed_samples=conclusive_n,
+        noise=path.noise,
+        generator=path.generator,
         samples_needed=needed,
         samples_needed_exact=exact,
         epsilon_exact=eps_exact,
@@ -305,6 +357,141 @@ def audit(
     )
 
 
+class _LawCache:
+    """The exact score law of a correct mechanism for the pair, built once on first use (it
+    takes seconds at large d)."""
+
+    def __init__(self, fam: Family, mech: Mechanism, pair: Pair, d: int) -> None:
+        self._args = (fam, mech, pair, d)
+        self._law: ScoreLaw | None = None
+        self._done = False
+
+    def get(self) -> ScoreLaw | None:
+        if not self._done:
+            fam, mech, pair, d = self._args
+            self._law = fam.score_law(mech, pair, d)
+            self._done = True
+        return self._law
+
+
+def ceiling_samples(
+    epsilon: float, *, confidence: float = 0.95, delta: float = 0.0, train_fraction: float = 0.5
+) -> float:
+    r"""Draws per side (both splits) whose ceiling reaches ``epsilon`` (the inverse of
+    :func:`max_certifiable_epsilon`): fewer cannot refute or confirm a claim of ``epsilon``.
+
+    With no errors the bound is :math:`\ln((1-\delta-u)/u)` at :math:`u = 1 - (\alpha/2)^{1/n}`;
+    solving for n gives :math:`n = \ln(\alpha/2) / \ln(1 - u)` with
+    :math:`u = (1 - \delta)/(1 + e^\varepsilon)`. ``inf`` beyond float range.
+
+    Examples
+    --------
+    >>> round(ceiling_samples(11.8, train_fraction=0.5) / 1e6, 2)   # 5e5 test draws: 11.82
+    0.98
+    """
+    c = check_real("epsilon", epsilon, ge=0)
+    a = (1.0 - check_real("confidence", confidence, gt=0, lt=1)) / 2.0
+    delta = check_real("delta", delta, ge=0, lt=1)
+    test = 1.0 - check_real("train_fraction", train_fraction, gt=0, lt=1)
+    if c > 700.0:
+        return math.inf
+    u = (1.0 - delta) / (1.0 + math.exp(c))
+    return float(math.ceil(math.log(a) / math.log1p(-u)) / test)
+
+
+def _fmt(n: float) -> str:
+    return "more than 1e26" if math.isinf(n) else f"{n:.3g}"
+
+
+def _verdict(
+    *,
+    claim: Claim,
+    lower: float,
+    ceiling: float,
+    scale: float,
+    n: int,
+    n_test: int,
+    wb: WhiteBoxResult | None,
+    whitebox: bool,
+    score: str,
+    laws: _LawCache,
+    resolution: float,
+    confidence: float,
+    train_fraction: float,
+) -> tuple[str, str, float | None]:
+    """(verdict, reason, draws per side that would decide) -- see :func:`audit`."""
+    eps = claim.epsilon
+    if lower > eps:
+        return (
+            "violation",
+            f"the sampling bound {lower:.4g} exceeds the claimed {eps:.4g} (at "
+            f"{confidence:.0%} confidence)",
+            None,
+        )
+    if wb is not None and wb.verdict == "violation":
+        return "violation", "white box: " + wb.reason, None
+    if eps > ceiling:
+        at_ceiling = ceiling_samples(
+            eps * scale, confidence=confidence, delta=claim.delta, train_fraction=train_fraction
+        )
+        agrees = (
+            "; the white box finds the noise consistent with it (within its model)"
+            if wb is not None and wb.verdict == "consistent"
+            else ""
+        )
+        return (
+            "inconclusive",
+            f"the claim {eps:.4g} is above the ceiling {ceiling:.4g}: {n_test} test draws per "
+            f"side can neither refute nor confirm it ({_fmt(at_ceiling)} draws per side could)"
+            + agrees,
+            at_ceiling,
+        )
+    if wb is not None and wb.verdict == "consistent":
+        return (
+            "consistent",
+            f"no violation (sampling bound {lower:.4g} <= {eps:.4g}); white box: {wb.reason}",
+            None,
+        )
+    why = [
+        "the white box is off"
+        if not whitebox
+        else "no white-box check is known for this mechanism"
+        if wb is None
+        else "white box: " + wb.reason
+    ]
+    target = eps * scale / resolution
+    law = laws.get() if score == "lr" else None
+    need: float | None = None
+    if law is None:
+        why.append(
+            "the sampling audit's power is unknown for this score and pair"
+            if score == "lr"
+            else f"the power of the {score} score is unknown (at most that of the likelihood "
+            "ratio: its N is a lower bound)"
+        )
+        if score != "lr" and (lr_law := laws.get()) is not None:
+            need = lr_law.samples_needed(
+                target, delta=claim.delta, confidence=confidence, train_fraction=train_fraction
+            )
+    elif law.expected_bound(n_test, delta=claim.delta, confidence=confidence) >= target:
+        return (
+            "consistent",
+            f"no violation (sampling bound {lower:.4g} <= {eps:.4g}); at N = {n} per side a "
+            f"correct mechanism's expected bound reaches the claim / {resolution:g}",
+            None,
+        )
+    else:
+        need = law.samples_needed(
+            target, delta=claim.delta, confidence=confidence, train_fraction=train_fraction
+        )
+        why.append(
+            f"the sampling audit cannot see the claim at N = {n} per side: a correct "
+            f"mechanism's expected bound reaches claim / {resolution:g} only with "
+            f"{_fmt(need)} draws per side"
+        )
+    return "inconclusive", "no violation found, but " + "; ".join(why), need
+
+
 def whitebox_check(
     mechanism: Mechanism,
     *,
@@ -312,31 +499,38 @@ def whitebox_check(
     samples: int = 100_000,
     level: float = 1.0 - 1e-5,
     noise: str = "seeded",
+    generator: str | None = None,
+    resolution: float = RESOLUTION,
     rng: Any = None,
 ) -> WhiteBoxResult:
-    """Estimate the noise law's parameters from samples and compute the privacy they imply.
+    """Check the mechanism against its parameters, estimate its noise law, compute its privacy.
 
-    The mechanism is sampled *before* renormalisation (a shallow copy with
-    ``renormalize=False``: the same noise law) on random unit inputs, and:
+    First, what the mechanism uses is compared with the same recomputed here from its
+    constructor parameters and first principles (:mod:`privembed.audit`; never the attribute
+    under check): sensitivity and sigma (Gaussian, projection), Sigma (Mahalanobis), the angle
+    table (Purkayastha), and whether the guarantee claims more than the parameters give.
+    Then the mechanism is sampled *before* renormalisation (a shallow copy with
+    ``renormalize=False``: the same noise law) on random unit inputs through the ``noise``
+    path, and:
 
     * Gaussian (``gaussian``, ``empirical``, ``projection``): sigma with a chi-square interval;
       KS normality, equal variance and zero mean per coordinate; the exact delta at the
-      claimed epsilon from the upper end of sigma's interval ([BW18],
-      :func:`privembed.theory.analytic_gaussian_delta`), and the sensitivity computed from the
-      relation (for a projection, from the public matrix).
+      claimed epsilon from the upper end of sigma's interval ([BW18]), against the sigma the
+      claim needs at the relation's sensitivity (``dp_accounting``).
     * l2 Laplace: epsilon from the mean radius (shape fixed at d, exact Gamma interval); the
       radius' Gamma shape by maximum likelihood (a shape other than d makes the privacy loss
       unbounded near the input); KS of the radius against Gamma(d, 1/eps_hat); uniformity of
-      the direction (two coordinates against their Beta law).
-    * Mahalanobis: the same after whitening with the *claimed* Sigma (the mechanism's
-      diagonal normalised to trace d), plus the trace the noise implies.
+      the direction (two coordinates against their Beta law, and the mean square of every
+      coordinate).
+    * Mahalanobis: the same after whitening with Sigma rebuilt from the parameters, plus the
+      trace the noise implies.
     * Purkayastha: epsilon by maximum likelihood from the angles to the input; KS against the
       angle law (computed independently of the sampler); uniformity of the tangent direction.
 
-    ``noise`` picks the randomness path as in :func:`audit`.
-
-    The verdict is "violation" when a goodness-of-fit test fails (p below ``1 - level``) or
-    when even the end of the interval most favourable to the mechanism exceeds the claim.
+    The verdict is "violation" when a recomputed value disagrees, a goodness-of-fit test fails
+    (p below ``1 - level``) or even the end of the interval most favourable to the mechanism
+    exceeds the claim; "consistent" when the other end is within ``resolution`` x the claim;
+    "inconclusive" otherwise (``samples_needed`` says about how many draws would do).
 
     Raises
     ------
@@ -348,13 +542,15 @@ def whitebox_check(
     >>> from privembed import get_mechanism
     >>> wb = whitebox_check(get_mechanism("gaussian", epsilon=2.0, delta=1e-5), dim=4,
     ...                     samples=5000, rng=0)
-    >>> wb.verdict
-    'consistent'
+    >>> wb.verdict, all(c.passed for c in wb.checks)
+    ('consistent', True)
     """
     fam, d, n = _check_common(mechanism, dim, samples)
     level = check_real("level", level, gt=0, lt=1)
-    fresh = check_choice("noise", noise, ("seeded", "fresh")) == "fresh"
-    out = fam.whitebox(mechanism, d, n, spawn(rng, 1)[0], level, fresh=fresh)
+    resolution = check_real("resolution", resolution, gt=1)
+    g, g_key = spawn(rng, 2)
+    path = NoisePath(noise, generator=generator, key_rng=g_key)
+    out = fam.whitebox(mechanism, d, n, g, level, path=path, resolution=resolution)
     if out is None:
         raise ValueError(f"no white-box check is known for mechanism {mechanism.name!r}.")
     return out

@@ -7,7 +7,20 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AuditResult", "Estimate", "LawTest", "WhiteBoxResult"]
+__all__ = [
+    "RESOLUTION",
+    "VERDICTS",
+    "AuditResult",
+    "Estimate",
+    "LawTest",
+    "ParameterCheck",
+    "WhiteBoxResult",
+]
+
+#: the verdicts of an audit and of a white-box check
+VERDICTS = ("consistent", "violation", "inconclusive")
+#: default resolution: "consistent" bounds the privacy the noise gives by 1.25 x the claim
+RESOLUTION = 1.25
 
 
 def _json(v: Any) -> Any:
@@ -64,6 +77,36 @@ class LawTest:
 
 
 @dataclass(frozen=True)
+class ParameterCheck:
+    """A value the mechanism uses, against the same value recomputed from its constructor
+    parameters and first principles (fails when ``deviation > tolerance``).
+
+    ``recomputed`` and ``used`` are the two values where they are numbers or names; for arrays
+    and laws (a covariance diagonal, an angle table) they are ``None`` and ``deviation`` says by
+    how much they differ (largest relative difference, largest CDF difference).
+    """
+
+    name: str
+    recomputed: float | str | None
+    used: float | str | None
+    deviation: float
+    tolerance: float
+    detail: str
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.deviation <= self.tolerance)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: _json(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        out["passed"] = self.passed
+        return out
+
+    def text(self) -> str:
+        return f"{self.detail} ({'ok' if self.passed else 'FAIL'})"
+
+
+@dataclass(frozen=True)
 class WhiteBoxResult:
     """The white-box check: the noise law's parameters estimated from samples, and what they imply.
 
@@ -82,14 +125,30 @@ class WhiteBoxResult:
         The epsilon (claim's units; at the claimed delta for (epsilon, delta) claims) that the
         estimated law gives.
     epsilon_low : float
-        The smallest such epsilon consistent with the samples at ``level``: the verdict compares
-        this, the value most favourable to the mechanism, with the claim. ``inf`` when the
-        estimated law has unbounded privacy loss.
+        The smallest such epsilon consistent with the samples at ``level``: a violation is
+        declared when this, the value most favourable to the mechanism, exceeds the claim.
+        ``inf`` when the estimated law has unbounded privacy loss.
     delta_at_claim : float or None
         (epsilon, delta) claims: the delta the estimated law (at the favourable end of its
         interval) gives at the claimed epsilon.
-    verdict : {"consistent", "violation"}
+    verdict : {"consistent", "violation", "inconclusive"}
+        "violation": a recomputed parameter disagrees with the mechanism, a goodness-of-fit
+        test fails, or ``epsilon_low`` exceeds the claim. Otherwise "consistent" when
+        ``epsilon_high <= resolution * claim`` (the samples bound the privacy the noise gives
+        within the resolution), else "inconclusive".
     reason : str
+    epsilon_high : float
+        The largest epsilon consistent with the samples at ``level`` (the end of the interval
+        least favourable to the mechanism).
+    resolution : float
+        The factor of the claim that ``epsilon_high`` must stay within for "consistent".
+    samples_needed : float or None
+        "inconclusive": about how many noise draws would bring ``epsilon_high`` within the
+        resolution for a mechanism at its claim (the interval's width scaled as 1/sqrt(n),
+        with two standard errors to spare).
+    checks : tuple of ParameterCheck
+        What the mechanism uses (sensitivity, sigma, Sigma, angle table, the claim itself)
+        against the same recomputed here from its constructor parameters.
     """
 
     family: str
@@ -102,6 +161,10 @@ class WhiteBoxResult:
     delta_at_claim: float | None
     verdict: str
     reason: str
+    epsilon_high: float = math.inf
+    resolution: float = RESOLUTION
+    samples_needed: float | None = None
+    checks: tuple[ParameterCheck, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: _json(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -149,8 +212,26 @@ class AuditResult:
     confidence : float
     ceiling : float
         The largest bound ``test_samples`` draws can certify (claim's units).
-    noise : {"seeded", "fresh"}
-        The randomness path of ``privatize`` that was audited.
+    verdict : {"consistent", "violation", "inconclusive"}
+        "violation": the sampling bound exceeds the claim or the white box found one.
+        "inconclusive": no violation, but the claim is above ``ceiling`` (no audit of this N
+        can refute or confirm it), or neither the white box (off, or its interval wider than
+        ``resolution`` x the claim) nor the sampling power (the expected bound of a correct
+        mechanism at this N below claim / ``resolution``) resolves it. Otherwise "consistent".
+    reason : str
+        Why, in one sentence or two.
+    resolution : float
+        See ``verdict``.
+    needed_samples : float or None
+        "inconclusive": draws per side that would let the sampling audit decide (the ceiling
+        reaching the claim, or an expected bound of claim / ``resolution``); ``inf`` when no N
+        can (the release is more private than claimed for this pair); ``None`` when it cannot
+        be computed (classifier scores, no exact law) -- then see ``whitebox.samples_needed``.
+    noise : {"seeded", "fresh", "keyed"}
+        The randomness path that was audited: ``privatize`` with seeded streams or fresh
+        entropy, or the keyed release path (:class:`privembed.release.Release` with a key).
+    generator : {"philox", "aes"} or None
+        The counter-based generator of keyed noise.
     samples_needed : float or None
         Draws per side for an *expected* bound of half the claim (``power=True``); ``inf`` when
         beyond ~1e26.
@@ -187,7 +268,12 @@ class AuditResult:
     epsilon_lower: float
     confidence: float
     ceiling: float
+    verdict: str
+    reason: str
+    resolution: float = RESOLUTION
+    needed_samples: float | None = None
     noise: str = "seeded"
+    generator: str | None = None
     samples_needed: float | None = None
     samples_needed_exact: bool | None = None
     epsilon_exact: float | None = None
@@ -201,19 +287,12 @@ class AuditResult:
         return bool(self.epsilon_lower > self.claimed_epsilon)
 
     @property
-    def verdict(self) -> str:
-        """ "violation" if the sampling bound exceeds the claim or the white-box check fails."""
-        wb = self.whitebox is not None and self.whitebox.verdict == "violation"
-        return "violation" if (self.sampling_violation or wb) else "consistent"
-
-    @property
     def ratio(self) -> float:
         """Audited lower bound / claim (1 would be a tight audit)."""
         return self.epsilon_lower / self.claimed_epsilon if self.claimed_epsilon > 0 else math.inf
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: _json(getattr(self, f.name)) for f in dataclasses.fields(self)}
-        out["verdict"] = self.verdict
         out["sampling_violation"] = self.sampling_violation
         out["ratio"] = _json(self.ratio)
         return out
