@@ -276,7 +276,7 @@ def test_cli_edited_note_is_charged_and_gets_new_noise(tmp_path):
     r2 = _protect_cli(runner, v2, "-o", tmp_path / "o2.parquet", *common)
     assert r2.exit_code == 0, r2.output
     said = " ".join(r2.stderr.split())
-    assert "19 free" in said and "1 charged" in said, said
+    assert "19 free" in said and "1 record(s) charged" in said, said
     Y1 = read_embeddings(tmp_path / "o1.parquet").X
     Y2 = read_embeddings(tmp_path / "o2.parquet").X
     same = [i for i in range(20) if i != 3]

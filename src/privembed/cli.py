@@ -140,8 +140,8 @@ def embed(
                 "rows": int(X.shape[0]),
                 "dim": int(X.shape[1]),
                 "embedding_model": meta["embedding_model"],
-                "embedding_model_identity": meta["embedding_model_identity"],
-                "embedding_backend": meta["embedding_backend"],
+                "embedding_model_identity": meta.get("embedding_model_identity"),
+                "embedding_backend": meta.get("embedding_backend"),
                 "ids": table.ids is not None,
                 "columns": kept,
             }
@@ -150,7 +150,7 @@ def embed(
     err_console.print(
         f"wrote {X.shape[0]} x {X.shape[1]} embeddings to {output}"
         + (f" with columns {', '.join(kept)}" if kept else "")
-        + f" ({meta['embedding_model']} on {meta['embedding_backend']})",
+        + f" ({meta.get('embedding_model')} on {meta.get('embedding_backend', 'its backend')})",
         highlight=False,
     )
     if kept:
