@@ -492,6 +492,7 @@ def test_subject_totals_are_built_for_older_ledgers_and_catch_up_with_older_writ
     _as_v2(p)
     with Ledger(p, readonly=True) as led:  # inspection reads a v2 ledger as it is
         assert led.spent_subject("alice").epsilon == pytest.approx(4.0)
+        assert led.subjects() == ["alice", "bob"]
     with Ledger(p) as led:  # the writer migrates it: totals from every earlier release
         assert led._db.execute("PRAGMA user_version").fetchone()[0] == 3
         assert led.spent_subject("alice").epsilon == pytest.approx(4.0)
@@ -505,6 +506,7 @@ def test_subject_totals_are_built_for_older_ledgers_and_catch_up_with_older_writ
     db.close()
     with Ledger(p) as led:
         assert led.spent_subject("alice").epsilon == pytest.approx(6.0)
+        assert led.subjects() == ["alice", "bob"]
         with pytest.raises(BudgetExceeded, match="subject 'alice' would exceed"):
             _release(led, ["e"], lap, subject="alice")  # 6 + 2 > 7: the old row counts
         _release(led, ["e"], lap, subject="bob")

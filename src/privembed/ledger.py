@@ -698,6 +698,20 @@ class Ledger:
         eps_s, dlt_s = comp.at(self._subject_delta())
         return Spent(subject, eps_s, dlt_s, total, free)
 
+    def subjects(self) -> list[str]:
+        """Every subject that has releases, in name order."""
+        if self._has_totals:
+            rows = self._db.execute(
+                "SELECT DISTINCT subject FROM subject_totals UNION SELECT DISTINCT subject FROM "
+                "releases NOT INDEXED WHERE seq > ? AND subject IS NOT NULL ORDER BY 1",
+                (self._watermark(),),
+            )
+        else:
+            rows = self._db.execute(
+                "SELECT DISTINCT subject FROM releases WHERE subject IS NOT NULL ORDER BY 1"
+            )
+        return [r[0] for r in rows]
+
     def _subject_delta(self) -> float:
         b = self.subject_budget
         return b.delta if b else self.report_delta

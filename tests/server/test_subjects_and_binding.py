@@ -115,6 +115,28 @@ def test_no_key_can_spend_another_keys_subjects(server_key, tmp_path):
         assert led.spent_subject("tenant-b").releases == 0
 
 
+def test_subjects_written_before_namespacing_are_reported_at_start(server_key, tmp_path, caplog):
+    """Subjects an earlier version recorded (client-named, or a key's bare name) are not merged
+    into the namespaced ones; the server says so at start (a count, never the names)."""
+    import logging
+
+    from privembed import LaplaceMechanism
+    from privembed.ledger import record_key
+
+    ledger = tmp_path / "ledger.sqlite"
+    with Ledger(ledger) as led:
+        st = led.stage(LaplaceMechanism(epsilon=1.0), subject="alice-the-patient")
+        st.add([record_key("x")])
+        st.commit()
+    with caplog.at_level(logging.INFO, logger="privembed.server"):
+        with proxy(server_key[0], server={"ledger": str(ledger)}, models=MODELS,
+                   api_keys=KEYS[:1]):  # fmt: skip
+            pass
+    warned = [r for r in caplog.records if r.getMessage() == "ledger_legacy_subjects"]
+    assert len(warned) == 1 and warned[0].fields["subjects"] == 1
+    assert "alice-the-patient" not in caplog.text
+
+
 def test_subject_names_cannot_collide_across_keys():
     """``key:NAME/SUBJECT`` is unambiguous because key names may not contain '/'."""
     base = {"server": {"allow_unauthenticated": False}, "models": {"d": {"mechanism": "laplace",

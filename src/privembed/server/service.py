@@ -251,9 +251,24 @@ class Service:
                     delta=float(dlt if dlt is not None else (old.delta if old else 1e-5)),
                     subject=True,
                 )
+            legacy = [x for x in led.subjects() if not x.startswith(("key:", "unauthenticated"))]
         except BaseException:
             led.close()
             raise
+        if legacy:  # a count only: subject names can be user names
+            from .logs import logger
+
+            logger.warning(
+                "ledger_legacy_subjects",
+                extra={
+                    "fields": {
+                        "subjects": len(legacy),
+                        "note": "subjects written before subjects were namespaced by API key "
+                        "(key:NAME/...) are kept as they are and not counted against the "
+                        "namespaced ones (docs/server.md)",
+                    }
+                },
+            )
         return led
 
     def _warm_up(self) -> None:
@@ -401,7 +416,8 @@ class Service:
         n = len(todo_ids)
         lane = self.needs_ledger(model)
         if lane:  # admitted apart: documents waiting for the ledger never fill the model's queue
-            if self.lane_texts + n > self.lane_capacity:
+            busy = len(self._lane_tasks)  # groups not finished, answered or not
+            if self.lane_texts + n > self.lane_capacity or busy >= self.lane_capacity:
                 raise QueueFull()
             self.lane_texts += n
         try:
