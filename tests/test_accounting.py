@@ -198,3 +198,29 @@ def test_closed_form_agrees_with_dp_accounting_pld_and_rdp(delta: float) -> None
         assert closed <= e_pld * (1 + 1e-6) + 1e-9, (mix, closed, e_pld)
         assert e_pld <= closed * (1 + 2e-3) + 2e-3, (mix, closed, e_pld)
         assert closed <= e_rdp, (mix, closed, e_rdp)
+
+
+def test_vectorised_budget_test_agrees_with_the_composition() -> None:
+    """``exceeds_budget`` (the ledger's per-record test over many records) makes the same
+    decision as ``Composition.at`` on a random grid, boundaries included."""
+    import numpy as np
+
+    from privembed.accounting import Composition, Neighbouring, exceeds_budget
+
+    rng = np.random.default_rng(0)
+    n = 400
+    eb = rng.choice([0.0, 0.5, 2.0, 7.5], n) * rng.integers(0, 3, n)
+    db = rng.choice([0.0, 1e-7, 1e-6, 5e-6], n)
+    m2 = rng.choice([0.0, 0.01, 0.3, 4.0, 50.0], n) * rng.integers(0, 4, n)
+    for be, bd in ((8.0, 1e-5), (3.0, 2e-6), (math.inf, 1e-5), (0.5, 1e-9)):
+        got = exceeds_budget(eb, db, m2, be, bd)
+        for i in range(n):
+            c = Composition(Neighbouring.RECORD, float(eb[i]), float(db[i]), float(m2[i]), 1)
+            e, d = c.at(bd)
+            want = e > be * (1 + 1e-12) or d > bd * (1 + 1e-12)
+            assert bool(got[i]) == want, (be, bd, eb[i], db[i], m2[i], e, d)
+    # exactly at the budget: a record whose composed epsilon equals the budget passes
+    c = Composition(Neighbouring.RECORD, 1.0, 0.0, 2.0, 1)
+    e, _ = c.at(1e-5)
+    assert not exceeds_budget([1.0], [0.0], [2.0], e, 1e-5)[0]
+    assert exceeds_budget([1.0], [0.0], [2.0], e * (1 - 1e-9), 1e-5)[0]

@@ -533,3 +533,25 @@ def test_aliases_are_ledger_state_bounded_and_survive_reopening(tmp_path):
         led.claim_aliases(["t9"], ["Q"])
     with Ledger(p) as led, pytest.raises(ValueError, match="same length"):
         led.claim_aliases(["t9"], [])
+
+
+def test_per_record_check_with_mixed_histories_tests_each_record(tmp_path):
+    """The quick test takes the largest basic epsilon and the largest Gaussian part over all
+    records as one history; when that fails although every record alone passes (one record's
+    history is Laplace, another's Gaussian), each record is tested and the release goes on."""
+    from privembed.accounting import Composition, cost_of
+
+    lap, gauss = LaplaceMechanism(epsilon=2.0), GaussianMechanism(epsilon=4.0, delta=1e-5)
+    more = GaussianMechanism(epsilon=3.0, delta=1e-5)
+    led = Ledger(tmp_path / "l.db", budget_epsilon=9.0, budget_delta=1e-5)
+    _release(led, ["a"], lap)  # a: pure 4
+    _release(led, ["b"], gauss)  # b: Gaussian, epsilon 4
+    c_lap, c_gauss, c_more = (cost_of(m.guarantee) for m in (lap, gauss, more))
+    assert Composition().add(c_lap).add(c_more).at(1e-5)[0] <= 9.0  # a alone passes
+    assert Composition().add(c_gauss).add(c_more).at(1e-5)[0] <= 9.0  # b alone passes
+    assert Composition().add(c_lap).add(c_gauss).add(c_more).at(1e-5)[0] > 9.0  # not both
+    _release(led, ["a", "b"], more)
+    # one more release of epsilon 8.5 takes b past the budget; c (new) passes
+    with pytest.raises(BudgetExceeded, match=r"^release refused: 1 record\(s\) .* 'b' \(spent"):
+        _release(led, ["b", "c"], GaussianMechanism(epsilon=8.5, delta=1e-5))
+    assert {s.record_id: s.releases for s in led.spent()} == {"s:a": 2, "s:b": 2}
