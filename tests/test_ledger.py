@@ -555,3 +555,44 @@ def test_per_record_check_with_mixed_histories_tests_each_record(tmp_path):
     with pytest.raises(BudgetExceeded, match=r"^release refused: 1 record\(s\) .* 'b' \(spent"):
         _release(led, ["b", "c"], GaussianMechanism(epsilon=8.5, delta=1e-5))
     assert {s.record_id: s.releases for s in led.spent()} == {"s:a": 2, "s:b": 2}
+
+
+def test_alias_claims_and_publication_commit_with_the_release(tmp_path):
+    """What the server does per batch: aliases looked up (a read), claimed and the release
+    recorded and marked published in one write transaction -- also when the budget refuses the
+    release (a refused text's vector stays claimed, so its variants land on it)."""
+    p = tmp_path / "l.db"
+    m = LaplaceMechanism(epsilon=2.0)  # 4 per release
+    led = Ledger(p, budget_epsilon=4.0, budget_delta=1e-5)
+    writes: list[str] = []
+    led._db.set_trace_callback(lambda sql: writes.append(sql) if sql == "BEGIN IMMEDIATE" else 0)
+    assert led.lookup_aliases(["t1"]) == {}
+    st = led.stage(m)
+    st.add([record_key("a")])
+    st.claim_aliases(["t1"], ["s:a"])
+    st.commit(published=True)
+    assert len(writes) == 1 and led.unpublished() == []
+    assert led.lookup_aliases(["t1", "t2"]) == {"t1": "s:a"}
+    st = led.stage(m)
+    st.add([record_key("a"), record_key("b")])
+    st.claim_aliases(["t1", "t2"], ["s:a", "s:b"])
+    with pytest.raises(BudgetExceeded):
+        st.commit(published=True)
+    assert len(writes) == 2
+    assert led.lookup_aliases(["t2"]) == {"t2": "s:b"}  # claimed although refused
+    assert {s.record_id for s in led.spent()} == {"s:a"}
+
+
+def test_an_alias_claimed_by_another_process_meanwhile_refuses_the_commit(tmp_path):
+    from privembed.ledger import AliasConflict
+
+    p = tmp_path / "l.db"
+    mine, other = Ledger(p), Ledger(p)
+    assert mine.lookup_aliases(["t"]) == {}
+    st = mine.stage(LaplaceMechanism(epsilon=1.0))
+    st.add([record_key("z")])
+    st.claim_aliases(["t"], ["s:z"])
+    assert other.claim_aliases(["t"], ["s:a"]) == ["s:a"]  # between the lookup and the commit
+    with pytest.raises(AliasConflict, match="look the aliases up again"):
+        st.commit(published=True)
+    assert mine.spent() == [] and mine.lookup_aliases(["t"]) == {"t": "s:a"}

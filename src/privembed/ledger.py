@@ -63,6 +63,7 @@ from .accounting import (
 from .keyed import typed_id
 
 __all__ = [
+    "AliasConflict",
     "Budget",
     "BudgetExceeded",
     "BudgetRaise",
@@ -174,6 +175,11 @@ class DuplicateIds(DataError):
 
 class LedgerBusy(RuntimeError):
     """Another process held the ledger's write lock for longer than the wait allowed."""
+
+
+class AliasConflict(RuntimeError):
+    """Another process claimed an alias tag for another owner after it was looked up (the
+    release was not recorded; look the tags up again and retry)."""
 
 
 class NotALedger(DataError):
@@ -726,6 +732,43 @@ class Ledger:
         return b.delta if b else self.report_delta
 
     # ---- aliases -----------------------------------------------------------------------------
+    def lookup_aliases(self, tags: Sequence[str]) -> dict[str, str]:
+        """The recorded owner of each known tag (a read: no lock, nothing written)."""
+        known: dict[str, str] = {}
+        unique = list(dict.fromkeys(tags))
+        for start in range(0, len(unique), _LOOKUP_CHUNK):
+            chunk = unique[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            known.update(
+                self._db.execute(f"SELECT tag, owner FROM aliases WHERE tag IN ({marks})", chunk)
+            )
+        return known
+
+    def _record_aliases(
+        self, tags: list[str], owners: list[str], capacity: int, *, strict: bool
+    ) -> dict[str, str]:
+        """Inside a write transaction: record each tag's owner (the one already recorded
+        wins; ``strict``: a different recorded owner is an :class:`AliasConflict`), mark them
+        used, forget the least recently used beyond ``capacity``."""
+        db = self._db
+        known = self.lookup_aliases(tags)
+        for tag, owner in zip(tags, owners, strict=True):
+            have = known.setdefault(tag, owner)
+            if strict and have != owner:
+                raise AliasConflict(
+                    "another process claimed a clean-vector alias of this release for another "
+                    "record after it was looked up; look the aliases up again and retry."
+                )
+        unique = list(dict.fromkeys(tags))
+        used = db.execute("SELECT COALESCE(MAX(used), 0) FROM aliases").fetchone()[0]
+        db.executemany(
+            "INSERT INTO aliases(tag, owner, used) VALUES (?, ?, ?) "
+            "ON CONFLICT(tag) DO UPDATE SET used = excluded.used",
+            ((t, known[t], used + 1 + i) for i, t in enumerate(unique)),
+        )
+        db.execute("DELETE FROM aliases WHERE used <= ?", (used + len(unique) - capacity,))
+        return known
+
     def claim_aliases(
         self, tags: Sequence[str], owners: Sequence[str], *, capacity: int = ALIAS_CAPACITY
     ) -> list[str]:
@@ -752,25 +795,8 @@ class Ledger:
         cap = int(capacity)
         if cap < 1:
             raise ValueError(f"capacity must be >= 1, got capacity={capacity!r}.")
-        db = self._db
         with self._write():
-            known: dict[str, str] = {}
-            unique = list(dict.fromkeys(tags))
-            for start in range(0, len(unique), _LOOKUP_CHUNK):
-                chunk = unique[start : start + _LOOKUP_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                known.update(
-                    db.execute(f"SELECT tag, owner FROM aliases WHERE tag IN ({marks})", chunk)
-                )
-            for tag, owner in zip(tags, owners, strict=True):
-                known.setdefault(tag, owner)
-            used = db.execute("SELECT COALESCE(MAX(used), 0) FROM aliases").fetchone()[0]
-            db.executemany(
-                "INSERT INTO aliases(tag, owner, used) VALUES (?, ?, ?) "
-                "ON CONFLICT(tag) DO UPDATE SET used = excluded.used",
-                ((t, known[t], used + 1 + i) for i, t in enumerate(unique)),
-            )
-            db.execute("DELETE FROM aliases WHERE used <= ?", (used + len(unique) - cap,))
+            known = self._record_aliases(tags, owners, cap, strict=False)
         return [known[t] for t in tags]
 
     def export(self) -> list[dict[str, Any]]:
@@ -870,6 +896,7 @@ class StagedRelease:
         self.count = 0
         self.fresh = 0
         self.committed = False
+        self._claims: tuple[list[str], list[str], int] | None = None
         db = ledger._db
         db.execute("PRAGMA temp_store = FILE")
         db.execute(
@@ -949,13 +976,32 @@ class StagedRelease:
             "release one record twice)."
         )
 
-    def commit(self) -> StagedRelease:
+    def claim_aliases(
+        self, tags: Sequence[str], owners: Sequence[str], *, capacity: int = ALIAS_CAPACITY
+    ) -> None:
+        """Record these alias claims (:meth:`Ledger.claim_aliases`) in this release's commit
+        transaction: the owners were looked up before (:meth:`Ledger.lookup_aliases`) and the
+        commit refuses (:class:`AliasConflict`) if another process claimed a tag meanwhile."""
+        tags, owners = list(tags), list(owners)
+        if len(tags) != len(owners):
+            raise ValueError(
+                f"tags and owners must have the same length, got {len(tags)} and {len(owners)}."
+            )
+        self._claims = (tags, owners, int(capacity))
+
+    def commit(self, *, published: bool = False) -> StagedRelease:
         """Lock the ledger, decide free records, check budgets, record the release.
+
+        ``published=True`` records the output as published in the same transaction, for a
+        caller that hands it over at once (the server: it cannot know whether the client
+        received it, and says so); otherwise :meth:`mark_published` follows the publication.
 
         Raises
         ------
         BudgetExceeded
             Some record (or the subject) would pass its budget; nothing is recorded.
+        AliasConflict
+            Claimed aliases (:meth:`claim_aliases`) were claimed meanwhile by another process.
         LedgerBusy
             Another process held the lock longer than the ledger's timeout.
         """
@@ -964,75 +1010,90 @@ class StagedRelease:
         led = self.ledger
         db = led._db
         t = self._table
+        refused: BudgetExceeded | None = None
         with led._write():
+            if self._claims is not None:  # recorded even when the budget refuses the release
+                led._record_aliases(*self._claims[:2], self._claims[2], strict=True)
             db.execute(
                 f"UPDATE {t} SET free = EXISTS(SELECT 1 FROM releases r WHERE "
                 f"r.record_id = {t}.record_id AND r.tag = {t}.tag) WHERE tag IS NOT NULL"
             )
             self.fresh = db.execute(f"SELECT COUNT(*) FROM {t} WHERE free = 0").fetchone()[0]
-            self._check_records()
-            led._fold_totals()
-            self._check_subject()
-            now = time.time()
-            c = self.cost
-            db.execute(
-                "INSERT INTO releases(record_id, subject, config_fp, key_id, tag, relation, "
-                "epsilon, delta, noise_multiplier, free, output_digest, batch, created) "
-                f"SELECT record_id, ?, ?, ?, tag, ?, ?, ?, ?, free, output_digest, ?, ? FROM {t}",
-                (
-                    self.subject,
-                    self.fingerprint,
-                    self.key_id,
-                    c.relation.value,
-                    c.epsilon,
-                    c.delta,
-                    c.noise_multiplier,
-                    self.batch,
-                    now,
-                ),
-            )
-            db.execute(
-                "INSERT INTO batches(batch, created, config_fp, mechanism, guarantee, key_id, "
-                "subject, destination, records, fresh, published) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                (
-                    self.batch,
-                    now,
-                    self.fingerprint,
-                    self._mech_json,
-                    self._guar_json,
-                    self.key_id,
-                    self.subject,
-                    self.destination,
-                    self.count,
-                    self.fresh,
-                ),
-            )
-            if self.subject is not None:
-                g = c.noise_multiplier
-                n = self.fresh
-                db.execute(
-                    "INSERT INTO subject_totals(subject, relation, epsilon, delta, mu2, fresh, "
-                    "free) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(subject, relation) DO UPDATE "
-                    "SET epsilon = epsilon + excluded.epsilon, delta = delta + excluded.delta, "
-                    "mu2 = mu2 + excluded.mu2, fresh = fresh + excluded.fresh, "
-                    "free = free + excluded.free",
-                    (
-                        self.subject,
-                        c.relation.value,
-                        0.0 if g is not None else n * c.epsilon,
-                        0.0 if g is not None else n * c.delta,
-                        0.0 if g is None else n / (g * g),
-                        n,
-                        self.count - n,
-                    ),
-                )
-            led._set_watermark(
-                db.execute("SELECT COALESCE(MAX(seq), 0) FROM releases").fetchone()[0]
-            )
+            try:
+                self._check_records()
+                led._fold_totals()
+                self._check_subject()
+            except BudgetExceeded as exc:
+                refused = exc  # the transaction keeps only the alias claims
+            else:
+                self._record(published)
+        if refused is not None:
+            raise refused
         self.committed = True
         self._drop()
         return self
+
+    def _record(self, published: bool) -> None:
+        """Write the release's rows (inside the commit's transaction)."""
+        led = self.ledger
+        db = led._db
+        t = self._table
+        now = time.time()
+        c = self.cost
+        db.execute(
+            "INSERT INTO releases(record_id, subject, config_fp, key_id, tag, relation, "
+            "epsilon, delta, noise_multiplier, free, output_digest, batch, created) "
+            f"SELECT record_id, ?, ?, ?, tag, ?, ?, ?, ?, free, output_digest, ?, ? FROM {t}",
+            (
+                self.subject,
+                self.fingerprint,
+                self.key_id,
+                c.relation.value,
+                c.epsilon,
+                c.delta,
+                c.noise_multiplier,
+                self.batch,
+                now,
+            ),
+        )
+        db.execute(
+            "INSERT INTO batches(batch, created, config_fp, mechanism, guarantee, key_id, "
+            "subject, destination, records, fresh, published) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.batch,
+                now,
+                self.fingerprint,
+                self._mech_json,
+                self._guar_json,
+                self.key_id,
+                self.subject,
+                self.destination,
+                self.count,
+                self.fresh,
+                now if published else None,
+            ),
+        )
+        if self.subject is not None:
+            g = c.noise_multiplier
+            n = self.fresh
+            db.execute(
+                "INSERT INTO subject_totals(subject, relation, epsilon, delta, mu2, fresh, "
+                "free) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(subject, relation) DO UPDATE "
+                "SET epsilon = epsilon + excluded.epsilon, delta = delta + excluded.delta, "
+                "mu2 = mu2 + excluded.mu2, fresh = fresh + excluded.fresh, "
+                "free = free + excluded.free",
+                (
+                    self.subject,
+                    c.relation.value,
+                    0.0 if g is not None else n * c.epsilon,
+                    0.0 if g is not None else n * c.delta,
+                    0.0 if g is None else n / (g * g),
+                    n,
+                    self.count - n,
+                ),
+            )
+        led._set_watermark(db.execute("SELECT COALESCE(MAX(seq), 0) FROM releases").fetchone()[0])
 
     def _check_records(self) -> None:
         """Per-record budget, in bounded Python work: the staged records' histories are

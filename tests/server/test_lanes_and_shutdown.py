@@ -246,3 +246,36 @@ def _serve_then_sigterm(proc: subprocess.Popen[bytes], port: int) -> tuple[int, 
         if proc.poll() is None:
             proc.kill()
             proc.wait(30)
+
+
+def test_a_ledger_bound_batch_is_one_write_transaction(server_key, tmp_path):
+    """Issue 27: each synced commit costs milliseconds, and a request used three (alias
+    claims, the release, its publication). Now the aliases are looked up by a read and
+    claimed, recorded and marked published in the release's one transaction."""
+    ledger = tmp_path / "ledger.sqlite"
+    with proxy(
+        server_key[0],
+        server={"ledger": str(ledger), "budget_epsilon": 100.0, "subject_budget_epsilon": 1e6},
+        models=MODELS,
+        api_keys=[API_KEYS[0]],
+    ) as (handle, _, _):
+        assert _post(handle, {"input": "warm", "model": "docs"}).status_code == 200
+        svc = service_of(handle)
+        writes: list[str] = []
+
+        def trace(cb):  # on the thread that owns the ledger's connection
+            svc._ledger_thread.submit(svc._ledger._db.set_trace_callback, cb).result()
+
+        trace(lambda sql: writes.append(sql) if "BEGIN" in sql else None)
+        try:
+            r = _post(handle, {"input": ["one", "two", "three"], "model": "docs"})
+        finally:
+            trace(None)
+        assert r.status_code == 200
+        # "BEGIN" stages the rows in the connection's TEMP table (never synced); the ledger
+        # file itself is written once
+        assert writes.count("BEGIN IMMEDIATE") == 1 and set(writes) <= {"BEGIN", "BEGIN IMMEDIATE"}
+    with Ledger(ledger, readonly=True) as led:
+        assert led.unpublished() == []
+        (aliases,) = led._db.execute("SELECT COUNT(*) FROM aliases").fetchone()
+        assert aliases == 4

@@ -554,9 +554,37 @@ class Service:
         if futures is not None and all(f.done() for f in futures):
             return None
         ledger = self._ledger
-        if ledger is not None:
-            ids = self._claim_aliases(ledger, backend, X, ids)
-        # ids may repeat after aliasing (two texts with one clean vector): one release each
+        if ledger is None:
+            return self._rounds(mech, backend, ids, texts, X, subject, None, None)
+        from ..ledger import AliasConflict, LedgerBusy
+
+        for _ in range(3):  # another process may claim a looked-up alias meanwhile: look again
+            try:
+                tags = self.alias_tags(backend, X)
+                known = ledger.lookup_aliases(tags)
+                owners = [known.setdefault(t, rid) for t, rid in zip(tags, ids, strict=True)]
+                return self._rounds(mech, backend, owners, texts, X, subject, ledger,
+                                    (tags, owners))  # fmt: skip
+            except AliasConflict:
+                continue
+            except LedgerBusy as exc:
+                self.ledger_health.set("busy", str(exc))
+                raise LedgerUnavailable(str(exc)) from None
+        raise LedgerUnavailable("the ledger's aliases kept changing under concurrent writers.")
+
+    def _rounds(
+        self,
+        mech: Any,
+        backend: str,
+        ids: list[str],
+        texts: list[str],
+        X: NDArray[np.float32],
+        subject: str | None,
+        ledger: Any,
+        claims: tuple[list[str], list[str]] | None,
+    ) -> NDArray[np.float32]:
+        """One release per round of distinct ids (ids may repeat after aliasing: two texts
+        with one clean vector); the first round also records the alias claims."""
         rounds: list[list[int]] = []
         for i, rid in enumerate(ids):
             for r in rounds:
@@ -566,23 +594,10 @@ class Service:
             else:
                 rounds.append([i])
         out = np.empty((len(ids), mech.output_dim(X.shape[1])), dtype=np.float32)
-        for r in rounds:
-            out[r] = self._one_release(mech, backend, [ids[i] for i in r],
-                                       [texts[i] for i in r], X[r], subject, ledger)  # fmt: skip
+        for n, r in enumerate(rounds):
+            out[r] = self._one_release(mech, backend, [ids[i] for i in r], [texts[i] for i in r],
+                                       X[r], subject, ledger, claims if n == 0 else None)  # fmt: skip
         return out
-
-    def _claim_aliases(
-        self, ledger: Any, backend: str, X: NDArray[np.float32], ids: list[str]
-    ) -> list[str]:
-        """Identities after the ledger's clean-vector aliases (see the module docstring)."""
-        from ..ledger import LedgerBusy
-
-        try:
-            owners: list[str] = ledger.claim_aliases(self.alias_tags(backend, X), ids)
-        except LedgerBusy as exc:
-            self.ledger_health.set("busy", str(exc))
-            raise LedgerUnavailable(str(exc)) from None
-        return owners
 
     def _one_release(
         self,
@@ -593,7 +608,10 @@ class Service:
         X: NDArray[np.float32],
         subject: str | None,
         ledger: Any,
+        claims: tuple[list[str], list[str]] | None = None,
     ) -> NDArray[np.float32]:
+        """One release; with a ledger it is committed -- with the alias ``claims`` and marked
+        published -- in one transaction (the response follows at once)."""
         from ..ledger import BudgetExceeded, LedgerBusy
 
         s = self.config.server
@@ -612,8 +630,10 @@ class Service:
             ) as rel:
                 digests = text_digests(texts, ident) if keyed else None
                 Y = rel.protect(X, ids, digests=digests)
-                rel.commit()
-        except BudgetExceeded as exc:
+                if claims is not None and rel.staged is not None:
+                    rel.staged.claim_aliases(*claims)
+                rel.commit(published=True)
+        except BudgetExceeded as exc:  # (the commit recorded the alias claims all the same)
             if ledger is not None:
                 self.ledger_health.set("ok")
             raise BudgetRefused("subject" if "subject" in str(exc) else "record") from None
