@@ -279,3 +279,47 @@ def test_a_ledger_bound_batch_is_one_write_transaction(server_key, tmp_path):
         assert led.unpublished() == []
         (aliases,) = led._db.execute("SELECT COUNT(*) FROM aliases").fetchone()
         assert aliases == 4
+
+
+@pytest.mark.slow
+def test_undelivered_releases_are_recorded_and_unstarted_ones_are_not(server_key, tmp_path):
+    """What docs/server.md says about rows for requests that were not delivered: a release
+    already waiting on the ledger when its request times out is still recorded (conservative);
+    one whose turn had not come is skipped and never charged. The ledger is held by another
+    connection; the lane is first-in first-out, so a last request flushes it."""
+    ledger = tmp_path / "ledger.sqlite"
+    Ledger(ledger).close()
+    with proxy(
+        server_key[0],
+        server={"ledger": str(ledger), "ledger_timeout_s": 600.0, "request_timeout_s": 20.0},
+        models=MODELS,
+        api_keys=[API_KEYS[0]],
+    ) as (handle, _, _):
+        assert _post(handle, {"input": "warm", "model": "docs"}).status_code == 200
+        svc = service_of(handle)
+        waiting = threading.Event()
+        svc._ledger.on_wait = lambda path: waiting.set()
+        holder = sqlite3.connect(ledger, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        started = _Call(handle, {"input": "started, then timed out", "model": "docs"})
+        queued = _Call(handle, {"input": "queued, then timed out", "model": "docs"})
+        try:
+            started.start()
+            assert waiting.wait(120)  # its release waits for the lock
+            queued.start()
+            started.join(120)
+            queued.join(120)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        for call in (started, queued):
+            assert call.response is not None and call.response.status_code == 503
+            assert call.response.json()["error"]["code"] == "timeout"
+        assert _post(handle, {"input": "flush", "model": "docs"}).status_code == 200
+        ids = {t: "s:" + svc.record_ids([t])[0] for t in
+               ("started, then timed out", "queued, then timed out", "flush")}  # fmt: skip
+    with Ledger(ledger, readonly=True) as led:
+        recorded = {s.record_id for s in led.spent()}
+    assert ids["started, then timed out"] in recorded  # committed, never delivered
+    assert ids["queued, then timed out"] not in recorded  # skipped: never charged
+    assert ids["flush"] in recorded
