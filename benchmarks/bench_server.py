@@ -25,12 +25,29 @@ model call (micro-batching at work), the server's and the client's CPU time per 
 the server's resident memory. The server's log is checked for every benchmark text (none may
 appear), and the server is stopped with SIGTERM (graceful shutdown expected).
 
+``--compare-ledger`` measures the cost of the privacy ledger instead (issue 27): servers with
+one runtime (``--runtimes``' first, default ``onnx``) and the same model (Gaussian, epsilon 200,
+keyed noise), with no ledger, with a ledger, and with a ledger and per-text and per-subject
+budgets (large enough never to refuse, so every check runs), interleaved ``--repeats`` times.
+Each server gets *time-bounded* phases (``--phase-seconds``, 30 by default) at 1, 8 and 32
+clients; each phase reports requests/s, p50/p99, errors and the server's RSS at its end, and
+the summary gives each ledger configuration's requests/s relative to no ledger, paired by
+repeat.
+
+``--ledger-records N`` times the ledger's per-record composition alone, in fresh processes:
+two fresh Gaussian releases of N records through :class:`privembed.ledger.Ledger` (what
+``privembed protect --ledger`` stages), with a per-record budget, so the second commit
+composes every record's history; reported: commit seconds and peak RSS. Run it with
+``PYTHONPATH`` pointing at another checkout to compare versions.
+
 Run (under ``nice``: the machine is shared)::
 
     nice -n 10 python benchmarks/bench_server.py        # torch, onnx, onnx-int8; 3 repeats
     nice -n 10 python benchmarks/bench_server.py --runtimes torch,onnx,onnx-int8,torch:default
     nice -n 10 python benchmarks/bench_server.py --runtimes onnx --max-batch 64 --max-wait-ms 5
     nice -n 10 python benchmarks/bench_server.py --backend fake      # proxy overhead only
+    nice -n 10 python benchmarks/bench_server.py --compare-ledger --repeats 2
+    nice -n 10 python benchmarks/bench_server.py --ledger-records 1000000
 """
 
 from __future__ import annotations
@@ -161,8 +178,11 @@ def write_config(folder: Path, args: argparse.Namespace, spec: str, upstream: st
         "cache_size = 4096",
         'log_level = "info"',
     ]
-    if args.ledger:
-        lines.append('ledger = "ledger.sqlite"')
+    ledger = getattr(args, "ledger_mode", "ledger" if args.ledger else "none")
+    if ledger != "none":
+        lines.append(f'ledger = "ledger-{spec.replace(":", "-")}-{ledger}.sqlite"')
+    if ledger == "budgets":  # every check runs; nothing is refused
+        lines += ["budget_epsilon = 1e6", "subject_budget_epsilon = 1e12"]
     if args.backend == "fake":
         lines += [
             "[backends.up]",
@@ -185,7 +205,7 @@ def write_config(folder: Path, args: argparse.Namespace, spec: str, upstream: st
         'name = "bench"',
         f'sha256 = "{hash_api_key(KEY)}"',
     ]
-    path = folder / f"serve-{spec.replace(':', '-')}.toml"
+    path = folder / f"serve-{spec.replace(':', '-')}-{ledger}.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -275,6 +295,71 @@ async def run_level(
         "p99_ms": float(np.percentile(a, 99) * 1000),
         "errors": errors,
         "client_cpu_ms_per_req": (time.process_time() - c0) * 1000.0 / requests,
+    }
+
+
+async def run_phase(
+    url: str, clients: int, seconds: float, texts: int, start: int
+) -> dict[str, Any]:
+    """``clients`` concurrent clients sending requests (fresh texts each) for ``seconds``.
+
+    The same lean keep-alive loop as :func:`run_level`, bounded by time instead of a count:
+    a request that is in flight when the time is up still counts when it completes.
+    """
+    lat: list[float] = []
+    errors = 0
+    counter = iter(range(10**9))
+    host, port = url.removeprefix("http://").split(":")
+    deadline = time.perf_counter() + seconds
+
+    def request(i: int) -> bytes:
+        body = json.dumps(
+            {"model": "docs", "input": _texts(texts, start, i), "encoding_format": "base64"}
+        ).encode()
+        return (
+            f"POST /v1/embeddings HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Authorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    async def client() -> None:
+        nonlocal errors
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            while time.perf_counter() < deadline:
+                req = request(next(counter))
+                t0 = time.perf_counter()
+                try:
+                    status, body = await _post(reader, writer, req)
+                    ok = status == 200 and len(json.loads(body)["data"]) == texts
+                    why = f"HTTP {status} {body[:300]!r}"
+                except (OSError, ValueError, KeyError, asyncio.IncompleteReadError) as exc:
+                    ok, why = False, f"{type(exc).__name__}: {exc}"
+                lat.append(time.perf_counter() - t0)
+                if not ok:
+                    errors += 1
+                    if errors == 1:
+                        print(f"first error at {clients} clients: {why}", file=sys.stderr)
+                    if not why.startswith("HTTP"):
+                        writer.close()
+                        reader, writer = await asyncio.open_connection(host, int(port))
+        finally:
+            writer.close()
+
+    c0, t0 = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    wall = time.perf_counter() - t0
+    a = np.array(lat) if lat else np.array([float("nan")])
+    return {
+        "clients": clients,
+        "requests": len(lat),
+        "texts": texts,
+        "wall_s": wall,
+        "req_s": len(lat) / wall,
+        "p50_ms": float(np.percentile(a, 50) * 1000),
+        "p99_ms": float(np.percentile(a, 99) * 1000),
+        "errors": errors,
+        "client_cpu_ms_per_req": (time.process_time() - c0) * 1000.0 / max(1, len(lat)),
     }
 
 
@@ -532,6 +617,187 @@ def report(args: argparse.Namespace, runs: list[Run], baselines: dict[str, Any])
     )
 
 
+LEDGER_MODES = ("none", "ledger", "budgets")
+
+
+def ledger_run(
+    args: argparse.Namespace, folder: Path, runtime: str, mode: str, repeat: int, start: int
+) -> Run:
+    """One server (``mode``: no ledger, a ledger, a ledger with budgets): warm-up, then one
+    time-bounded phase per concurrency level; RSS after each phase; SIGTERM at the end."""
+    run = Run(f"{mode}", repeat)
+    levels = [int(x) for x in args.clients.split(",")]
+    args.ledger_mode = mode
+    cfg = write_config(folder, args, runtime, None)
+    for old in folder.glob(f"ledger-{runtime.replace(':', '-')}-{mode}.sqlite*"):
+        old.unlink()  # every run starts with an empty ledger
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    logpath = folder / f"server-{mode}-{repeat}.log"
+    load0 = os.getloadavg()[0]
+    with logpath.open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "privembed.cli", "serve", "--config", str(cfg), "--port",
+             str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        try:
+            _wait_until_up(
+                proc,
+                lambda: httpx.get(url + "/healthz", timeout=2).status_code == 200,
+                "server",
+                600,
+            )
+            run.ready_s = time.perf_counter() - t0
+            if args.warmup:
+                asyncio.run(
+                    run_level(url, 4, args.warmup, args.texts, 10**8 + start, args.level_timeout)
+                )
+            run.rss_start = _rss_mib(proc.pid)
+            pos = start
+            for clients in levels:
+                m0, c0 = _metrics(url), _cpu_s(proc.pid)
+                row = asyncio.run(run_phase(url, clients, args.phase_seconds, args.texts, pos))
+                m1, c1 = _metrics(url), _cpu_s(proc.pid)
+                pos += 10**6
+                calls = m1["batches"] - m0["batches"]
+                n = row["requests"]
+                row["texts_per_call"] = n * args.texts / calls if calls else float("nan")
+                row["cpu_ms_per_req"] = (c1 - c0) * 1000.0 / max(1, n)
+                row["rss_mib"] = _rss_mib(proc.pid)
+                row["srv_p50_ms"] = row["srv_p99_ms"] = float("nan")
+                run.rows.append(row)
+                print(json.dumps({"mode": mode, "repeat": repeat, **row}), file=sys.stderr)
+            run.rss_end = _rss_mib(proc.pid)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                run.exit_code = proc.wait(120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                run.exit_code = -9
+    run.load = (load0, os.getloadavg()[0])
+    logtext = logpath.read_text()
+    run.leaked = logtext.count("patient reports symptom")
+    run.graceful = '"event":"stopped"' in logtext and run.exit_code == 0
+    if not run.graceful:
+        print(f"{mode}: exit status {run.exit_code}; log tail:\n{logtext[-1500:]}",
+              file=sys.stderr)  # fmt: skip
+    ledger = folder / f"ledger-{runtime.replace(':', '-')}-{mode}.sqlite"
+    if ledger.exists():
+        from privembed.ledger import Ledger
+
+        with Ledger(ledger, readonly=True) as led:
+            run.engine = f"{led.summary()['records']} records in the ledger"
+    return run
+
+
+def ledger_report(args: argparse.Namespace, runtime: str, runs: list[Run]) -> None:
+    levels = [int(x) for x in args.clients.split(",")]
+    loads = [x for r in runs for x in r.load]
+    print(
+        f"\nthe ledger's cost (issue 27): runtime {runtime}, model threads "
+        f"{args.threads or 'default'}, Gaussian epsilon 200 with keyed noise, {args.texts} "
+        f"text(s) per request, fresh texts only, max_batch = {args.max_batch}; "
+        f"{args.phase_seconds:g} s per phase; {args.repeats} repeat(s), interleaved"
+    )
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores shared with other work (1-min "
+        f"load average {min(loads):.1f} to {max(loads):.1f} during the runs), "
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
+        f"niceness {os.nice(0)}"
+    )
+    pkgs = ["privembed", "numpy", "onnxruntime", "fastapi", "uvicorn", "pydantic"]
+    print("versions: " + ", ".join(f"{p} {version(p)}" for p in pkgs))
+    print("\n| ledger | repeat | clients | requests/s | p50 ms | p99 ms | errors | texts per "
+          "model call | server CPU ms/req | RSS MiB after the phase |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for run in runs:
+        for i, r in enumerate(run.rows):
+            print(
+                f"| {run.runtime} | {run.repeat} | {_label(levels, i)} | {r['req_s']:.1f} | "
+                f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['errors']} | "
+                f"{r['texts_per_call']:.1f} | {r['cpu_ms_per_req']:.1f} | {r['rss_mib']:.0f} |"
+            )
+    print(
+        "\nthe ledger's cost: requests/s without a ledger / with it (1.00 = free, 1.50 = a "
+        "third fewer requests), paired by repeat:\n"
+    )
+    print("| ledger | clients | " + " | ".join(f"repeat {k}" for k in range(args.repeats))
+          + " | worst |")  # fmt: skip
+    print("|---|---:|" + "---:|" * (args.repeats + 1))
+    for mode in [m for m in LEDGER_MODES[1:] if any(r.runtime == m for r in runs)]:
+        if not any(r.runtime == "none" for r in runs):
+            break
+        for i in range(len(levels)):
+            ratios = []
+            for k in range(args.repeats):
+                base = next(r for r in runs if r.runtime == "none" and r.repeat == k)
+                mine = next(r for r in runs if r.runtime == mode and r.repeat == k)
+                ratios.append(base.rows[i]["req_s"] / mine.rows[i]["req_s"])
+            print(f"| {mode} | {_label(levels, i)} | " + " | ".join(f"{x:.2f}"
+                  for x in ratios) + f" | {max(ratios):.2f} |")  # fmt: skip
+    print(
+        "\nRSS after warm-up -> after each phase: "
+        + "; ".join(
+            f"{r.runtime} #{r.repeat}: {r.rss_start:.0f} -> "
+            + " -> ".join(f"{x['rss_mib']:.0f}" for x in r.rows)
+            for r in runs
+        )
+    )
+    print(
+        f"ledgers: {'; '.join(f'{r.runtime} #{r.repeat}: {r.engine}' for r in runs if r.engine != '?')}"
+        f"\nbenchmark texts in the server logs: {sum(r.leaked for r in runs)}; clean SIGTERM "
+        f"shutdowns with exit status 0: {sum(r.graceful for r in runs)}/{len(runs)}"
+    )
+
+
+_LEDGER_CHILD = """
+import json, resource, sys, time, tempfile, os
+from privembed import GaussianMechanism
+from privembed.ledger import Ledger
+n = int(sys.argv[1])
+mech = GaussianMechanism(epsilon=200.0, delta=1e-5)  # examples/serve.toml's documents model
+keys = ["s:r%d" % i for i in range(n)]
+out = {}
+with tempfile.TemporaryDirectory() as tmp:
+    led = Ledger(os.path.join(tmp, "l.sqlite"), budget_epsilon=1e6, budget_delta=1e-5)
+    for name in ("first release", "second release"):
+        st = led.stage(mech)
+        for a in range(0, n, 65536):
+            st.add(keys[a:a + 65536])
+        t0 = time.perf_counter()
+        st.commit()
+        out[name + " commit s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    spent = led.spent(["r0"])[0].epsilon
+    out["spent of one record s"] = time.perf_counter() - t0
+    out["epsilon spent per record"] = spent
+out["peak RSS MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def ledger_records(n: int) -> None:
+    """Two fresh Gaussian releases of ``n`` records in a fresh process (module docstring)."""
+    import privembed
+
+    res = subprocess.run(
+        [sys.executable, "-c", _LEDGER_CHILD, str(n)], capture_output=True, text=True, check=True
+    )
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    print(
+        f"ledger per-record composition, {n:,} records, two fresh Gaussian releases (epsilon "
+        f"200), per-record budget set; privembed from {Path(privembed.__file__).parent}; "
+        f"load average {os.getloadavg()[0]:.1f} ({os.cpu_count()} shared cores)"
+    )
+    for k, v in out.items():
+        print(f"  {k}: {v:.4g}")
+
+
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] == "--serve-fake-upstream":
         uvicorn.run(fake_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
@@ -563,7 +829,43 @@ def main() -> int:
     )
     ap.add_argument("--no-baseline", action="store_true", help="skip the model-alone timing")
     ap.add_argument("--level-timeout", type=float, default=600.0)
+    ap.add_argument(
+        "--compare-ledger",
+        action="store_true",
+        help="servers without a ledger, with one, and with budgets (time-bounded phases)",
+    )
+    ap.add_argument("--phase-seconds", type=float, default=30.0, help="--compare-ledger phases")
+    ap.add_argument(
+        "--ledger-modes",
+        default=",".join(LEDGER_MODES),
+        help="--compare-ledger: which of none, ledger, budgets (default all)",
+    )
+    ap.add_argument("--warmup", type=int, default=WARMUP, help="--compare-ledger warm-up requests")
+    ap.add_argument(
+        "--ledger-records", type=int, default=0, help="time the per-record composition alone"
+    )
     args = ap.parse_args()
+    if args.ledger_records:
+        ledger_records(args.ledger_records)
+        return 0
+    if args.compare_ledger:
+        runtime = args.runtimes.split(",")[0] if args.runtimes != "torch,onnx,onnx-int8" else "onnx"
+        if args.clients == "1,8,32,32":
+            args.clients = "1,8,32"
+        runs: list[Run] = []
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            start = 0
+            modes = [m for m in LEDGER_MODES if m in args.ledger_modes.split(",")]
+            for k in range(args.repeats):
+                order = modes if k % 2 == 0 else modes[::-1]
+                for mode in order:
+                    runs.append(ledger_run(args, folder, runtime, mode, k, start))
+                    start += 10**7
+        runs.sort(key=lambda r: (r.repeat, LEDGER_MODES.index(r.runtime)))
+        ledger_report(args, runtime, runs)
+        bad = sum(r["errors"] for run in runs for r in run.rows)
+        return 1 if bad or sum(r.leaked for r in runs) or not all(r.graceful for r in runs) else 0
     if len(args.clients.split(",")) != len(args.requests.split(",")):
         ap.error("--clients and --requests need the same number of values")
     runtimes = ["fake"] if args.backend == "fake" else args.runtimes.split(",")
@@ -573,7 +875,7 @@ def main() -> int:
         if args.backend == "fake" or args.no_baseline
         else {rt: model_baseline(*variant(rt, args.threads)) for rt in runtimes}
     )
-    runs: list[Run] = []
+    runs = []
     with contextlib.ExitStack() as stack:
         upstream = stack.enter_context(fake_upstream()) if args.backend == "fake" else None
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))

@@ -403,3 +403,214 @@ def test_sigint_is_not_ignored_while_waiting_for_the_lock(tmp_path, monkeypatch,
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+
+
+# ---- the cost of accounting (issue 27): bounded per commit, whatever the history ----------
+
+
+class _Work:
+    """Python function calls and SQLite VM steps (per 100 instructions) while a block runs:
+    a count of work, not a time."""
+
+    def __init__(self, led: Ledger) -> None:
+        self.led = led
+        self.calls = 0
+        self.steps = 0
+
+    def __enter__(self) -> _Work:
+        import sys
+
+        def step() -> int:
+            self.steps += 1
+            return 0
+
+        def prof(frame, event, arg):
+            if event == "call" and frame.f_code is not step.__code__:
+                self.calls += 1
+
+        self.led._db.set_progress_handler(step, 100)
+        sys.setprofile(prof)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import sys
+
+        sys.setprofile(None)
+        self.led._db.set_progress_handler(None, 0)
+
+
+def _commit_work(led, ids, mech, *, subject=None):
+    st = led.stage(mech, subject=subject)
+    st.add([record_key(i) for i in ids])
+    with _Work(led) as w:
+        st.commit()
+    return w
+
+
+def test_subject_composition_per_commit_does_not_grow_with_the_subject_history(tmp_path):
+    """The issue: per-subject composition was recomputed from every earlier release on every
+    commit (and built a PLD each time). Now a commit reads the subject's running totals: the
+    work of a commit after 600 releases equals the work after 6."""
+    led = Ledger(tmp_path / "l.db")
+    led.set_budget(epsilon=math.inf, delta=1e-5, subject=True)
+    m = GaussianMechanism(epsilon=1.0, delta=1e-5)
+    works = []
+    for i in range(601):
+        w = _commit_work(led, [f"r{i}"], m, subject="alice")
+        if i in (6, 600):
+            works.append(w)
+    early, late = works
+    assert late.calls <= early.calls + 50, (early.calls, late.calls)  # a root-finding: O(1)
+    assert late.steps <= early.steps + 5, (early.steps, late.steps)
+    assert led.spent_subject("alice").releases == 601
+
+
+def test_record_composition_per_commit_does_not_grow_with_the_number_of_records(tmp_path):
+    """``protect --ledger`` re-releasing many records: the per-record budget check is done in
+    SQL per distinct history, so its Python work is the same for 20 and 2,000 records."""
+    led = Ledger(tmp_path / "l.db", budget_epsilon=1e6, budget_delta=1e-5)
+    m = GaussianMechanism(epsilon=1.0, delta=1e-5)
+    small, large = [f"a{i}" for i in range(20)], [f"b{i}" for i in range(2000)]
+    _commit_work(led, small, m)
+    _commit_work(led, large, m)
+    w_small = _commit_work(led, small, m)  # second release of each: one history to compose
+    w_large = _commit_work(led, large, m)
+    assert w_large.calls <= w_small.calls + 5, (w_small.calls, w_large.calls)
+    assert {s.epsilon for s in led.spent(["a0", "b1999"])} == {led.spent(["a1"])[0].epsilon}
+
+
+def test_per_record_refusal_still_names_the_records_over_budget(tmp_path):
+    m = GaussianMechanism(epsilon=1.0, delta=1e-5)
+    led = Ledger(tmp_path / "l.db", budget_epsilon=1.7, budget_delta=1e-5)
+    _release(led, ["x", "y"], m)
+    _release(led, ["x"], m)  # x: two releases (eps 1.465), y: one (eps 1); three: 1.835
+    with pytest.raises(
+        BudgetExceeded, match=r"1 record\(s\) would exceed .* 'x' \(spent eps=1\.465"
+    ):
+        _release(led, ["x", "y", "z"], m)
+    _release(led, ["y", "z"], m)
+
+
+def _as_v2(path) -> None:
+    """Turn a ledger into what the previous version wrote: no totals, no aliases, version 2."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("DROP TABLE subject_totals")
+    db.execute("DROP TABLE aliases")
+    db.execute("DELETE FROM settings WHERE name = 'totals_seq'")
+    db.execute("PRAGMA user_version = 2")
+    db.close()
+
+
+def test_subject_totals_are_built_for_older_ledgers_and_catch_up_with_older_writers(tmp_path):
+    p = tmp_path / "l.db"
+    lap = LaplaceMechanism(epsilon=1.0)  # 2-LDP per release
+    with Ledger(p) as led:
+        _release(led, ["a", "b"], lap, subject="alice")
+        _release(led, ["c"], lap, subject="bob")
+    _as_v2(p)
+    with Ledger(p, readonly=True) as led:  # inspection reads a v2 ledger as it is
+        assert led.spent_subject("alice").epsilon == pytest.approx(4.0)
+        assert led.subjects() == ["alice", "bob"]
+    with Ledger(p) as led:  # the writer migrates it: totals from every earlier release
+        assert led._db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert led.spent_subject("alice").epsilon == pytest.approx(4.0)
+        led.set_budget(epsilon=7.0, delta=1e-5, subject=True)
+    # a writer of the previous version appends a release without touching the totals
+    db = sqlite3.connect(p, isolation_level=None)
+    db.execute(
+        "INSERT INTO releases(record_id, subject, config_fp, relation, epsilon, delta, free, "
+        "batch, created) VALUES ('s:d', 'alice', 'ff', 'record', 2.0, 0.0, 0, 'old', 1.0)"
+    )
+    db.close()
+    with Ledger(p) as led:
+        assert led.spent_subject("alice").epsilon == pytest.approx(6.0)
+        assert led.subjects() == ["alice", "bob"]
+        with pytest.raises(BudgetExceeded, match="subject 'alice' would exceed"):
+            _release(led, ["e"], lap, subject="alice")  # 6 + 2 > 7: the old row counts
+        _release(led, ["e"], lap, subject="bob")
+        assert led.spent_subject("bob").epsilon == pytest.approx(4.0)
+
+
+# ---- clean-vector aliases: ledger state (issue 24, finding 6) -------------------------------
+
+
+def test_aliases_are_ledger_state_bounded_and_survive_reopening(tmp_path):
+    p = tmp_path / "l.db"
+    with Ledger(p) as led:
+        assert led.claim_aliases(["t1", "t2"], ["A", "B"]) == ["A", "B"]
+        # a later text with t1's clean vector belongs to A; a repeated tag within one call too
+        assert led.claim_aliases(["t1", "t3", "t3"], ["Z", "C", "D"]) == ["A", "C", "C"]
+    with Ledger(p) as led:  # a restart keeps them
+        assert led.claim_aliases(["t2", "t1"], ["X", "Y"]) == ["B", "A"]
+        # bounded: at capacity the least recently used tag is forgotten
+        assert led.claim_aliases(["t4"], ["D"], capacity=3) == ["D"]
+        assert led._db.execute("SELECT COUNT(*) FROM aliases").fetchone()[0] == 3
+        assert led.claim_aliases(["t3"], ["N"], capacity=3) == ["N"]  # t3 was the oldest
+        assert led.claim_aliases(["t1"], ["N"], capacity=3) == ["A"]
+    with Ledger(p, readonly=True) as led, pytest.raises(PermissionError, match="read-only"):
+        led.claim_aliases(["t9"], ["Q"])
+    with Ledger(p) as led, pytest.raises(ValueError, match="same length"):
+        led.claim_aliases(["t9"], [])
+
+
+def test_per_record_check_with_mixed_histories_tests_each_record(tmp_path):
+    """The quick test takes the largest basic epsilon and the largest Gaussian part over all
+    records as one history; when that fails although every record alone passes (one record's
+    history is Laplace, another's Gaussian), each record is tested and the release goes on."""
+    from privembed.accounting import Composition, cost_of
+
+    lap, gauss = LaplaceMechanism(epsilon=2.0), GaussianMechanism(epsilon=4.0, delta=1e-5)
+    more = GaussianMechanism(epsilon=3.0, delta=1e-5)
+    led = Ledger(tmp_path / "l.db", budget_epsilon=9.0, budget_delta=1e-5)
+    _release(led, ["a"], lap)  # a: pure 4
+    _release(led, ["b"], gauss)  # b: Gaussian, epsilon 4
+    c_lap, c_gauss, c_more = (cost_of(m.guarantee) for m in (lap, gauss, more))
+    assert Composition().add(c_lap).add(c_more).at(1e-5)[0] <= 9.0  # a alone passes
+    assert Composition().add(c_gauss).add(c_more).at(1e-5)[0] <= 9.0  # b alone passes
+    assert Composition().add(c_lap).add(c_gauss).add(c_more).at(1e-5)[0] > 9.0  # not both
+    _release(led, ["a", "b"], more)
+    # one more release of epsilon 8.5 takes b past the budget; c (new) passes
+    with pytest.raises(BudgetExceeded, match=r"^release refused: 1 record\(s\) .* 'b' \(spent"):
+        _release(led, ["b", "c"], GaussianMechanism(epsilon=8.5, delta=1e-5))
+    assert {s.record_id: s.releases for s in led.spent()} == {"s:a": 2, "s:b": 2}
+
+
+def test_alias_claims_and_publication_commit_with_the_release(tmp_path):
+    """What the server does per batch: aliases looked up (a read), claimed and the release
+    recorded and marked published in one write transaction -- also when the budget refuses the
+    release (a refused text's vector stays claimed, so its variants land on it)."""
+    p = tmp_path / "l.db"
+    m = LaplaceMechanism(epsilon=2.0)  # 4 per release
+    led = Ledger(p, budget_epsilon=4.0, budget_delta=1e-5)
+    writes: list[str] = []
+    led._db.set_trace_callback(lambda sql: writes.append(sql) if sql == "BEGIN IMMEDIATE" else 0)
+    assert led.lookup_aliases(["t1"]) == {}
+    st = led.stage(m)
+    st.add([record_key("a")])
+    st.claim_aliases(["t1"], ["s:a"])
+    st.commit(published=True)
+    assert len(writes) == 1 and led.unpublished() == []
+    assert led.lookup_aliases(["t1", "t2"]) == {"t1": "s:a"}
+    st = led.stage(m)
+    st.add([record_key("a"), record_key("b")])
+    st.claim_aliases(["t1", "t2"], ["s:a", "s:b"])
+    with pytest.raises(BudgetExceeded):
+        st.commit(published=True)
+    assert len(writes) == 2
+    assert led.lookup_aliases(["t2"]) == {"t2": "s:b"}  # claimed although refused
+    assert {s.record_id for s in led.spent()} == {"s:a"}
+
+
+def test_an_alias_claimed_by_another_process_meanwhile_refuses_the_commit(tmp_path):
+    from privembed.ledger import AliasConflict
+
+    p = tmp_path / "l.db"
+    mine, other = Ledger(p), Ledger(p)
+    assert mine.lookup_aliases(["t"]) == {}
+    st = mine.stage(LaplaceMechanism(epsilon=1.0))
+    st.add([record_key("z")])
+    st.claim_aliases(["t"], ["s:z"])
+    assert other.claim_aliases(["t"], ["s:a"]) == ["s:a"]  # between the lookup and the commit
+    with pytest.raises(AliasConflict, match="look the aliases up again"):
+        st.commit(published=True)
+    assert mine.spent() == [] and mine.lookup_aliases(["t"]) == {"t": "s:a"}

@@ -33,6 +33,7 @@ __all__ = [
     "PAYLOAD_AD",
     "PAYLOAD_HKDF_INFO",
     "PAYLOAD_HKDF_SALT",
+    "QUERY",
     "SEEDED_ROWS",
     "SERVE_BACKEND",
     "SERVE_TEXT",
@@ -63,6 +64,8 @@ PAYLOAD_HKDF_SALT = b"privembed/payload"
 PAYLOAD_HKDF_INFO = b"privembed/payload/v1"
 #: sealed payloads: the associated data's domain (payload.py)
 PAYLOAD_AD = b"privembed/payload/v1/ad\x00"
+#: query-side keyed noise: the query key HMAC(K, QUERY) (integrations/query.py)
+QUERY = b"privembed/query/v1\x00"
 #: the server's text identities HMAC(K, SERVE_TEXT || canonical text) (server/service.py)
 SERVE_TEXT = b"privembed/serve/text/v1\x00"
 #: the server's per-backend noise keys HMAC(K, SERVE_BACKEND || backend identity)
@@ -84,6 +87,7 @@ ALL: tuple[bytes, ...] = (
     PAYLOAD_HKDF_SALT,
     PAYLOAD_HKDF_INFO,
     PAYLOAD_AD,
+    QUERY,
     SERVE_TEXT,
     SERVE_BACKEND,
     SERVE_VECTOR_ALIAS,

@@ -4,8 +4,8 @@ An SQLite file records each release of each record -- its canonically typed id, 
 it is charged to (a user or API client, if any), the configuration fingerprint, the key id and
 *tag commitment* of keyed noise (:func:`privembed.keyed.tag_commitment`), what the release costs
 (:func:`privembed.accounting.cost_of`), a digest of the output -- and composes a record's
-releases with :func:`privembed.accounting.compose` (PLD for Gaussian noise, basic composition
-otherwise). A keyed re-release with the same tag (same key, configuration, model, id *and
+releases with :class:`privembed.accounting.Composition` (exact closed form for Gaussian noise, basic
+composition otherwise). A keyed re-release with the same tag (same key, configuration, model, id *and
 content*) returns the identical vector, so it is recorded as *free*; changed content under the
 same id has another tag and is charged.
 
@@ -17,6 +17,18 @@ which records are free, checks the per-record and per-subject budgets, and recor
 (:mod:`privembed.release` renames the finished file), and :meth:`StagedRelease.mark_published`
 then notes that it was. A crash between commit and publication leaves a *charged release
 without output*, which is conservative and is listed by :meth:`Ledger.unpublished`.
+
+Accounting cost is bounded per commit. A subject's composition is kept as *running totals*
+(table ``subject_totals``: basic epsilon and delta sums and Gaussian ``sum 1/s^2`` per subject
+and relation, updated in the commit's transaction), so a commit reads one row instead of the
+subject's history; a watermark (the last release folded in) lets the totals catch up with rows
+that an older privembed wrote without them. The per-record check aggregates the staged records'
+histories in SQL and composes each *distinct* history once, so its Python work does not grow
+with the number of records.
+
+Clean-vector *aliases* (:meth:`Ledger.claim_aliases`) are ledger state too: a bounded table of
+HMAC tags and the identity that first claimed each (the server's rule that texts with one clean
+vector are one record), surviving restarts and shared by every process using the ledger.
 
 Budgets are ledger state: :meth:`Ledger.set_budget` sets or lowers them; raising needs
 ``allow_raise=True`` and is recorded with its time in the budget history. Inspection
@@ -32,17 +44,27 @@ import math
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ._validation import DataError, check_real
-from .accounting import Cost, Neighbouring, UnsupportedGuarantee, compose, cost_of
+from .accounting import (
+    Composition,
+    Cost,
+    Neighbouring,
+    UnsupportedGuarantee,
+    cost_of,
+    exceeds_budget,
+)
 from .cancel import checkpoint
 from .keyed import typed_id
 
 __all__ = [
+    "AliasConflict",
     "Budget",
     "BudgetExceeded",
     "BudgetRaise",
@@ -60,7 +82,9 @@ __all__ = [
 
 #: ``PRAGMA application_id`` of a privembed ledger ("pemb")
 APPLICATION_ID = 0x70656D62
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+#: aliases a ledger keeps by default (least recently used ones are forgotten beyond it)
+ALIAS_CAPACITY = 1 << 20
 #: record ids per ``IN (...)`` lookup (under SQLite's historical limit of 999 parameters)
 _LOOKUP_CHUNK = 900
 #: delta at which compositions are reported when no budget is set
@@ -99,6 +123,18 @@ CREATE TABLE batches (
     published REAL
 );
 CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE subject_totals (
+    subject TEXT NOT NULL,
+    relation TEXT NOT NULL,
+    epsilon REAL NOT NULL,
+    delta REAL NOT NULL,
+    mu2 REAL NOT NULL,
+    fresh INTEGER NOT NULL,
+    free INTEGER NOT NULL,
+    PRIMARY KEY (subject, relation)
+) WITHOUT ROWID;
+CREATE TABLE aliases (tag TEXT PRIMARY KEY, owner TEXT NOT NULL, used INTEGER NOT NULL);
+CREATE INDEX aliases_used ON aliases(used);
 CREATE TABLE budget_history (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     scope TEXT NOT NULL,
@@ -141,6 +177,11 @@ class DuplicateIds(DataError):
 
 class LedgerBusy(RuntimeError):
     """Another process held the ledger's write lock for longer than the wait allowed."""
+
+
+class AliasConflict(RuntimeError):
+    """Another process claimed an alias tag for another owner after it was looked up (the
+    release was not recorded; look the tags up again and retry)."""
 
 
 class NotALedger(DataError):
@@ -249,6 +290,22 @@ def _committed_batches(path: Path) -> int:
         return 0
 
 
+#: per (subject, relation): the running totals of releases (fresh ones composed, free counted)
+_TOTALS_OF_RELEASES = """
+SELECT subject, relation,
+       TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN epsilon END),
+       TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN delta END),
+       TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NOT NULL
+                  THEN 1.0 / (noise_multiplier * noise_multiplier) END),
+       SUM(free = 0), SUM(free != 0)
+FROM releases NOT INDEXED WHERE seq > ? AND subject IS NOT NULL {where} GROUP BY subject, relation
+"""
+
+
+def _composition(rel: str, eps: float, dlt: float, mu2: float, fresh: int) -> Composition:
+    return Composition(Neighbouring(rel), float(eps), float(dlt), float(mu2), int(fresh))
+
+
 def _is_ledger(db: sqlite3.Connection) -> bool | str:
     """True for a v2 ledger, ``"v1"`` for a first-version ledger, False otherwise."""
     app_id = db.execute("PRAGMA application_id").fetchone()[0]
@@ -330,6 +387,9 @@ class Ledger:
                 self._create()
             elif self._v1:
                 self._migrate_v1()
+            elif self._db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
+                self._migrate_v2()
+        self._has_totals = self._table_exists("subject_totals")
         if budget_epsilon is not None or budget_delta is not None:
             self.confirm_budget(budget_epsilon, budget_delta)
 
@@ -402,6 +462,77 @@ class Ledger:
             self._db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         self._v1 = False
+
+    def _migrate_v2(self) -> None:
+        """Add what version 3 keeps (subject totals, aliases) to a version-2 ledger; the totals
+        are built from every earlier release (one pass)."""
+        with self._write():
+            for stmt in _SCHEMA.split(";"):
+                if "subject_totals" in stmt or "aliases" in stmt:
+                    self._db.execute(
+                        stmt.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS").replace(
+                            "CREATE INDEX", "CREATE INDEX IF NOT EXISTS"
+                        )
+                    )
+            self._fold_totals()
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _table_exists(self, name: str) -> bool:
+        row = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+        return row is not None
+
+    def _watermark(self) -> int:
+        """The last release folded into the subject totals."""
+        row = self._db.execute("SELECT value FROM settings WHERE name = 'totals_seq'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _fold_totals(self) -> None:
+        """Bring the subject totals up to the last release (inside a write transaction):
+        rows past the watermark were written by a version that kept no totals."""
+        mark = self._watermark()
+        last = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM releases").fetchone()[0]
+        if last > mark:
+            self._db.execute(
+                "INSERT INTO subject_totals(subject, relation, epsilon, delta, mu2, fresh, free) "
+                + _TOTALS_OF_RELEASES.format(where="")
+                + "ON CONFLICT(subject, relation) DO UPDATE SET "
+                "epsilon = epsilon + excluded.epsilon, delta = delta + excluded.delta, "
+                "mu2 = mu2 + excluded.mu2, fresh = fresh + excluded.fresh, "
+                "free = free + excluded.free",
+                (mark,),
+            )
+        self._set_watermark(last)
+
+    def _set_watermark(self, seq: int) -> None:
+        self._db.execute(
+            "INSERT INTO settings(name, value) VALUES ('totals_seq', ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            (str(int(seq)),),
+        )
+
+    def _subject_totals(self, subject: str) -> tuple[Composition, int, int]:
+        """(composition of the fresh releases, releases, free releases) of ``subject``: the
+        running totals plus any rows past the watermark (all rows for a version-2 file)."""
+        rows: list[tuple[Any, ...]] = []
+        if self._has_totals:
+            rows += self._db.execute(
+                "SELECT subject, relation, epsilon, delta, mu2, fresh, free FROM subject_totals "
+                "WHERE subject = ?",
+                (subject,),
+            ).fetchall()
+        mark = self._watermark() if self._has_totals else 0
+        rows += self._db.execute(
+            _TOTALS_OF_RELEASES.format(where="AND subject = ?"), (mark, subject)
+        ).fetchall()
+        comp, total, free = Composition(), 0, 0
+        for _, rel, eps, dlt, mu2, fresh, fr in rows:
+            total += int(fresh) + int(fr)
+            free += int(fr)
+            if fresh:
+                comp = comp.merge(_composition(rel, eps, dlt, mu2, fresh))
+        return comp, total, free
 
     def close(self) -> None:
         self._db.close()
@@ -571,64 +702,147 @@ class Ledger:
             self, mechanism, key_id=key_id, subject=subject, destination=destination
         )
 
-    def _rows_for(
-        self, columns: str, keys: list[str], where: str = ""
-    ) -> Iterator[tuple[Any, ...]]:
-        """Rows of ``releases`` for the given record ids, through the ``record_id`` index."""
-        unique = list(dict.fromkeys(keys))
-        for start in range(0, len(unique), _LOOKUP_CHUNK):
-            chunk = unique[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            yield from self._db.execute(
-                f"SELECT {columns} FROM releases WHERE record_id IN ({marks}){where} ORDER BY seq",
-                chunk,
-            )
-
     # ---- queries ---------------------------------------------------------------------------
     def spent(self, ids: Sequence[Any] | None = None) -> list[Spent]:
         """Composed spend per record (all records if ``ids`` is None), at :attr:`report_delta`.
 
         ``ids`` are record ids (typed: ``5`` and ``"5"`` differ) or ledger keys (``"i:5"``).
+        Each record's history is aggregated in SQL; each distinct history is composed once.
         """
-        columns = "record_id, relation, epsilon, delta, noise_multiplier, free"
+        columns = (
+            "record_id, MIN(seq), COUNT(*), SUM(free != 0), "
+            "MIN(CASE WHEN free = 0 THEN relation END), "
+            "COUNT(DISTINCT CASE WHEN free = 0 THEN relation END), "
+            "TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN epsilon END), "
+            "TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN delta END), "
+            "TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NOT NULL "
+            "THEN 1.0 / (noise_multiplier * noise_multiplier) END), SUM(free = 0)"
+        )
         if ids is None:
-            rows: Iterable[tuple[Any, ...]] = self._db.execute(
-                f"SELECT {columns} FROM releases ORDER BY seq"
-            )
+            rows = self._db.execute(
+                f"SELECT {columns} FROM releases GROUP BY record_id ORDER BY MIN(seq)"
+            ).fetchall()
         else:
-            keys = [i if _is_key(i) else record_key(i) for i in ids]
-            rows = self._rows_for(columns, keys)
-        per: dict[str, list[tuple[Cost, bool]]] = {}
-        for rid, rel, eps, dlt, nm, fr in rows:
-            per.setdefault(rid, []).append((Cost(Neighbouring(rel), eps, dlt, nm), bool(fr)))
+            keys = list(dict.fromkeys(i if _is_key(i) else record_key(i) for i in ids))
+            rows = []
+            for start in range(0, len(keys), _LOOKUP_CHUNK):
+                chunk = keys[start : start + _LOOKUP_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                rows += self._db.execute(
+                    f"SELECT {columns} FROM releases WHERE record_id IN ({marks}) "
+                    "GROUP BY record_id",
+                    chunk,
+                ).fetchall()
+            rows.sort(key=lambda r: r[1])
+        delta = self.report_delta
+        cache: dict[tuple[Any, ...], tuple[float, float]] = {}
         out = []
-        for rid, items in per.items():
-            fresh = [c for c, fr in items if not fr]
-            eps, dlt = compose(fresh, self.report_delta)
-            out.append(Spent(rid, eps, dlt, len(items), sum(fr for _, fr in items)))
+        for rid, _, n, free, rel, nrel, eps, dlt, mu2, fresh in rows:
+            sig = (rel, nrel, eps, dlt, mu2)
+            if sig not in cache:
+                if nrel > 1:
+                    raise UnsupportedGuarantee(
+                        f"record {display_key(rid)} has releases under different neighbouring "
+                        "relations; they do not compose into one guarantee."
+                    )
+                comp = _composition(rel, eps, dlt, mu2, fresh) if fresh else Composition()
+                cache[sig] = comp.at(delta)
+            e, d = cache[sig]
+            out.append(Spent(rid, e, d, int(n), int(free)))
         return out
 
     def spent_subject(self, subject: str) -> Spent:
-        """Composed spend of a subject over all its records' fresh releases."""
-        rows = self._db.execute(
-            "SELECT relation, epsilon, delta, noise_multiplier, COUNT(*), SUM(free) "
-            "FROM releases WHERE subject = ? GROUP BY relation, epsilon, delta, "
-            "noise_multiplier, free",
-            (subject,),
-        ).fetchall()
-        costs, counts, total, free = [], [], 0, 0
-        for rel, eps, dlt, nm, n, fr in rows:
-            total += n
-            free += fr
-            if not fr:
-                costs.append(Cost(Neighbouring(rel), eps, dlt, nm))
-                counts.append(n)
-        eps_s, dlt_s = compose(costs, self._subject_delta(), counts=counts)
+        """Composed spend of a subject over all its records' fresh releases (from the running
+        totals: O(1) in the subject's history)."""
+        comp, total, free = self._subject_totals(subject)
+        eps_s, dlt_s = comp.at(self._subject_delta())
         return Spent(subject, eps_s, dlt_s, total, free)
+
+    def subjects(self) -> list[str]:
+        """Every subject that has releases, in name order."""
+        if self._has_totals:
+            rows = self._db.execute(
+                "SELECT DISTINCT subject FROM subject_totals UNION SELECT DISTINCT subject FROM "
+                "releases NOT INDEXED WHERE seq > ? AND subject IS NOT NULL ORDER BY 1",
+                (self._watermark(),),
+            )
+        else:
+            rows = self._db.execute(
+                "SELECT DISTINCT subject FROM releases WHERE subject IS NOT NULL ORDER BY 1"
+            )
+        return [r[0] for r in rows]
 
     def _subject_delta(self) -> float:
         b = self.subject_budget
         return b.delta if b else self.report_delta
+
+    # ---- aliases -----------------------------------------------------------------------------
+    def lookup_aliases(self, tags: Sequence[str]) -> dict[str, str]:
+        """The recorded owner of each known tag (a read: no lock, nothing written)."""
+        known: dict[str, str] = {}
+        unique = list(dict.fromkeys(tags))
+        for start in range(0, len(unique), _LOOKUP_CHUNK):
+            chunk = unique[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            known.update(
+                self._db.execute(f"SELECT tag, owner FROM aliases WHERE tag IN ({marks})", chunk)
+            )
+        return known
+
+    def _record_aliases(
+        self, tags: list[str], owners: list[str], capacity: int, *, strict: bool
+    ) -> dict[str, str]:
+        """Inside a write transaction: record each tag's owner (the one already recorded
+        wins; ``strict``: a different recorded owner is an :class:`AliasConflict`), mark them
+        used, forget the least recently used beyond ``capacity``."""
+        db = self._db
+        known = self.lookup_aliases(tags)
+        for tag, owner in zip(tags, owners, strict=True):
+            have = known.setdefault(tag, owner)
+            if strict and have != owner:
+                raise AliasConflict(
+                    "another process claimed a clean-vector alias of this release for another "
+                    "record after it was looked up; look the aliases up again and retry."
+                )
+        unique = list(dict.fromkeys(tags))
+        used = db.execute("SELECT COALESCE(MAX(used), 0) FROM aliases").fetchone()[0]
+        db.executemany(
+            "INSERT INTO aliases(tag, owner, used) VALUES (?, ?, ?) "
+            "ON CONFLICT(tag) DO UPDATE SET used = excluded.used",
+            ((t, known[t], used + 1 + i) for i, t in enumerate(unique)),
+        )
+        db.execute("DELETE FROM aliases WHERE used <= ?", (used + len(unique) - capacity,))
+        return known
+
+    def claim_aliases(
+        self, tags: Sequence[str], owners: Sequence[str], *, capacity: int = ALIAS_CAPACITY
+    ) -> list[str]:
+        """The owner of each tag: the owner already recorded for it, else the one given here
+        (which then claims the tag). One write transaction; the table keeps at most
+        ``capacity`` tags, forgetting the least recently used.
+
+        Tags are opaque keyed digests (the server's HMAC of a clean vector); the ledger never
+        sees what they were computed from. A tag repeated within one call is claimed by its
+        first owner.
+
+        Raises
+        ------
+        PermissionError
+            The ledger is open read-only.
+        LedgerBusy
+            Another process held the lock longer than the ledger's timeout.
+        """
+        tags, owners = list(tags), list(owners)
+        if len(tags) != len(owners):
+            raise ValueError(
+                f"tags and owners must have the same length, got {len(tags)} and {len(owners)}."
+            )
+        cap = int(capacity)
+        if cap < 1:
+            raise ValueError(f"capacity must be >= 1, got capacity={capacity!r}.")
+        with self._write():
+            known = self._record_aliases(tags, owners, cap, strict=False)
+        return [known[t] for t in tags]
 
     def export(self) -> list[dict[str, Any]]:
         """Every release row as a dict (for JSON/CSV export)."""
@@ -727,6 +941,7 @@ class StagedRelease:
         self.count = 0
         self.fresh = 0
         self.committed = False
+        self._claims: tuple[list[str], list[str], int] | None = None
         db = ledger._db
         db.execute("PRAGMA temp_store = FILE")
         db.execute(
@@ -741,7 +956,7 @@ class StagedRelease:
         for scope, budget in (("record", self.ledger.budget), ("subject", subject_budget)):
             if budget is None:
                 continue
-            eps, dlt = compose([self.cost], budget.delta)
+            eps, dlt = Composition().add(self.cost).at(budget.delta)
             if eps > budget.epsilon * (1 + 1e-12) or dlt > budget.delta * (1 + 1e-12):
                 self.discard()
                 raise BudgetExceeded(
@@ -806,13 +1021,32 @@ class StagedRelease:
             "release one record twice)."
         )
 
-    def commit(self) -> StagedRelease:
+    def claim_aliases(
+        self, tags: Sequence[str], owners: Sequence[str], *, capacity: int = ALIAS_CAPACITY
+    ) -> None:
+        """Record these alias claims (:meth:`Ledger.claim_aliases`) in this release's commit
+        transaction: the owners were looked up before (:meth:`Ledger.lookup_aliases`) and the
+        commit refuses (:class:`AliasConflict`) if another process claimed a tag meanwhile."""
+        tags, owners = list(tags), list(owners)
+        if len(tags) != len(owners):
+            raise ValueError(
+                f"tags and owners must have the same length, got {len(tags)} and {len(owners)}."
+            )
+        self._claims = (tags, owners, int(capacity))
+
+    def commit(self, *, published: bool = False) -> StagedRelease:
         """Lock the ledger, decide free records, check budgets, record the release.
+
+        ``published=True`` records the output as published in the same transaction, for a
+        caller that hands it over at once (the server: it cannot know whether the client
+        received it, and says so); otherwise :meth:`mark_published` follows the publication.
 
         Raises
         ------
         BudgetExceeded
             Some record (or the subject) would pass its budget; nothing is recorded.
+        AliasConflict
+            Claimed aliases (:meth:`claim_aliases`) were claimed meanwhile by another process.
         LedgerBusy
             Another process held the lock longer than the ledger's timeout.
         """
@@ -821,101 +1055,171 @@ class StagedRelease:
         led = self.ledger
         db = led._db
         t = self._table
+        refused: BudgetExceeded | None = None
         with led._write():
+            if self._claims is not None:  # recorded even when the budget refuses the release
+                led._record_aliases(*self._claims[:2], self._claims[2], strict=True)
             db.execute(
                 f"UPDATE {t} SET free = EXISTS(SELECT 1 FROM releases r WHERE "
                 f"r.record_id = {t}.record_id AND r.tag = {t}.tag) WHERE tag IS NOT NULL"
             )
             self.fresh = db.execute(f"SELECT COUNT(*) FROM {t} WHERE free = 0").fetchone()[0]
-            self._check_records()
-            self._check_subject()
-            now = time.time()
-            c = self.cost
-            db.execute(
-                "INSERT INTO releases(record_id, subject, config_fp, key_id, tag, relation, "
-                "epsilon, delta, noise_multiplier, free, output_digest, batch, created) "
-                f"SELECT record_id, ?, ?, ?, tag, ?, ?, ?, ?, free, output_digest, ?, ? FROM {t}",
-                (
-                    self.subject,
-                    self.fingerprint,
-                    self.key_id,
-                    c.relation.value,
-                    c.epsilon,
-                    c.delta,
-                    c.noise_multiplier,
-                    self.batch,
-                    now,
-                ),
-            )
-            db.execute(
-                "INSERT INTO batches(batch, created, config_fp, mechanism, guarantee, key_id, "
-                "subject, destination, records, fresh, published) VALUES "
-                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)",
-                (
-                    self.batch,
-                    now,
-                    self.fingerprint,
-                    self._mech_json,
-                    self._guar_json,
-                    self.key_id,
-                    self.subject,
-                    self.destination,
-                    self.count,
-                    self.fresh,
-                ),
-            )
+            try:
+                self._check_records()
+                led._fold_totals()
+                self._check_subject()
+            except BudgetExceeded as exc:
+                refused = exc  # the transaction keeps only the alias claims
+            else:
+                self._record(published)
+        if refused is not None:
+            raise refused
         self.committed = True
         self._drop()
         return self
 
+    def _record(self, published: bool) -> None:
+        """Write the release's rows (inside the commit's transaction)."""
+        led = self.ledger
+        db = led._db
+        t = self._table
+        now = time.time()
+        c = self.cost
+        db.execute(
+            "INSERT INTO releases(record_id, subject, config_fp, key_id, tag, relation, "
+            "epsilon, delta, noise_multiplier, free, output_digest, batch, created) "
+            f"SELECT record_id, ?, ?, ?, tag, ?, ?, ?, ?, free, output_digest, ?, ? FROM {t}",
+            (
+                self.subject,
+                self.fingerprint,
+                self.key_id,
+                c.relation.value,
+                c.epsilon,
+                c.delta,
+                c.noise_multiplier,
+                self.batch,
+                now,
+            ),
+        )
+        db.execute(
+            "INSERT INTO batches(batch, created, config_fp, mechanism, guarantee, key_id, "
+            "subject, destination, records, fresh, published) VALUES "
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                self.batch,
+                now,
+                self.fingerprint,
+                self._mech_json,
+                self._guar_json,
+                self.key_id,
+                self.subject,
+                self.destination,
+                self.count,
+                self.fresh,
+                now if published else None,
+            ),
+        )
+        if self.subject is not None:
+            g = c.noise_multiplier
+            n = self.fresh
+            db.execute(
+                "INSERT INTO subject_totals(subject, relation, epsilon, delta, mu2, fresh, "
+                "free) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(subject, relation) DO UPDATE "
+                "SET epsilon = epsilon + excluded.epsilon, delta = delta + excluded.delta, "
+                "mu2 = mu2 + excluded.mu2, fresh = fresh + excluded.fresh, "
+                "free = free + excluded.free",
+                (
+                    self.subject,
+                    c.relation.value,
+                    0.0 if g is not None else n * c.epsilon,
+                    0.0 if g is not None else n * c.delta,
+                    0.0 if g is None else n / (g * g),
+                    n,
+                    self.count - n,
+                ),
+            )
+        led._set_watermark(db.execute("SELECT COALESCE(MAX(seq), 0) FROM releases").fetchone()[0])
+
     def _check_records(self) -> None:
+        """Per-record budget, in bounded Python work: the staged records' histories are
+        aggregated in SQL in one streaming pass (no sort), and the *largest* basic epsilon,
+        delta and Gaussian ``sum 1/s^2`` over them are tested as one history -- if that passes,
+        every record passes (composition is monotone in each). Only otherwise is every record
+        tested, vectorised (:func:`privembed.accounting.exceeds_budget`), to name the ones over.
+        """
         led = self.ledger
         budget = led.budget
         if budget is None or self.fresh == 0:
-            # composition must still be possible (one relation per record)
-            self._check_relations()
+            self._check_relations()  # composition must still be possible
             return
         t = self._table
-        history: dict[str, list[Cost]] = {}
-        for rid, rel, eps, dlt, nm in led._db.execute(
-            f"SELECT s.record_id, r.relation, r.epsilon, r.delta, r.noise_multiplier FROM {t} s "
-            "JOIN releases r ON r.record_id = s.record_id AND r.free = 0 WHERE s.free = 0"
-        ):
-            history.setdefault(rid, []).append(Cost(Neighbouring(rel), eps, dlt, nm))
-        cache: dict[tuple[Any, ...], tuple[float, float]] = {}
-        over: list[tuple[str, float, float]] = []
+        history = (
+            "SELECT s.record_id AS rid, MIN(r.relation) AS rel, MAX(r.relation) AS rel2, "
+            "TOTAL(CASE WHEN r.noise_multiplier IS NULL THEN r.epsilon END) AS eb, "
+            "TOTAL(CASE WHEN r.noise_multiplier IS NULL THEN r.delta END) AS db, "
+            "TOTAL(CASE WHEN r.noise_multiplier IS NOT NULL "
+            "THEN 1.0 / (r.noise_multiplier * r.noise_multiplier) END) AS g, COUNT(*) AS n "
+            f"FROM {t} s CROSS JOIN releases r ON r.record_id = s.record_id AND r.free = 0 "
+            "WHERE s.free = 0 GROUP BY s.record_id"
+        )
+        rel_lo, rel_hi, eb, db, g, n = led._db.execute(
+            f"SELECT MIN(rel), MAX(rel2), MAX(eb), MAX(db), MAX(g), MAX(n) FROM ({history})"
+        ).fetchone()
+        if not n:
+            return  # no record of this release has a history: one release each is allowed
+        if rel_lo != rel_hi or rel_lo != self.cost.relation.value:
+            self._check_relations()  # names the record
+            raise UnsupportedGuarantee(
+                "a record of this release has releases under different neighbouring relations; "
+                "they do not compose into one guarantee."
+            )
+        worst = _composition(rel_lo, eb, db, g, n).add(self.cost)
+        eps, dlt = worst.at(budget.delta)
+        if eps <= budget.epsilon * (1 + 1e-12) and dlt <= budget.delta * (1 + 1e-12):
+            return
+        rids, cols = [], []
+        for rid, _, _, e, d, m, _ in led._db.execute(history):
+            rids.append(rid)
+            cols.append((e, d, m))
+        arr = np.asarray(cols, dtype=np.float64).reshape(-1, 3)
+        c = self.cost
+        g_new = 0.0 if c.noise_multiplier is None else 1.0 / c.noise_multiplier**2
+        e_new, d_new = (0.0, 0.0) if c.noise_multiplier is not None else (c.epsilon, c.delta)
+        over = exceeds_budget(
+            arr[:, 0] + e_new, arr[:, 1] + d_new, arr[:, 2] + g_new, budget.epsilon, budget.delta
+        )
+        if not over.any():
+            return
+        refused = sorted(rids[i] for i in np.flatnonzero(over))
+        spent = {r: comp.at(budget.delta) for r, comp in self._histories(refused[:5])}
+        shown = ", ".join(
+            f"{display_key(r)} (spent eps={spent[r][0]:.4g}, delta={spent[r][1]:.3g})"
+            for r in refused[:5]
+        )
+        more = f" and {len(refused) - 5} more" if len(refused) > 5 else ""
+        raise BudgetExceeded(
+            f"release refused: {len(refused)} record(s) would exceed the per-record budget "
+            f"({budget.describe()}) with this release ({self.mechanism!r}): {shown}{more}."
+        )
 
-        def composed(costs: list[Cost]) -> tuple[float, float]:
-            sig = tuple(
-                sorted(
-                    (c.relation.value, c.epsilon, c.delta, c.noise_multiplier or 0.0) for c in costs
-                )
-            )
-            if sig not in cache:
-                cache[sig] = compose(costs, budget.delta)
-            return cache[sig]
-
-        for rid, costs in history.items():
-            eps, dlt = composed([*costs, self.cost])
-            if eps > budget.epsilon * (1 + 1e-12) or dlt > budget.delta * (1 + 1e-12):
-                before = composed(costs)
-                over.append((rid, before[0], before[1]))
-        # records without history cost one release, which _check_budget_possible allowed
-        if over:
-            over.sort()
-            shown = ", ".join(
-                f"{display_key(r)} (spent eps={e:.4g}, delta={d:.3g})" for r, e, d in over[:5]
-            )
-            more = f" and {len(over) - 5} more" if len(over) > 5 else ""
-            raise BudgetExceeded(
-                f"release refused: {len(over)} record(s) would exceed the per-record budget "
-                f"({budget.describe()}) with this release ({self.mechanism!r}): {shown}{more}."
-            )
+    def _histories(self, keys: list[str]) -> list[tuple[str, Composition]]:
+        """The composition of each record's fresh releases so far (a few records)."""
+        out = []
+        for k in keys:
+            comp = Composition()
+            for rel, eps, dlt, nm in self.ledger._db.execute(
+                "SELECT relation, epsilon, delta, noise_multiplier FROM releases "
+                "WHERE record_id = ? AND free = 0",
+                (k,),
+            ):
+                comp = comp.add(Cost(Neighbouring(rel), eps, dlt, nm))
+            out.append((k, comp))
+        return out
 
     def _check_relations(self) -> None:
         t = self._table
         row = self.ledger._db.execute(
-            f"SELECT s.record_id, r.relation FROM {t} s JOIN releases r ON r.record_id = "
+            f"SELECT s.record_id, r.relation FROM {t} s CROSS JOIN releases r ON r.record_id = "
             "s.record_id AND r.free = 0 WHERE s.free = 0 AND r.relation != ? LIMIT 1",
             (self.cost.relation.value,),
         ).fetchone()
@@ -926,28 +1230,23 @@ class StagedRelease:
             )
 
     def _check_subject(self) -> None:
+        """Per-subject budget from the subject's running totals (one row, whatever its
+        history) and this release's fresh records."""
         if self.subject is None or self.fresh == 0:
             return
         led = self.ledger
         budget = led.subject_budget
-        rows = led._db.execute(
-            "SELECT relation, epsilon, delta, noise_multiplier, COUNT(*) FROM releases "
-            "WHERE subject = ? AND free = 0 GROUP BY relation, epsilon, delta, noise_multiplier",
-            (self.subject,),
-        ).fetchall()
-        costs = [Cost(Neighbouring(r), e, d, nm) for r, e, d, nm, _ in rows] + [self.cost]
-        counts = [n for *_, n in rows] + [self.fresh]
+        before, total, _ = led._subject_totals(self.subject)
+        after = before.add(self.cost, self.fresh)  # relations must compose
         if budget is None:
-            compose(costs, led.report_delta, counts=counts)  # relations must compose
             return
-        eps, dlt = compose(costs, budget.delta, counts=counts)
+        eps, dlt = after.at(budget.delta)
         if eps > budget.epsilon * (1 + 1e-12) or dlt > budget.delta * (1 + 1e-12):
-            before = led.spent_subject(self.subject)
+            e0, d0 = before.at(budget.delta)
             raise BudgetExceeded(
                 f"release refused: subject {self.subject!r} would exceed the per-subject budget "
                 f"({budget.describe()}) with {self.fresh} more release(s) (spent eps="
-                f"{before.epsilon:.4g}, delta={before.delta:.3g} over {before.releases} "
-                "release(s))."
+                f"{e0:.4g}, delta={d0:.3g} over {total} release(s))."
             )
 
     def mark_published(self) -> None:

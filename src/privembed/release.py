@@ -611,12 +611,17 @@ class Release:
             expect_counter_rows(n)
 
     # ---- finishing ---------------------------------------------------------------------------
-    def commit(self) -> ReleaseSummary:
-        """Record the release in the ledger (budgets checked); call before publishing."""
+    def commit(self, *, published: bool = False) -> ReleaseSummary:
+        """Record the release in the ledger (budgets checked); call before publishing.
+
+        ``published=True``: the caller hands the output over at once (the server), so the
+        ledger records it as published in the same transaction (one write instead of two).
+        """
         if self._committed:
             return self.summary
         if self.staged is not None:
-            self.staged.commit()
+            self.staged.commit(published=published)
+            self._published = published
             self.summary.fresh = self.staged.fresh
             self.summary.free = self.staged.count - self.staged.fresh
             self.summary.ledger_batch = self.staged.batch

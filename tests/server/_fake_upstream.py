@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import socket
 import threading
+import unicodedata
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,10 +32,23 @@ def clean_vector(text: str, dim: int = DIM) -> np.ndarray:
     return (v / np.linalg.norm(v)).astype(np.float32)
 
 
-class FakeUpstream:
-    """State of one fake upstream: calls seen, a gate that holds calls, a forced failure."""
+def fold_variants(text: str) -> str:
+    """What a real tokenizer does to many variants of a text (all-MiniLM's uncased tokenizer
+    strips accents and drops zero-width characters): the fake model embeds this form when
+    ``FakeUpstream(fold=fold_variants)``, so such variants get one clean vector."""
+    decomposed = unicodedata.normalize("NFD", text)
+    kept = (c for c in decomposed if unicodedata.category(c) not in ("Mn", "Cf"))
+    return " ".join("".join(kept).lower().split())
 
-    def __init__(self) -> None:
+
+class FakeUpstream:
+    """State of one fake upstream: calls seen, a gate that holds calls, a forced failure.
+
+    ``fold`` maps a text to what the fake model embeds (default: the text itself).
+    """
+
+    def __init__(self, fold: Any = None) -> None:
+        self.fold = fold if fold is not None else (lambda t: t)
         self.calls: list[int] = []  # batch size of each call
         self.fail_status: int | None = None
         self._open = threading.Event()  # cleared: calls wait (a model that is busy)
@@ -75,7 +89,7 @@ class FakeUpstream:
                 )
             data: list[dict[str, Any]] = []
             for i, t in enumerate(texts):
-                v = clean_vector(t)
+                v = clean_vector(self.fold(t))
                 emb: Any = (
                     base64.b64encode(v.astype("<f4").tobytes()).decode()
                     if body.get("encoding_format") == "base64"

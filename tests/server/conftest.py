@@ -52,6 +52,11 @@ MODELS: dict[str, Any] = {
 }
 
 
+def service_of(handle: Any) -> Any:
+    """The running :class:`privembed.server.service.Service` behind a server handle."""
+    return handle.server.config.app.state.privembed.service
+
+
 @pytest.fixture(scope="session")
 def server_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     path = tmp_path_factory.mktemp("key") / "serve.key"
@@ -124,10 +129,10 @@ RATE_CLOCK = ManualClock()
 
 @contextlib.contextmanager
 def proxy(
-    key_file: Path, *, clock: Any = None, **overrides: Any
+    key_file: Path, *, clock: Any = None, fake: FakeUpstream | None = None, **overrides: Any
 ) -> Iterator[tuple[Any, FakeUpstream, dict[str, Any]]]:
     """A fake upstream and a privembed server in front of it; yields (handle, fake, raw config)."""
-    fake = FakeUpstream()
+    fake = fake if fake is not None else FakeUpstream()
     with serve_app(fake.app) as up_url:
         raw = make_config(up_url, key_file, **overrides)
         app = create_app(config_from_dict(raw), clock=clock)

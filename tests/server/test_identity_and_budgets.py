@@ -83,12 +83,14 @@ def test_256_variants_of_one_note_share_one_identity_and_budget(server_key, tmp_
 
 
 def test_subject_budget_is_enforced_through_the_openai_client(server_key, tmp_path):
+    """A gateway key that may name subjects (``may_assert_subjects``): each subject it names
+    has its own budget, under the key's namespace."""
     ledger = tmp_path / "ledger.sqlite"
     with proxy(
         server_key[0],
         server={"ledger": str(ledger), "subject_budget_epsilon": 10.0},
         models=MODELS,
-        api_keys=[API_KEYS[0]],
+        api_keys=[{**API_KEYS[0], "may_assert_subjects": True}],
     ) as (handle, _, _):
         c = openai.OpenAI(base_url=handle.base_url, api_key=FULL_KEY, max_retries=0, timeout=30)
         try:
@@ -107,9 +109,9 @@ def test_subject_budget_is_enforced_through_the_openai_client(server_key, tmp_pa
         )
         assert r.status_code == 200
     with Ledger(ledger, readonly=True) as led:
-        assert led.spent_subject("alice").epsilon == pytest.approx(8.0)
-        assert led.spent_subject("bob").epsilon == pytest.approx(4.0)
-        assert led.spent_subject("carol").epsilon == pytest.approx(4.0)
+        assert led.spent_subject("key:full/alice").epsilon == pytest.approx(8.0)
+        assert led.spent_subject("key:full/bob").epsilon == pytest.approx(4.0)
+        assert led.spent_subject("key:full/carol").epsilon == pytest.approx(4.0)
 
 
 def test_a_locked_ledger_gives_503_and_degraded_health(server_key, tmp_path):
@@ -170,15 +172,16 @@ def test_queries_never_wait_for_a_locked_ledger(server_key, tmp_path):
         assert result["r"].status_code == 200
 
 
-def test_texts_with_one_clean_vector_share_an_identity():
-    """The alias rule: a clean vector first seen under identity A claims later texts."""
+def test_texts_with_one_clean_vector_share_an_identity(tmp_path):
+    """The alias rule: a clean vector first seen under identity A claims later texts (the
+    tags are HMACs of the vectors under the backend's key, kept in the ledger)."""
     svc = Service.__new__(Service)
-    svc._bkeys = {"b": bytes(32)}
-    from collections import OrderedDict
-
-    svc._aliases = OrderedDict()
-    svc.alias_capacity = 4
+    svc._bkeys = {"b": bytes(32), "c": bytes(range(32))}
     X = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
-    assert svc._alias("b", X, ["a", "b", "c"]) == ["a", "b", "c"]
-    # "z" embeds exactly like "a" (say, a variant the canonical form missed): it becomes "a"
-    assert svc._alias("b", X[[0, 2]], ["z", "y"]) == ["a", "c"]
+    tags = svc.alias_tags("b", X)
+    assert len(set(tags)) == 3 and all(len(t) == 32 for t in tags)
+    assert svc.alias_tags("c", X)[0] != tags[0]  # another backend, other tags
+    with Ledger(tmp_path / "l.db") as led:
+        assert led.claim_aliases(tags, ["a", "b", "c"]) == ["a", "b", "c"]
+        # "z" embeds exactly like "a" (a variant the canonical form missed): it becomes "a"
+        assert led.claim_aliases(svc.alias_tags("b", X[[0, 2]]), ["z", "y"]) == ["a", "c"]

@@ -32,7 +32,7 @@ def serve(
     ] = False,
 ) -> None:
     """Serve protected embeddings at POST /v1/embeddings (OpenAI-compatible)."""
-    from ..server import create_app, hash_api_key, load_config
+    from ..server import check_bind, create_app, hash_api_key, load_config
     from ..server import new_api_key as make_key
 
     if new_api_key:
@@ -54,6 +54,7 @@ def serve(
         raise ValueError(f"port must be in [0, 65535], got port={port}.")
     h = host or cfg.server.host
     p = cfg.server.port if port is None else port
+    check_bind(cfg.server, h, source=str(config))  # the address it will listen on
     if check:
         from ..keyed import key_id
 

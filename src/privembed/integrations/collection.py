@@ -41,7 +41,7 @@ from ..mechanisms import Mechanism
 from ..payload import PayloadCodec, PayloadError, release_digest
 from ..release import Release
 from ..rng import as_generator
-from .query import QueryTreatment, query_treatment
+from .query import QueryTreatment, protect_queries, query_treatment
 from .stores import Hit, VectorStore
 
 __all__ = ["ProtectedCollection", "SearchResult", "Searcher", "index_file"]
@@ -381,7 +381,10 @@ class ProtectedCollection:
         nearest records by protected similarity are fetched, their payloads opened here with
         the key, and the top ``k`` re-ranked by the exact cosine to the clean query; the hits
         then carry exact cosines and the stored texts. ``protect_query`` protects the query
-        before it reaches the store (RemoteRAG pattern); the re-rank still uses the clean query.
+        before it reaches the store (RemoteRAG pattern) with keyed noise under the collection's
+        key (:func:`~privembed.integrations.query.protect_queries`: a repeated query gets the
+        same vector; without a key an explicit ``rng`` is required); the re-rank still uses the
+        clean query.
 
         Raises
         ------
@@ -399,7 +402,10 @@ class ProtectedCollection:
                 f"{d_in}-dimensional embeddings (dimension mismatch)."
             )
         clean, _ = check_embeddings(arr, name="query")
-        sent = clean if protect_query is None else protect_query.privatize(clean, rng=rng)
+        sent = clean
+        if protect_query is not None:  # keyed query noise: a repeat gets the same vector
+            sent = protect_queries(protect_query, clean, key=self.key if rng is None else None,
+                                   rng=rng, model=self.embedding_model)  # fmt: skip
         Qt = self.treatment.apply(sent)
         Qt = Qt[None, :] if Qt.ndim == 1 else Qt
         depth = self._depth(k, rerank, recall, protect_query)

@@ -34,6 +34,16 @@ data keeps its meaning. Mahalanobis noise is not isotropic and inputs that are n
 have no single :math:`c`: their scores are the raw cosines (:attr:`QueryTreatment.calibrated` is
 False).
 
+Protected queries. A query that must not leave in the clear either (RemoteRAG) is protected by
+:func:`protect_queries` (``ProtectedCollection.query(..., protect_query=mechanism)``) with
+*keyed* noise: a function of (the collection's key, the query mechanism's configuration, the
+embedding model, the clean query's content), under a key of its own (``HMAC(K,
+"privembed/query/v1")``), so a repeated query gets the identical vector -- averaging copies
+gains nothing -- and a query never reproduces a document's release. Nothing records queries in
+a ledger: repeats are free by construction, and *different* queries (paraphrases) get
+independent noise like any other content. Without a key, fresh noise that nothing records would
+average away, so it is refused unless the caller passes an explicit seed (``rng``, experiments).
+
 References
 ----------
 .. [MC25] Mishra & Chandra (2025). Differential privacy in data reduction. Alg. 1, §5.2.
@@ -41,16 +51,22 @@ References
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from .. import labels
 from .._validation import check_embeddings, check_int
+from ..keyed import resolve_key, vector_digests
 from ..mechanisms import MECHANISMS, Mechanism, build_mechanism
+from ..release import Release
 
-__all__ = ["METRICS", "QueryTreatment", "query_treatment"]
+__all__ = ["METRICS", "QueryTreatment", "protect_queries", "query_key", "query_treatment"]
+
+_QUERY_DOMAIN = labels.QUERY
 
 #: similarities an index can be built for: cosine of the stored vectors, or raw inner product
 METRICS = ("cosine", "ip")
@@ -113,6 +129,84 @@ class QueryTreatment:
             s = 1.0 / c if c > 0 else 1.0
             self._scales[d] = s
         return s
+
+
+def query_key(key: Any) -> bytes:
+    """The noise key of protected queries, derived from the collection's key (so query noise is
+    independent of every document's noise)."""
+    return hmac.digest(resolve_key(key), _QUERY_DOMAIN, "sha256")
+
+
+def protect_queries(
+    mechanism: Mechanism,
+    Q: Any,
+    *,
+    key: Any = None,
+    rng: Any = None,
+    model: str | None = None,
+) -> NDArray[Any]:
+    """Protect query embeddings before they leave the trust boundary (keyed noise).
+
+    Parameters
+    ----------
+    mechanism : Mechanism
+        The query mechanism.
+    Q : array_like, shape (nq, d) or (d,)
+        Clean query embeddings.
+    key : bytes or path, optional
+        The collection's secret key: the noise of a query is a function of (key, the
+        mechanism's configuration, ``model``, the query's content), so a repeated query gets
+        the same vector (see the module docstring).
+    rng : int or numpy.random.Generator, optional
+        Seeded noise instead (experiments only); not with ``key``.
+    model : str, optional
+        The embedding model (part of the keyed context).
+
+    Returns
+    -------
+    ndarray
+        The protected queries, the shape of ``Q``.
+
+    Raises
+    ------
+    ValueError
+        Neither a key nor a seed (fresh, unrecorded noise per query averages away), or both.
+
+    Examples
+    --------
+    >>> from privembed import get_mechanism
+    >>> m = get_mechanism("laplace", epsilon=20.0)
+    >>> q = np.eye(4)[:2]
+    >>> a = protect_queries(m, q, key=b"k" * 32)
+    >>> bool(np.array_equal(a, protect_queries(m, q[::-1], key=b"k" * 32)[::-1]))
+    True
+    """
+    if key is not None and rng is not None:
+        raise ValueError(
+            "protect_query takes a key or a seed, not both (keyed noise is deterministic)."
+        )
+    if key is None and rng is None:
+        raise ValueError(
+            "protect_query needs the collection's key (keyed query noise: a repeated query "
+            "gets the same vector) or an explicit rng for experiments; fresh noise that "
+            "nothing records would average away over repeated queries."
+        )
+    arr, single = check_embeddings(Q, name="query")
+    if rng is not None:
+        out = np.asarray(mechanism.privatize(arr, rng=rng))
+        return out[0] if single else out
+    digests = vector_digests(np.ascontiguousarray(arr, dtype=np.float32))
+    first: dict[bytes, int] = {}  # digest -> its first row; equal queries share one release
+    for i, dg in enumerate(digests):
+        first.setdefault(dg, i)
+    unique = list(first.values())
+    slot = {dg: j for j, dg in enumerate(first)}
+    where = [slot[dg] for dg in digests]
+    ids = ["query:" + digests[i].hex() for i in unique]
+    with Release(mechanism, key=query_key(key), model=model, name="query") as rel:
+        Y = rel.protect(arr[unique], ids)
+    out = Y[where]
+    return out[0] if single else out
 
 
 def _rebuild(config: dict[str, Any]) -> Mechanism | None:

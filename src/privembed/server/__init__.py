@@ -34,6 +34,7 @@ from .config import (  # noqa: E402
     ModelConfig,
     ServeConfig,
     ServerSettings,
+    check_bind,
     config_from_dict,
     load_config,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "ServeConfig",
     "ServerSettings",
     "backend_key",
+    "check_bind",
     "config_from_dict",
     "create_app",
     "hash_api_key",

@@ -32,6 +32,7 @@ import asyncio
 import base64
 import contextlib
 import hashlib
+import ipaddress
 import itertools
 import json
 import secrets
@@ -58,11 +59,31 @@ from .logs import logger
 from .metrics import Metrics
 from .service import BudgetRefused, LedgerUnavailable, Service
 
-__all__ = ["EmbeddingsRequest", "create_app", "parse_embeddings_request"]
+__all__ = ["EmbeddingsRequest", "create_app", "parse_embeddings_request", "subject_of"]
 
 _ROUTES = ("/v1/embeddings", "/v1/models", "/healthz", "/metrics", "/openapi.json")
 _LOG_KEY = "privembed.log"
 _ANONYMOUS = ApiKeyConfig(name="anonymous", sha256="0" * 64)
+#: the subject of requests without a key (no configured key's subject can be this)
+UNAUTHENTICATED = "unauthenticated"
+
+
+def subject_of(key: ApiKeyConfig | None, asserted: str | None) -> str:
+    """The subject a request is charged to: it belongs to the key that asserts it.
+
+    ``key:NAME`` for the key itself; ``key:NAME/SUBJECT`` for a subject the key names (only
+    keys with ``may_assert_subjects``; the caller refuses the others); ``unauthenticated`` for
+    requests without a key. Key names contain no ``/``, so no two keys can reach one subject.
+
+    Examples
+    --------
+    >>> k = ApiKeyConfig(name="gw", sha256="1" * 64, may_assert_subjects=True)
+    >>> subject_of(k, None), subject_of(k, "alice"), subject_of(None, None)
+    ('key:gw', 'key:gw/alice', 'unauthenticated')
+    """
+    if key is None:
+        return UNAUTHENTICATED
+    return f"key:{key.name}" if asserted is None else f"key:{key.name}/{asserted}"
 
 
 # ---- the request body ------------------------------------------------------------------------
@@ -123,7 +144,8 @@ class EmbeddingsRequest(BaseModel):
     encoding_format : {"float", "base64"}
     dimensions : int, optional
     user : str, optional
-        The subject the request is charged to (see ``docs/server.md``).
+        The subject the request is charged to, for a key allowed to name one
+        (``may_assert_subjects``); see :func:`subject_of` and ``docs/server.md``.
     """
 
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
@@ -429,9 +451,18 @@ class _State:
         self.keyring = KeyRing(cfg.api_keys)
         self.limiter = RateLimiter(clock=clock)
         self.service: Service | None = None
+        #: set when a shutdown begins (new requests: 503 shutting_down)
+        self.draining = False
 
     def ready_service(self) -> Service:
         svc = self.service
+        if self.draining or (svc is not None and svc.draining):
+            raise APIError(
+                503,
+                "The server is shutting down.",
+                code="shutting_down",
+                headers={"Retry-After": "5", "Connection": "close"},
+            )
         if svc is None or not svc.ready:
             raise APIError(
                 503,
@@ -444,13 +475,16 @@ class _State:
     def authenticate(self, request: Request) -> ApiKeyConfig:
         header = request.headers.get("authorization")
         if header is None:
-            if self.cfg.server.allow_unauthenticated:
+            client = request.client.host if request.client is not None else ""
+            if self.cfg.server.allow_unauthenticated and _loopback_client(client):
                 return _ANONYMOUS
             raise APIError(
                 401,
-                "You didn't provide an API key (Authorization: Bearer KEY).",
+                "You didn't provide an API key (Authorization: Bearer KEY)"
+                + ("; requests without one are served to this machine only." if
+                   self.cfg.server.allow_unauthenticated else "."),
                 code="missing_api_key",
-            )
+            )  # fmt: skip
         scheme, _, token = header.partition(" ")
         token = token.strip()
         entry = self.keyring.lookup(token) if scheme.lower() == "bearer" and token else None
@@ -518,12 +552,45 @@ async def _read_request(st: _State, request: Request) -> EmbeddingsRequest:
     return parse_embeddings_request(obj, max_inputs=s.max_inputs, max_input_chars=s.max_input_chars)
 
 
+def _loopback_client(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _subject(st: _State, request: Request, req: EmbeddingsRequest, key: ApiKeyConfig) -> str:
+    """The request's subject (:func:`subject_of`), or 403 if the key may not name one."""
+    s = st.cfg.server
+    header = request.headers.get(s.subject_header)
+    asserted, param = (req.user, "user") if req.user is not None else (header, s.subject_header)
+    if asserted is None:
+        return subject_of(None if key is _ANONYMOUS else key, None)
+    if key is _ANONYMOUS or not key.may_assert_subjects:
+        who = "requests without a key" if key is _ANONYMOUS else f"API key {key.name!r}"
+        raise APIError(
+            403,
+            f"{who} may not name the subject a request is charged to ({param}); its requests "
+            "are charged to the key itself. Leave it out, or set may_assert_subjects = true on "
+            "the key (a gateway that authenticates its own users).",
+            param=param,
+            code="subject_not_allowed",
+        )
+    if not asserted.strip() or len(asserted) > 256:
+        raise _bad(
+            f"{param} must be a non-empty subject of at most 256 characters.",
+            param=param,
+            code="invalid_value",
+        )
+    return subject_of(key, asserted)
+
+
 def _refusal(st: _State, svc: Service, model: ModelConfig, exc: Exception) -> APIError:
     """The client's error for a request the service could not complete."""
     s, refused = st.cfg.server, st.metrics.refused
     if isinstance(exc, QueueFull):
         refused["queue_full"] += 1
-        retry = svc.batchers[model.backend].retry_after()
+        retry = svc.retry_after(model)
         return APIError(
             503,
             "The server is overloaded (queue full); retry later.",
@@ -532,7 +599,10 @@ def _refusal(st: _State, svc: Service, model: ModelConfig, exc: Exception) -> AP
         )
     if isinstance(exc, ShuttingDown):
         return APIError(
-            503, "The server is shutting down.", code="shutting_down", headers={"Retry-After": "5"}
+            503,
+            "The server is shutting down.",
+            code="shutting_down",
+            headers={"Retry-After": "5", "Connection": "close"},
         )
     if isinstance(exc, TimeoutError):
         return APIError(
@@ -595,6 +665,7 @@ async def _embeddings(st: _State, request: Request) -> Response:
     st.check_rate(principal)
     req = await _read_request(st, request)
     model = st.lookup_model(req.model, principal)
+    subject = _subject(st, request, req, principal)
     dims = _resolve_dims(model, req.dimensions, svc.backends[model.backend].dim)
     texts = req.texts
     fields.update(
@@ -607,7 +678,6 @@ async def _embeddings(st: _State, request: Request) -> Response:
     st.metrics.inputs += len(texts)
     ids = svc.record_ids(texts)
     unique = dict(zip(ids, texts, strict=True))
-    subject = req.user or request.headers.get(s.subject_header) or principal.name
     fields["subject"] = hashlib.sha256(subject.encode()).hexdigest()[:12]
     try:
         got = await asyncio.wait_for(
@@ -628,9 +698,9 @@ async def _embeddings(st: _State, request: Request) -> Response:
 
 def _healthz(st: _State) -> JSONResponse:
     svc = st.service
-    ready = svc is not None and svc.ready
+    ready = svc is not None and svc.ready and not st.draining
     body: dict[str, Any] = {
-        "status": "ok" if ready else "unavailable",
+        "status": "ok" if ready else ("stopping" if st.draining else "unavailable"),
         "models": len(st.cfg.models),
     }
     if svc is not None:

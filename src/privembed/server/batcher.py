@@ -6,8 +6,13 @@ to a processing coroutine (one model call, then protection). While a batch is be
 new jobs accumulate, so under load batches fill without waiting at all.
 
 The queue is bounded in *texts*: a job that does not fit raises :class:`QueueFull` at once (the
-server answers 503 with ``Retry-After``) instead of letting memory grow. :meth:`MicroBatcher.stop`
-refuses new jobs and lets the workers finish every job already queued (graceful shutdown).
+server answers 503 with ``Retry-After``) instead of letting memory grow. :meth:`MicroBatcher.close`
+refuses new jobs; :meth:`MicroBatcher.stop` also lets the workers finish every job already
+queued, then ends them (graceful shutdown).
+
+The processor resolves every job's future, during the call or later (the server hands
+ledger-bound groups on to their own lane, so a batch worker never waits for the ledger); if it
+raises, the batch's unresolved jobs fail with its exception.
 
 Waiting is measured by an injectable ``clock`` (default :func:`time.monotonic`): a worker sends
 its batch once the oldest job is ``max_wait`` old by that clock, at the latest when the next job
@@ -67,7 +72,8 @@ class MicroBatcher:
     Parameters
     ----------
     process : async callable(list[Job]) -> None
-        Handles one batch and resolves every job's future (result or exception).
+        Handles one batch and resolves every job's future (result or exception), now or
+        later; if it raises, the batch's unresolved jobs fail with that exception.
     max_batch : int
         Texts per batch (a single larger job forms a batch of its own).
     max_wait : float
@@ -105,6 +111,7 @@ class MicroBatcher:
         self._wakeup: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closing = False
+        self._intake_closed = False
         self.busy = 0
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -112,10 +119,16 @@ class MicroBatcher:
         """Start the worker tasks (call from the running event loop)."""
         self._wakeup = asyncio.Event()
         self._closing = False
+        self._intake_closed = False
         self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.workers)]
+
+    def close(self) -> None:
+        """Take no new jobs (:meth:`enqueue` raises :class:`ShuttingDown`); the workers go on."""
+        self._intake_closed = True
 
     async def stop(self) -> None:
         """Take no new jobs, finish the queued ones, then end the workers."""
+        self._intake_closed = True
         self._closing = True
         if self._wakeup is not None:
             self._wakeup.set()
@@ -145,7 +158,7 @@ class MicroBatcher:
         ShuttingDown
             :meth:`stop` has been called.
         """
-        if self._closing or self._wakeup is None:
+        if self._closing or self._intake_closed or self._wakeup is None:
             raise ShuttingDown()
         n = len(payload) if size is None else size
         if self.pending + n > self.max_queue:
@@ -210,6 +223,3 @@ class MicroBatcher:
                         job.future.set_exception(exc)
             finally:
                 self.busy -= 1
-                for job in batch:  # never leave a client waiting forever
-                    if not job.future.done():
-                        job.future.set_exception(RuntimeError("batch produced no result"))

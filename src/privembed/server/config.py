@@ -41,6 +41,7 @@ privembed.server.errors.ConfigError: <config>: [models.docs] mechanism: mechanis
 from __future__ import annotations
 
 import ipaddress
+import socket
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ __all__ = [
     "ModelConfig",
     "ServeConfig",
     "ServerSettings",
+    "check_bind",
     "config_from_dict",
     "load_config",
 ]
@@ -160,8 +162,9 @@ class ServerSettings(BaseModel):
     )
     #: identity of a text: NFKC + collapsed whitespace, and case-folded when true
     casefold: bool = True
-    #: header naming the subject (user, client) a request is charged to; the request's
-    #: ``user`` field takes precedence; without either, the API key's name is the subject
+    #: header naming the subject (user, client) a request is charged to, for keys with
+    #: ``may_assert_subjects``; the request's ``user`` field takes precedence; without either,
+    #: the subject is the API key itself
     subject_header: str = "X-Privembed-Subject"
     subject_budget_epsilon: PositiveFloat | None = None
     subject_budget_delta: Probability | None = None
@@ -299,7 +302,8 @@ class ApiKeyConfig(BaseModel):
     Parameters
     ----------
     name : str
-        Shown in logs and used as the default subject (default in a file: ``key-N``).
+        Shown in logs; the key's subject is ``key:NAME`` (default in a file: ``key-N``). No
+        ``/`` (it separates the key from the subjects it names).
     sha256 : str
         Hex SHA-256 of the key (:func:`privembed.server.hash_api_key`).
     models : tuple of str, default ("*",)
@@ -308,6 +312,10 @@ class ApiKeyConfig(BaseModel):
         Requests per minute (token bucket).
     burst : int, optional
         Bucket size (default: ``rate_limit`` rounded up).
+    may_assert_subjects : bool, default False
+        Whether requests with this key may name the subject they are charged to (``user`` or
+        the subject header), as ``key:NAME/SUBJECT``; a key that may not is refused (403) when
+        it names one. Give it to a trusted gateway that authenticates its own users.
     """
 
     model_config = _TABLE
@@ -317,6 +325,14 @@ class ApiKeyConfig(BaseModel):
     models: Annotated[tuple[str, ...], Field(strict=False)] = ("*",)
     rate_limit: PositiveFloat | None = None
     burst: PositiveInt | None = None
+    may_assert_subjects: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if "/" in value:
+            raise _bad("must not contain '/' (it separates a key from the subjects it names)")
+        return value
 
     @field_validator("sha256")
     @classmethod
@@ -844,12 +860,43 @@ def config_from_dict(
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
+    """Whether ``host`` names only loopback addresses (a name is resolved; all must be)."""
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
         return False
+    addrs = {str(info[4][0]) for info in infos}
+    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+
+
+def check_bind(settings: ServerSettings, host: str, *, source: str = "<config>") -> None:
+    """Refuse to listen on ``host`` -- the address the server will actually bind, whatever
+    set it (the file, ``--host``, the caller) -- if it is not loopback while
+    ``allow_unauthenticated`` is on.
+
+    Raises
+    ------
+    ConfigError
+        One line naming the setting and the host.
+
+    Examples
+    --------
+    >>> s = ServerSettings(allow_unauthenticated=True)
+    >>> check_bind(s, "127.0.0.1")
+    >>> check_bind(s, "0.0.0.0")
+    Traceback (most recent call last):
+    ...
+    privembed.server.errors.ConfigError: <config>: [server] allow_unauthenticated = true is only allowed on a loopback address, got host='0.0.0.0' (the address the server would listen on).
+    """
+    if settings.allow_unauthenticated and not _is_loopback(host):
+        raise ConfigError(
+            f"{source}: [server] allow_unauthenticated = true is only allowed on a loopback "
+            f"address, got host={host!r} (the address the server would listen on)."
+        )
 
 
 def load_config(path: str | Path) -> ServeConfig:

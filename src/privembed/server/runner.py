@@ -3,31 +3,67 @@
 :func:`running_server` starts uvicorn on a loopback socket in a background thread and stops it
 gracefully on exit -- what the tests and ``benchmarks/bench_server.py`` use, and a convenient
 way to put a privacy proxy in front of application tests.
+
+Binding. The address checked against the loopback-only rule for unauthenticated access is the
+one the server actually binds (:func:`privembed.server.config.check_bind`), whatever set it:
+the configuration, ``--host``, or the caller of :func:`serve_forever` / :func:`running_server`
+(where the socket's own address is checked too). Requests without a key are also served only
+to loopback clients (:mod:`.app`), whatever bound the socket.
+
+Stopping. SIGTERM or SIGINT (or :meth:`RunningServer.stop`) starts a *drain*: the listening
+socket stays open and every new request is answered 503 ``shutting_down`` (``Retry-After``,
+``Connection: close``); admitted work may finish for up to ``graceful_shutdown_s``; what is
+still waiting then is answered 503 too (:meth:`privembed.server.service.Service.drain`). Only
+then does uvicorn stop listening, close the connections (waiting at most
+:data:`CLOSE_MARGIN_S` for responses to be written) and run the application's shutdown. A
+second SIGINT forces an immediate exit. :func:`serve_forever` returns normally (exit status 0)
+after a clean shutdown and raises ``SystemExit(1)`` after a forced or failed one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import signal
 import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import uvicorn
 
-__all__ = ["RunningServer", "running_server", "serve_forever", "uvicorn_config"]
+from .config import check_bind
+
+__all__ = [
+    "CLOSE_MARGIN_S",
+    "RunningServer",
+    "check_bind",
+    "running_server",
+    "serve_forever",
+    "uvicorn_config",
+]
+
+#: seconds uvicorn waits for connections to close after the drain (every request has been
+#: answered by then: this covers writing the last responses)
+CLOSE_MARGIN_S = 5
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, signalling (for other threads) when it is up and when it stops."""
+    """uvicorn's server with privembed's drain; it signals (for other threads) when it is up
+    and when it begins to stop, and says whether its shutdown was clean."""
 
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         #: set when the startup has finished, or failed
         self.ready = threading.Event()
-        #: set when the shutdown begins: no new connections, in-flight requests finish
+        #: set when the drain begins (new requests are answered 503 from then on)
         self.stopping = threading.Event()
+        self._drain_requested = False
+        self._drain: asyncio.Task[None] | None = None
+        self._closed_in_time = False
+        self.refused_at_drain = 0
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         try:
@@ -35,9 +71,50 @@ class _Server(uvicorn.Server):
         finally:
             self.ready.set()
 
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self.stopping.set()
-        await super().shutdown(sockets=sockets)
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """SIGTERM/SIGINT: drain, then stop (never re-raised: a clean stop exits 0). A second
+        SIGINT forces the exit."""
+        if self._drain_requested and sig == signal.SIGINT:
+            self.force_exit = True
+            self.should_exit = True
+            return
+        self._drain_requested = True
+
+    def request_drain(self) -> None:
+        """Begin the drain from another thread (what SIGTERM does)."""
+        self._drain_requested = True
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._drain_requested and self._drain is None:
+            self.stopping.set()
+            self._drain = asyncio.create_task(self._drain_app())
+        if self._drain is not None and self._drain.done():
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+    async def _drain_app(self) -> None:
+        state = getattr(self.config.app.state, "privembed", None)
+        if state is None:
+            return
+        state.draining = True
+        svc = state.service
+        if svc is not None:
+            self.refused_at_drain = await svc.drain(state.cfg.server.graceful_shutdown_s)
+
+    async def _wait_tasks_to_complete(self) -> None:
+        await super()._wait_tasks_to_complete()
+        self._closed_in_time = True  # not reached when uvicorn's wait timed out
+
+    @property
+    def clean(self) -> bool:
+        """Whether the server started, drained and shut down without forcing anything."""
+        lifespan = getattr(self, "lifespan", None)
+        return (
+            self.started
+            and not self.force_exit
+            and self._closed_in_time
+            and not getattr(lifespan, "shutdown_failed", False)
+        )
 
 
 def uvicorn_config(app: Any, *, host: str, port: int, settings: Any, log_config: Any) -> Any:
@@ -54,19 +131,32 @@ def uvicorn_config(app: Any, *, host: str, port: int, settings: Any, log_config:
         proxy_headers=True,
         forwarded_allow_ips=settings.forwarded_allow_ips,
         limit_concurrency=settings.max_connections,
-        timeout_graceful_shutdown=max(1, round(settings.graceful_shutdown_s)),
+        timeout_graceful_shutdown=CLOSE_MARGIN_S,  # after the drain (graceful_shutdown_s)
     )
 
 
 def serve_forever(app: Any, *, host: str, port: int) -> None:
-    """Run ``app`` under uvicorn until SIGINT/SIGTERM (finishing in-flight requests)."""
+    """Run ``app`` under uvicorn until SIGINT/SIGTERM, then drain and stop (module docstring).
+
+    Raises
+    ------
+    ConfigError
+        ``allow_unauthenticated`` with a ``host`` that is not loopback (nothing is bound).
+    SystemExit
+        Status 1 after a forced or failed shutdown (a clean one returns: status 0).
+    """
     from .logs import log_config
 
-    settings = app.state.config.server
+    config = app.state.config
+    check_bind(config.server, host, source=config.source)
+    settings = config.server
     cfg = uvicorn_config(
         app, host=host, port=port, settings=settings, log_config=log_config(settings.log_level)
     )
-    uvicorn.Server(cfg).run()
+    server = _Server(cfg)
+    server.run()
+    if not server.clean:
+        raise SystemExit(1)
 
 
 @dataclass
@@ -79,7 +169,7 @@ class RunningServer:
 
     @property
     def stopping(self) -> threading.Event:
-        """Set once the server has begun to stop (it accepts no new connections)."""
+        """Set once the server has begun to stop (its drain: new requests get 503)."""
         event: threading.Event = self.server.stopping
         return event
 
@@ -89,8 +179,8 @@ class RunningServer:
         return self.url + "/v1"
 
     def stop(self, timeout: float = 60.0) -> None:
-        """Stop accepting, finish in-flight requests, run the shutdown, join the thread."""
-        self.server.should_exit = True
+        """Drain (as SIGTERM does), run the shutdown, join the thread (at most ``timeout`` s)."""
+        self.server.request_drain()
         self.thread.join(timeout)
 
 
@@ -102,14 +192,24 @@ def running_server(
 
     Raises
     ------
+    ConfigError
+        ``allow_unauthenticated`` with a ``host`` that is not loopback.
     RuntimeError
         The server did not start (the application's startup error is chained).
     """
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    config = app.state.config
+    check_bind(config.server, host, source=config.source)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+        check_bind(config.server, sock.getsockname()[0], source=config.source)
+    except BaseException:
+        sock.close()
+        raise
     bound = sock.getsockname()[1]
-    settings = app.state.config.server
+    settings = config.server
     cfg = uvicorn_config(app, host=host, port=bound, settings=settings, log_config=None)
     server = _Server(cfg)
 

@@ -5,11 +5,15 @@ Identities, content and keys
 A text's *identity* -- its record in the ledger, its per-record budget -- is the HMAC of its
 canonical form under the server key ``K``: Unicode NFKC, whitespace runs collapsed and ends
 stripped, and case-folded unless ``casefold = false``
-(``HMAC-SHA256(K, "privembed/serve/text/v1" || 0x00 || canonical)``, first 128 bits). Texts
-whose clean embeddings are bit-identical share one identity too: the first identity seen for a
-clean vector claims it (an alias keyed by an HMAC of the vector, never the vector), so
-variants the canonical form misses still land on one record. The ids reveal nothing about the
-texts to anyone without ``K``.
+(``HMAC-SHA256(K, "privembed/serve/text/v1" || 0x00 || canonical)``, first 128 bits). With a
+ledger, texts whose clean embeddings are bit-identical share one identity too: the first
+identity seen for a clean vector claims it -- an *alias* keyed by an HMAC of the vector under
+the backend's key, never the vector, kept in the ledger (:meth:`privembed.ledger.Ledger.
+claim_aliases`: bounded, surviving restarts, shared by every server using the ledger) -- so
+variants the canonical form misses (accents, zero-width characters that the model's tokenizer
+drops) still land on one record. The ids reveal nothing about the texts to anyone without
+``K``. (Without a ledger there is no budget, and an identity only names the keyed noise, which
+is bound to the exact text anyway.)
 
 The *content* that keyed noise is bound to is the exact text and the backend's identity
 (:func:`privembed.keyed.text_digests`, no canonicalisation): the same text gets the same noise
@@ -22,21 +26,39 @@ Each backend gets its own noise key ``K_b = HMAC-SHA256(K, "privembed/serve/back
 
 Subjects
 --------
-Each request is charged to a *subject*: the request's ``user`` field, else the configured
-header (``X-Privembed-Subject``), else the API key's name. With a per-subject budget the
-ledger composes every fresh release of every text of the subject: this, not the per-text
-budget, is the limit on averaging paraphrases (docs/server.md).
+Each request is charged to a *subject*, a name that belongs to the API key that asserts it
+(:func:`privembed.server.app.subject_of`): ``key:NAME`` for the key itself, and, only for a key
+configured with ``may_assert_subjects = true``, ``key:NAME/SUBJECT`` for the subject it names in
+the request's ``user`` field or the ``X-Privembed-Subject`` header. Other keys naming a subject
+are refused (403). With a per-subject budget the ledger composes every fresh release of every
+text of the subject: this, not the per-text budget, is the limit on averaging paraphrases
+(docs/server.md says what it can and cannot stop).
 
-Batches and the ledger
-----------------------
+Batches, the ledger lane and queries
+------------------------------------
 Jobs from concurrent requests meet in one :class:`~.batcher.MicroBatcher` per backend: their
 distinct texts are embedded in one model call; then per (model, dimension, subject) group the
-release runs once (:class:`privembed.release.Release`). Releases that touch the ledger run on
-the one thread that owns its SQLite connection, with a bounded wait for another process's
-lock (``ledger_timeout_s``; then 503 with Retry-After); everything else (queries, projections,
-servers without a ledger) runs on a separate thread and never waits for the ledger. If the
-ledger refuses a group (budget), each request of the group is retried alone, so only the
-requests that would pass the budget fail.
+release runs once (:class:`privembed.release.Release`). Releases that touch the ledger are
+handed to the *ledger lane*: they run in order on the one thread that owns the ledger's SQLite
+connection, with a bounded wait for another process's lock (``ledger_timeout_s``; then 503
+with Retry-After), and the batch worker does not wait for them. The lane admits texts apart
+from the model's queue (at most ``max_queue`` texts; beyond that 503 at once, before the model
+is called), so documents waiting for the ledger never hold the model's queue or its workers:
+everything else (clean and projected queries, servers without a ledger) runs on a separate
+thread and never waits for the ledger. If the ledger refuses a group (budget), each request of
+the group is retried alone, so only the requests that would pass the budget fail. A group whose
+requests have all been answered already (a client that gave up, a drain that ended) is skipped
+if its turn has not come: nothing is charged for it.
+
+Rows are recorded for releases that were computed but never delivered: a request that timed
+out or was refused at shutdown *after* its release was committed, or a client that hung up.
+That is the conservative direction (the ledger may over-count, never under-count).
+
+Draining
+--------
+:meth:`Service.drain` (SIGTERM): no new work is accepted (503 ``shutting_down``); the work
+already admitted may finish for up to ``graceful_shutdown_s``; whatever is still waiting then
+is answered 503 ``shutting_down`` (never charged if its release had not started).
 
 Output cache
 ------------
@@ -51,6 +73,7 @@ import asyncio
 import hmac
 import time
 from collections import OrderedDict
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,7 +85,7 @@ from .. import labels
 from ..keyed import canonical_text, key_id, text_digests, vector_digests
 from ..release import Release
 from .backends import Backend, BackendError, make_backend
-from .batcher import Job, MicroBatcher
+from .batcher import Job, MicroBatcher, QueueFull, ShuttingDown
 from .config import ModelConfig, ServeConfig
 from .metrics import Metrics
 
@@ -180,10 +203,14 @@ class Service:
         self._cache: OrderedDict[tuple[Any, ...], tuple[NDArray[np.float32], int]]
         self._cache = OrderedDict()
         self.cache_size = s.cache_size if self.keyed else 0
-        # clean-vector aliases: HMAC(vector) -> identity (first identity seen claims a vector)
-        self._aliases: OrderedDict[bytes, str] = OrderedDict()
-        self.alias_capacity = 1 << 20
+        #: texts admitted to the ledger lane and not yet answered (bounded by max_queue)
+        self.lane_texts = 0
+        self.lane_capacity = s.max_queue
+        self._lane_tasks: set[asyncio.Task[None]] = set()
+        #: result futures of requests in progress (answered 503 if a drain runs out of time)
+        self._waiting: set[asyncio.Future[Any]] = set()
         self.ready = False
+        self.draining = False
 
     # ---- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -225,9 +252,24 @@ class Service:
                     delta=float(dlt if dlt is not None else (old.delta if old else 1e-5)),
                     subject=True,
                 )
+            legacy = [x for x in led.subjects() if not x.startswith(("key:", "unauthenticated"))]
         except BaseException:
             led.close()
             raise
+        if legacy:  # a count only: subject names can be user names
+            from .logs import logger
+
+            logger.warning(
+                "ledger_legacy_subjects",
+                extra={
+                    "fields": {
+                        "subjects": len(legacy),
+                        "note": "subjects written before subjects were namespaced by API key "
+                        "(key:NAME/...) are kept as they are and not counted against the "
+                        "namespaced ones (docs/server.md)",
+                    }
+                },
+            )
         return led
 
     def _warm_up(self) -> None:
@@ -251,10 +293,31 @@ class Service:
                     ) from None
                 mech.expected_cosine(d)  # builds angle tables and the like once
 
+    async def drain(self, limit_s: float) -> int:
+        """Accept no new work; let admitted work finish for up to ``limit_s`` seconds; then
+        answer whatever is still waiting with :class:`ShuttingDown` (503). Returns how many
+        requests were answered so. Work already running goes on in the background (its result
+        is dropped); ledger work whose turn has not come is skipped (never charged)."""
+        self.draining = True
+        self.ready = False
+        for b in self.batchers.values():
+            b.close()
+        pending = {f for f in self._waiting if not f.done()}
+        if pending:
+            await asyncio.wait(pending, timeout=limit_s)
+        refused = 0
+        for f in list(self._waiting):
+            if not f.done():
+                f.set_exception(ShuttingDown())
+                refused += 1
+        return refused
+
     async def stop(self) -> None:
         """Finish queued work, then close backends and the ledger."""
         self.ready = False
         await asyncio.gather(*(b.stop() for b in self.batchers.values()))
+        if self._lane_tasks:
+            await asyncio.gather(*list(self._lane_tasks), return_exceptions=True)
         for backend in self.backends.values():
             await backend.close()
         loop = asyncio.get_running_loop()
@@ -266,6 +329,18 @@ class Service:
     @property
     def queue_depth(self) -> int:
         return sum(b.pending for b in self.batchers.values())
+
+    def needs_ledger(self, model: ModelConfig) -> bool:
+        """Whether releases of ``model`` are recorded in the ledger (they take the lane)."""
+        return self._ledger is not None and model.treatment == "protect"
+
+    def retry_after(self, model: ModelConfig) -> int:
+        """Seconds a client refused for a full queue (or lane) should wait."""
+        wait = self.batchers[model.backend].retry_after()
+        if self.needs_ledger(model):
+            lane = max(1, min(30, int(self.config.server.ledger_timeout_s + 0.999)))
+            wait = max(wait, lane)
+        return wait
 
     # ---- the request path --------------------------------------------------------------------
     def record_ids(self, texts: list[str]) -> list[str]:
@@ -335,11 +410,30 @@ class Service:
                 todo_ids.append(rid)
                 todo_texts.append(text)
         self.metrics.cache_hits += len(ids) - len(todo_ids)
-        if todo_ids:
+        if not todo_ids:
+            return Embedded(vecs, toks)
+        if self.draining:
+            raise ShuttingDown()
+        n = len(todo_ids)
+        lane = self.needs_ledger(model)
+        if lane:  # admitted apart: documents waiting for the ledger never fill the model's queue
+            busy = len(self._lane_tasks)  # groups not finished, answered or not
+            if self.lane_texts + n > self.lane_capacity or busy >= self.lane_capacity:
+                raise QueueFull()
+            self.lane_texts += n
+        try:
             work = _Work(model, dims, todo_ids, todo_texts, subject)
-            got: Embedded = await self.batchers[model.backend].submit(work, len(todo_ids))
-            vecs.update(got.vectors)
-            toks.update(got.tokens)
+            fut = self.batchers[model.backend].enqueue(work, n)
+            self._waiting.add(fut)
+            try:
+                got: Embedded = await fut
+            finally:
+                self._waiting.discard(fut)
+        finally:
+            if lane:
+                self.lane_texts -= n
+        vecs.update(got.vectors)
+        toks.update(got.tokens)
         return Embedded(vecs, toks)
 
     # ---- one batch ---------------------------------------------------------------------------
@@ -364,25 +458,24 @@ class Service:
             groups.setdefault((w.model.name, w.dims, w.subject), []).append(j)
         loop = asyncio.get_running_loop()
         for group in groups.values():
-            await self._protect_group(loop, backend, group, X, row, tokens)
-
-    def _alias(self, backend: str, X: NDArray[np.float32], rids: list[str]) -> list[str]:
-        """Identities after vector aliasing: a clean vector first seen under identity A makes
-        every later text with that exact vector identity A (bounded LRU of aliases)."""
-        key = self._bkeys[backend]
-        out = []
-        for dg, rid in zip(vector_digests(X), rids, strict=True):
-            tag = hmac.digest(key, _ALIAS_DOMAIN + dg, "sha256")[:16]
-            owner = self._aliases.get(tag)
-            if owner is None:
-                self._aliases[tag] = rid
-                if len(self._aliases) > self.alias_capacity:
-                    self._aliases.popitem(last=False)
-                owner = rid
+            coro = self._protect_group(loop, backend, group, X, row, tokens)
+            if self.needs_ledger(group[0].payload.model):
+                self._to_lane(coro)  # the batch worker does not wait for the ledger
             else:
-                self._aliases.move_to_end(tag)
-            out.append(owner)
-        return out
+                await coro
+
+    def _to_lane(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a ledger-bound group as its own task (in order: the ledger thread is FIFO)."""
+        task = asyncio.create_task(coro)
+        self._lane_tasks.add(task)
+        task.add_done_callback(self._lane_tasks.discard)
+
+    def alias_tags(self, backend: str, X: NDArray[np.float32]) -> list[str]:
+        """The alias tag of each clean vector: HMAC under the backend's key of its digest."""
+        key = self._bkeys[backend]
+        return [
+            hmac.digest(key, _ALIAS_DOMAIN + dg, "sha256")[:16].hex() for dg in vector_digests(X)
+        ]
 
     async def _protect_group(
         self,
@@ -400,9 +493,9 @@ class Service:
             items.update(zip(j.payload.ids, j.payload.texts, strict=True))
         rids = list(items)
         Xg = X[[row[items[r]] for r in rids]]
-        eff = self._alias(backend.name, Xg, rids) if model.treatment == "protect" else rids
-        needs_ledger = self._ledger is not None and model.treatment == "protect"
+        needs_ledger = self.needs_ledger(model)
         pool = self._ledger_thread if needs_ledger else self._compute
+        futures = [j.future for j in jobs]
         try:
             Y = await loop.run_in_executor(
                 pool,
@@ -410,10 +503,11 @@ class Service:
                 model,
                 dims,
                 backend.name,
-                eff,
+                rids,
                 [items[r] for r in rids],
                 Xg,
                 subject,
+                futures if needs_ledger else None,
             )
         except BudgetRefused as exc:
             if len(jobs) > 1:  # find the requests that pass on their own
@@ -425,6 +519,8 @@ class Service:
         except Exception as exc:
             for j in jobs:
                 _resolve(j.future, exc=exc)
+            return
+        if Y is None:  # every request of the group was answered before its turn: skipped
             return
         vecs = dict(zip(rids, Y, strict=True))
         toks = {r: tokens[items[r]] for r in rids}
@@ -443,15 +539,53 @@ class Service:
         texts: list[str],
         X: NDArray[np.float32],
         subject: str | None,
-    ) -> NDArray[np.float32]:
-        """Protect (or project) one group; on the ledger thread when the ledger records it."""
+        futures: list[asyncio.Future[Any]] | None = None,
+    ) -> NDArray[np.float32] | None:
+        """Protect (or project) one group; on the ledger thread when the ledger records it.
+
+        ``futures`` (ledger work): the group's result futures; if every one is already done
+        when the group's turn comes, nothing is released or charged (``None``). With a ledger
+        the texts' identities first go through the ledger's clean-vector aliases.
+        """
         mech = model.mechanism(dims)
         if model.treatment == "none" or mech is None:
             return np.ascontiguousarray(X, dtype=np.float32)
         if model.treatment == "project":
             return np.asarray(mech.public_transform(X), dtype=np.float32)
+        if futures is not None and all(f.done() for f in futures):
+            return None
         ledger = self._ledger
-        # ids may repeat after aliasing (two texts with one clean vector): one release each
+        if ledger is None:
+            return self._rounds(mech, backend, ids, texts, X, subject, None, None)
+        from ..ledger import AliasConflict, LedgerBusy
+
+        for _ in range(3):  # another process may claim a looked-up alias meanwhile: look again
+            try:
+                tags = self.alias_tags(backend, X)
+                known = ledger.lookup_aliases(tags)
+                owners = [known.setdefault(t, rid) for t, rid in zip(tags, ids, strict=True)]
+                return self._rounds(mech, backend, owners, texts, X, subject, ledger,
+                                    (tags, owners))  # fmt: skip
+            except AliasConflict:
+                continue
+            except LedgerBusy as exc:
+                self.ledger_health.set("busy", str(exc))
+                raise LedgerUnavailable(str(exc)) from None
+        raise LedgerUnavailable("the ledger's aliases kept changing under concurrent writers.")
+
+    def _rounds(
+        self,
+        mech: Any,
+        backend: str,
+        ids: list[str],
+        texts: list[str],
+        X: NDArray[np.float32],
+        subject: str | None,
+        ledger: Any,
+        claims: tuple[list[str], list[str]] | None,
+    ) -> NDArray[np.float32]:
+        """One release per round of distinct ids (ids may repeat after aliasing: two texts
+        with one clean vector); the first round also records the alias claims."""
         rounds: list[list[int]] = []
         for i, rid in enumerate(ids):
             for r in rounds:
@@ -461,9 +595,9 @@ class Service:
             else:
                 rounds.append([i])
         out = np.empty((len(ids), mech.output_dim(X.shape[1])), dtype=np.float32)
-        for r in rounds:
-            out[r] = self._one_release(mech, backend, [ids[i] for i in r],
-                                       [texts[i] for i in r], X[r], subject, ledger)  # fmt: skip
+        for n, r in enumerate(rounds):
+            out[r] = self._one_release(mech, backend, [ids[i] for i in r], [texts[i] for i in r],
+                                       X[r], subject, ledger, claims if n == 0 else None)  # fmt: skip
         return out
 
     def _one_release(
@@ -475,7 +609,10 @@ class Service:
         X: NDArray[np.float32],
         subject: str | None,
         ledger: Any,
+        claims: tuple[list[str], list[str]] | None = None,
     ) -> NDArray[np.float32]:
+        """One release; with a ledger it is committed -- with the alias ``claims`` and marked
+        published -- in one transaction (the response follows at once)."""
         from ..ledger import BudgetExceeded, LedgerBusy
 
         s = self.config.server
@@ -494,8 +631,10 @@ class Service:
             ) as rel:
                 digests = text_digests(texts, ident) if keyed else None
                 Y = rel.protect(X, ids, digests=digests)
-                rel.commit()
-        except BudgetExceeded as exc:
+                if claims is not None and rel.staged is not None:
+                    rel.staged.claim_aliases(*claims)
+                rel.commit(published=True)
+        except BudgetExceeded as exc:  # (the commit recorded the alias claims all the same)
             if ledger is not None:
                 self.ledger_health.set("ok")
             raise BudgetRefused("subject" if "subject" in str(exc) else "record") from None
