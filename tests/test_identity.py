@@ -425,3 +425,36 @@ def test_subject_column_errors_are_one_line(tmp_path, key_file):
                             "laplace", "--epsilon", "10", "--subject-column", "patient", *led])  # fmt: skip
     assert r.exit_code == 2 and "row 1 has no subject" in " ".join(r.stderr.split())
     assert not (tmp_path / "o.parquet").exists()
+
+
+def test_the_server_binds_noise_to_a_digest_of_its_local_model(tmp_path):
+    """Finding 2, server side: the identity was the configured path string, so a folder swapped
+    or changed in place behind the same path kept its noise key."""
+    import asyncio
+
+    pytest.importorskip("fastapi")
+    from privembed.server.backends import LocalBackend
+    from privembed.server.config import BackendConfig
+    from privembed.server.service import backend_key
+
+    folder = _model_folder(tmp_path / "models" / "notes-model")
+
+    def started_identity() -> str:
+        b = LocalBackend(BackendConfig(name="local", type="local", model=str(folder),
+                                       runtime="torch"))  # fmt: skip
+
+        async def go() -> str:
+            await b.start()
+            try:
+                return b.identity
+            finally:
+                await b.close()
+
+        return asyncio.run(go())
+
+    before = started_identity()
+    assert before.startswith("local|notes-model@") and before == started_identity()
+    _set_pooling(folder, "cls")  # the same configured path, another model
+    after = started_identity()
+    assert after != before
+    assert backend_key(KEY, after) != backend_key(KEY, before)
