@@ -33,7 +33,14 @@ from __future__ import annotations
 
 from . import metrics
 from ._common import protect, protect_copies, word_tokens
-from .attribute import AttributeProbe, AttributeReport, auc_interval, mentions, ner_labels
+from .attribute import (
+    AttributeProbe,
+    AttributeReport,
+    attribute_audit,
+    auc_interval,
+    mentions,
+    ner_labels,
+)
 from .averaging import AveragingReport, averaging_attack, expected_average_cosine
 from .corpus import PIICorpus, pii_corpus, sensitive_tokens
 from .fingerprint import (
@@ -79,6 +86,7 @@ __all__ = [
     "TransformerInversionAttack",
     "Vec2TextAdapter",
     "WordVocabulary",
+    "attribute_audit",
     "auc_interval",
     "averaging_attack",
     "expected_average_cosine",

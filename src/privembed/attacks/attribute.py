@@ -44,6 +44,7 @@ from ._common import check_hidden, embeddings_f64, protect_copies, standard_scal
 __all__ = [
     "AttributeProbe",
     "AttributeReport",
+    "attribute_audit",
     "auc_interval",
     "mentions",
     "ner_labels",
@@ -305,3 +306,44 @@ class AttributeProbe:
     def check(self, X: Any, y: Any) -> AttributeReport:
         """:meth:`score` on *clean* held-out vectors: can this probe read the attribute at all?"""
         return self.score(X, y)
+
+
+def attribute_audit(
+    X_train: Any,
+    y_train: Any,
+    X_test: Any,
+    y_test: Any,
+    *,
+    protected_test: Any = None,
+    mechanism: Any = None,
+    kind: str = "linear",
+    n_copies: int = 2,
+    rng: Any = None,
+) -> list[tuple[str, str, AttributeReport]]:
+    """The attribute attack as an audit: clean check, then non-adaptive and adaptive probes.
+
+    Returns ``(target, training, report)`` rows: ``("unprotected", "clean", ...)`` -- the
+    strength check; with ``protected_test`` (the released test vectors) also
+    ``("protected", "non-adaptive", ...)`` and, with ``mechanism``, ``("protected",
+    "adaptive", ...)`` (trained on ``n_copies`` releases of ``X_train`` by ``mechanism``).
+
+    Examples
+    --------
+    >>> g = np.random.default_rng(0); y = g.random(300) < 0.4
+    >>> X = g.standard_normal((300, 6)); X[:, 0] += 3 * y
+    >>> [(t, m, r.beats_blind) for t, m, r in attribute_audit(X[:200], y[:200], X[200:], y[200:])]
+    [('unprotected', 'clean', True)]
+    """
+    gen = as_generator(rng)
+    clean = AttributeProbe(kind=kind).fit(X_train, y_train, rng=gen)
+    rows = [("unprotected", "clean", clean.check(X_test, y_test))]
+    if protected_test is not None:
+        rows.append(("protected", "non-adaptive", clean.score(protected_test, y_test)))
+        if mechanism is not None:
+            adaptive = AttributeProbe(kind=kind).fit_adaptive(
+                X_train, y_train, mechanism, n_copies=n_copies, rng=gen
+            )
+            rows.append(("protected", "adaptive", adaptive.score(protected_test, y_test)))
+    elif mechanism is not None:
+        raise ValueError("mechanism needs protected_test (the released test vectors).")
+    return rows

@@ -802,8 +802,8 @@ class TransformerInversionAttack:
         self.model_.eval()
         with torch_threads(torch, self.num_threads):
             first = self._generate(torch, Y, None, None, greedy=True, gen=gen)
-            if embed is None:
-                return self._texts(first)
+            if embed is None or (k == 1 and (rounds == 0 or not self.has_corrector_)):
+                return self._texts(first)  # nothing to choose between
             target = _unit(Y)
             best_seq = first
             best_txt = self._texts(first)
