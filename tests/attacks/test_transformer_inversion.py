@@ -226,3 +226,21 @@ def test_strength_verdict_thresholds():
     assert same.verdict == "no evidence" and same.token_f1 == pytest.approx(same.token_f1_blind)
     with pytest.raises(ValueError, match="min_excess"):
         strength_verdict(score_against_blind(t, t), min_excess=1.5)
+
+
+def test_fit_corrector_on_a_model_fitted_without_one(toy):
+    texts, X = toy
+    atk = TransformerInversionAttack(**TINY, epochs=2, correction=0)
+    atk.fit(texts[:100], X[:100], rng=0)
+    assert not atk.has_corrector_
+    with pytest.raises(ValueError, match="correction must be >= 1"):
+        atk.fit_corrector(texts[:100], X[:100], embed=bow_embed)
+    atk.correction, atk.correction_epochs = 40, 1
+    with pytest.raises(DataError, match=r"embed returned shape \(40, 3\)"):
+        atk.fit_corrector(texts[:100], X[:100], embed=lambda t: np.ones((len(t), 3)))
+    steps = atk.steps_
+    atk.fit_corrector(texts[:100], X[:100], embed=bow_embed, rng=0)
+    assert atk.has_corrector_ and len(atk.correction_history_) == 1
+    assert atk.steps_ == steps + 2 * 2  # 40 texts in batches of 32, each with a base batch
+    with pytest.raises(RuntimeError, match="needs a fitted attack"):
+        TransformerInversionAttack(**TINY).fit_corrector(texts[:5], X[:5], embed=bow_embed)

@@ -649,20 +649,76 @@ class TransformerInversionAttack:
                                          on_step)  # fmt: skip
             self.correction_history_ = []
             if self.correction and embed is not None:
-                k = min(self.correction, len(texts))
-                sel = np.sort(gen.choice(len(texts), size=k, replace=False))
-                Ys = X[sel] if protect is None else np.asarray(protect(X[sel], gen), np.float64)
-                self.model_.eval()
-                hyps = self._generate(torch, Ys, None, None, greedy=True, gen=gen)
-                H = embeddings_f64(embed([self._pieces.join(self.vocabulary_.pieces_of(h))
-                                          for h in hyps]), "embed(texts)")  # fmt: skip
-                self.model_.train()
-                self.correction_history_ = self._epochs(
-                    torch, [ids[i] for i in sel], Ys, H, hyps, self.correction_epochs, gen, None,
-                    on_step, mixed=(ids, X, protect),
-                )  # fmt: skip
-                self.has_corrector_ = True
+                self._fit_correction(torch, ids, X, protect, embed, gen, on_step)
             self.model_.eval()
+        return self
+
+    def _fit_correction(
+        self, torch: Any, ids: list[list[int]], X: NDArray[np.float64], protect: Any,
+        embed: Embed, gen: np.random.Generator, on_step: Any,
+    ) -> None:  # fmt: skip
+        """The correction mode: the model's own hypotheses on ``correction`` training texts,
+        re-embedded, teach it to decode again from (target, hypothesis embedding, difference,
+        hypothesis tokens)."""
+        k = min(self.correction, len(ids))
+        sel = np.sort(gen.choice(len(ids), size=k, replace=False))
+        Ys = X[sel] if protect is None else np.asarray(protect(X[sel], gen), np.float64)
+        self.model_.eval()
+        hyps = self._generate(torch, Ys, None, None, greedy=True, gen=gen)
+        H = embeddings_f64(embed(self._texts(hyps)), "embed(texts)")
+        if H.shape != Ys.shape:
+            raise DataError(
+                f"embed returned shape {H.shape} for {k} texts; the attack conditions on "
+                f"{Ys.shape[1]}-d vectors (use the target's embedder)."
+            )
+        self.model_.train()
+        self.correction_history_ = self._epochs(
+            torch, [ids[i] for i in sel], Ys, H, hyps, self.correction_epochs, gen, None,
+            on_step, mixed=(ids, X, protect),
+        )  # fmt: skip
+        self.has_corrector_ = True
+        self.model_.eval()
+
+    def fit_corrector(
+        self,
+        texts: Sequence[str],
+        embeddings: Any,
+        *,
+        embed: Embed,
+        mechanism: Any = None,
+        rng: Any = None,
+        on_step: Callable[[int, float], None] | None = None,
+    ) -> TransformerInversionAttack:
+        """Train only the correction mode of a fitted attack (``correction`` texts of these).
+
+        With ``mechanism`` the hypotheses are decoded from protected vectors (the adaptive
+        attacker's corrector). Base-mode batches are interleaved, as in :meth:`fit`.
+        """
+        if self.model_ is None or self.vocabulary_ is None:
+            raise RuntimeError("fit_corrector needs a fitted attack; call fit() first.")
+        if self.correction < 1:
+            raise ValueError(f"correction must be >= 1 here, got correction={self.correction!r}.")
+        texts = _check_texts(texts)
+        X = embeddings_f64(embeddings, "embeddings")
+        if X.shape[0] != len(texts):
+            raise DataError(f"embeddings has {X.shape[0]} rows but texts has {len(texts)} entries.")
+        if X.shape[1] != self.dim_:
+            raise DataError(
+                f"embeddings have dimension {X.shape[1]} but the attack was fitted on {self.dim_}."
+            )
+        protect = None
+        if mechanism is not None:
+
+            def protect(Xb: NDArray[np.float64], g: np.random.Generator) -> Any:
+                return mechanism.privatize(Xb, rng=g)
+
+        torch = torch_module()
+        gen = as_generator(rng)
+        ids = self._encode(texts)
+        with torch_threads(torch, self.num_threads):
+            self._opt = torch.optim.Adam(self.model_.parameters(), lr=self.lr)
+            self._start, self._warmup = self.steps_, 1
+            self._fit_correction(torch, ids, X, protect, embed, gen, on_step)
         return self
 
     def _epochs(
