@@ -103,7 +103,7 @@ def main() -> None:
     from privembed.cache import cache_dir
     from privembed.embedders import Embedder
 
-    limit = args.sentences or (0 if args.full else 4000)
+    limit = args.sentences or (0 if args.full or args.corrector_only else 4000)
     texts, X, source = corpus(limit, args.synthetic)
     if args.full or args.corrector_only:
         params = {

@@ -333,7 +333,12 @@ def main() -> None:
     ap.add_argument(
         "--mlp-epsilons", type=float, nargs="*", default=[150.0], help="epsilons with MLP probes"
     )
-    ap.add_argument("--skip", choices=["inversion", "attributes"], default=None)
+    ap.add_argument(
+        "--skip",
+        choices=["inversion", "attributes", "both"],
+        default=None,
+        help="skip a part (its last CSV fills the table); both: rewrite the table only",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=HERE)
@@ -350,12 +355,12 @@ def main() -> None:
     ]
     inv: list[dict] = []
     examples: list[str] = []
-    if args.skip != "inversion":
+    if args.skip not in ("inversion", "both"):
         inv, examples = inversion(args, Embedder(), mechs)
         write_csv(args.out / "attack_inversion_evidence.csv", inv)
         (args.out / "attack_inversion_evidence_examples.txt").write_text("\n".join(examples) + "\n")
     attr: list[dict] = []
-    if args.skip != "attributes":
+    if args.skip not in ("attributes", "both"):
         attr = attributes(args, mechs)
         write_csv(args.out / "attack_attribute.csv", attr)
     # a part that was skipped keeps its last results in the table
