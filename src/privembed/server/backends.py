@@ -146,7 +146,7 @@ class LocalBackend(Backend):
             device=cfg.device,
             threads=cfg.threads,
         )
-        emb.identity  # digested here, on the worker thread, before the first request
+        _ = emb.identity  # digested here, on the worker thread, before the first request
         if emb.backend == "torch":
             import torch
 
