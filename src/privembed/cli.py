@@ -310,7 +310,7 @@ def protect(
     """
     from ._cli.common import progress_callback
     from .mechanisms import build_mechanism
-    from .release import protect_file
+    from .release import check_randomness, protect_file
     from .rng import bit_generator_name, use_bit_generator
 
     mech = build_mechanism(
@@ -330,8 +330,7 @@ def protect(
         input_norm=input_norm,
         renormalize=renormalize,
     )
-    if key_file is not None and seed is not None:
-        raise ValueError("give --seed or --key-file, not both (keyed noise is deterministic).")
+    check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")
     with (
         use_bit_generator(bit_generator or bit_generator_name()),
         progress_callback("protecting") as (set_total, advance),

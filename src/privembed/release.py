@@ -78,6 +78,7 @@ __all__ = [
     "Release",
     "ReleaseSummary",
     "charge_text",
+    "check_randomness",
     "content_ids",
     "protect",
     "protect_file",
@@ -169,6 +170,23 @@ def refuse_protected(
             f"{source} is already protected ({metadata.get('guarantee_text', 'unknown mechanism')}"
             f"); {hint}."
         )
+
+
+def check_randomness(key: Any, rng: Any, *, key_name: str = "key", rng_name: str = "seed") -> None:
+    """The one rule on a release's randomness: a key (keyed noise, deterministic per record) or
+    a seed (reproducible experiments), never both -- a seed would silently lose to the key or
+    the key to the seed. Front ends call it to refuse before any work; :class:`Release` does.
+
+    Examples
+    --------
+    >>> check_randomness(None, 3)
+    >>> check_randomness(b"k" * 32, 3, key_name="--key-file", rng_name="--seed")
+    Traceback (most recent call last):
+    ...
+    ValueError: give --seed or --key-file, not both (keyed noise is deterministic).
+    """
+    if key is not None and rng is not None:
+        raise ValueError(f"give {rng_name} or {key_name}, not both (keyed noise is deterministic).")
 
 
 def charge_text(mechanism: Mechanism) -> str:
@@ -337,8 +355,7 @@ class Release:
     ) -> None:
         if not isinstance(mechanism, Mechanism):
             raise TypeError(f"mechanism must be a Mechanism, got mechanism={mechanism!r}.")
-        if key is not None and rng is not None:
-            raise ValueError("give a seed or a key, not both (keyed noise is deterministic).")
+        check_randomness(key, rng, key_name="a key", rng_name="a seed")
         self.mechanism = mechanism
         self.key = None if key is None else resolve_key(key)
         self.key_id = None if self.key is None else _key_id(self.key)

@@ -140,9 +140,10 @@ def _mechanism(
 def _key(key_file: Path | None, seed: int | None) -> bytes | None:
     if key_file is None:
         return None
-    if seed is not None:
-        raise ValueError("give --seed or --key-file, not both (keyed noise is deterministic).")
     from ..keyed import load_key
+    from ..release import check_randomness
+
+    check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")
 
     return load_key(key_file)
 

@@ -11,7 +11,7 @@ from numpy.typing import NDArray
 from .._validation import DataError
 from ..keyed import resolve_key, text_digests
 from ..mechanisms import Mechanism
-from ..release import Release, content_ids
+from ..release import Release, check_randomness, content_ids
 from ..rng import as_generator
 from .query import QueryTreatment, query_treatment
 
@@ -45,8 +45,7 @@ class TextProtector:
     ) -> None:
         self.encode = encode
         self.encode_query = encode_query or encode
-        if key is not None and rng is not None:
-            raise ValueError("give a seed or a key, not both (keyed noise is deterministic).")
+        check_randomness(key, rng, key_name="a key", rng_name="a seed")
         self.mechanism = mechanism
         self.key = None if key is None else resolve_key(key)
         self.model_id = model_id or "unknown"

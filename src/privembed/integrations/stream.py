@@ -45,7 +45,7 @@ from .._validation import DataError, check_choice, check_int
 from ..cancel import checkpoint, cooperative
 from ..ledger import record_key
 from ..mechanisms import Mechanism
-from ..release import Release, _IdSet
+from ..release import Release, _IdSet, check_randomness
 
 __all__ = ["FORMATS", "protect_stream"]
 
@@ -219,8 +219,7 @@ def protect_stream(
             "NPY input carries no record ids; keyed noise and the ledger need them -- use "
             "JSONL lines with an 'id' field."
         )
-    if key is not None and rng is not None:
-        raise ValueError("give a seed or a key, not both (keyed noise is deterministic).")
+    check_randomness(key, rng, key_name="a key", rng_name="a seed")
     n_known: int | None = None
     if in_format == "npy":
         n_known, batches = _npy_batches(src, batch_rows)
