@@ -1,68 +1,250 @@
-"""Private search latency: exact re-rank of k' candidates over a store of sealed payloads.
+"""Private search with exact re-rank: latency breakdown, memory against the number of queries,
+and the stores side by side.
 
-Run: python benchmarks/bench_rerank.py [--n 100000] [--dim 384] [--queries 50]
-Prints per-query latency (median and p90, after the store is open) of plain protected search
-(k = 10) and of search with exact re-rank at k' = 100 and 1,000 (fetch, open the payloads with
-the key, exact cosine), per store, plus the storage overhead of the payloads.
+Run::
+
+    python benchmarks/bench_rerank.py                       # short: 20,000 records, minutes
+    python benchmarks/bench_rerank.py --n 117659 --queries-list 100 2000 20000 \\
+        --depths 1000 10000 --workdir /tmp/rerank-bench      # the full-size figures
+
+Corpus: ``--n`` synthetic 384-d unit vectors with the similarity structure of sentence
+embeddings (``_synthetic.py``: a shared direction, 2,000 Zipf-sized topics, noise), protected
+with keyed Laplace noise (epsilon 200) and stored with sealed payloads (AES-256-GCM, 1,585 bytes
+each) in a FAISS store; queries are paraphrase-like neighbours of random documents. Memory and
+latency do not depend on what the vectors mean, so synthetic vectors stand in for embedded text.
+
+Parts (``--parts``, default all):
+
+- ``latency``: one query at a time (``--latency-queries`` queries after the store is open,
+  median and p90 in ms): plain search (k = 10) and search with exact re-rank at k' = 100 and
+  1,000, end to end through ``ProtectedCollection.query``; and for k' = 1,000 the breakdown --
+  the store's search (``FaissStore.search(..., with_payloads=False)``, on one FAISS thread as
+  the store runs a lone query, and on FAISS's default threads as before), the payload fetch by
+  id (``FaissStore.payloads``), decryption (``PayloadCodec.open_many``) and exact scoring.
+- ``memory``: ``privembed search --query-embeddings Q.npy --rerank K' --json`` in a child
+  process, for each number of queries (``--queries-list``) and k' (``--depths``): peak RSS
+  (``wait4``'s ru_maxrss) and wall time; plus the RSS of opening the store alone.
+- ``stores``: plain k = 10 and re-rank k' = 100 / 1,000 latency through Chroma (embedded),
+  Qdrant (local mode) and FAISS, on ``--store-n`` records (Qdrant's local mode is a brute-force
+  scan in Python: keep it small).
+
+The store is built once in ``--workdir`` (default: a temporary folder) and reused when the
+folder already holds it. Compare ratios measured in one run: the machine is shared.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import platform
+import subprocess
+import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
+import _synthetic
 import numpy as np
 
 from privembed import get_mechanism
+from privembed.integrations import stores as store_mod
 from privembed.integrations.collection import ProtectedCollection
 
+KEY = bytes(range(32))
+MECH = get_mechanism("laplace", epsilon=200.0)
 
-def _timed(fn, n: int) -> tuple[float, float]:
-    times = []
-    for i in range(n):
-        t = time.perf_counter()
-        fn(i)
-        times.append(time.perf_counter() - t)
-    return float(np.median(times)) * 1e3, float(np.percentile(times, 90)) * 1e3
+
+def build(path: Path, X: np.ndarray, store: str = "faiss") -> float:
+    """Index ``X`` with payloads into ``path`` (skipped when it is there); seconds taken."""
+    marker = path / ".complete"
+    if marker.exists():
+        return float(marker.read_text())
+    t = time.perf_counter()
+    with ProtectedCollection.open(store, path, "bench", mechanism=MECH, key=KEY,
+                                  payloads=True) as col:  # fmt: skip
+        for s in range(0, X.shape[0], 8192):
+            col.add([f"r{i}" for i in range(s, min(s + 8192, X.shape[0]))], X[s : s + 8192])
+    took = time.perf_counter() - t
+    marker.write_text(f"{took:.1f}")
+    return took
+
+
+def _stats(times: list[float]) -> str:
+    a = np.asarray(times) * 1e3
+    return f"{np.median(a):.1f} / {np.percentile(a, 90):.1f}"
+
+
+def latency(path: Path, Q: np.ndarray) -> None:
+    import faiss
+
+    nq = Q.shape[0]
+    with ProtectedCollection.open("faiss", path, "bench", key=KEY, create=False) as col:
+        store, codec = col.store, col.codec
+        assert codec is not None
+        col.query(Q[:2], k=10, rerank=1000)  # warm: the index and payload file in the cache
+        rows: dict[str, list[float]] = {}
+
+        def clock(label: str, fn) -> object:
+            t = time.perf_counter()
+            out = fn()
+            rows.setdefault(label, []).append(time.perf_counter() - t)
+            return out
+
+        Qt = col.treatment.apply(Q)
+        default_threads = faiss.omp_get_max_threads()
+        for i in range(nq):  # every variant once per query, in turn: the same load for all
+            q = Q[i : i + 1]
+            clock("plain k = 10", lambda q=q: col.query(q, k=10))
+            clock("re-rank k' = 100", lambda q=q: col.query(q, k=10, rerank=100))
+            clock("re-rank k' = 1,000", lambda q=q: col.query(q, k=10, rerank=1000))
+            hits = clock(
+                "  store search, 1 FAISS thread (now)",
+                lambda i=i: store.search(Qt[i : i + 1], 1000, with_payloads=False)[0],
+            )
+            before = store_mod.FAISS_ONE_THREAD_BELOW
+            store_mod.FAISS_ONE_THREAD_BELOW = 0  # the store as it was: FAISS's own threads
+            try:
+                clock(
+                    f"  store search, {default_threads} FAISS threads (before)",
+                    lambda i=i: store.search(Qt[i : i + 1], 1000, with_payloads=False)[0],
+                )
+            finally:
+                store_mod.FAISS_ONE_THREAD_BELOW = before
+            ids = [h.id for h in hits]
+            blobs = clock("  payload fetch by id", lambda ids=ids: store.payloads(ids))
+            opened = clock(
+                "  decrypt (AES-256-GCM)",
+                lambda b=blobs, ids=ids: codec.open_many(b, ids=ids, collection="bench"),
+            )
+
+            def score(opened=opened, q=q) -> object:
+                V = np.stack([o.vector for o in opened]).astype(np.float64)
+                V /= np.linalg.norm(V, axis=1, keepdims=True)
+                qn = q[0] / np.linalg.norm(q[0])
+                return np.argsort(-(V @ qn), kind="stable")[:10]
+
+            clock("  exact scoring", score)
+        n = store.count()
+    print(f"\n## re-rank latency, one query at a time: FAISS flat, {n:,} records, {nq} queries\n")
+    print("| step | median / p90 ms |")
+    print("|---|---|")
+    for label, times in rows.items():
+        print(f"| {label} | {_stats(times)} |")
+    parts = [k for k in rows if k.startswith("  ") and "(before)" not in k]
+    total = sum(float(np.median(rows[k])) for k in parts) * 1e3
+    print(
+        f"\nsum of the k' = 1,000 steps (medians): {total:.1f} ms; the rest of the end-to-end "
+        "time is building hits and the query treatment."
+    )
+
+
+def _peak_rss(cmd: list[str], stdout: object = subprocess.DEVNULL) -> tuple[float, float, int]:
+    """(peak RSS MiB, wall s, exit status) of a child process."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        sys.stderr.write(proc.stderr.read().decode() if proc.stderr else "")
+    return usage.ru_maxrss / 1024, wall, proc.returncode
+
+
+def memory(path: Path, X: np.ndarray, work: Path, counts: list[int], depths: list[int]) -> None:
+    keyfile = work / "bench.key"
+    keyfile.write_text(KEY.hex() + "\n")
+    keyfile.chmod(0o600)
+    cli = [sys.executable, "-m", "privembed.cli", "search", "--store", "faiss", "--path",
+           str(path), "--collection", "bench", "--key-file", str(keyfile), "-k", "10", "--json"]  # fmt: skip
+    opener = [sys.executable, "-c", "from privembed.integrations.stores import FaissStore; "
+              f"s = FaissStore({str(path)!r}, 'bench', create=False); print(s.count())"]  # fmt: skip
+    rss_open, wall_open, _ = _peak_rss(opener)
+    print(f"\n## search memory: privembed search --rerank K' --json, {X.shape[0]:,} records\n")
+    print(f"opening the store alone: peak RSS {rss_open:.0f} MiB ({wall_open:.1f} s)\n")
+    print("| queries | k' | queries per batch | peak RSS MiB | wall s | s per query |")
+    print("|---|---|---|---|---|---|")
+    for kp in depths:
+        for nq in counts:
+            qfile = work / f"q{nq}.npy"
+            if not qfile.exists():
+                np.save(qfile, _synthetic.queries(X, nq, seed=nq))
+            from privembed.rerank import query_batch_size
+
+            batch = query_batch_size(kp, X.shape[1])
+            with open(work / "out.jsonl", "wb") as out:
+                rss, wall, rc = _peak_rss([*cli, "--query-embeddings", str(qfile),
+                                           "--rerank", str(kp)], stdout=out)  # fmt: skip
+            lines = sum(1 for _ in open(work / "out.jsonl", "rb"))
+            ok = "" if rc == 0 and lines == nq else f" (exit {rc}, {lines} lines)"
+            print(f"| {nq:,} | {kp:,} | {batch} | {rss:.0f}{ok} | {wall:.0f} | {wall / nq:.3f} |",
+                  flush=True)  # fmt: skip
+
+
+def stores(n: int, work: Path, names: list[str], nq: int) -> None:
+    X = _synthetic.corpus(n, seed=7)
+    Q = _synthetic.queries(X, nq, seed=8)
+    print(f"\n## the stores side by side: {n:,} records, {nq} queries one at a time\n")
+    print("| store | index s | plain k = 10 ms | re-rank k' = 100 ms | re-rank k' = 1,000 ms |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        path = work / f"store-{name}-{n}"
+        took = build(path, X, name)
+        with ProtectedCollection.open(name, path, "bench", key=KEY, create=False) as col:
+            col.query(Q[:1], k=10, rerank=1000)
+            t: dict[int, list[float]] = {}
+            for i in range(nq):
+                for depth in (0, 100, 1000):
+                    s = time.perf_counter()
+                    col.query(Q[i], k=10, rerank=depth or None)
+                    t.setdefault(depth, []).append(time.perf_counter() - s)
+        print(f"| {name} | {took:.0f} | {_stats(t[0])} | {_stats(t[100])} | {_stats(t[1000])} |",
+              flush=True)  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=100_000)
-    ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--queries", type=int, default=50)
-    ap.add_argument("--stores", default="faiss,chroma,qdrant")
+    ap.add_argument("--n", type=int, default=20_000, help="records (full size: 117659)")
+    ap.add_argument("--parts", nargs="+", default=["latency", "memory", "stores"])
+    ap.add_argument("--latency-queries", type=int, default=50)
+    ap.add_argument("--queries-list", type=int, nargs="+", default=[100, 500])
+    ap.add_argument("--depths", type=int, nargs="+", default=[1000])
+    ap.add_argument("--stores", nargs="+", default=["faiss", "chroma", "qdrant"])
+    ap.add_argument("--store-n", type=int, default=10_000)
+    ap.add_argument("--workdir", type=Path, default=None)
     args = ap.parse_args()
-    rng = np.random.default_rng(0)
-    X = rng.standard_normal((args.n, args.dim)).astype(np.float32)
-    Q = X[: args.queries] + 0.05 * rng.standard_normal((args.queries, args.dim)).astype(np.float32)
-    key = bytes(range(32))
-    mech = get_mechanism("laplace", epsilon=200.0)
-    print(f"## exact re-rank latency, {args.n} x {args.dim}, {args.queries} queries\n")
+    tmp = None
+    if args.workdir is None:
+        tmp = tempfile.TemporaryDirectory()
+        work = Path(tmp.name)
+    else:
+        work = args.workdir
+        work.mkdir(parents=True, exist_ok=True)
+    import faiss
+
     print(
-        "| store | index s | payload bytes/record | plain k=10 ms (p50/p90) | rerank 100 ms | rerank 1000 ms |"
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load "
+        f"average {os.getloadavg()[0]:.1f} at the start; python {platform.python_version()}, "
+        f"numpy {np.__version__}, faiss {faiss.__version__}, cryptography "
+        f"{version('cryptography')}"
     )
-    print("|---|---|---|---|---|---|")
-    for store in args.stores.split(","):
-        with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.perf_counter()
-            with ProtectedCollection.open(
-                store, Path(tmp), "bench", mechanism=mech, key=key, payloads=True
-            ) as col:
-                for s in range(0, args.n, 10_000):
-                    col.add([f"r{i}" for i in range(s, s + 10_000)], X[s : s + 10_000])
-                t_index = time.perf_counter() - t0
-                size = len(col.store.search(X[:1], 1)[0][0].payload or b"")
-                plain = _timed(lambda i: col.query(Q[i], k=10), args.queries)
-                r100 = _timed(lambda i: col.query(Q[i], k=10, rerank=100), args.queries)
-                r1000 = _timed(lambda i: col.query(Q[i], k=10, rerank=1000), args.queries)
-        print(
-            f"| {store} | {t_index:.0f} | {size} | {plain[0]:.1f} / {plain[1]:.1f} | "
-            f"{r100[0]:.1f} / {r100[1]:.1f} | {r1000[0]:.1f} / {r1000[1]:.1f} |",
-            flush=True,
-        )
+    X = _synthetic.corpus(args.n)
+    print(f"corpus: {args.n:,} x {X.shape[1]} synthetic unit vectors ({_synthetic.describe(X)})")
+    path = work / f"faiss-{args.n}"
+    if {"latency", "memory"} & set(args.parts):
+        took = build(path, X)
+        size = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
+        print(f"FAISS store with payloads: built in {took:.0f} s, {size / 2**20:.0f} MiB on disk "
+              f"({size / (X.nbytes):.2f}x the float32 vectors)")  # fmt: skip
+    if "latency" in args.parts:
+        latency(path, _synthetic.queries(X, args.latency_queries, seed=3))
+    if "memory" in args.parts:
+        memory(path, X, work, args.queries_list, args.depths)
+    if "stores" in args.parts:
+        stores(args.store_n, work, args.stores, args.latency_queries)
+    print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
+    if tmp is not None:
+        tmp.cleanup()
 
 
 if __name__ == "__main__":

@@ -318,6 +318,8 @@ def test_payloads_are_read_by_id_in_every_store(kind, tmp_path):
         assert s.payloads(["c", "nope", "a"]) == [blobs[2], None, blobs[0]]
         hit = s.search(X[1], k=1)[0][0]
         assert (hit.id, hit.payload, hit.metadata) == ("b", blobs[1], {})
+        bare = s.search(X[0], k=1, with_payloads=False)[0][0]  # ids and scores: fetch later
+        assert (bare.id, bare.payload, bare.metadata) == ("a", None, {"n": 1})
         s.upsert(["b"], X[1:2], payloads=[b"new"])  # replaced with its payload
         s.upsert(["c"], X[2:3])  # replaced without one: its payload goes, as its metadata
         assert s.payloads(["a", "b", "c"]) == [blobs[0], b"new", None]

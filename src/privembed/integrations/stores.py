@@ -228,8 +228,11 @@ class VectorStore(abc.ABC):
         their sealed payloads (replacing a record without one drops its old payload)."""
 
     @abc.abstractmethod
-    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
-        """Top-``k`` hits per query row (``k`` <= count)."""
+    def _search(
+        self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
+    ) -> list[list[Hit]]:
+        """Top-``k`` hits per query row (``k`` <= count); payloads may be left out when
+        ``with_payloads`` is False."""
 
     @abc.abstractmethod
     def _count(self) -> int:
@@ -325,7 +328,9 @@ class VectorStore(abc.ABC):
             self._exists = True
         self._upsert(id_list, X32, meta, blobs)
 
-    def search(self, vectors: Any, k: int = 10, *, with_vectors: bool = False) -> list[list[Hit]]:
+    def search(
+        self, vectors: Any, k: int = 10, *, with_vectors: bool = False, with_payloads: bool = True
+    ) -> list[list[Hit]]:
         """The ``k`` most similar records for each query vector (best first).
 
         Parameters
@@ -337,6 +342,9 @@ class VectorStore(abc.ABC):
             Hits per query (fewer if the collection is smaller).
         with_vectors : bool
             Also return the stored vectors.
+        with_payloads : bool, default True
+            Return each hit's sealed payload (:attr:`Hit.payload`); ``False`` leaves them out
+            (the FAISS store then reads none; :meth:`payloads` fetches them by id later).
 
         Returns
         -------
@@ -349,8 +357,10 @@ class VectorStore(abc.ABC):
         n = self.count()
         if n == 0:
             return [[] for _ in range(Q.shape[0])]
-        hits = self._search(np.ascontiguousarray(Q, dtype=np.float32), min(k, n), with_vectors)
-        return [[_with_payload(h) for h in hs] for hs in hits]
+        hits = self._search(
+            np.ascontiguousarray(Q, dtype=np.float32), min(k, n), with_vectors, with_payloads
+        )
+        return [[_with_payload(h, with_payloads) for h in hs] for hs in hits]
 
     def payloads(self, ids: Sequence[Any]) -> list[bytes | None]:
         """The sealed payload of each record id, in order (``None`` where a record has none or
@@ -396,12 +406,14 @@ class VectorStore(abc.ABC):
         )
 
 
-def _with_payload(h: Hit) -> Hit:
-    """Move a sealed payload out of the metadata into :attr:`Hit.payload`."""
+def _with_payload(h: Hit, keep: bool = True) -> Hit:
+    """Move a sealed payload out of the metadata into :attr:`Hit.payload` (``keep=False``:
+    drop it)."""
     if PAYLOAD_KEY not in h.metadata:
         return h
     meta = dict(h.metadata)
-    blob = _decode_payload(h.id, meta.pop(PAYLOAD_KEY))
+    raw = meta.pop(PAYLOAD_KEY)
+    blob = _decode_payload(h.id, raw) if keep else None
     return Hit(h.id, h.score, meta, h.vector, blob, h.text)  # not replace(): per hit, ~5x dearer
 
 
@@ -506,7 +518,9 @@ class ChromaStore(VectorStore):
                 self._col.delete(ids=existing)
             self._col.add(ids=ids[s : s + step], embeddings=X[s : s + step], metadatas=metas)
 
-    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
+    def _search(
+        self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
+    ) -> list[list[Hit]]:
         assert self._col is not None
         include = ["distances", "metadatas"] + (["embeddings"] if with_vectors else [])
         out: list[list[Hit]] = []
@@ -643,7 +657,9 @@ class QdrantStore(VectorStore):
                 ),
             )
 
-    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
+    def _search(
+        self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
+    ) -> list[list[Hit]]:
         from qdrant_client import models
 
         reqs = [
@@ -1075,11 +1091,15 @@ class FaissStore(VectorStore):
         got = dict(zip(present, self._read(present), strict=True))
         return [got.get(lab) for lab in labels]
 
-    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
+    def _search(
+        self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
+    ) -> list[list[Hit]]:
         with _faiss_threads(self._faiss, Q.shape[0]):
             D, I = self._index.search(self._prep(Q), k)  # noqa: E741 - FAISS's name
-        found = I[I >= 0]
-        payload = dict(zip(found.tolist(), self._read(found.tolist()), strict=True))
+        payload: dict[int, bytes | None] = {}
+        if with_payloads:
+            found = I[I >= 0].tolist()
+            payload = dict(zip(found, self._read(found), strict=True))
         ids, metas = self._ids, self._meta
         out: list[list[Hit]] = []
         for drow, irow in zip(D.tolist(), I.tolist(), strict=True):
@@ -1092,7 +1112,7 @@ class FaissStore(VectorStore):
                     vec = np.asarray(self._index.reconstruct(lab), dtype=np.float32)
                 m = metas[lab]
                 meta = {} if m == "{}" else json.loads(m)
-                hits.append(Hit(ids[lab], score, meta, vec, payload[lab]))
+                hits.append(Hit(ids[lab], score, meta, vec, payload.get(lab)))
             out.append(hits)
         return out
 
