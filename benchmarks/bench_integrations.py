@@ -325,11 +325,18 @@ def part_ranking(args: argparse.Namespace) -> None:
 
 
 def _peak_rss_of(code: str) -> tuple[float, str]:
-    """Peak RSS (MiB) and stdout of ``python -c code``."""
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
-    out = proc.stdout.read().decode() if proc.stdout else ""
-    _, _, usage = os.wait4(proc.pid, 0)
-    return usage.ru_maxrss / 1024, out.strip()
+    """Peak RSS (MiB) and stdout of ``python -c code``, started from a small launcher (a child
+    forked from this process would inherit its high-water mark into ru_maxrss)."""
+    launcher = (
+        "import resource, subprocess, sys; subprocess.check_call(sys.argv[2:]); "
+        "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))"
+    )
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as res:
+        out = subprocess.run(
+            [sys.executable, "-c", launcher, res.name, sys.executable, "-c", code],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        return int(res.read() or 0) / 1024, out.strip()
 
 
 def _write_faiss_layout1(src: Path, dst: Path) -> None:

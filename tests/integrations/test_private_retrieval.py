@@ -321,7 +321,7 @@ def test_search_holds_one_batch_of_candidates_at_a_time(tmp_path):
             assert [[(h.id, h.score) for h in hs] for hs in runs[b]] == [
                 [(h.id, h.score) for h in hs] for hs in runs[23]
             ]
-        assert col.query_batch_size(3, rerank=150) == 160 * 2**20 // (150 * (16 * 32 + 1069))
+        assert col.query_batch_size(3, rerank=150) == 160 * 2**20 // (150 * (12 * 32 + 1581))
         assert col.query_batch_size(3, rerank=150) > col.query_batch_size(3, rerank=600)
         calls.clear()
         list(col.query_batches(Q[:5], k=3, rerank=600))

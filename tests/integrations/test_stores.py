@@ -462,10 +462,16 @@ def _chunked(fn, chunk_bytes):
     return lambda zf, name: fn(zf, name, chunk_bytes)
 
 
-def test_faiss_store_with_a_missing_payload_file_is_refused(tmp_path):
+def test_faiss_store_with_a_missing_or_cut_payload_file_is_refused(tmp_path):
     with FaissStore(tmp_path, "col") as s:
         s.upsert(["a"], np.ones((1, 2)), payloads=[b"x"])
         pfile = s.payload_file
+    with FaissStore(tmp_path, "col", create=False) as s:
+        pfile.write_bytes(b"")  # cut short while the store is open
+        with pytest.raises(DataError, match="ends before the payload of record 'a'"):
+            s.payloads(["a"])
+    with pytest.raises(DataError, match=r"cannot read FAISS store .*payload file .* is shorter"):
+        FaissStore(tmp_path, "col", create=False)
     pfile.unlink()
     with pytest.raises(DataError, match=r"cannot read FAISS store .*payload file .* is missing"):
         FaissStore(tmp_path, "col", create=False)

@@ -500,9 +500,23 @@ class ProtectedCollection:
                     blobs.append(h.payload)  # type: ignore[arg-type]
         if not blobs:
             return [[] for _ in fetched]
-        opened = self.codec.open_many(blobs, ids=list(slot), collection=self.store.collection)
-        V = np.stack([o.vector for o in opened]).astype(np.float64)
-        V /= np.linalg.norm(V, axis=1, keepdims=True)
+        # opened one by one into a float64 matrix: only the vectors and texts outlive the loop
+        V: NDArray[np.float64] | None = None
+        texts: list[str | None] = []
+        for j, (rid, blob) in enumerate(zip(slot, blobs, strict=True)):
+            opened = self.codec.open(blob, record_id=rid, collection=self.store.collection)
+            if V is None:
+                V = np.empty((len(blobs), opened.vector.size))
+            elif opened.vector.size != V.shape[1]:
+                raise PayloadError(
+                    f"payload of record {rid!r} holds a {opened.vector.size}-dimensional vector, "
+                    f"the others {V.shape[1]}.",
+                    cause="format",
+                )
+            V[j] = opened.vector
+            texts.append(opened.text)
+        assert V is not None
+        V /= np.sqrt(np.einsum("ij,ij->i", V, V))[:, None]  # no (u, d) temporary
         Qn = np.asarray(clean, dtype=np.float64)
         Qn = Qn / np.linalg.norm(Qn, axis=1, keepdims=True)
         out: list[list[Hit]] = []
@@ -512,7 +526,7 @@ class ProtectedCollection:
             order = np.argsort(-exact, kind="stable")[:k]
             out.append(
                 [
-                    replace(hits[i], score=float(exact[i]), text=opened[rows[i]].text, payload=None)
+                    replace(hits[i], score=float(exact[i]), text=texts[rows[i]], payload=None)
                     for i in order.tolist()
                 ]
             )

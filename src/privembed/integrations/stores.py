@@ -4,7 +4,8 @@ A :class:`VectorStore` is a named collection of vectors with string ids and opti
 metadata, searched by similarity. The interface is four operations -- :meth:`~VectorStore.upsert`,
 :meth:`~VectorStore.search`, :meth:`~VectorStore.count` and the collection's privembed
 :attr:`~VectorStore.info` -- plus :meth:`~VectorStore.close`. An adapter for another store
-(LanceDB, pgvector, ...) implements the six ``_``-prefixed hooks, about a page of code.
+(LanceDB, pgvector, ...) implements the six ``_``-prefixed hooks, about a page of code, and
+``_payloads`` to fetch sealed payloads by id.
 
 Every collection records, next to its vectors, the privembed information needed to query it
 correctly (``info``): the similarity it was built for (``metric``: ``"cosine"`` or raw inner
@@ -26,7 +27,6 @@ import base64
 import contextlib
 import itertools
 import json
-import mmap
 import os
 import re
 import secrets
@@ -64,7 +64,7 @@ PAYLOAD_KEY = "privembed_payload"
 _CHROMA_MAX_HITS = 16_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hit:
     """One search result: record id, similarity score, stored metadata, optionally the vector.
 
@@ -150,8 +150,8 @@ class VectorStore(abc.ABC):
     Notes
     -----
     Subclasses implement ``_open`` (connect; return the stored info or None), ``_create`` (make
-    the collection for a dimension), ``_write_info``, ``_upsert``, ``_search`` and ``_count``,
-    and may override ``close``.
+    the collection for a dimension), ``_write_info``, ``_upsert``, ``_search``, ``_count`` and
+    ``_payloads`` (payloads by id), and may override ``close``.
     """
 
     name: ClassVar[str] = "store"
@@ -239,12 +239,10 @@ class VectorStore(abc.ABC):
         """Number of vectors in an existing collection."""
 
     def _payloads(self, ids: list[str]) -> list[bytes | None]:
-        """The stored payload of each id (``None``: no payload, or no such record).
-
-        The default reads them from the records' metadata (stores that keep a payload as
-        base64 under :data:`PAYLOAD_KEY`); adapters with their own payload storage override it.
-        """
-        raise NotImplementedError
+        """The stored payload of each id (``None``: no payload, or no such record), in one
+        batch. Adapters that store payloads implement it (Chroma and Qdrant read the base64
+        under :data:`PAYLOAD_KEY` in the records' metadata, FAISS its payload file)."""
+        raise NotImplementedError(f"the {self.name} store cannot fetch payloads by id.")
 
     def _listing(self) -> str:
         """`` (collections: a, b)`` for error messages (empty if unknown)."""
@@ -727,6 +725,8 @@ FAISS_LAYOUT = 2
 #: parallelises over queries below its BLAS threshold (20), so a lone query gains nothing
 #: from a second thread but pays for waking it (docs/benchmarks.md, re-rank latency)
 FAISS_ONE_THREAD_BELOW = 20
+#: the zip member of a layout-2 index file that holds FAISS's own serialisation of the index
+_INDEX_MEMBER = "index.faiss"
 
 
 @contextlib.contextmanager
@@ -757,7 +757,77 @@ def _split_utf8(blob: NDArray[Any], off: NDArray[Any]) -> list[str]:
     bounds = np.asarray(off, dtype=np.int64).tolist()
     if len(bounds) < 1 or bounds[0] != 0 or bounds[-1] != len(raw):
         raise ValueError("string offsets do not match their bytes")
-    return [raw[a:b].decode("utf-8", "surrogatepass") for a, b in itertools.pairwise(bounds)]
+    seen: dict[bytes, str] = {}  # equal strings share one object (most metadata is "{}")
+    out = []
+    for a, b in itertools.pairwise(bounds):
+        chunk = raw[a:b]
+        text = seen.get(chunk) if b - a <= 8 else None
+        if text is None:
+            text = chunk.decode("utf-8", "surrogatepass")
+            if b - a <= 8:
+                seen[chunk] = text
+        out.append(text)
+    return out
+
+
+class _Strings:
+    """A list of strings kept as UTF-8 bytes and offsets until one is changed: a store opened
+    to search decodes the ids and metadata of its hits only (at 117,659 records the decoded
+    lists and their index cost about 15 MiB of the store's memory)."""
+
+    __slots__ = ("_items", "_off", "_raw")
+
+    def __init__(self, raw: bytes = b"", off: NDArray[Any] | None = None) -> None:
+        self._off = np.zeros(1, dtype=np.int64) if off is None else np.asarray(off, np.int64)
+        if (
+            self._off.ndim != 1
+            or self._off[0] != 0
+            or self._off[-1] != len(raw)
+            or (np.diff(self._off) < 0).any()
+        ):
+            raise ValueError("string offsets do not match their bytes")
+        self._raw = raw
+        self._items: list[str] | None = None
+
+    @classmethod
+    def of(cls, items: list[str]) -> _Strings:
+        out = cls()
+        out._items = items
+        return out
+
+    def __len__(self) -> int:
+        return len(self._items) if self._items is not None else self._off.size - 1
+
+    def __getitem__(self, i: int) -> str:
+        if self._items is not None:
+            return self._items[i]
+        if not 0 <= i < self._off.size - 1:
+            raise IndexError(i)
+        a, b = int(self._off[i]), int(self._off[i + 1])
+        return self._raw[a:b].decode("utf-8", "surrogatepass")
+
+    def __iter__(self) -> Iterator[str]:
+        if self._items is not None:
+            return iter(self._items)
+        return (self[i] for i in range(len(self)))
+
+    def _list(self) -> list[str]:
+        if self._items is None:
+            self._items = _split_utf8(np.frombuffer(self._raw, dtype=np.uint8), self._off)
+            self._raw, self._off = b"", np.zeros(1, dtype=np.int64)
+        return self._items
+
+    def append(self, item: str) -> None:
+        self._list().append(item)
+
+    def __setitem__(self, i: int, item: str) -> None:
+        self._list()[i] = item
+
+    def arrays(self) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
+        """The UTF-8 bytes and offsets (as :func:`_join_utf8` writes them)."""
+        if self._items is None:
+            return np.frombuffer(self._raw, dtype=np.uint8), self._off
+        return _join_utf8(self._items)
 
 
 def _npy_rows(zf: zipfile.ZipFile, name: str, chunk_bytes: int = 1 << 24) -> Iterator[list[str]]:
@@ -868,15 +938,14 @@ class FaissStore(VectorStore):
     def _open(self) -> dict[str, Any] | None:
         self._faiss = require("faiss", "text", purpose="the FAISS vector store")
         self._index: Any = None
-        self._ids: list[str] = []
-        self._labels: dict[str, int] = {}
-        self._meta: list[str] = []
+        self._ids = _Strings()
+        self._label_map: dict[str, int] | None = None  # built on first use (:attr:`_labels`)
+        self._meta = _Strings()
         #: (offset, length) of each label's payload in the payload file; length -1: none
         self._pos = np.zeros((0, 2), dtype=np.int64)
         self._legacy: dict[int, bytes] = {}  # payloads read from a layout-1 file, until saved
         self._pfile: Path | None = None
         self._pfh: Any = None
-        self._map: mmap.mmap | None = None
         self._unflushed = False
         self._garbage = 0
         self._layout = FAISS_LAYOUT
@@ -884,40 +953,51 @@ class FaissStore(VectorStore):
         if not self.file.exists():
             return None
         try:
-            with np.load(self.file, allow_pickle=False) as z:
-                info = json.loads(str(z["info"]))
-                self._index = self._faiss.deserialize_index(np.array(z["index"], dtype=np.uint8))
-                if "layout" in z.files:
-                    self._read_layout2(z)
+            with zipfile.ZipFile(self.file) as zf:
+                if _INDEX_MEMBER in zf.namelist():
+                    info = self._read_layout2(zf)
                 else:
                     self._layout = 1
             if self._layout == 1:
+                with np.load(self.file, allow_pickle=False) as z:
+                    info = json.loads(str(z["info"]))
+                    self._index = self._faiss.deserialize_index(
+                        np.array(z["index"], dtype=np.uint8)
+                    )
                 self._read_layout1()
         except (OSError, ValueError, KeyError, IndexError, RuntimeError, zipfile.BadZipFile) as exc:
             self._close_files()
             raise DataError(f"cannot read FAISS store {self.file}: {exc}") from None
-        self._labels = {rid: i for i, rid in enumerate(self._ids)}
         self._present = np.zeros(len(self._ids), dtype=bool)
         if self._index.ntotal:
             self._present[self._label_array()] = True
         return dict(info)
 
-    def _read_layout2(self, z: Any) -> None:
-        if int(z["layout"]) != FAISS_LAYOUT:
-            raise ValueError(
-                f"layout {int(z['layout'])} is newer than this privembed reads ({FAISS_LAYOUT})"
-            )
-        self._ids = _split_utf8(z["ids"], z["ids_off"])
-        self._meta = _split_utf8(z["meta"], z["meta_off"])
-        pos = np.array(z["payload_pos"], dtype=np.int64).reshape(-1, 2)
+    def _read_layout2(self, zf: zipfile.ZipFile) -> dict[str, Any]:
+        """Read a layout-2 file; returns the info. The index is streamed from the zip into
+        FAISS, so opening costs the index itself, not two more copies of it."""
+
+        def array(name: str) -> NDArray[Any]:
+            with zf.open(f"{name}.npy") as fh:
+                return np.lib.format.read_array(fh, allow_pickle=False)
+
+        layout = int(array("layout"))
+        if layout != FAISS_LAYOUT:
+            raise ValueError(f"layout {layout} is newer than this privembed reads ({FAISS_LAYOUT})")
+        info = json.loads(str(array("info")))
+        with zf.open(_INDEX_MEMBER) as fh:
+            self._index = self._faiss.read_index(self._faiss.PyCallbackIOReader(fh.read, 1 << 20))
+        self._ids = _Strings(array("ids").tobytes(), array("ids_off"))
+        self._meta = _Strings(array("meta").tobytes(), array("meta_off"))
+        pos = np.array(array("payload_pos"), dtype=np.int64).reshape(-1, 2)
         if len(self._meta) != len(self._ids) or pos.shape[0] != len(self._ids):
             raise ValueError("ids, metadata and payload positions differ in length")
         self._pos = pos
-        name = str(z["payload_file"])
+        name = str(array("payload_file"))
         if not name:
             if (pos[:, 1] >= 0).any():
                 raise ValueError("payload positions without a payload file")
-            return
+            return info
         if Path(name).name != name or not name.startswith(f"{self.collection}.faiss."):
             raise ValueError(f"bad payload file name {name!r}")
         pfile = self.path / name
@@ -930,12 +1010,14 @@ class FaissStore(VectorStore):
         if live.size and (live[:, 0].min() < 0 or int((live[:, 0] + live[:, 1]).max()) > size):
             raise ValueError(f"its payload file {name} is shorter than the index says")
         self._garbage = size - int(live[:, 1].sum())
+        return info
 
     def _read_layout1(self) -> None:
         """Ids and metadata of a layout-1 file, read in chunks; the base64 payloads in the
         metadata move to :attr:`_legacy` (raw bytes) until the next save writes them out."""
         with zipfile.ZipFile(self.file) as zf:
-            self._ids = [rid for rows in _npy_rows(zf, "ids") for rid in rows]
+            self._ids = _Strings.of([rid for rows in _npy_rows(zf, "ids") for rid in rows])
+            self._meta = _Strings.of([])
             label = 0
             for rows in _npy_rows(zf, "metadata"):
                 for text in rows:
@@ -951,6 +1033,13 @@ class FaissStore(VectorStore):
         if len(self._meta) != len(self._ids):
             raise ValueError("ids and metadata differ in length")
         self._pos = np.full((len(self._ids), 2), -1, dtype=np.int64)
+
+    @property
+    def _labels(self) -> dict[str, int]:
+        """Record id -> FAISS label, built on first use (writes and fetches by id)."""
+        if self._label_map is None:
+            self._label_map = {rid: i for i, rid in enumerate(self._ids._list())}
+        return self._label_map
 
     def _label_array(self) -> NDArray[np.int64]:
         idmap = self._faiss.downcast_index(self._index)
@@ -1054,33 +1143,33 @@ class FaissStore(VectorStore):
         pos[:, 0] = end + np.cumsum(lens) - lens
         return pos
 
-    def _view(self) -> Any:
-        """A read-only map of the payload file as it is now (remapped when it grew)."""
+    def _reader(self) -> int:
+        """The payload file's descriptor, its appended bytes flushed (reads use ``pread``: a
+        memory map would count every page the kernel maps around a read -- 64 kB for each
+        1.6 kB payload -- in the process' RSS until the whole file is resident)."""
         assert self._pfh is not None
         if self._unflushed:
             self._pfh.flush()
             self._unflushed = False
-        size = os.fstat(self._pfh.fileno()).st_size
-        if self._map is None or len(self._map) != size:
-            if self._map is not None:
-                self._map.close()
-                self._map = None
-            if size == 0:
-                return b""
-            self._map = mmap.mmap(self._pfh.fileno(), size, access=mmap.ACCESS_READ)
-        return self._map
+        return int(self._pfh.fileno())
 
     def _read(self, labels: Sequence[int]) -> list[bytes | None]:
-        """The payloads of FAISS labels, in order (one pass over their positions)."""
+        """The payloads of FAISS labels, in order (one ``pread`` each)."""
         if not labels:
             return []
         pos = self._pos[np.asarray(labels, dtype=np.int64)].tolist()
-        view = self._view() if self._pfh is not None else b""
-        legacy = self._legacy
+        fd = self._reader() if self._pfh is not None else -1
+        legacy, pread = self._legacy, os.pread
         out: list[bytes | None] = []
         for lab, (o, n) in zip(labels, pos, strict=True):
             if n >= 0:
-                out.append(view[o : o + n])
+                blob = pread(fd, n, o)
+                if len(blob) != n:
+                    raise DataError(
+                        f"the payload file {self._pfile} ends before the payload of record "
+                        f"{self._ids[lab]!r} (truncated?)."
+                    )
+                out.append(blob)
             else:
                 out.append(legacy.get(lab) if legacy else None)
         return out
@@ -1123,10 +1212,10 @@ class FaissStore(VectorStore):
         """Copy every live payload into a new payload file, in label order, a chunk at a time;
         returns the old file (to delete once the index file that no longer refers to it is in
         place)."""
-        old_view = self._view() if self._pfh is not None else b""
+        old_fd = self._reader() if self._pfh is not None else -1
         old_pos, legacy = self._pos, self._legacy
-        old_file, old_fh, old_map = self._pfile, self._pfh, self._map
-        self._pfile, self._pfh, self._map, self._unflushed = None, None, None, False
+        old_file, old_fh = self._pfile, self._pfh
+        self._pfile, self._pfh, self._unflushed = None, None, False
         self._pos = np.full((len(self._ids), 2), -1, dtype=np.int64)
         live = np.flatnonzero(self._present[: len(self._ids)])
         step = 4096
@@ -1134,7 +1223,7 @@ class FaissStore(VectorStore):
             labs, blobs = [], []
             for lab, (o, n) in zip(live[s : s + step].tolist(), old_pos[live[s : s + step]]
                                    .tolist(), strict=True):  # fmt: skip
-                blob = old_view[o : o + n] if n >= 0 else legacy.get(lab)
+                blob = os.pread(old_fd, n, o) if n >= 0 else legacy.get(lab)
                 if blob is not None:
                     labs.append(lab)
                     blobs.append(blob)
@@ -1142,8 +1231,6 @@ class FaissStore(VectorStore):
                 self._pos[np.asarray(labs, dtype=np.int64)] = self._append(blobs)
         self._legacy = {}
         self._garbage = 0
-        if old_map is not None:
-            old_map.close()
         if old_fh is not None:
             old_fh.close()
         return old_file
@@ -1178,21 +1265,24 @@ class FaissStore(VectorStore):
             self._pfh.flush()
             os.fsync(self._pfh.fileno())
             self._unflushed = False
-        ids, ids_off = _join_utf8(self._ids)
-        meta, meta_off = _join_utf8(self._meta)
-        with atomic_output(self.file) as tmp, tmp.open("wb") as fh:
-            np.savez(
-                fh,
-                layout=np.array(FAISS_LAYOUT),
-                index=self._faiss.serialize_index(self._index),
-                ids=ids,
-                ids_off=ids_off,
-                meta=meta,
-                meta_off=meta_off,
-                payload_pos=self._pos,
-                payload_file=np.array("" if self._pfile is None else self._pfile.name),
-                info=np.array(json.dumps(self._info, sort_keys=True)),
-            )
+        ids, ids_off = self._ids.arrays()
+        meta, meta_off = self._meta.arrays()
+        arrays = {
+            "layout": np.array(FAISS_LAYOUT),
+            "ids": ids,
+            "ids_off": ids_off,
+            "meta": meta,
+            "meta_off": meta_off,
+            "payload_pos": self._pos,
+            "payload_file": np.array("" if self._pfile is None else self._pfile.name),
+            "info": np.array(json.dumps(self._info, sort_keys=True)),
+        }
+        with atomic_output(self.file) as tmp, zipfile.ZipFile(tmp, "w") as zf:
+            for name, arr in arrays.items():
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, arr, allow_pickle=False)
+            with zf.open(_INDEX_MEMBER, "w", force_zip64=True) as fh:  # streamed, no copy
+                self._faiss.write_index(self._index, self._faiss.PyCallbackIOWriter(fh.write))
         self._dirty = False
         self._layout = FAISS_LAYOUT
         if old is not None and old != self._pfile:
@@ -1200,9 +1290,6 @@ class FaissStore(VectorStore):
                 old.unlink()
 
     def _close_files(self) -> None:
-        if getattr(self, "_map", None) is not None:
-            self._map.close()
-            self._map = None
         if getattr(self, "_pfh", None) is not None:
             self._pfh.close()
             self._pfh = None
