@@ -403,7 +403,7 @@ def _tag_splitter(n: int) -> struct.Struct:
     return struct.Struct("32s" * n)  # "s" keeps every byte (numpy's "S32" drops trailing NULs)
 
 
-class _Tags(list):  # type: ignore[type-arg]
+class _Tags(list[bytes]):
     """The 32-byte tags of a block (a ``list[bytes]``) that keep the (n, 32) array they were
     computed in, so :func:`keyed_source` takes its stream keys from the array instead of
     slicing every tag again (per-record Python work holds the GIL: it is what keeps keyed noise

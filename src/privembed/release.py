@@ -361,8 +361,10 @@ class Release:
     def _typed_keys(self, ids: Sequence[Any], n: int) -> list[str]:
         # a numpy array of integers or strings becomes Python ints or strs in one C call
         # (iterating it would make a numpy scalar per id: 5x the cost of the keyed draws' id work)
-        arr_kind = ids.dtype.kind if isinstance(ids, np.ndarray) and ids.ndim == 1 else ""
-        id_list = ids.tolist() if arr_kind in ("i", "u", "U") else list(ids)
+        if isinstance(ids, np.ndarray) and ids.ndim == 1 and ids.dtype.kind in ("i", "u", "U"):
+            id_list = ids.tolist()
+        else:
+            id_list = list(ids)
         if len(id_list) != n:
             raise DataError(f"{self.name}: ids has {len(id_list)} entries but there are {n} rows.")
         # fast paths, equal to record_key for these inputs: plain ints, and plain strings with
