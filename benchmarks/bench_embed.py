@@ -32,7 +32,7 @@ relevant one plus a deterministic sample), embedded with ``onnx`` (fp32, identic
 difference with a 95% bootstrap interval (2,000 resamples of the queries, fixed seed), the
 cosine of each document's int8 vector to its fp32 one and the top-10 neighbour overlap, and
 Lee-corpus STS correlations. **Gate**: int8 passes when the interval's lower end of the NDCG@10
-difference is above -2% of fp32's NDCG@10 (it loses at most 2% of retrieval quality, at 95%
+difference is above -5% of fp32's NDCG@10 (it loses at most 5% of retrieval quality, at 95%
 confidence), and the same for recall@10.
 """
 
@@ -55,7 +55,7 @@ from privembed.embedders import Embedder, resolve_model
 from privembed.evaluation.loaders import MTEBRetrieval, gcide_retrieval, lee_corpus
 
 BUCKETS = {"short": (6, 12), "median": (20, 24), "long": (128, 256)}
-GATE = 0.02  # int8 may lose at most this share of fp32's NDCG@10 / recall@10 (95% interval)
+GATE = 0.05  # int8 may lose at most this share of fp32's NDCG@10 / recall@10 (95% interval)
 
 
 def gcide_sample(task: MTEBRetrieval, n_docs: int) -> MTEBRetrieval:

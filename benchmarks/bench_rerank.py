@@ -24,6 +24,10 @@ Parts (``--parts``, default all):
 - ``memory``: ``privembed search --query-embeddings Q.npy --rerank K' --json`` in a child
   process, for each number of queries (``--queries-list``) and k' (``--depths``): peak RSS
   (the child's ru_maxrss, started from a small launcher) and wall time; plus the RSS of opening the store alone.
+- ``ab`` (with ``--baseline-src``, e.g. a checkout of the code before this change): the same
+  end-to-end re-rank (k' = 1,000, one query at a time) in two worker processes, this code and
+  the baseline, each over its own copy of the store (built by its own code), the queries sent
+  to them alternately so both see the same load; the median of the per-query ratio.
 - ``stores``: plain k = 10 and re-rank k' = 100 / 1,000 latency through Chroma (embedded),
   Qdrant (local mode) and FAISS, on ``--store-n`` records (Qdrant's local mode is a brute-force
   scan in Python: keep it small).
@@ -35,6 +39,7 @@ folder already holds it. Compare ratios measured in one run: the machine is shar
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import platform
 import subprocess
@@ -174,23 +179,98 @@ def memory(path: Path, X: np.ndarray, work: Path, counts: list[int], depths: lis
     rss_open, wall_open, _ = _peak_rss(opener)
     print(f"\n## search memory: privembed search --rerank K' --json, {X.shape[0]:,} records\n")
     print(f"opening the store alone: peak RSS {rss_open:.0f} MiB ({wall_open:.1f} s)\n")
+    from privembed.rerank import query_batch_size
+
     print("| queries | k' | queries per batch | peak RSS MiB | wall s | s per query |")
     print("|---|---|---|---|---|---|")
-    for kp in depths:
-        for nq in counts:
-            qfile = work / f"q{nq}.npy"
-            if not qfile.exists():
-                np.save(qfile, _synthetic.queries(X, nq, seed=nq))
-            from privembed.rerank import query_batch_size
+    # cheapest first: the long runs come last, every row printed as it finishes
+    for nq, kp in sorted(itertools.product(counts, depths), key=lambda p: (p[0] * p[1], p[1])):
+        qfile = work / f"q{nq}.npy"
+        if not qfile.exists():
+            np.save(qfile, _synthetic.queries(X, nq, seed=nq))
 
-            batch = query_batch_size(kp, X.shape[1])
-            with open(work / "out.jsonl", "wb") as out:
-                rss, wall, rc = _peak_rss([*cli, "--query-embeddings", str(qfile),
-                                           "--rerank", str(kp)], stdout=out)  # fmt: skip
-            lines = sum(1 for _ in open(work / "out.jsonl", "rb"))
-            ok = "" if rc == 0 and lines == nq else f" (exit {rc}, {lines} lines)"
-            print(f"| {nq:,} | {kp:,} | {batch} | {rss:.0f}{ok} | {wall:.0f} | {wall / nq:.3f} |",
-                  flush=True)  # fmt: skip
+        batch = query_batch_size(kp, X.shape[1])
+        result = work / f"out-{nq}-{kp}-{os.getpid()}.jsonl"
+        with open(result, "wb") as out:
+            rss, wall, rc = _peak_rss([*cli, "--query-embeddings", str(qfile),
+                                       "--rerank", str(kp)], stdout=out)  # fmt: skip
+        with open(result, "rb") as fh:
+            lines = sum(1 for _ in fh)
+        result.unlink()
+        ok = "" if rc == 0 and lines == nq else f" (exit {rc}, {lines} lines)"
+        print(f"| {nq:,} | {kp:,} | {batch} | {rss:.0f}{ok} | {wall:.0f} | {wall / nq:.3f} |",
+              flush=True)  # fmt: skip
+
+
+WORKER = """
+import sys, time, numpy as np
+sys.path.insert(0, sys.argv[4])
+import _synthetic
+from pathlib import Path
+from privembed import get_mechanism
+from privembed.integrations.collection import ProtectedCollection
+path, n, qfile = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+key = bytes(range(32))
+if not (path / ".complete").exists():
+    X = _synthetic.corpus(n)
+    with ProtectedCollection.open("faiss", path, "bench", key=key, payloads=True,
+                                  mechanism=get_mechanism("laplace", epsilon=200.0)) as col:
+        for s in range(0, n, 8192):
+            col.add([f"r{i}" for i in range(s, min(s + 8192, n))], X[s : s + 8192])
+    (path / ".complete").write_text("ab")
+Q = np.load(qfile)
+col = ProtectedCollection.open("faiss", path, "bench", key=key, create=False)
+col.query(Q[:2], k=10, rerank=1000)
+print("ready", flush=True)
+for line in sys.stdin:
+    i = int(line)
+    t, c = time.perf_counter(), time.process_time()
+    hits = col.query(Q[i], k=10, rerank=1000)[0]
+    print(time.perf_counter() - t, time.process_time() - c, hits[0].id, flush=True)
+"""
+
+
+def ab(n: int, work: Path, baseline_src: Path, nq: int) -> None:
+    """End-to-end re-rank latency of this code against ``baseline_src``, interleaved."""
+    qfile = work / f"ab-q{nq}.npy"
+    np.save(qfile, _synthetic.queries(_synthetic.corpus(n), nq, seed=5))
+    here = Path(__file__).resolve().parent
+    src = Path(sys.modules["privembed"].__file__).resolve().parents[1]
+    workers = {}
+    for name, path in (("this code", src), ("baseline", baseline_src.resolve())):
+        env = {**os.environ, "PYTHONPATH": str(path)}
+        store = work / f"ab-{name.replace(' ', '-')}-{n}"
+        workers[name] = subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(store), str(n), str(qfile), str(here)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+    for w in workers.values():
+        assert w.stdout is not None and w.stdout.readline().strip() == "ready"
+    res: dict[str, list[tuple[float, float]]] = {k: [] for k in workers}
+    same = 0
+    for i in range(nq):
+        top = {}
+        for name in list(workers)[i % 2 :] + list(workers)[: i % 2]:  # alternate who goes first
+            w = workers[name]
+            assert w.stdin is not None and w.stdout is not None
+            w.stdin.write(f"{i}\n")
+            w.stdin.flush()
+            wall, cpu, top[name] = w.stdout.readline().split()
+            res[name].append((float(wall), float(cpu)))
+        same += len(set(top.values())) == 1
+    for w in workers.values():
+        assert w.stdin is not None
+        w.stdin.close()
+        w.wait()
+    a, b = np.array(res["this code"]), np.array(res["baseline"])
+    print(f"\n## re-rank k' = 1,000 end to end, this code vs {baseline_src}: {n:,} records, "
+          f"{nq} queries sent alternately\n")  # fmt: skip
+    print("| code | wall ms, median / p90 | CPU ms, median / p90 |")
+    print("|---|---|---|")
+    for name, r in (("this code", a), ("baseline", b)):
+        print(f"| {name} | {_stats(list(r[:, 0]))} | {_stats(list(r[:, 1]))} |")
+    print(f"\nmedian per-query ratio this / baseline: wall {np.median(a[:, 0] / b[:, 0]):.2f}, "
+          f"CPU {np.median(a[:, 1] / b[:, 1]):.2f}; same top hit for {same} of {nq} queries")  # fmt: skip
 
 
 def stores(n: int, work: Path, names: list[str], nq: int) -> None:
@@ -224,6 +304,7 @@ def main() -> None:
     ap.add_argument("--stores", nargs="+", default=["faiss", "chroma", "qdrant"])
     ap.add_argument("--store-n", type=int, default=10_000)
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--baseline-src", type=Path, default=None, help="src of the code to compare")
     args = ap.parse_args()
     tmp = None
     if args.workdir is None:
@@ -252,6 +333,8 @@ def main() -> None:
         latency(path, _synthetic.queries(X, args.latency_queries, seed=3))
     if "memory" in args.parts:
         memory(path, X, work, args.queries_list, args.depths)
+    if "ab" in args.parts and args.baseline_src is not None:
+        ab(args.n, work, args.baseline_src, args.latency_queries)
     if "stores" in args.parts:
         stores(args.store_n, work, args.stores, args.latency_queries)
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end")
