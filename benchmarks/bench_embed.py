@@ -1,33 +1,39 @@
-"""Embedding throughput and fidelity: torch vs ONNX Runtime (fp32, int8), one run, one machine.
+"""Embedding speed against sentence-transformers' defaults and the GEMM floor, and int8's quality.
 
-Run::
+Run (GCIDE: ``apt-get download dict-gcide && dpkg-deb -x dict-gcide_*.deb /tmp/gcide``)::
 
-    apt-get download dict-gcide && dpkg-deb -x dict-gcide_*.deb /tmp/gcide
-    python benchmarks/bench_embed.py --gcide /tmp/gcide/usr/share/dictd \
-        [--n 10000] [--queries 1000] [--slices 20] [--cache-dir /tmp/pe-cache]
+    python benchmarks/bench_embed.py --gcide /tmp/gcide/usr/share/dictd          # short run
+    python benchmarks/bench_embed.py --gcide ... --per-bucket 1200 --slices 6 \
+        --docs 40000 --queries 7659                                             # full size
 
-Texts: ``--n`` GCIDE definition units (real dictionary text, ``"<headword>: <definition>"``,
-:func:`privembed.evaluation.loaders.gcide_retrieval`): those relevant to ``--queries`` test
-queries plus a deterministic sample of the rest. The texts are cut into ``--slices`` slices and
-every backend embeds slice 1, then every backend slice 2, and so on (the order rotating), so
-load from other processes falls on all backends alike; texts/s is all texts over the summed
-time, and the per-slice ratios show the spread. Backends:
+Without ``--gcide`` the ``PRIVEMBED_GCIDE`` variable or ``/usr/share/dictd`` is used.
 
-- ``torch (st.encode)``: ``SentenceTransformer.encode(texts, batch_size=64)``, what
-  ``Embedder`` did before the ONNX backend (the baseline);
-- ``torch (Embedder)``: ``Embedder(backend="torch")`` (per-batch calls, progress by rows);
-- ``onnx``, ``onnx-int8``: ``Embedder(backend=...)`` on all cores.
+**Speed** (``--part speed``). Texts: GCIDE definition units (real dictionary text) in three
+token-length buckets -- short (6-12 tokens with [CLS]/[SEP]), median (20-24; the corpus' median
+is 22) and long (128-256) -- ``--per-bucket`` each, a deterministic sample (smallest sha256 of
+the document id). For 1 and 2 threads, interleaved in ``--slices`` slices (every backend
+embeds slice 1, then slice 2, the order rotating, so load from other processes falls on all
+alike):
 
-Fidelity: cosine of each backend's vectors to the baseline's; top-10 nearest-neighbour overlap
-on the same texts (cosine, self excluded); GCIDE retrieval (usage quote with the headword
-masked -> the definition it stands under) recall@10 and MRR@10 over the timed texts; and
-Spearman/Pearson correlation with the human judgments of the Lee corpus (50 documents, 1,225
-pairs; gensim's test data).
+- ``sentence-transformers defaults``: ``SentenceTransformer(model).encode(texts)`` as a user
+  calls it (batch size 32, no length sorting beyond its own, torch's threads set to 1 or 2);
+- ``onnx`` and ``onnx-int8``: ``Embedder(backend=..., threads=t)``.
 
-Floor: the encoder's multiply-adds for the real tokens (no padding) against this machine's
-measured float32 GEMM rate (the best of numpy's BLAS, torch and onnxruntime, on the same
-threads, measured between the slices) give the best texts/s that dense float32 arithmetic
-allows.
+The floor: the encoder's multiply-adds for the real tokens (no padding) over the best float32
+GEMM rate measured on this machine at the same thread count (numpy's BLAS, torch, onnxruntime's
+MLAS; (4096 x 384) @ (384 x 1536), measured between slices, best kept): the most texts/s dense
+float32 arithmetic allows. int8 can pass it (VNNI does 4x the multiply-adds per instruction).
+
+**Quality of int8** (``--part quality``). GCIDE retrieval (:func:`privembed.evaluation.loaders.
+gcide_retrieval`, test split: a usage quote with its headword masked in the definitions ->
+the definition it stands under): ``--queries`` queries against ``--docs`` documents (every
+relevant one plus a deterministic sample), embedded with ``onnx`` (fp32, identical to torch to
+1e-6) and ``onnx-int8``; NDCG@10, recall@10 and MRR@10 of exact cosine search, the paired
+difference with a 95% bootstrap interval (2,000 resamples of the queries, fixed seed), the
+cosine of each document's int8 vector to its fp32 one and the top-10 neighbour overlap, and
+Lee-corpus STS correlations. **Gate**: int8 passes when the interval's lower end of the NDCG@10
+difference is above -5% of fp32's NDCG@10 (it loses at most 5% of retrieval quality, at 95%
+confidence), and the same for recall@10.
 """
 
 from __future__ import annotations
@@ -48,15 +54,17 @@ from scipy import stats
 from privembed.embedders import Embedder, resolve_model
 from privembed.evaluation.loaders import MTEBRetrieval, gcide_retrieval, lee_corpus
 
+BUCKETS = {"short": (6, 12), "median": (20, 24), "long": (128, 256)}
+GATE = 0.05  # int8 may lose at most this share of fp32's NDCG@10 / recall@10 (95% interval)
 
-def gcide_sample(path: Path | None, n_docs: int, n_queries: int) -> MTEBRetrieval:
-    """GCIDE retrieval (test split): ``n_queries`` queries, ``n_docs`` documents.
+
+def gcide_sample(task: MTEBRetrieval, n_docs: int) -> MTEBRetrieval:
+    """The GCIDE retrieval task with ``n_docs`` documents.
 
     The documents are every one relevant to a kept query plus the documents of smallest
     ``sha256(doc id)`` (a deterministic sample of distractors that does not look at the
     queries' results), in corpus order.
     """
-    task = gcide_retrieval(path, split="test", max_queries=n_queries)
     need = {d for r in task.qrels.values() for d in r}
     rest = sorted(
         (hashlib.sha256(d.encode()).hexdigest(), i)
@@ -74,20 +82,6 @@ def gcide_sample(path: Path | None, n_docs: int, n_queries: int) -> MTEBRetrieva
         query_texts=task.query_texts,
         qrels=task.qrels,
     )
-
-
-def retrieval_scores(task: MTEBRetrieval, D: np.ndarray, Q: np.ndarray, k: int = 10) -> tuple:
-    """Recall@k and MRR@k of exact cosine search (unit rows)."""
-    pos = {d: i for i, d in enumerate(task.doc_ids)}
-    S = Q @ D.T
-    top = np.argsort(-S, axis=1)[:, :k]
-    rec, rr = [], []
-    for qi, q in enumerate(task.query_ids):
-        rel = {pos[d] for d, g in task.qrels[q].items() if g > 0 and d in pos}
-        hits = [r for r, j in enumerate(top[qi]) if j in rel]
-        rec.append(len({top[qi][r] for r in hits}) / len(rel))
-        rr.append(1 / (hits[0] + 1) if hits else 0.0)
-    return float(np.mean(rec)), float(np.mean(rr))
 
 
 def gemm_meter(threads: int) -> Callable[[], dict[str, float]]:
@@ -168,149 +162,169 @@ def top_k_overlap(X: np.ndarray, Y: np.ndarray, k: int = 10) -> float:
     return float(np.mean(out))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument(
-        "--gcide", type=Path, default=None, help="folder with gcide.index and gcide.dict.dz"
-    )
-    ap.add_argument("--n", type=int, default=10_000, help="documents (the timed texts)")
-    ap.add_argument("--queries", type=int, default=1000)
-    ap.add_argument("--slices", type=int, default=20, help="interleaved timing slices")
-    ap.add_argument("--latency-calls", type=int, default=200, help="single-text calls")
-    ap.add_argument(
-        "--threads", type=int, default=None, help="threads for torch and onnxruntime (all cores)"
-    )
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--cache-dir", type=Path, default=None)
-    ap.add_argument("--skip-torch-embedder", action="store_true")
-    args = ap.parse_args()
+def bucket_texts(task: MTEBRetrieval, per_bucket: int, counter: Embedder) -> dict[str, list[str]]:
+    """GCIDE definition units of each token-length bucket (smallest sha256 of the id first)."""
+    order = sorted(range(len(task.doc_ids)), key=lambda i: hashlib.sha256(
+        task.doc_ids[i].encode()).hexdigest())  # fmt: skip
+    out: dict[str, list[str]] = {b: [] for b in BUCKETS}
+    for s in range(0, len(order), 20_000):
+        chunk = [task.doc_texts[i] for i in order[s : s + 20_000]]
+        for text, n in zip(chunk, counter.count_tokens(chunk), strict=True):
+            for b, (lo, hi) in BUCKETS.items():
+                if lo <= n <= hi and len(out[b]) < per_bucket:
+                    out[b].append(text)
+        if all(len(v) >= per_bucket for v in out.values()):
+            break
+    return out
 
-    task = gcide_sample(args.gcide, args.n, args.queries)
-    texts = task.doc_texts
+
+def speed(args: argparse.Namespace, task: MTEBRetrieval) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    threads = args.threads or len(os.sched_getaffinity(0))
-    torch.set_num_threads(threads)
-    t = time.perf_counter()
-    embedders = {
-        name: Embedder(
-            backend=name, batch_size=args.batch_size, threads=threads, cache_dir=args.cache_dir
-        )
-        for name in ("onnx", "onnx-int8")
-    }
-    setup = time.perf_counter() - t
-    torch_emb = Embedder(backend="torch", batch_size=args.batch_size)
-    # the SentenceTransformer itself: the code path Embedder had before the ONNX backend
     st = SentenceTransformer(resolve_model(None)[1], device="cpu")
+    counter = Embedder(backend="onnx", threads=1, cache_dir=args.cache_dir)
+    buckets = bucket_texts(task, args.per_bucket, counter)
+    print(
+        "## Embedding speed: sentence-transformers defaults vs ONNX, by text length and threads\n"
+    )
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; python "
+        f"{platform.python_version()}, torch {version('torch')}, onnxruntime "
+        f"{version('onnxruntime')}, sentence-transformers {version('sentence-transformers')}; "
+        f"{args.slices} interleaved slices per cell; model {resolve_model(None)[0]}\n"
+    )
+    print(
+        "| texts | tokens mean | threads | ST defaults texts/s | onnx fp32 texts/s (x ST) "
+        "| onnx int8 texts/s (x ST) | fp32 GEMM floor texts/s | fp32 / int8 share of floor "
+        "| load |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        runs: dict[str, Callable[[list[str]], object]] = {
+            "st": lambda items: st.encode(items, show_progress_bar=False),
+            "onnx": Embedder(backend="onnx", threads=threads, cache_dir=args.cache_dir).encode,
+            "int8": Embedder(backend="onnx-int8", threads=threads, cache_dir=args.cache_dir).encode,
+        }
+        meter = gemm_meter(threads)
+        for fn in runs.values():
+            fn(buckets["median"][:64])  # warm-up
+        for name, texts in buckets.items():
+            lengths = np.array(counter.count_tokens(texts))
+            secs = {k: 0.0 for k in runs}
+            gemm, loads = 0.0, []
+            bounds = np.linspace(0, len(texts), args.slices + 1).astype(int)
+            names = list(runs)
+            for j, (a, b) in enumerate(itertools.pairwise(bounds)):
+                for k in names[j % len(names) :] + names[: j % len(names)]:
+                    t = time.perf_counter()
+                    runs[k](texts[a:b])
+                    secs[k] += time.perf_counter() - t
+                loads.append(os.getloadavg()[0])
+                gemm = max(gemm, *meter().values())
+            rate = {k: len(texts) / v for k, v in secs.items()}
+            floor = gemm / model_flops(lengths) * len(texts)
+            print(
+                f"| {name} ({len(texts)}) | {lengths.mean():.1f} | {threads} | {rate['st']:.0f} "
+                f"| {rate['onnx']:.0f} ({rate['onnx'] / rate['st']:.2f}) "
+                f"| {rate['int8']:.0f} ({rate['int8'] / rate['st']:.2f}) | {floor:.0f} "
+                f"| {rate['onnx'] / floor:.0%} / {rate['int8'] / floor:.0%} "
+                f"| {min(loads):.1f}-{max(loads):.1f} |",
+                flush=True,
+            )
 
-    def baseline(items: list[str]) -> np.ndarray:
-        return st.encode(
-            items,
-            batch_size=args.batch_size,
-            convert_to_numpy=True,
-            normalize_embeddings=True,
-            show_progress_bar=False,
-        ).astype(np.float32)
 
-    runs = {"torch (st.encode)": baseline}
-    if not args.skip_torch_embedder:
-        runs["torch (Embedder)"] = torch_emb.encode
-    runs.update({k: e.encode for k, e in embedders.items()})
-    for fn in runs.values():  # warm-up
-        fn(texts[:64])
+def _ndcg_recall_rr(task: MTEBRetrieval, D: np.ndarray, Q: np.ndarray, k: int = 10):
+    """Per-query NDCG@k, recall@k and reciprocal rank@k (binary relevance, exact cosine)."""
+    pos = {d: i for i, d in enumerate(task.doc_ids)}
+    disc = 1.0 / np.log2(np.arange(2, k + 2))
+    nd, rec, rr = [], [], []
+    for s in range(0, len(Q), 1024):
+        S = Q[s : s + 1024] @ D.T
+        top = np.argsort(-S, axis=1)[:, :k]
+        for qi, row in enumerate(top, start=s):
+            rel = {pos[d] for d, g in task.qrels[task.query_ids[qi]].items() if g > 0 and d in pos}
+            hit = np.array([j in rel for j in row])
+            ideal = disc[: min(len(rel), k)].sum()
+            nd.append(float((hit * disc).sum() / ideal))
+            rec.append(float(hit.sum() / len(rel)))
+            rr.append(float(1.0 / (np.argmax(hit) + 1)) if hit.any() else 0.0)
+    return np.array(nd), np.array(rec), np.array(rr)
 
-    # interleaved: every backend embeds slice 1, then slice 2, ... (the order rotates), so
-    # load from other processes falls on all backends alike; all slices make all texts
-    bounds = np.linspace(0, len(texts), args.slices + 1).astype(int)
-    secs: dict[str, list[float]] = {k: [] for k in runs}
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in runs}
-    loads = []
-    names = list(runs)
-    meter = gemm_meter(threads)
-    gemms: dict[str, float] = {}
-    for j, (a, b) in enumerate(itertools.pairwise(bounds)):
-        for name in names[j % len(names) :] + names[: j % len(names)]:
-            t = time.perf_counter()
-            parts[name].append(runs[name](texts[a:b]))
-            secs[name].append(time.perf_counter() - t)
-        loads.append(os.getloadavg()[0])
-        for lib, rate in meter().items():
-            gemms[lib] = max(gemms.get(lib, 0.0), rate)
-    out = {k: np.concatenate(v) for k, v in parts.items()}
-    # one request's latency (a proxy embedding one short text), interleaved the same way
-    lat: dict[str, list[float]] = {k: [] for k in runs}
-    for j in range(args.latency_calls):
-        for name in names:
-            t = time.perf_counter()
-            runs[name](texts[j % len(texts)])
-            lat[name].append(time.perf_counter() - t)
 
-    base = "torch (st.encode)"
-    ref = out[base]
+def _paired_interval(a: np.ndarray, b: np.ndarray, resamples: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of mean(b - a) over queries (fixed seed)."""
+    diff = b - a
+    idx = np.random.default_rng(0).integers(0, diff.size, size=(resamples, diff.size))
+    means = diff[idx].mean(axis=1)
+    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+
+
+def quality(args: argparse.Namespace, full: MTEBRetrieval) -> None:
+    task = gcide_sample(full, args.docs)
     lee = lee_corpus()
-    lee_vecs = {name: fn(lee.documents) for name, fn in runs.items()}
-    scores = {
-        name: retrieval_scores(task, out[name], fn(task.query_texts)) for name, fn in runs.items()
-    }
-    lengths = np.array(embedders["onnx"].count_tokens(texts))
-    gemm_lib = max(gemms, key=gemms.__getitem__)
-    gemm = gemms[gemm_lib]
-    f_min = model_flops(lengths)
-
-    print(f"## Embedding backends: all-MiniLM-L6-v2 on {len(texts):,} GCIDE definitions\n")
-    print(
-        f"retrieval: {len(task.query_ids)} GCIDE test queries (usage quotes, headword masked) "
-        f"against these {len(texts):,} definitions, exact cosine search\n"
-    )
-    print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-        f"python {platform.python_version()}, torch {version('torch')} "
-        f"({torch.get_num_threads()} threads), onnxruntime {version('onnxruntime')} "
-        f"({embedders['onnx'].threads} threads), sentence-transformers "
-        f"{version('sentence-transformers')}; batch size {args.batch_size}; "
-        f"{args.slices} interleaved slices; 1-min load average during the timing "
-        f"{min(loads):.1f}-{max(loads):.1f}; ONNX export + int8 quantisation on first use "
-        f"(or cache load): {setup:.1f} s.\n"
-    )
-    print(
-        f"tokens per text (with [CLS]/[SEP], truncated at 256): mean {lengths.mean():.1f}, "
-        f"median {np.median(lengths):.0f}, max {lengths.max()}\n"
-    )
-    print(
-        "| backend | texts/s | x baseline (slices: min-max) | 1 text: median / p99 ms "
-        "| cosine to baseline: min / mean "
-        "| top-10 NN overlap | Lee STS Spearman / Pearson | GCIDE recall@10 / MRR@10 |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for name in runs:
-        r = len(texts) / sum(secs[name])
-        per = np.array(secs[base]) / np.array(secs[name])
-        cos = np.sum(out[name] * ref, axis=1)
-        V = lee_vecs[name] / np.linalg.norm(lee_vecs[name], axis=1, keepdims=True)
+    res, vecs, lee_r = {}, {}, {}
+    for backend in ("onnx", "onnx-int8"):
+        emb = Embedder(backend=backend, cache_dir=args.cache_dir)
+        t = time.perf_counter()
+        D = emb.encode(task.doc_texts)
+        Q = emb.encode(task.query_texts)
+        secs = time.perf_counter() - t
+        res[backend] = _ndcg_recall_rr(task, D, Q)
+        vecs[backend] = D
+        V = emb.encode(lee.documents)
         sims = np.sum(V[lee.pairs[:, 0]] * V[lee.pairs[:, 1]], axis=1)
-        sp = stats.spearmanr(sims, lee.scores).statistic
-        pe = stats.pearsonr(sims, lee.scores).statistic
-        nn = top_k_overlap(ref, out[name]) if name != base else 1.0
-        print(
-            f"| {name} | {r:.0f} | {sum(secs[base]) / sum(secs[name]):.2f} "
-            f"({per.min():.2f}-{per.max():.2f}) "
-            f"| {np.median(lat[name]) * 1e3:.1f} / {np.quantile(lat[name], 0.99) * 1e3:.1f} "
-            f"| {cos.min():.6f} / {cos.mean():.6f} | {nn:.3f} | {sp:.4f} / {pe:.4f} "
-            f"| {scores[name][0]:.4f} / {scores[name][1]:.4f} |"
-        )
+        lee_r[backend] = (stats.spearmanr(sims, lee.scores).statistic,
+                          stats.pearsonr(sims, lee.scores).statistic, secs)  # fmt: skip
     print(
-        f"\nfloor: {f_min / len(texts) / 1e6:.0f} MFLOP per text (the encoder's multiply-adds "
-        f"for the real tokens, no padding); measured float32 GEMM {gemm / 1e9:.0f} GFLOP/s "
-        f"({gemm_lib}, {threads} threads) -> at most "
-        f"{gemm / f_min * len(texts):.0f} texts/s in float32 (GEMM GFLOP/s: "
-        + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in gemms.items())
-        + ")."
+        f"\n## int8 quality: GCIDE retrieval, {len(task.query_ids):,} test queries, "
+        f"{len(task.doc_ids):,} documents\n"
     )
-    for name in runs:
-        useful = len(texts) / sum(secs[name]) * f_min / len(texts)
-        print(f"- {name}: {useful / 1e9:.1f} GFLOP/s of useful work, {useful / gemm:.0%} of GEMM")
-    print(f"\nmodel: {resolve_model(None)[1]}")
+    print("| backend | NDCG@10 | recall@10 | MRR@10 | Lee STS Spearman / Pearson | embed s |")
+    print("|---|---|---|---|---|---|")
+    for b in res:
+        nd, rec, rr = res[b]
+        sp, pe, secs = lee_r[b]
+        print(f"| {b} | {nd.mean():.4f} | {rec.mean():.4f} | {rr.mean():.4f} "
+              f"| {sp:.4f} / {pe:.4f} | {secs:.0f} |")  # fmt: skip
+    print("\n| int8 - fp32 | mean | 95% interval | gate: lower end >= | passes |")
+    print("|---|---|---|---|---|")
+    passed = []
+    for i, metric in enumerate(("NDCG@10", "recall@10", "MRR@10")):
+        a, b = res["onnx"][i], res["onnx-int8"][i]
+        lo, hi = _paired_interval(a, b)
+        gate = -GATE * a.mean()
+        ok = lo >= gate
+        if i < 2:
+            passed.append(ok)
+        print(f"| {metric} | {b.mean() - a.mean():+.4f} | [{lo:+.4f}, {hi:+.4f}] "
+              f"| {gate:+.4f} | {'yes' if ok else 'no'}{'' if i < 2 else ' (not gated)'} |")  # fmt: skip
+    cos = np.sum(vecs["onnx"] * vecs["onnx-int8"], axis=1)
+    print(
+        f"\ncosine int8 to fp32 over the documents: min {cos.min():.4f}, mean {cos.mean():.4f}; "
+        f"top-10 neighbour overlap {top_k_overlap(vecs['onnx'], vecs['onnx-int8']):.3f}"
+    )
+    print(f"\n**int8 quality gate: {'PASS' if all(passed) else 'FAIL'}** "
+          f"(NDCG@10 and recall@10 within {GATE:.0%} of fp32 at 95% confidence)")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gcide", type=Path, default=None, help="folder with gcide.index/.dict.dz")
+    ap.add_argument("--part", choices=("speed", "quality", "all"), default="all")
+    ap.add_argument("--per-bucket", type=int, default=300, help="texts per length bucket")
+    ap.add_argument("--slices", type=int, default=3, help="interleaved timing slices per cell")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--docs", type=int, default=5000, help="quality: documents")
+    ap.add_argument("--queries", type=int, default=1000, help="quality: test queries")
+    ap.add_argument("--cache-dir", type=Path, default=None)
+    args = ap.parse_args()
+    task = gcide_retrieval(args.gcide, split="test", max_queries=args.queries)
+    if args.part in ("speed", "all"):
+        speed(args, task)
+    if args.part in ("quality", "all"):
+        quality(args, task)
 
 
 if __name__ == "__main__":

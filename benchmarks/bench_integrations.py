@@ -12,6 +12,11 @@ Three parts, each printing a table (``--part`` picks one; default: all):
 * ``chroma`` -- index throughput (protect + upsert, vectors/s) and search throughput
   (queries/s, k=10, query treatment included) of an embedded Chroma collection; FAISS (flat,
   one file) alongside for scale.
+* ``storage`` -- bytes per record on disk of each store (Chroma, Qdrant local mode, FAISS)
+  with and without sealed payloads, ``--n-store`` synthetic 384-d records (``_synthetic.py``)
+  protected with keyed Laplace noise, and the peak RSS of a process that opens the store and
+  counts it; FAISS also in its earlier layout (layout 1: payloads as base64 in fixed-width
+  metadata strings), written from the same records.
 * ``ranking`` -- the evidence behind the query side's choice of cosine (see
   :mod:`privembed.integrations.query`): recall@10 of protected search against the clean top-10,
   inner product vs cosine, clustered synthetic data.
@@ -21,6 +26,7 @@ Usage (the full size of the issue; ~1.5 GB of Parquet in ``--workdir``)::
     python benchmarks/bench_integrations.py --part shards --n 1000000 --num-cpus 2
     python benchmarks/bench_integrations.py --part chroma --n-index 20000
     python benchmarks/bench_integrations.py --part ranking
+    python benchmarks/bench_integrations.py --part storage --n-store 117659
 
 Set ``RAY_AUTH_MODE=disabled`` to skip Ray's token set-up for the throwaway local cluster.
 """
@@ -31,6 +37,7 @@ import argparse
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -317,16 +324,118 @@ def part_ranking(args: argparse.Namespace) -> None:
     )
 
 
+def _peak_rss_of(code: str) -> tuple[float, str]:
+    """Peak RSS (MiB) and stdout of ``python -c code``, started from a small launcher (a child
+    forked from this process would inherit its high-water mark into ru_maxrss)."""
+    launcher = (
+        "import resource, subprocess, sys; subprocess.check_call(sys.argv[2:]); "
+        "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))"
+    )
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as res:
+        out = subprocess.run(
+            [sys.executable, "-c", launcher, res.name, sys.executable, "-c", code],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        return int(res.read() or 0) / 1024, out.strip()
+
+
+def _write_faiss_layout1(src: Path, dst: Path) -> None:
+    """The FAISS store at ``src`` rewritten as privembed wrote it before layout 2."""
+    import base64
+    import json
+
+    from privembed.integrations.stores import PAYLOAD_KEY, FaissStore
+
+    dst.mkdir(parents=True, exist_ok=True)
+    with FaissStore(src, "bench", create=False) as s:
+        blobs = s.payloads(s._ids)
+        metas = []
+        for m, b in zip(s._meta, blobs, strict=True):
+            d = json.loads(m)
+            if b is not None:
+                d[PAYLOAD_KEY] = base64.b64encode(b).decode("ascii")
+            metas.append(json.dumps(d))
+        with open(dst / "bench.faiss.npz", "wb") as fh:
+            np.savez(
+                fh,
+                index=s._faiss.serialize_index(s._index),
+                ids=np.asarray(s._ids, dtype=str),
+                metadata=np.asarray(metas, dtype=str),
+                info=np.array(json.dumps(s._info, sort_keys=True)),
+            )
+
+
+def part_storage(args: argparse.Namespace, work: Path) -> None:
+    import _synthetic
+
+    from privembed.integrations.collection import ProtectedCollection
+
+    n, mech = args.n_store, get_mechanism("laplace", epsilon=200.0)
+    X = _synthetic.corpus(n, args.d)
+    rows = []
+    for store in args.stores:
+        cells = [store]
+        for payloads in (False, True):
+            path = work / f"storage-{store}-{payloads}"
+            t = time.perf_counter()
+            with ProtectedCollection.open(store, path, "bench", mechanism=mech, key=KEY,
+                                          payloads=payloads) as col:  # fmt: skip
+                for s in range(0, n, 8192):
+                    col.add([f"r{i}" for i in range(s, min(n, s + 8192))], X[s : s + 8192])
+            took = time.perf_counter() - t
+            size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+            rss, count = _peak_rss_of(
+                "from privembed.integrations.stores import open_store; "
+                f"s = open_store({store!r}, {str(path)!r}, 'bench', create=False); "
+                "print(s.count()); s.close()"
+            )
+            assert count == str(n), count
+            cells += [f"{size / n:,.0f}", f"{size / X.nbytes:.2f}", f"{rss:.0f}", f"{took:.0f}"]
+            if store == "faiss" and payloads:
+                old = work / "storage-faiss-layout1"
+                _write_faiss_layout1(path, old)
+                osize = (old / "bench.faiss.npz").stat().st_size
+                orss, _ = _peak_rss_of(
+                    "from privembed.integrations.stores import FaissStore; "
+                    f"print(FaissStore({str(old)!r}, 'bench', create=False).count())"
+                )
+                layout1 = ["faiss, layout 1 (before)", "", "", "", "", f"{osize / n:,.0f}",
+                           f"{osize / X.nbytes:.2f}", f"{orss:.0f}", ""]  # fmt: skip
+        rows.append(cells)
+        if store == "faiss":
+            rows.append(layout1)
+    table(
+        f"Storage per record: {n:,} x {args.d} float32 vectors ({args.d * 4:,} bytes each), "
+        "keyed Laplace, payloads of 1,585 bytes",
+        [
+            "store",
+            "bytes/record",
+            "x vectors",
+            "open RSS MiB",
+            "index s",
+            "bytes/record with payloads",
+            "x vectors",
+            "open RSS MiB",
+            "index s",
+        ],
+        rows,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=("shards", "chroma", "ranking", "all"), default="all")
-    ap.add_argument("--n", type=int, default=1_000_000, help="rows for the shards part")
+    ap.add_argument(
+        "--part", choices=("shards", "chroma", "ranking", "storage", "all"), default="all"
+    )
+    ap.add_argument("--n", type=int, default=100_000, help="rows for the shards part (1000000)")
     ap.add_argument("--d", type=int, default=384)
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--num-cpus", type=int, default=2)
     ap.add_argument("--batch-rows", type=int, default=4096)
     ap.add_argument("--n-index", type=int, default=20_000, help="vectors for the chroma part")
     ap.add_argument("--n-queries", type=int, default=1000)
+    ap.add_argument("--n-store", type=int, default=10_000, help="records for storage (117659)")
+    ap.add_argument("--stores", nargs="+", default=["chroma", "qdrant", "faiss"])
     ap.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temp)")
     args = ap.parse_args()
     print(f"machine: {machine()}")
@@ -338,6 +447,8 @@ def main() -> None:
             part_chroma(args, work)
         if args.part in ("ranking", "all"):
             part_ranking(args)
+        if args.part in ("storage", "all"):
+            part_storage(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -369,3 +369,75 @@ def test_the_tag_mac_is_hmac_sha256():
     assert _HmacPrefix(key, b"ctx\x00").digest(b"i:5", b"\x00v", b"\x01" * 1536) == hmac.digest(
         key, b"ctx\x00i:5\x00v" + b"\x01" * 1536, "sha256"
     )
+
+
+# ---- the fast paths of id typing and tags give the same bits ---------------------------------
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [f"doc-{i}" for i in range(50)],
+        ["a\x00b", "é", "", "x" * 300],
+        ["ok", "lone \ud800 surrogate"],  # not UTF-8: the general path (surrogateescape)
+        list(range(-5, 45)),
+        [2**70, -(2**70), 0],
+        np.arange(50, dtype=np.int64),
+        np.arange(50, dtype=np.int32),
+        np.array([2**64 - 1, 0], dtype=np.uint64),
+        np.array(["a", "é", ""]),
+        [np.int64(3), 4, "5"],  # mixed: the general path
+        range(7),
+        (1, 2, 3),
+    ],
+    ids=lambda v: type(v).__name__ + (str(v.dtype) if isinstance(v, np.ndarray) else ""),
+)
+def test_id_typing_fast_paths_equal_the_ledger_keys(ids):
+    from privembed.ledger import record_key
+
+    with Release(LaplaceMechanism(epsilon=5.0), key=KEY) as rel:
+        assert rel._typed_keys(ids, len(ids)) == [record_key(r) for r in list(ids)]
+
+
+@pytest.mark.parametrize("bad", [[1, True], np.array([True, False]), [1.0, 2.0], [[1], [2]]])
+def test_id_typing_refuses_what_record_keys_refuse(bad):
+    with Release(LaplaceMechanism(epsilon=5.0), key=KEY) as rel:
+        with pytest.raises(DataError, match="record id must be an int or a string"):
+            rel._typed_keys(bad, len(bad))
+
+
+def test_keyed_noise_is_the_same_for_every_form_of_the_same_ids(X):
+    m = GaussianMechanism(epsilon=5.0, delta=1e-5)
+    ref = protect(X, m, ids=list(range(len(X))), key=KEY)
+    for ids in (np.arange(len(X)), np.arange(len(X), dtype=np.uint32), range(len(X))):
+        assert np.array_equal(protect(X, m, ids=ids, key=KEY), ref)
+    names = [f"n{i}" for i in range(len(X))]
+    assert np.array_equal(
+        protect(X, m, ids=np.array(names), key=KEY), protect(X, m, ids=names, key=KEY)
+    )
+
+
+def test_stream_keys_are_the_first_half_of_each_tag_on_every_path():
+    """keyed_source reads tags[i][:16] as two little-endian words, from a block's tag array,
+    from a list of 32-byte tags, or from tags of other lengths alike."""
+    import hmac as _hmac
+    import pickle
+
+    from privembed import _jit, keyed
+    from privembed.rng import _verify_kernels
+
+    assert _jit.kernels(-1, verify=_verify_kernels) is not None  # the compiled tags (extra fast)
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((300, 8)).astype(np.float32)
+    ids = [f"r{i}".encode() for i in range(300)]
+    tags = keyed.vector_tags(KEY, b"ctx", ids, X)
+    assert isinstance(tags, keyed._Tags)  # a block's tags keep their array
+    assert pickle.loads(pickle.dumps(tags)) == tags
+    assert keyed._hashlib_vector_tags(KEY, b"ctx", ids, X) == tags
+    ref = [  # HMAC-SHA256 over (domain, context, typed id, "v", canonical float32 bytes)
+        _hmac.digest(KEY, keyed._DOMAIN + b"ctx\x00" + r + b"\x00v" + x.tobytes(), "sha256")
+        for r, x in zip(ids, X.astype("<f4"), strict=True)
+    ]
+    assert list(tags) == ref
+    want = np.frombuffer(b"".join(t[:16] for t in ref), dtype="<u8").reshape(-1, 2)
+    for given in (tags, list(tags), [t + b"\x01" for t in ref]):
+        src = keyed.keyed_source(KEY, given)
+        assert np.array_equal(src._ctr[:, 2:], want)

@@ -34,11 +34,13 @@ tag), which reveals nothing about the content but tells a re-release of the same
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
 import secrets
 import stat
+import struct
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
@@ -367,10 +369,8 @@ def _hashlib_vector_tags(
     width = A.shape[1] * 4
     mv = A.data.cast("B")
     return [
-        mac.digest(
-            (r if isinstance(r, bytes) else typed_id(r)) + b"\x00v", mv[i * width : (i + 1) * width]
-        )
-        for i, r in enumerate(ids)
+        mac.digest(r + b"\x00v", mv[i * width : (i + 1) * width])
+        for i, r in enumerate(_typed_bytes(ids))
     ]
 
 
@@ -419,10 +419,10 @@ def _compiled_vector_tags(
         k.sha256_state(np.frombuffer(pad, dtype=np.uint8), np.frombuffer(then, dtype=np.uint8), ctx)
         return ctx
 
-    typed = [r if isinstance(r, bytes) else typed_id(r) for r in ids]
+    typed = _typed_bytes(ids)
     n, d = A.shape
     off = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum([len(t) for t in typed], out=off[1:])
+    np.cumsum(np.fromiter(map(len, typed), dtype=np.int64, count=n), out=off[1:])
     out = np.empty((n, 32), dtype=np.uint8)
     k.hmac_rows(
         state(ipad, _DOMAIN + context + b"\x00"),
@@ -433,8 +433,32 @@ def _compiled_vector_tags(
         A.view(np.uint8).reshape(n, d * 4),
         out,
     )
-    raw = out.tobytes()
-    return [raw[i * 32 : (i + 1) * 32] for i in range(n)]
+    return _Tags(out)
+
+
+def _typed_bytes(ids: Sequence[Any]) -> Sequence[bytes]:
+    """``ids`` as :func:`typed_id` bytes (ids already given as bytes are taken as they are)."""
+    if set(map(type, ids)) <= {bytes}:
+        return ids  # the release passes typed bytes: one C-level type pass instead of n calls
+    return [r if isinstance(r, bytes) else typed_id(r) for r in ids]
+
+
+@functools.lru_cache(maxsize=8)
+def _tag_splitter(n: int) -> struct.Struct:
+    return struct.Struct("32s" * n)  # "s" keeps every byte (numpy's "S32" drops trailing NULs)
+
+
+class _Tags(list[bytes]):
+    """The 32-byte tags of a block (a ``list[bytes]``) that keep the (n, 32) array they were
+    computed in, so :func:`keyed_source` takes its stream keys from the array instead of
+    slicing every tag again (per-record Python work holds the GIL: it is what keeps keyed noise
+    from scaling on two threads)."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: NDArray[np.uint8]) -> None:
+        super().__init__(_tag_splitter(rows.shape[0]).unpack(rows.tobytes()) if len(rows) else ())
+        self.rows = rows
 
 
 _COMMITMENT = hashlib.sha256(labels.TAG_COMMITMENT)
@@ -463,6 +487,15 @@ def _stream_key(key: bytes) -> bytes:
 
 
 def keyed_source(key: bytes, tags: Sequence[bytes], *, generator: str = "philox") -> CounterSource:
-    """The :class:`~privembed.rng.CounterSource` whose row ``i`` is keyed by ``tags[i]``."""
-    rows = np.frombuffer(b"".join(t[:16] for t in tags), dtype="<u8").reshape(len(tags), 2)
+    """The :class:`~privembed.rng.CounterSource` whose row ``i`` is keyed by ``tags[i]``
+    (its first 16 bytes, as two little-endian 64-bit words)."""
+    n = len(tags)
+    if isinstance(tags, _Tags) and tags.rows.shape == (n, 32):
+        rows = np.ascontiguousarray(tags.rows[:, :16]).view("<u8")
+    else:
+        joined = b"".join(tags)
+        if len(joined) == 32 * n:  # 32-byte tags: one join, then every first half
+            rows = np.frombuffer(joined, dtype="<u8").reshape(n, 4)[:, :2]
+        else:
+            rows = np.frombuffer(b"".join(t[:16] for t in tags), dtype="<u8").reshape(n, 2)
     return CounterSource(_stream_key(key), rows, generator=generator)

@@ -88,15 +88,76 @@ from .rng import as_generator
 __all__ = [
     "RerankPlanner",
     "ScoreProfile",
+    "candidate_bytes",
     "cosine_law",
     "predicted_recall",
     "protected_ranks",
+    "query_batch_size",
     "recall_at_depths",
     "rerank_depth",
 ]
 
 #: bins of the clean-score histogram over [-1, 1]
 DEFAULT_BINS = 2000
+
+#: memory the candidates of one batch of queries may hold during a search (160 MiB): with
+#: exact re-rank, k' candidates per query are fetched, their payloads opened and scored
+SEARCH_BATCH_BYTES = 160 << 20
+#: most queries in one batch (plain search: the treated queries and the store's answers)
+MAX_QUERY_BATCH = 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# searching in bounded memory
+# ---------------------------------------------------------------------------------------------
+
+
+def candidate_bytes(dim: int, *, payload_itemsize: int = 4) -> int:
+    """Memory one fetched candidate holds while its batch is re-ranked, in bytes.
+
+    Its sealed payload (``payload_itemsize * dim + 45`` bytes, :mod:`privembed.payload`), its
+    opened vector as a float64 row for the exact cosine, and about 1.5 KiB of Python objects
+    (the hit, its metadata, the bookkeeping of the batch): an upper bound -- ``privembed
+    search`` over a FAISS store of 117,659 records at k' = 1,000 grows by 4.3 MiB per query of
+    a batch (candidates shared by queries of a batch are opened once). Stored texts come on
+    top.
+
+    Examples
+    --------
+    >>> candidate_bytes(384)
+    6189
+    """
+    dim = check_int("dim", dim, ge=1)
+    itemsize = check_int("payload_itemsize", payload_itemsize, ge=1)
+    return itemsize * dim + 45 + 8 * dim + 1536
+
+
+def query_batch_size(
+    depth: int,
+    dim: int,
+    *,
+    budget_bytes: int = SEARCH_BATCH_BYTES,
+    payload_itemsize: int = 4,
+    max_batch: int = MAX_QUERY_BATCH,
+) -> int:
+    """Queries to search together so that their ``depth`` candidates each stay within
+    ``budget_bytes`` (at least one query, at most ``max_batch``).
+
+    A search holds the candidates of one batch at a time, so its peak memory follows k'
+    (``depth``) and the dimension, never the number of queries.
+
+    Examples
+    --------
+    >>> query_batch_size(1000, 384), query_batch_size(10_000, 384), query_batch_size(31_035, 384)
+    (27, 2, 1)
+    >>> query_batch_size(10, 384)   # plain search: capped
+    1024
+    """
+    depth = check_int("depth", depth, ge=1)
+    budget = check_int("budget_bytes", budget_bytes, ge=1)
+    cap = check_int("max_batch", max_batch, ge=1)
+    per_query = depth * candidate_bytes(dim, payload_itemsize=payload_itemsize)
+    return max(1, min(cap, budget // per_query))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -71,7 +72,7 @@ def test_index_search_roundtrip(tmp_path, emb_file, key_file):
             "--json",
         ]
     )
-    out = json.loads(r.stdout)
+    out = [json.loads(line) for line in r.stdout.splitlines()]
     assert [q["query"] for q in out] == ["q0", "q1", "q2"]
     assert [q["hits"][0]["id"] for q in out] == ["r0", "r1", "r2"]
     assert all(len(q["hits"]) == 2 for q in out)
@@ -169,7 +170,84 @@ def test_index_protected_file_and_metadata_columns(tmp_path, key_file):
             "1",
         ]
     )
-    assert [q["hits"][0]["id"] for q in json.loads(r.stdout)] == ["0", "1"]
+    assert [q["hits"][0]["id"] for q in map(json.loads, r.stdout.splitlines())] == ["0", "1"]
+
+
+def _index_none(tmp_path, src):
+    db = tmp_path / "db"
+    _ok(["index", src, "--store", "faiss", "--path", db, "-m", "none"])
+    return db
+
+
+def test_search_json_is_json_lines_one_object_per_query(tmp_path, emb_file):
+    """Issue 28: --json said "one line per query" and printed one indented array."""
+    src, X = emb_file
+    db = _index_none(tmp_path, src)
+    write_embeddings(tmp_path / "q.npz", near_copies(X[:5]), ids=[f"q{i}" for i in range(5)])
+    args = ["search", "--store", "faiss", "--path", db, "--query-embeddings", tmp_path / "q.npz"]
+    r = _ok([*args, "-k", "2", "--json"])
+    lines = r.stdout.splitlines()
+    assert len(lines) == 5 and all(line.startswith("{") for line in lines)
+    out = [json.loads(line) for line in lines]
+    assert [q["query"] for q in out] == [f"q{i}" for i in range(5)]
+    assert [q["hits"][0]["id"] for q in out] == [f"r{i}" for i in range(5)]
+    # a -m none collection holds plain vectors: its cosines are exact, and say so
+    assert {q["score_kind"] for q in out} == {"exact cosine (unprotected vectors)"}
+    table = _ok(args)
+    assert "exact cosine (unprotected vectors)" in " ".join(table.stdout.split())
+    assert "cosine to the protected vector" not in table.stdout
+    # any batch size gives the same lines
+    assert _ok([*args, "-k", "2", "--json", "--batch-queries", "2"]).stdout == r.stdout
+    _assert_user_error(
+        runner.invoke(app, [str(a) for a in [*args, "--batch-queries", "0"]]),
+        "--batch-queries must be >= 1, got --batch-queries=0",
+    )
+
+
+def test_search_draws_progress_per_batch_and_leaves_stdout_to_the_results(
+    tmp_path, emb_file, monkeypatch
+):
+    """A query file gets a progress bar (on a terminal: stderr); results piped from stdout
+    must not be drawn into the bar's console, so stdout is not redirected unless a terminal."""
+    import contextlib
+
+    from privembed._cli import common
+
+    src, X = emb_file
+    db = _index_none(tmp_path, src)
+    write_embeddings(tmp_path / "q.npz", near_copies(X[:5]), ids=[f"q{i}" for i in range(5)])
+    seen = []
+
+    @contextlib.contextmanager
+    def spy(description, *, unit="rows", redirect_stdout=True):
+        seen.append((description, unit, redirect_stdout))
+        yield (lambda n: seen.append(("total", n))), (lambda k: seen.append(("advance", k)))
+
+    monkeypatch.setattr(common, "progress_callback", spy)
+    r = _ok(["search", "--store", "faiss", "--path", db, "--query-embeddings",
+             tmp_path / "q.npz", "--json", "--batch-queries", "2"])  # fmt: skip
+    assert len(r.stdout.splitlines()) == 5
+    assert seen == [("searching", "queries", False), ("total", 5), ("advance", 2),
+                    ("advance", 2), ("advance", 1)]  # fmt: skip
+
+
+def test_estimated_cosines_are_labelled_and_stay_in_range(tmp_path, emb_file, key_file):
+    """Issue 28: a Gaussian collection printed "estimated clean cosine 1.5164"."""
+    src, X = emb_file
+    db = tmp_path / "db"
+    _ok(["index", src, "--store", "faiss", "--path", db, "-m", "gaussian", "--epsilon", "50",
+         "--delta", "1e-5", "--key-file", key_file])  # fmt: skip
+    write_embeddings(tmp_path / "q.npz", near_copies(X[:40]), ids=[f"q{i}" for i in range(40)])
+    args = ["search", "--store", "faiss", "--path", db, "--query-embeddings", tmp_path / "q.npz"]
+    out = [json.loads(line) for line in _ok([*args, "-k", "3", "--json"]).stdout.splitlines()]
+    assert {q["score_kind"] for q in out} == {"estimated clean cosine"}
+    hits = [h for q in out for h in q["hits"]]
+    assert all(-1.0 <= h["interval"][0] <= h["cosine"] <= h["interval"][1] <= 1.0 for h in hits)
+    assert max(h["cosine"] for h in hits) == 1.0  # clipped: unbiased estimates passed 1
+    table = " ".join(_ok([*args, "-k", "3"]).stdout.split())
+    assert "estimated clean cosine [95% interval]" in table
+    scores = [float(x) for x in re.findall(r"-?\d\.\d{4}", table)]
+    assert len(scores) == 120 and max(scores) <= 1.0, scores
 
 
 @pytest.mark.parametrize(

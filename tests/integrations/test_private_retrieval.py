@@ -209,7 +209,7 @@ def test_cli_index_texts_with_payloads_and_search_with_rerank(tmp_path):
     r = runner.invoke(app, ["search", "high blood sugar medication", "--path", db, "--key-file",
                             str(key), "--rerank", "5", "-k", "1", "--json"])  # fmt: skip
     assert r.exit_code == 0, r.output
-    res = json.loads(r.stdout)[0]
+    res = json.loads(r.stdout.splitlines()[0])
     assert res["score_kind"] == "exact cosine"
     assert res["hits"][0]["id"] == "n1" and res["hits"][0]["text"] == notes[1]
     with Searcher("chroma", db, key=key) as s:
@@ -294,3 +294,86 @@ def test_profile_from_real_queries_and_where_it_came_from(tmp_path):
     with pytest.raises(ValueError, match="apply to a collection with payloads"):
         index_file(src, "faiss", tmp_path / "d", "col", mechanism=mech, key=KEY,
                    profile_queries=qf)  # fmt: skip
+
+
+# ---- searching in bounded memory --------------------------------------------------------------
+def test_search_holds_one_batch_of_candidates_at_a_time(tmp_path):
+    """Queries go to the store and through the re-rank a batch at a time; the answers do not
+    depend on the batch size, and the default batch follows k' and d."""
+    X, Q = _corpus(600, 32)
+    ids = [f"r{i}" for i in range(len(X))]
+    with ProtectedCollection.open("faiss", tmp_path, "col",
+                                  mechanism=get_mechanism("laplace", epsilon=20.0), key=KEY,
+                                  payloads=True) as col:  # fmt: skip
+        col.add(ids, X)
+        calls = []
+        search = col.store.search
+
+        def spy(V, k, **kw):
+            calls.append((len(V), k))
+            return search(V, k, **kw)
+
+        col.store.search = spy  # type: ignore[method-assign]
+        runs = {b: col.query(Q[:23], k=3, rerank=150, batch_queries=b) for b in (1, 7, 23)}
+        assert calls[:23] == [(1, 150)] * 23
+        assert calls[23:] == [(7, 150)] * 3 + [(2, 150)] + [(23, 150)]
+        for b in (1, 7):
+            assert [[(h.id, h.score) for h in hs] for hs in runs[b]] == [
+                [(h.id, h.score) for h in hs] for hs in runs[23]
+            ]
+        assert col.query_batch_size(3, rerank=150) == 160 * 2**20 // (150 * (12 * 32 + 1581))
+        assert col.query_batch_size(3, rerank=150) > col.query_batch_size(3, rerank=600)
+        calls.clear()
+        list(col.query_batches(Q[:5], k=3, rerank=600))
+        assert calls == [(5, 600)]
+        with pytest.raises(ValueError, match="batch_queries must be >= 1, got batch_queries=0"):
+            col.query(Q[:2], k=3, batch_queries=0)
+
+
+# ---- what a score is, said so -----------------------------------------------------------------
+def test_estimated_scores_stay_within_minus_one_and_one_and_carry_an_interval(tmp_path):
+    """Issue 28: a calibrated (unbiased) estimate of the clean cosine can pass 1; what is shown
+    is the estimate clipped to [-1, 1] with an approximate 95% interval, which covers the clean
+    cosine of a record for at least 95% of records (the bound on its variance is conservative:
+    90% asserted, fixed seeds)."""
+    X = clustered(300, 32, seed=4)
+    Q = near_copies(X, seed=5)
+    ids = [f"r{i}" for i in range(len(X))]
+    mech = get_mechanism("gaussian", epsilon=30.0, delta=1e-5)
+    with ProtectedCollection.open("faiss", tmp_path, "col", mechanism=mech, key=KEY) as col:
+        col.add(ids, X)
+        raw = col.query(Q, k=len(X))
+    assert max(h.score for hs in raw for h in hs) > 1.0  # the unbiased estimates do pass 1
+    with Searcher("faiss", tmp_path, "col") as s:
+        res = s.search_vectors(Q, k=len(X), labels=ids)
+        half = s.collection.estimate_halfwidth()
+    assert half is not None and 0 < half < 1
+    covered = []
+    for i, r in enumerate(res):
+        assert r.score_kind == "estimated clean cosine" and r.intervals is not None
+        for h, (lo, hi) in zip(r.hits, r.intervals, strict=True):
+            assert -1.0 <= lo <= h.score <= hi <= 1.0
+        j = next(n for n, h in enumerate(r.hits) if h.id == ids[i])
+        lo, hi = r.intervals[j]
+        clean = float(X[i] @ Q[i] / (np.linalg.norm(X[i]) * np.linalg.norm(Q[i])))
+        covered.append(lo <= clean <= hi)
+    assert np.mean(covered) >= 0.9, np.mean(covered)
+    d = res[0].to_dict()
+    assert d["hits"][0]["interval"] == list(res[0].intervals[0])
+    assert -1.0 <= d["hits"][0]["cosine"] <= 1.0
+
+
+def test_unprotected_collections_say_their_cosines_are_exact(tmp_path):
+    X, Q = _corpus(100, 16)
+    with ProtectedCollection.open("faiss", tmp_path, "col", mechanism="none") as col:
+        col.add([f"r{i}" for i in range(len(X))], X)
+    with Searcher("faiss", tmp_path, "col") as s:
+        res = s.search_vectors(Q[:2], k=3)
+        prot = s.search_vectors(Q[:2], k=3, protect_query=get_mechanism("laplace", epsilon=50.0),
+                                  rng=0)  # fmt: skip
+    assert res[0].score_kind == "exact cosine (unprotected vectors)" and res[0].intervals is None
+    assert prot[0].score_kind == "cosine of the protected query"
+    Xn, q = X[int(res[0].hits[0].id[1:])], Q[0]
+    assert res[0].hits[0].score == pytest.approx(
+        float(Xn @ q / np.linalg.norm(Xn) / np.linalg.norm(q)), abs=1e-5
+    )

@@ -306,3 +306,201 @@ def test_keyed_reindexing_is_idempotent_and_the_ledger_counts_it_free(tmp_path):
     spent = {s.record_id: s for s in led.spent()}
     assert spent["s:r0"].releases == 2 and spent["s:r0"].free_releases == 1
     led.close()
+
+
+# ---- payloads: stored beside the vectors, read by id ------------------------------------------
+def test_payloads_are_read_by_id_in_every_store(kind, tmp_path):
+    X = np.eye(4, dtype=np.float32) + 0.1
+    blobs = [bytes([i]) * (50 + i) for i in range(4)]
+    with open_store(kind, tmp_path / "db", "things") as s:
+        assert s.payloads(["a"]) == [None]  # nothing stored yet
+        s.upsert(["a", "b", "c", "d"], X, [{"n": 1}, None, None, None], payloads=blobs)
+        assert s.payloads(["c", "nope", "a"]) == [blobs[2], None, blobs[0]]
+        hit = s.search(X[1], k=1)[0][0]
+        assert (hit.id, hit.payload, hit.metadata) == ("b", blobs[1], {})
+        bare = s.search(X[0], k=1, with_payloads=False)[0][0]  # ids and scores: fetch later
+        assert (bare.id, bare.payload, bare.metadata) == ("a", None, {"n": 1})
+        s.upsert(["b"], X[1:2], payloads=[b"new"])  # replaced with its payload
+        s.upsert(["c"], X[2:3])  # replaced without one: its payload goes, as its metadata
+        assert s.payloads(["a", "b", "c"]) == [blobs[0], b"new", None]
+        assert s.search(X[0], k=1)[0][0].metadata == {"n": 1}
+    with open_store(kind, tmp_path / "db", "things", create=False) as s:
+        assert s.payloads(["a", "b", "c", "d"]) == [blobs[0], b"new", None, blobs[3]]
+
+
+def _faiss_files(path):
+    return sorted(p.name for p in path.iterdir())
+
+
+def test_faiss_store_keeps_payloads_as_raw_bytes_beside_the_index(tmp_path):
+    """Layout 2: a record costs its vector plus its payload (no fixed-width strings): at
+    d = 384 with 1,585-byte payloads the store is under 2.2x its vectors."""
+    rng = np.random.default_rng(0)
+    n, d = 600, 384
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    blobs = [rng.bytes(1585) for _ in range(n)]
+    blobs[0] = rng.bytes(9000)  # one long payload must not widen every record
+    with FaissStore(tmp_path, "col") as s:
+        s.upsert([f"id-{i}" for i in range(n)], X, [{"i": i} for i in range(n)], payloads=blobs)
+        assert s.layout == 2 and s.payload_file is not None
+        pfile = s.payload_file
+    names = _faiss_files(tmp_path)
+    assert names == sorted(["col.faiss.npz", pfile.name]), names
+    assert pfile.read_bytes() == b"".join(blobs)  # raw, in order, nothing else
+    total = (tmp_path / "col.faiss.npz").stat().st_size + pfile.stat().st_size
+    vectors = n * d * 4
+    assert total <= 2.2 * vectors + 9000, total / vectors
+    with FaissStore(tmp_path, "col", create=False) as s:
+        assert s.payloads(["id-5", "id-0"]) == [blobs[5], blobs[0]]
+        assert s.search(X[7], k=1)[0][0].metadata == {"i": 7}
+
+
+def test_faiss_payload_file_is_compacted_and_replaced_safely(tmp_path, monkeypatch):
+    X = np.eye(3, dtype=np.float32)
+    with FaissStore(tmp_path, "col") as s:
+        s.upsert(["a", "b", "c"], X, payloads=[b"A" * 100, b"B" * 100, b"C" * 100])
+        s.save()
+        first = s.payload_file
+        for r in range(5):  # replacements append; the old bytes are unreferenced
+            s.upsert(["a"], X[:1], payloads=[bytes([r]) * 100])
+        s.save()
+        assert first.stat().st_size == 800 and s.payload_file == first
+        s.compact()
+        second = s.payload_file
+        assert second != first and not first.exists()
+        assert second.stat().st_size == 300
+        assert s.payloads(["a", "b", "c"]) == [bytes([4]) * 100, b"B" * 100, b"C" * 100]
+        # the automatic rule: a save rewrites once unreferenced bytes pass half the file
+        monkeypatch.setattr(FaissStore, "compact_after_bytes", 0)
+        s.upsert(["b", "c"], X[1:], payloads=[b"b" * 100, b"c" * 100])
+        s.upsert(["b", "c"], X[1:], payloads=[b"2" * 100, b"3" * 100])
+    assert _faiss_files(tmp_path) == sorted(["col.faiss.npz", s.payload_file.name])
+    assert s.payload_file.stat().st_size == 300
+    with FaissStore(tmp_path, "col", create=False) as s:
+        assert s.payloads(["a", "b", "c"]) == [bytes([4]) * 100, b"2" * 100, b"3" * 100]
+
+
+def test_faiss_store_survives_a_crash_between_appending_payloads_and_saving(tmp_path):
+    """Payloads are appended before the index file that refers to them is replaced: a process
+    killed in between leaves the previous index, whose payloads are intact."""
+    import subprocess
+    import sys
+
+    X = np.eye(3, dtype=np.float32)
+    with FaissStore(tmp_path, "col") as s:
+        s.upsert(["a", "b"], X[:2], payloads=[b"A" * 10, b"B" * 10])
+    code = (
+        "import numpy as np, os\n"
+        "from privembed.integrations.stores import FaissStore\n"
+        f"s = FaissStore({str(tmp_path)!r}, 'col', create=False)\n"
+        "s.upsert(['a', 'c'], np.eye(3, dtype=np.float32)[[0, 2]], payloads=[b'X' * 10, b'C' * 10])\n"
+        "s._pfh.flush()\n"  # the appended bytes reach the file ...
+        "os._exit(0)\n"  # ... and the process dies before any save
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+    with FaissStore(tmp_path, "col", create=False) as s:
+        assert s.count() == 2
+        assert s.payloads(["a", "b", "c"]) == [b"A" * 10, b"B" * 10, None]
+        s.upsert(["c"], X[2:], payloads=[b"C" * 10])  # appends after the orphaned bytes
+    with FaissStore(tmp_path, "col", create=False) as s:
+        assert s.payloads(["a", "b", "c"]) == [b"A" * 10, b"B" * 10, b"C" * 10]
+
+
+def _write_layout1(path, collection, ids, X, metas):
+    """A store as privembed wrote it before layout 2: payloads base64 in the metadata."""
+    import json
+
+    import faiss
+
+    index = faiss.index_factory(X.shape[1], "IDMap2,Flat", faiss.METRIC_INNER_PRODUCT)
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    index.add_with_ids(np.ascontiguousarray(Xn, dtype=np.float32), np.arange(len(ids)))
+    info = {"format": 1, "store": "faiss", "metric": "cosine", "dim": X.shape[1],
+            "factory": "Flat"}  # fmt: skip
+    path.mkdir(parents=True, exist_ok=True)
+    with open(path / f"{collection}.faiss.npz", "wb") as fh:
+        np.savez(
+            fh,
+            index=faiss.serialize_index(index),
+            ids=np.asarray(ids, dtype=str),
+            metadata=np.asarray([json.dumps(m) for m in metas], dtype=str),
+            info=np.array(json.dumps(info, sort_keys=True)),
+        )
+
+
+def test_faiss_stores_of_the_earlier_layout_open_and_are_converted(tmp_path, monkeypatch):
+    import base64
+
+    from privembed.integrations import stores
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((50, 8)).astype(np.float32)
+    blobs = [rng.bytes(40 + (i % 7)) for i in range(50)]
+    metas = [
+        {"n": i, stores.PAYLOAD_KEY: base64.b64encode(b).decode()} if i % 5 else {"n": i}
+        for i, b in enumerate(blobs)
+    ]
+    ids = [f"r{i}" for i in range(50)]
+    _write_layout1(tmp_path, "old", ids, X, metas)
+    monkeypatch.setattr(stores, "_npy_rows", _chunked(stores._npy_rows, 64))  # 1-2 rows a chunk
+    want = [b if i % 5 else None for i, b in enumerate(blobs)]
+    with FaissStore(tmp_path, "old", create=False) as s:
+        assert s.layout == 1 and s.count() == 50
+        hit = s.search(X[6], k=1)[0][0]
+        assert (hit.id, hit.metadata, hit.payload) == ("r6", {"n": 6}, blobs[6])
+        assert s.payloads(ids) == want
+    assert _faiss_files(tmp_path) == ["old.faiss.npz"]  # reading converts nothing
+    with FaissStore(tmp_path, "old", create=False) as s:
+        s.upsert(["r1"], X[1:2], [{"n": 1}], payloads=[b"new"])  # the next save converts
+    with FaissStore(tmp_path, "old", create=False) as s:
+        assert s.layout == 2 and s.payload_file is not None
+        assert s.payloads(ids) == [want[0], b"new", *want[2:]]
+        assert s.search(X[3], k=1)[0][0].metadata == {"n": 3}
+
+
+def _chunked(fn, chunk_bytes):
+    return lambda zf, name: fn(zf, name, chunk_bytes)
+
+
+def test_faiss_store_with_a_missing_or_cut_payload_file_is_refused(tmp_path):
+    with FaissStore(tmp_path, "col") as s:
+        s.upsert(["a"], np.ones((1, 2)), payloads=[b"x"])
+        pfile = s.payload_file
+    with FaissStore(tmp_path, "col", create=False) as s:
+        pfile.write_bytes(b"")  # cut short while the store is open
+        with pytest.raises(DataError, match="ends before the payload of record 'a'"):
+            s.payloads(["a"])
+    with pytest.raises(DataError, match=r"cannot read FAISS store .*payload file .* is shorter"):
+        FaissStore(tmp_path, "col", create=False)
+    pfile.unlink()
+    with pytest.raises(DataError, match=r"cannot read FAISS store .*payload file .* is missing"):
+        FaissStore(tmp_path, "col", create=False)
+
+
+def test_faiss_searches_a_lone_query_on_one_thread(tmp_path):
+    """FAISS parallelises a flat search over queries: one query gains nothing from a second
+    thread (docs/benchmarks.md); a batch keeps them. The count is restored after each."""
+    import faiss
+
+    seen = []
+
+    class Spy:
+        def __init__(self, index):
+            self.index = index
+
+        def search(self, Q, k):
+            seen.append((Q.shape[0], faiss.omp_get_max_threads()))
+            return self.index.search(Q, k)
+
+        def __getattr__(self, name):
+            return getattr(self.index, name)
+
+    before = faiss.omp_get_max_threads()
+    with FaissStore(tmp_path, "col") as s:
+        s.upsert([str(i) for i in range(40)], np.random.default_rng(0).standard_normal((40, 4)))
+        s._index = Spy(s._index)
+        s.search(np.ones(4), k=3)
+        s.search(np.ones((30, 4)), k=3)
+        s._index = s._index.index
+    assert seen == [(1, 1), (30, before)]
+    assert faiss.omp_get_max_threads() == before

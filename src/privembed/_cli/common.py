@@ -294,7 +294,14 @@ def parse_floats(name: str, text: str) -> list[float]:
     return vals
 
 
-def _bar(description: str, total: int | None, unit: str, out: Console | None = None) -> Any:
+def _bar(
+    description: str,
+    total: int | None,
+    unit: str,
+    out: Console | None = None,
+    *,
+    redirect_stdout: bool = True,
+) -> Any:
     """A transient rich progress bar: done/total, rate (``unit``/s), time left."""
     from rich.progress import (
         BarColumn,
@@ -319,6 +326,7 @@ def _bar(description: str, total: int | None, unit: str, out: Console | None = N
         TimeRemainingColumn(),
         console=out or err_console,
         transient=True,
+        redirect_stdout=redirect_stdout,
     )
     return bar, bar.add_task(description, total=total)
 
@@ -358,14 +366,15 @@ def print_json(obj: Any) -> None:
 
 @contextlib.contextmanager
 def progress_callback(
-    description: str, *, unit: str = "rows"
+    description: str, *, unit: str = "rows", redirect_stdout: bool = True
 ) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
     """Yield ``(set_total, advance)`` callbacks driving a progress bar on a terminal (stderr):
-    done/total, the rate in ``unit`` per second, the time left."""
+    done/total, the rate in ``unit`` per second, the time left. ``redirect_stdout=False``
+    leaves stdout alone while the bar is drawn (results piped elsewhere stay on stdout)."""
     if not show_progress():
         yield (lambda _n: None), (lambda _k: None)
         return
-    bar, task = _bar(description, None, unit)
+    bar, task = _bar(description, None, unit, redirect_stdout=redirect_stdout)
     with bar:
         yield (lambda n: bar.update(task, total=n)), (lambda k: bar.advance(task, k))
 

@@ -349,13 +349,21 @@ def search(
         Path | None,
         typer.Option(help="JSONL of {'id', 'text'} kept locally, to show hits' texts."),
     ] = None,
+    batch_queries: Annotated[
+        int | None,
+        typer.Option(
+            help="Queries searched together (default: as many as keep their K' candidates "
+            "within 160 MiB, so memory follows K' and the dimension, not the number of queries)."
+        ),
+    ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print JSON (one line per query).")
+        bool, typer.Option("--json", help="Print JSON Lines: one object per query, one per line.")
     ] = False,
 ) -> None:
     """Search a protected collection: print each hit's id, its cosine (labelled as what it is)
     and its text. The model stays loaded across queries: give several, a file, or stdin."""
     from ..integrations.collection import Searcher
+    from .common import progress_callback
 
     labels = list(query or [])
     from_stdin = labels == ["-"] or (queries is not None and str(queries) == "-")
@@ -372,6 +380,10 @@ def search(
             "give query text(s), --queries or '-' (stdin), or --query-embeddings -- not both "
             "or neither."
         )
+    if batch_queries is not None and batch_queries < 1:
+        raise ValueError(f"--batch-queries must be >= 1, got --batch-queries={batch_queries}.")
+    if query_embeddings is not None and not query_embeddings.exists():
+        raise FileNotFoundError(f"file not found: {query_embeddings}")
     qmech = None
     if query_mechanism is not None:
         from ..mechanisms import build_mechanism
@@ -384,45 +396,61 @@ def search(
         key = load_key(key_file)
     opts: dict[str, Any] = {"rerank": rerank, "recall": recall, "protect_query": qmech}
     with Searcher(store, path, collection, key=key, model=model, texts=texts) as s:
-        head = (
-            f"{store} collection {collection!r}: {s.collection.store.count()} vectors; query "
-            f"treatment: {s.collection.treatment.description}"
-        )
-        results = []
-        if query_embeddings is not None:
-            from ..io import read_embeddings
+        step = batch_queries or s.batch_size(k, **opts)  # checks rerank/recall/key first
+        opts["batch_queries"] = step
+        said: list[bool] = []
 
-            table = read_embeddings(query_embeddings)
-            ids = list(table.ids) if table.ids is not None else list(range(table.n))
-            results = s.search_vectors(table.X, k, labels=ids, **opts)
-        elif labels:
-            results = s.search(labels, k, **opts)
-        if not as_json:
-            err_console.print(head, highlight=False)
-            if recall is not None and s.collection.profile_source == "documents":
+        def emit(results: Any) -> None:
+            """Print a batch's results; the collection's header first, once a batch has
+            succeeded (a refused query prints nothing but its error)."""
+            if not said and not as_json:
                 err_console.print(
-                    "[yellow]note:[/yellow] k' for --recall was planned on documents standing "
-                    "in for queries (index --profile-queries gives real ones); the recall "
-                    "reached may fall short of the target.",
+                    f"{store} collection {collection!r}: {s.collection.store.count()} vectors; "
+                    f"query treatment: {s.collection.treatment.description}",
                     highlight=False,
                 )
-        if results:
+                if recall is not None and s.collection.profile_source == "documents":
+                    err_console.print(
+                        "[yellow]note:[/yellow] k' for --recall was planned on documents "
+                        "standing in for queries (index --profile-queries gives real ones); the "
+                        "recall reached may fall short of the target.",
+                        highlight=False,
+                    )
+            said.append(True)
             _print_results(results, as_json)
+
+        # results are printed batch by batch: nothing accumulates over a long query file
+        with progress_callback(
+            "searching", unit="queries", redirect_stdout=sys.stdout.isatty()
+        ) as (set_total, advance):
+            if query_embeddings is not None:
+                from ..io import iter_batches
+
+                n, _dim, _meta, batches = iter_batches(query_embeddings, batch_rows=step)
+                set_total(n)
+                for b in batches:
+                    nb = int(b.X.shape[0])
+                    ids = list(b.ids) if b.ids is not None else list(range(b.start, b.start + nb))
+                    emit(s.search_vectors(b.X, k, labels=ids, **opts))
+                    advance(nb)
+            elif labels:
+                if len(labels) > step:
+                    set_total(len(labels))
+                for start in range(0, len(labels), step):
+                    chunk = labels[start : start + step]
+                    emit(s.search(chunk, k, **opts))
+                    advance(len(chunk))
         if from_stdin:
             for line in sys.stdin:  # the model stays warm: one query at a time, answered at once
                 if line.strip():
-                    _print_results(s.search([line.strip()], k, **opts), as_json, lines=True)
-                    sys.stdout.flush()
+                    emit(s.search([line.strip()], k, **opts))
 
 
-def _print_results(results: Any, as_json: bool, *, lines: bool = False) -> None:
-    """Results as a table, a JSON array, or JSON lines (one per query, for stdin streams)."""
-    if as_json and lines:
-        for r in results:
-            sys.stdout.write(json.dumps(r.to_dict(), default=str) + "\n")
-        return
+def _print_results(results: Any, as_json: bool) -> None:
+    """Results as tables, or as JSON Lines (one object per query)."""
     if as_json:
-        print_json([r.to_dict() for r in results])
+        sys.stdout.write("".join(json.dumps(r.to_dict(), default=str) + "\n" for r in results))
+        sys.stdout.flush()
         return
     from rich.table import Table
 
@@ -430,18 +458,25 @@ def _print_results(results: Any, as_json: bool, *, lines: bool = False) -> None:
         t = Table(title=f"query: {r.query}")
         t.add_column("rank", justify="right")
         t.add_column("id", overflow="fold")
-        t.add_column(r.score_kind, justify="right")
+        estimate = r.intervals is not None
+        t.add_column(f"{r.score_kind} [95% interval]" if estimate else r.score_kind,
+                     justify="right")  # fmt: skip
         t.add_column("text", overflow="fold")
         t.add_column("metadata", overflow="fold")
         for rank, h in enumerate(r.hits, start=1):
+            score = f"{h.score:.4f}"
+            if estimate:
+                lo, hi = r.intervals[rank - 1]
+                score += f" [{lo:.2f}, {hi:.2f}]"
             t.add_row(
                 str(rank),
                 h.id,
-                f"{h.score:.4f}",
+                score,
                 h.text or "",
                 json.dumps(h.metadata) if h.metadata else "",
             )
         console.print(t)
+    sys.stdout.flush()
 
 
 # ---- protect-stream ---------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from __future__ import annotations
 import base64
 import io
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ from ..rng import as_generator
 from .query import QueryTreatment, protect_queries, query_treatment
 from .stores import Hit, VectorStore
 
-__all__ = ["ProtectedCollection", "SearchResult", "Searcher", "index_file"]
+__all__ = ["ProtectedCollection", "SearchResult", "Searcher", "index_file", "score_kind"]
 
 
 def _canon(obj: Any) -> str:
@@ -370,11 +371,13 @@ class ProtectedCollection:
         recall: float | None = None,
         protect_query: Mechanism | None = None,
         rng: Any = None,
+        batch_queries: int | None = None,
     ) -> list[list[Hit]]:
         """Hits for plain query embeddings ``Q`` (nq, d) or (d,), best first.
 
         Without re-ranking, scores are estimates of the clean cosine where the mechanism allows
-        it (:meth:`QueryTreatment.score_scale`), raw cosines otherwise.
+        it (:meth:`QueryTreatment.score_scale`: unbiased, so they may leave [-1, 1]), raw
+        cosines otherwise.
 
         Private retrieval (DESIGN.md): with ``rerank=k'`` (or ``recall``: k' from theory,
         :class:`privembed.rerank.RerankPlanner` on the profile saved at indexing), the ``k'``
@@ -386,6 +389,10 @@ class ProtectedCollection:
         same vector; without a key an explicit ``rng`` is required); the re-rank still uses the
         clean query.
 
+        Queries are searched ``batch_queries`` at a time (default :meth:`query_batch_size`):
+        only one batch's candidates are held at once, so memory follows k' and the dimension,
+        not the number of queries (:meth:`query_batches` yields the batches as they finish).
+
         Raises
         ------
         privembed.payload.PayloadError
@@ -393,6 +400,26 @@ class ProtectedCollection:
         ValueError
             Re-ranking asked of a collection made without payloads, or without the key.
         """
+        out: list[list[Hit]] = []
+        for hits in self.query_batches(
+            Q, k, rerank=rerank, recall=recall, protect_query=protect_query, rng=rng,
+            batch_queries=batch_queries,
+        ):  # fmt: skip
+            out.extend(hits)
+        return out
+
+    def query_batches(
+        self,
+        Q: Any,
+        k: int = 10,
+        *,
+        rerank: int | None = None,
+        recall: float | None = None,
+        protect_query: Mechanism | None = None,
+        rng: Any = None,
+        batch_queries: int | None = None,
+    ) -> Iterator[list[list[Hit]]]:
+        """:meth:`query`, one list of per-query hits per batch of ``batch_queries`` queries."""
         k = check_int("k", k, ge=1)
         d_in = self.store.info.get("dim_in")
         arr = np.asarray(Q)
@@ -402,22 +429,51 @@ class ProtectedCollection:
                 f"{d_in}-dimensional embeddings (dimension mismatch)."
             )
         clean, _ = check_embeddings(arr, name="query")
+        depth = self._depth(k, rerank, recall, protect_query)
+        step = (
+            self.query_batch_size(k, rerank=rerank, recall=recall, protect_query=protect_query)
+            if batch_queries is None
+            else check_int("batch_queries", batch_queries, ge=1)
+        )
         sent = clean
         if protect_query is not None:  # keyed query noise: a repeat gets the same vector
             sent = protect_queries(protect_query, clean, key=self.key if rng is None else None,
                                    rng=rng, model=self.embedding_model)  # fmt: skip
         Qt = self.treatment.apply(sent)
         Qt = Qt[None, :] if Qt.ndim == 1 else Qt
-        depth = self._depth(k, rerank, recall, protect_query)
+        scale = 1.0
         if depth is None:
-            hits = self.store.search(Qt, k)
             d = int(d_in if d_in is not None else arr.shape[-1])
             scale = self.treatment.score_scale(d) if d >= 2 and protect_query is None else 1.0
-            if scale == 1.0:
-                return hits
-            return [[replace(h, score=h.score * scale) for h in hs] for hs in hits]
-        fetched = self.store.search(Qt, depth)
-        return [self._exact_top(q, hs, k) for q, hs in zip(clean, fetched, strict=True)]
+        for s in range(0, Qt.shape[0], step):
+            if depth is None:
+                hits = self.store.search(Qt[s : s + step], k)
+                if scale != 1.0:
+                    hits = [[replace(h, score=h.score * scale) for h in hs] for hs in hits]
+                yield hits
+            else:
+                fetched = self.store.search(Qt[s : s + step], depth)
+                yield self._exact_top(clean[s : s + step], fetched, k)
+
+    def query_batch_size(
+        self,
+        k: int = 10,
+        *,
+        rerank: int | None = None,
+        recall: float | None = None,
+        protect_query: Mechanism | None = None,
+    ) -> int:
+        """Queries :meth:`query` searches together for these settings: as many as keep their
+        k' candidates each within :data:`privembed.rerank.SEARCH_BATCH_BYTES`
+        (:func:`privembed.rerank.query_batch_size`)."""
+        from ..rerank import query_batch_size
+
+        k = check_int("k", k, ge=1)
+        depth = self._depth(k, rerank, recall, protect_query) or k
+        info = self.store.info
+        dim = int(info.get("dim_in") or info.get("dim") or 1)
+        itemsize = 2 if (info.get("payloads") or {}).get("dtype") == "float16" else 4
+        return query_batch_size(depth, dim, payload_itemsize=itemsize)
 
     def _depth(
         self, k: int, rerank: int | None, recall: float | None, protect_query: Any
@@ -437,34 +493,88 @@ class ProtectedCollection:
             return check_int("rerank", rerank, ge=k)
         return max(k, self.planner(protect_query).depth(k=k, recall=float(recall)))  # type: ignore[arg-type]
 
-    def _exact_top(self, q: NDArray[Any], hits: list[Hit], k: int) -> list[Hit]:
-        """Open the candidates' payloads and keep the top ``k`` by exact cosine to ``q``."""
-        if not hits:
-            return []
+    def _exact_top(self, clean: NDArray[Any], fetched: list[list[Hit]], k: int) -> list[list[Hit]]:
+        """Open the candidates' payloads -- each record once for the whole batch -- and keep
+        each query's top ``k`` by exact cosine (rows of ``clean``)."""
         assert self.codec is not None
-        missing = [h.id for h in hits if h.payload is None]
-        if missing:
-            raise PayloadError(
-                f"record {missing[0]!r} has no payload in collection "
-                f"{self.store.collection!r} ({len(missing)} of {len(hits)} candidates); the "
-                "store lost or dropped it.",
-                cause="missing",
+        slot: dict[str, int] = {}
+        blobs: list[bytes] = []
+        for hits in fetched:
+            missing = [h.id for h in hits if h.payload is None]
+            if missing:
+                raise PayloadError(
+                    f"record {missing[0]!r} has no payload in collection "
+                    f"{self.store.collection!r} ({len(missing)} of {len(hits)} candidates); the "
+                    "store lost or dropped it.",
+                    cause="missing",
+                )
+            for h in hits:
+                if h.id not in slot:
+                    slot[h.id] = len(blobs)
+                    blobs.append(h.payload)  # type: ignore[arg-type]
+        if not blobs:
+            return [[] for _ in fetched]
+        # opened one by one into a float64 matrix: only the vectors and texts outlive the loop
+        V: NDArray[np.float64] | None = None
+        texts: list[str | None] = []
+        for j, (rid, blob) in enumerate(zip(slot, blobs, strict=True)):
+            opened = self.codec.open(blob, record_id=rid, collection=self.store.collection)
+            if V is None:
+                V = np.empty((len(blobs), opened.vector.size))
+            elif opened.vector.size != V.shape[1]:
+                raise PayloadError(
+                    f"payload of record {rid!r} holds a {opened.vector.size}-dimensional vector, "
+                    f"the others {V.shape[1]}.",
+                    cause="format",
+                )
+            V[j] = opened.vector
+            texts.append(opened.text)
+        assert V is not None
+        V /= np.sqrt(np.einsum("ij,ij->i", V, V))[:, None]  # no (u, d) temporary
+        Qn = np.asarray(clean, dtype=np.float64)
+        Qn = Qn / np.linalg.norm(Qn, axis=1, keepdims=True)
+        out: list[list[Hit]] = []
+        for q, hits in zip(Qn, fetched, strict=True):
+            rows = np.fromiter((slot[h.id] for h in hits), dtype=np.int64, count=len(hits))
+            exact = V[rows] @ q
+            order = np.argsort(-exact, kind="stable")[:k]
+            out.append(
+                [
+                    replace(hits[i], score=float(exact[i]), text=texts[rows[i]], payload=None)
+                    for i in order.tolist()
+                ]
             )
-        opened = self.codec.open_many(
-            [h.payload for h in hits],  # type: ignore[misc]
-            ids=[h.id for h in hits],
-            collection=self.store.collection,
-        )
-        V = np.stack([o.vector.astype(np.float64) for o in opened])
-        V /= np.linalg.norm(V, axis=1, keepdims=True)
-        qn = np.asarray(q, dtype=np.float64)
-        qn = qn / np.linalg.norm(qn)
-        exact = V @ qn
-        order = np.argsort(-exact, kind="stable")[:k]
-        return [
-            replace(hits[i], score=float(exact[i]), text=opened[i].text, payload=None)
-            for i in order
-        ]
+        return out
+
+    def estimate_halfwidth(self) -> float | None:
+        r"""Half-width of an approximate 95% interval for the clean cosine around a calibrated
+        score (``None`` when scores are not estimates, or the law is not known).
+
+        The estimate is :math:`t / \bar c` with
+        :math:`t = c\,s + \sqrt{1-c^2}\sqrt{1-s^2}\,\xi` (:mod:`privembed.rerank`;
+        :math:`\xi` has variance :math:`1/(d-1)`), so its variance is at most
+        :math:`\max(\mathrm{Var}\,c,\ E[1-c^2]/(d-1)) / \bar c^2` whatever the clean cosine
+        :math:`s`. The half-width is 1.96 times the square root of that bound, from the law of
+        :math:`c` (:func:`privembed.rerank.cosine_law`, 20,000 draws, fixed seed). It holds
+        for one record taken alone: the best-scoring hits of a search are selected for their
+        high scores, so theirs lean high (the winner's curse).
+        """
+        cache = self.__dict__.setdefault("_halfwidth", {})
+        d = self.store.info.get("dim_in") or self.store.dim
+        if not self.treatment.calibrated or self.treatment.mechanism is None or d is None:
+            return None
+        d = int(d)
+        if d not in cache:
+            from ..rerank import cosine_law
+
+            try:
+                c = cosine_law(self.treatment.mechanism, d, n=20_000, rng=0)
+            except ValueError:  # a mechanism that changes the dimension (projection)
+                cache[d] = None
+            else:
+                var = max(float(c.var()), float(np.mean(1.0 - c * c)) / (d - 1))
+                cache[d] = 1.96 * math.sqrt(var) / float(c.mean())
+        return cache[d]
 
     # ---- k' from theory ---------------------------------------------------------------------
     def _profile_path(self) -> Path:
@@ -593,25 +703,67 @@ class ProtectedCollection:
         self.close()
 
 
+#: what a search's scores are (:attr:`SearchResult.score_kind`)
+EXACT = "exact cosine"
+EXACT_UNPROTECTED = "exact cosine (unprotected vectors)"
+ESTIMATED = "estimated clean cosine"
+PROTECTED = "cosine to the protected vector"
+QUERY_PROTECTED = "cosine of the protected query"
+QUERY_AND_DOCS_PROTECTED = "cosine of the protected query to the protected vector"
+
+
+def score_kind(
+    collection: ProtectedCollection, *, reranked: bool, protect_query: Any = None
+) -> str:
+    """What the scores of a search of ``collection`` are (one of the constants above)."""
+    if reranked:
+        return EXACT
+    if not collection.protection.get("protected"):
+        return EXACT_UNPROTECTED if protect_query is None else QUERY_PROTECTED
+    if protect_query is not None:
+        return QUERY_AND_DOCS_PROTECTED
+    return ESTIMATED if collection.treatment.calibrated else PROTECTED
+
+
 @dataclass(frozen=True)
 class SearchResult:
-    """The hits of one query, with what their scores are."""
+    """The hits of one query, with what their scores are.
+
+    For ``score_kind == "estimated clean cosine"`` the scores are the calibrated estimates
+    (unbiased, :meth:`ProtectedCollection.query`) clipped to [-1, 1], and ``intervals`` holds
+    each hit's approximate 95% interval for its clean cosine
+    (:meth:`ProtectedCollection.estimate_halfwidth`), also within [-1, 1]; ``None`` otherwise.
+    """
 
     query: Any
     hits: list[Hit]
-    #: "exact cosine" (re-ranked with the payloads), "estimated clean cosine" (a calibrated
-    #: treatment: unbiased, so it may leave [-1, 1]), or "cosine to the protected vector"
+    #: "exact cosine" (re-ranked with the payloads, or unprotected vectors), "estimated clean
+    #: cosine", "cosine to the protected vector" or "cosine of the protected query ..."
     score_kind: str
+    intervals: list[tuple[float, float]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "query": self.query,
-            "score_kind": self.score_kind,
-            "hits": [
-                {"id": h.id, "cosine": h.score, "text": h.text, "metadata": h.metadata}
-                for h in self.hits
-            ],
-        }
+        hits = []
+        for i, h in enumerate(self.hits):
+            item: dict[str, Any] = {"id": h.id, "cosine": h.score}
+            if self.intervals is not None:
+                item["interval"] = list(self.intervals[i])
+            item.update(text=h.text, metadata=h.metadata)
+            hits.append(item)
+        return {"query": self.query, "score_kind": self.score_kind, "hits": hits}
+
+
+def _estimates(hits: list[Hit], halfwidth: float | None) -> tuple[list[Hit], Any]:
+    """Hits with their estimates clipped to [-1, 1], and each one's interval (or None): the
+    estimate plus or minus ``halfwidth``, clipped to [-1, 1] too (where a clean cosine lies)."""
+
+    def clip(x: float) -> float:
+        return min(1.0, max(-1.0, x))
+
+    clipped = [replace(h, score=clip(h.score)) for h in hits]
+    if halfwidth is None:
+        return clipped, None
+    return clipped, [(clip(h.score - halfwidth), clip(h.score + halfwidth)) for h in hits]
 
 
 class Searcher:
@@ -691,13 +843,36 @@ class Searcher:
         rerank: int | None = None,
         recall: float | None = None,
         protect_query: Mechanism | None = None,
+        batch_queries: int | None = None,
     ) -> list[SearchResult]:
-        """Hits for text queries (see :meth:`ProtectedCollection.query`)."""
+        """Hits for text queries (see :meth:`ProtectedCollection.query`), embedded a batch at
+        a time."""
         items = [queries] if isinstance(queries, str) else list(queries)
-        return self.search_vectors(
-            self.embed(items), k, labels=items, rerank=rerank, recall=recall,
-            protect_query=protect_query,
-        )  # fmt: skip
+        out: list[SearchResult] = []
+        step = batch_queries or self.batch_size(
+            k, rerank=rerank, recall=recall, protect_query=protect_query
+        )
+        for s in range(0, len(items), step):
+            chunk = items[s : s + step]
+            out += self.search_vectors(
+                self.embed(chunk), k, labels=chunk, rerank=rerank, recall=recall,
+                protect_query=protect_query, batch_queries=step,
+            )  # fmt: skip
+        return out
+
+    def batch_size(
+        self,
+        k: int = 10,
+        *,
+        rerank: int | None = None,
+        recall: float | None = None,
+        protect_query: Mechanism | None = None,
+    ) -> int:
+        """Queries searched together (:meth:`ProtectedCollection.query_batch_size`): read and
+        embed queries in chunks of this size to keep a long query file in bounded memory."""
+        return self.collection.query_batch_size(
+            k, rerank=rerank, recall=recall, protect_query=protect_query
+        )
 
     def search_vectors(
         self,
@@ -708,16 +883,20 @@ class Searcher:
         rerank: int | None = None,
         recall: float | None = None,
         protect_query: Mechanism | None = None,
+        batch_queries: int | None = None,
+        rng: Any = None,
     ) -> list[SearchResult]:
-        """Hits for query embeddings (one :class:`SearchResult` per row)."""
+        """Hits for query embeddings (one :class:`SearchResult` per row); ``rng`` only for
+        ``protect_query`` on a collection without a key (:meth:`ProtectedCollection.query`)."""
         col = self.collection
-        hits = col.query(Q, k, rerank=rerank, recall=recall, protect_query=protect_query)
-        if rerank is not None or recall is not None:
-            kind = "exact cosine"
-        elif col.treatment.calibrated and protect_query is None:
-            kind = "estimated clean cosine"
-        else:
-            kind = "cosine to the protected vector"
+        hits = col.query(
+            Q, k, rerank=rerank, recall=recall, protect_query=protect_query,
+            batch_queries=batch_queries, rng=rng,
+        )  # fmt: skip
+        kind = score_kind(
+            col, reranked=rerank is not None or recall is not None, protect_query=protect_query
+        )
+        halfwidth = col.estimate_halfwidth() if kind == ESTIMATED else None
         labels = list(labels) if labels is not None else list(range(len(hits)))
         out = []
         for q, hs in zip(labels, hits, strict=True):
@@ -727,7 +906,10 @@ class Searcher:
                 else replace(h, text=self.texts[h.id])
                 for h in hs
             ]
-            out.append(SearchResult(q, filled, kind))
+            intervals = None
+            if kind == ESTIMATED:
+                filled, intervals = _estimates(filled, halfwidth)
+            out.append(SearchResult(q, filled, kind, intervals))
         return out
 
     def close(self) -> None:

@@ -4,7 +4,8 @@ A :class:`VectorStore` is a named collection of vectors with string ids and opti
 metadata, searched by similarity. The interface is four operations -- :meth:`~VectorStore.upsert`,
 :meth:`~VectorStore.search`, :meth:`~VectorStore.count` and the collection's privembed
 :attr:`~VectorStore.info` -- plus :meth:`~VectorStore.close`. An adapter for another store
-(LanceDB, pgvector, ...) implements the six ``_``-prefixed hooks, about a page of code.
+(LanceDB, pgvector, ...) implements the six ``_``-prefixed hooks, about a page of code, and
+``_payloads`` to fetch sealed payloads by id.
 
 Every collection records, next to its vectors, the privembed information needed to query it
 correctly (``info``): the similarity it was built for (``metric``: ``"cosine"`` or raw inner
@@ -24,10 +25,14 @@ from __future__ import annotations
 import abc
 import base64
 import contextlib
+import itertools
 import json
+import os
 import re
+import secrets
 import uuid
-from collections.abc import Mapping, Sequence
+import zipfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -59,7 +64,7 @@ PAYLOAD_KEY = "privembed_payload"
 _CHROMA_MAX_HITS = 16_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hit:
     """One search result: record id, similarity score, stored metadata, optionally the vector.
 
@@ -145,8 +150,8 @@ class VectorStore(abc.ABC):
     Notes
     -----
     Subclasses implement ``_open`` (connect; return the stored info or None), ``_create`` (make
-    the collection for a dimension), ``_write_info``, ``_upsert``, ``_search`` and ``_count``,
-    and may override ``close``.
+    the collection for a dimension), ``_write_info``, ``_upsert``, ``_search``, ``_count`` and
+    ``_payloads`` (payloads by id), and may override ``close``.
     """
 
     name: ClassVar[str] = "store"
@@ -213,17 +218,31 @@ class VectorStore(abc.ABC):
 
     @abc.abstractmethod
     def _upsert(
-        self, ids: list[str], X: NDArray[np.float32], metadata: list[dict[str, Any]] | None
+        self,
+        ids: list[str],
+        X: NDArray[np.float32],
+        metadata: list[dict[str, Any]] | None,
+        payloads: list[bytes] | None,
     ) -> None:
-        """Insert or replace vectors (ids already strings, unique; X float32 (n, dim))."""
+        """Insert or replace vectors (ids already strings, unique; X float32 (n, dim)), with
+        their sealed payloads (replacing a record without one drops its old payload)."""
 
     @abc.abstractmethod
-    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
-        """Top-``k`` hits per query row (``k`` <= count)."""
+    def _search(
+        self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
+    ) -> list[list[Hit]]:
+        """Top-``k`` hits per query row (``k`` <= count); payloads may be left out when
+        ``with_payloads`` is False."""
 
     @abc.abstractmethod
     def _count(self) -> int:
         """Number of vectors in an existing collection."""
+
+    def _payloads(self, ids: list[str]) -> list[bytes | None]:
+        """The stored payload of each id (``None``: no payload, or no such record), in one
+        batch. Adapters that store payloads implement it (Chroma and Qdrant read the base64
+        under :data:`PAYLOAD_KEY` in the records' metadata, FAISS its payload file)."""
+        raise NotImplementedError(f"the {self.name} store cannot fetch payloads by id.")
 
     def _listing(self) -> str:
         """`` (collections: a, b)`` for error messages (empty if unknown)."""
@@ -277,8 +296,9 @@ class VectorStore(abc.ABC):
         metadata : sequence of dict or None, length n, optional
             Flat per-record metadata (str, int, float, bool values; ``None`` values dropped).
         payloads : sequence of bytes, length n, optional
-            Sealed payloads (:mod:`privembed.payload`), stored beside each vector (base64 under
-            a reserved metadata key) and returned in :attr:`Hit.payload`.
+            Sealed payloads (:mod:`privembed.payload`), stored beside each vector and returned
+            in :attr:`Hit.payload` (Chroma and Qdrant: base64 under a reserved metadata key;
+            FAISS: raw bytes in a file beside the index, read by id).
 
         Raises
         ------
@@ -294,22 +314,21 @@ class VectorStore(abc.ABC):
         if len(set(id_list)) != n:
             raise DataError("ids must be unique within one upsert.")
         meta = _check_metadata(metadata, n)
+        blobs: list[bytes] | None = None
         if payloads is not None:
-            blobs = list(payloads)
+            blobs = [bytes(b) for b in payloads]
             if len(blobs) != n:
                 raise DataError(f"payloads has {len(blobs)} entries but there are {n} vectors.")
-            meta = [
-                {**(m or {}), PAYLOAD_KEY: base64.b64encode(bytes(b)).decode("ascii")}
-                for m, b in zip(meta or [{} for _ in range(n)], blobs, strict=True)
-            ]
         X32 = np.ascontiguousarray(X, dtype=np.float32)
         if not self._exists:
             self._info["dim"] = int(X.shape[1])
             self._create(int(X.shape[1]))
             self._exists = True
-        self._upsert(id_list, X32, meta)
+        self._upsert(id_list, X32, meta, blobs)
 
-    def search(self, vectors: Any, k: int = 10, *, with_vectors: bool = False) -> list[list[Hit]]:
+    def search(
+        self, vectors: Any, k: int = 10, *, with_vectors: bool = False, with_payloads: bool = True
+    ) -> list[list[Hit]]:
         """The ``k`` most similar records for each query vector (best first).
 
         Parameters
@@ -321,6 +340,9 @@ class VectorStore(abc.ABC):
             Hits per query (fewer if the collection is smaller).
         with_vectors : bool
             Also return the stored vectors.
+        with_payloads : bool, default True
+            Return each hit's sealed payload (:attr:`Hit.payload`); ``False`` leaves them out
+            (the FAISS store then reads none; :meth:`payloads` fetches them by id later).
 
         Returns
         -------
@@ -333,8 +355,28 @@ class VectorStore(abc.ABC):
         n = self.count()
         if n == 0:
             return [[] for _ in range(Q.shape[0])]
-        hits = self._search(np.ascontiguousarray(Q, dtype=np.float32), min(k, n), with_vectors)
-        return [[_with_payload(h) for h in hs] for hs in hits]
+        hits = self._search(
+            np.ascontiguousarray(Q, dtype=np.float32), min(k, n), with_vectors, with_payloads
+        )
+        return [[_with_payload(h, with_payloads) for h in hs] for hs in hits]
+
+    def payloads(self, ids: Sequence[Any]) -> list[bytes | None]:
+        """The sealed payload of each record id, in order (``None`` where a record has none or
+        does not exist), fetched in one batch without reading any other record's payload.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp, FaissStore(tmp, "demo") as s:
+        ...     s.upsert(["a", "b"], np.eye(2), payloads=[b"sealed-a", b"sealed-b"])
+        ...     s.payloads(["b", "zz", "a"])
+        [b'sealed-b', None, b'sealed-a']
+        """
+        self._check_open()
+        id_list = [str(i) for i in ids]
+        if not self._exists or not id_list:
+            return [None] * len(id_list)
+        return self._payloads(id_list)
 
     def count(self) -> int:
         """Number of vectors in the collection."""
@@ -362,21 +404,40 @@ class VectorStore(abc.ABC):
         )
 
 
-def _with_payload(h: Hit) -> Hit:
-    """Move a sealed payload out of the metadata into :attr:`Hit.payload`."""
+def _with_payload(h: Hit, keep: bool = True) -> Hit:
+    """Move a sealed payload out of the metadata into :attr:`Hit.payload` (``keep=False``:
+    drop it)."""
     if PAYLOAD_KEY not in h.metadata:
         return h
     meta = dict(h.metadata)
     raw = meta.pop(PAYLOAD_KEY)
-    try:
-        blob = base64.b64decode(str(raw), validate=True)
-    except (ValueError, TypeError):
-        raise DataError(f"the stored payload of record {h.id!r} is not valid base64.") from None
+    blob = _decode_payload(h.id, raw) if keep else None
     return Hit(h.id, h.score, meta, h.vector, blob, h.text)  # not replace(): per hit, ~5x dearer
 
 
 def _split_meta(payload: Mapping[str, Any] | None, hidden: str) -> dict[str, Any]:
     return {k: v for k, v in (payload or {}).items() if k != hidden}
+
+
+def _with_payload_meta(
+    metadata: list[dict[str, Any]] | None, payloads: list[bytes] | None, n: int
+) -> list[dict[str, Any]] | None:
+    """Metadata with each payload as base64 under :data:`PAYLOAD_KEY` (Chroma, Qdrant)."""
+    if payloads is None:
+        return metadata
+    return [
+        {**(m or {}), PAYLOAD_KEY: base64.b64encode(b).decode("ascii")}
+        for m, b in zip(metadata or [{} for _ in range(n)], payloads, strict=True)
+    ]
+
+
+def _decode_payload(rid: str, raw: Any) -> bytes | None:
+    if raw is None:
+        return None
+    try:
+        return base64.b64decode(str(raw), validate=True)
+    except (ValueError, TypeError):
+        raise DataError(f"the stored payload of record {rid!r} is not valid base64.") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,9 +497,14 @@ class ChromaStore(VectorStore):
         self._col.modify(metadata={_INFO_KEY: json.dumps(self._info, sort_keys=True)})
 
     def _upsert(
-        self, ids: list[str], X: NDArray[np.float32], metadata: list[dict[str, Any]] | None
+        self,
+        ids: list[str],
+        X: NDArray[np.float32],
+        metadata: list[dict[str, Any]] | None,
+        payloads: list[bytes] | None,
     ) -> None:
         assert self._col is not None
+        metadata = _with_payload_meta(metadata, payloads, len(ids))
         step = max(1, int(self._client.get_max_batch_size()))
         for s in range(0, len(ids), step):
             metas = None
@@ -450,7 +516,9 @@ class ChromaStore(VectorStore):
                 self._col.delete(ids=existing)
             self._col.add(ids=ids[s : s + step], embeddings=X[s : s + step], metadatas=metas)
 
-    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
+    def _search(
+        self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
+    ) -> list[list[Hit]]:
         assert self._col is not None
         include = ["distances", "metadatas"] + (["embeddings"] if with_vectors else [])
         out: list[list[Hit]] = []
@@ -483,6 +551,15 @@ class ChromaStore(VectorStore):
                 ]
             )
         return out
+
+    def _payloads(self, ids: list[str]) -> list[bytes | None]:
+        assert self._col is not None
+        found: dict[str, bytes | None] = {}
+        for s in range(0, len(ids), _CHROMA_MAX_HITS):
+            res = self._col.get(ids=ids[s : s + _CHROMA_MAX_HITS], include=["metadatas"])
+            for rid, m in zip(res["ids"], res["metadatas"] or [], strict=True):
+                found[str(rid)] = _decode_payload(str(rid), (m or {}).get(PAYLOAD_KEY))
+        return [found.get(i) for i in ids]
 
     def _count(self) -> int:
         assert self._col is not None
@@ -556,10 +633,15 @@ class QdrantStore(VectorStore):
         )
 
     def _upsert(
-        self, ids: list[str], X: NDArray[np.float32], metadata: list[dict[str, Any]] | None
+        self,
+        ids: list[str],
+        X: NDArray[np.float32],
+        metadata: list[dict[str, Any]] | None,
+        payloads: list[bytes] | None,
     ) -> None:
         from qdrant_client import models
 
+        metadata = _with_payload_meta(metadata, payloads, len(ids))
         step = 1024
         for s in range(0, len(ids), step):
             chunk = ids[s : s + step]
@@ -573,7 +655,9 @@ class QdrantStore(VectorStore):
                 ),
             )
 
-    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
+    def _search(
+        self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
+    ) -> list[list[Hit]]:
         from qdrant_client import models
 
         reqs = [
@@ -602,6 +686,22 @@ class QdrantStore(VectorStore):
             out.append(hits)
         return out
 
+    def _payloads(self, ids: list[str]) -> list[bytes | None]:
+        found: dict[str, bytes | None] = {}
+        step = 1024
+        for s in range(0, len(ids), step):
+            points = self._client.retrieve(
+                self.collection,
+                ids=[str(uuid.uuid5(_QDRANT_NS, i)) for i in ids[s : s + step]],
+                with_payload=[_QDRANT_ID, PAYLOAD_KEY],
+                with_vectors=False,
+            )
+            for p in points:
+                payload = dict(p.payload or {})
+                rid = str(payload.get(_QDRANT_ID))
+                found[rid] = _decode_payload(rid, payload.get(PAYLOAD_KEY))
+        return [found.get(i) for i in ids]
+
     def _count(self) -> int:
         return int(self._client.count(self.collection, exact=True).count)
 
@@ -613,17 +713,171 @@ class QdrantStore(VectorStore):
 
 
 # ---------------------------------------------------------------------------------------------
-# FAISS (one local index file)
+# FAISS (one local index file, payloads in a file beside it)
 # ---------------------------------------------------------------------------------------------
+
+#: layout of the index file this version writes. Layout 1 (privembed before 0.x of issue 27)
+#: kept each record's payload as base64 inside its metadata, in a fixed-width string array
+#: (every record as wide as the longest): it is still read, and rewritten as layout 2 on the
+#: next save or by :meth:`FaissStore.compact`.
+FAISS_LAYOUT = 2
+#: searches of fewer queries than this run FAISS on one OpenMP thread: for a flat index FAISS
+#: parallelises over queries below its BLAS threshold (20), so a lone query gains nothing
+#: from a second thread but pays for waking it (docs/benchmarks.md, re-rank latency)
+FAISS_ONE_THREAD_BELOW = 20
+#: the zip member of a layout-2 index file that holds FAISS's own serialisation of the index
+_INDEX_MEMBER = "index.faiss"
+
+
+@contextlib.contextmanager
+def _faiss_threads(faiss: Any, nq: int) -> Any:
+    """FAISS on one OpenMP thread for a search of few queries, in the calling thread only
+    (libgomp keeps the thread count per thread), restored afterwards."""
+    if nq >= FAISS_ONE_THREAD_BELOW:
+        yield
+        return
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def _join_utf8(items: Sequence[str]) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
+    """Strings as one UTF-8 byte array and offsets (n + 1): no fixed-width padding."""
+    encoded = [t.encode("utf-8", "surrogatepass") for t in items]
+    off = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(e) for e in encoded], out=off[1:])
+    return np.frombuffer(b"".join(encoded), dtype=np.uint8), off
+
+
+def _split_utf8(blob: NDArray[Any], off: NDArray[Any]) -> list[str]:
+    raw = np.asarray(blob, dtype=np.uint8).tobytes()
+    bounds = np.asarray(off, dtype=np.int64).tolist()
+    if len(bounds) < 1 or bounds[0] != 0 or bounds[-1] != len(raw):
+        raise ValueError("string offsets do not match their bytes")
+    seen: dict[bytes, str] = {}  # equal strings share one object (most metadata is "{}")
+    out = []
+    for a, b in itertools.pairwise(bounds):
+        chunk = raw[a:b]
+        text = seen.get(chunk) if b - a <= 8 else None
+        if text is None:
+            text = chunk.decode("utf-8", "surrogatepass")
+            if b - a <= 8:
+                seen[chunk] = text
+        out.append(text)
+    return out
+
+
+class _Strings:
+    """A list of strings kept as UTF-8 bytes and offsets until one is changed: a store opened
+    to search decodes the ids and metadata of its hits only (at 117,659 records the decoded
+    lists and their index cost about 15 MiB of the store's memory)."""
+
+    __slots__ = ("_items", "_off", "_raw")
+
+    def __init__(self, raw: bytes = b"", off: NDArray[Any] | None = None) -> None:
+        self._off = np.zeros(1, dtype=np.int64) if off is None else np.asarray(off, np.int64)
+        if (
+            self._off.ndim != 1
+            or self._off[0] != 0
+            or self._off[-1] != len(raw)
+            or (np.diff(self._off) < 0).any()
+        ):
+            raise ValueError("string offsets do not match their bytes")
+        self._raw = raw
+        self._items: list[str] | None = None
+
+    @classmethod
+    def of(cls, items: list[str]) -> _Strings:
+        out = cls()
+        out._items = items
+        return out
+
+    def __len__(self) -> int:
+        return len(self._items) if self._items is not None else self._off.size - 1
+
+    def __getitem__(self, i: int) -> str:
+        if self._items is not None:
+            return self._items[i]
+        if not 0 <= i < self._off.size - 1:
+            raise IndexError(i)
+        a, b = int(self._off[i]), int(self._off[i + 1])
+        return self._raw[a:b].decode("utf-8", "surrogatepass")
+
+    def __iter__(self) -> Iterator[str]:
+        if self._items is not None:
+            return iter(self._items)
+        return (self[i] for i in range(len(self)))
+
+    def _list(self) -> list[str]:
+        if self._items is None:
+            self._items = _split_utf8(np.frombuffer(self._raw, dtype=np.uint8), self._off)
+            self._raw, self._off = b"", np.zeros(1, dtype=np.int64)
+        return self._items
+
+    def append(self, item: str) -> None:
+        self._list().append(item)
+
+    def __setitem__(self, i: int, item: str) -> None:
+        self._list()[i] = item
+
+    def arrays(self) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
+        """The UTF-8 bytes and offsets (as :func:`_join_utf8` writes them)."""
+        if self._items is None:
+            return np.frombuffer(self._raw, dtype=np.uint8), self._off
+        return _join_utf8(self._items)
+
+
+def _npy_rows(zf: zipfile.ZipFile, name: str, chunk_bytes: int = 1 << 24) -> Iterator[list[str]]:
+    """The rows of a 1-D string array member of an ``.npz``, in chunks of about
+    ``chunk_bytes`` (a layout-1 metadata array is as wide as its longest row: reading it whole
+    took 1 GB at 117k records)."""
+    with zf.open(f"{name}.npy") as fh:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, _fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        else:
+            shape, _fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        if dtype.kind != "U" or len(shape) != 1:
+            raise ValueError(f"{name} is not a 1-D string array (dtype {dtype}, shape {shape})")
+        n, width = int(shape[0]), int(dtype.itemsize)
+        if width == 0:
+            yield [""] * n
+            return
+        step = max(1, chunk_bytes // width)
+        for s in range(0, n, step):
+            rows = min(step, n - s)
+            buf = fh.read(rows * width)
+            if len(buf) != rows * width:
+                raise ValueError(f"{name} is truncated")
+            yield np.frombuffer(buf, dtype=dtype).tolist()
 
 
 class FaissStore(VectorStore):
-    """A FAISS index in one local file, ``<path>/<collection>.faiss.npz``, for large collections.
+    """A FAISS index in a local file, ``<path>/<collection>.faiss.npz``, for large collections.
 
-    The file holds the serialised index, the id map (FAISS labels are int64; label ``i`` is the
-    ``i``-th record id ever added), per-record metadata and the privembed info. It is loaded
-    whole, changed in memory, and written atomically (temporary file + rename) by :meth:`save`
-    and on :meth:`close`, so a crash never leaves a half-written index.
+    The index file holds the serialised index, the id map (FAISS labels are int64; label ``i``
+    is the ``i``-th record id ever added), each record's metadata (JSON), the position of its
+    sealed payload and the privembed info -- ids and metadata as UTF-8 bytes with offsets, so a
+    record costs what its text costs. The payloads themselves (AES-GCM ciphertext, about
+    4·d + 45 bytes) sit as raw bytes, one after another, in
+    ``<path>/<collection>.faiss.<token>.payloads``: opening the store never reads them, a search
+    reads those of its hits by position. With payloads a record takes its vector's bytes plus
+    its payload's, about 2.05× the vectors at d = 384 (docs/benchmarks.md).
+
+    The index file is loaded whole, changed in memory, and written atomically (temporary file +
+    rename) by :meth:`save` and on :meth:`close`. Payloads are appended to their file as they
+    are upserted, and flushed to disk before an index file that refers to them replaces the old
+    one: a crash leaves the previous index with its payloads (bytes appended since are
+    unreferenced), never an index pointing at missing bytes. A replaced payload's old bytes stay
+    until the file is rewritten -- by :meth:`compact`, or by a save once they are more than
+    half of it. Index files of the earlier layout (payloads as base64 in the metadata) open as
+    they are and are converted by their next save (any upsert) or by :meth:`compact`.
+
+    One process writes a store at a time (the last :meth:`save` wins); readers in other
+    processes see the store as it was when they opened it.
 
     Parameters
     ----------
@@ -647,6 +901,8 @@ class FaissStore(VectorStore):
 
     name = "faiss"
     suffix = ".faiss.npz"
+    #: a save rewrites the payload file when unreferenced bytes exceed half of it and this many
+    compact_after_bytes = 64 << 20
 
     def __init__(
         self,
@@ -669,28 +925,121 @@ class FaissStore(VectorStore):
         """The index file."""
         return self.path / f"{self.collection}{self.suffix}"
 
+    @property
+    def payload_file(self) -> Path | None:
+        """The file of sealed payloads (``None`` until the first payload is stored)."""
+        return self._pfile
+
+    @property
+    def layout(self) -> int:
+        """Layout of the index file as it is on disk (:data:`FAISS_LAYOUT` once saved)."""
+        return self._layout
+
     def _open(self) -> dict[str, Any] | None:
         self._faiss = require("faiss", "text", purpose="the FAISS vector store")
         self._index: Any = None
-        self._ids: list[str] = []
-        self._labels: dict[str, int] = {}
-        self._meta: list[str] = []
+        self._ids = _Strings()
+        self._label_map: dict[str, int] | None = None  # built on first use (:attr:`_labels`)
+        self._meta = _Strings()
+        #: (offset, length) of each label's payload in the payload file; length -1: none
+        self._pos = np.zeros((0, 2), dtype=np.int64)
+        self._legacy: dict[int, bytes] = {}  # payloads read from a layout-1 file, until saved
+        self._pfile: Path | None = None
+        self._pfh: Any = None
+        self._unflushed = False
+        self._garbage = 0
+        self._layout = FAISS_LAYOUT
         self._dirty = False
         if not self.file.exists():
             return None
         try:
-            with np.load(self.file, allow_pickle=False) as z:
-                info = json.loads(str(z["info"]))
-                self._index = self._faiss.deserialize_index(np.array(z["index"], dtype=np.uint8))
-                self._ids = [str(i) for i in z["ids"].tolist()]
-                self._meta = [str(m) for m in z["metadata"].tolist()]
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+            with zipfile.ZipFile(self.file) as zf:
+                if _INDEX_MEMBER in zf.namelist():
+                    info = self._read_layout2(zf)
+                else:
+                    self._layout = 1
+            if self._layout == 1:
+                with np.load(self.file, allow_pickle=False) as z:
+                    info = json.loads(str(z["info"]))
+                    self._index = self._faiss.deserialize_index(
+                        np.array(z["index"], dtype=np.uint8)
+                    )
+                self._read_layout1()
+        except (OSError, ValueError, KeyError, IndexError, RuntimeError, zipfile.BadZipFile) as exc:
+            self._close_files()
             raise DataError(f"cannot read FAISS store {self.file}: {exc}") from None
-        self._labels = {rid: i for i, rid in enumerate(self._ids)}
         self._present = np.zeros(len(self._ids), dtype=bool)
         if self._index.ntotal:
             self._present[self._label_array()] = True
         return dict(info)
+
+    def _read_layout2(self, zf: zipfile.ZipFile) -> dict[str, Any]:
+        """Read a layout-2 file; returns the info. The index is streamed from the zip into
+        FAISS, so opening costs the index itself, not two more copies of it."""
+
+        def array(name: str) -> NDArray[Any]:
+            with zf.open(f"{name}.npy") as fh:
+                return np.lib.format.read_array(fh, allow_pickle=False)
+
+        layout = int(array("layout"))
+        if layout != FAISS_LAYOUT:
+            raise ValueError(f"layout {layout} is newer than this privembed reads ({FAISS_LAYOUT})")
+        info = json.loads(str(array("info")))
+        with zf.open(_INDEX_MEMBER) as fh:
+            self._index = self._faiss.read_index(self._faiss.PyCallbackIOReader(fh.read, 1 << 20))
+        self._ids = _Strings(array("ids").tobytes(), array("ids_off"))
+        self._meta = _Strings(array("meta").tobytes(), array("meta_off"))
+        pos = np.array(array("payload_pos"), dtype=np.int64).reshape(-1, 2)
+        if len(self._meta) != len(self._ids) or pos.shape[0] != len(self._ids):
+            raise ValueError("ids, metadata and payload positions differ in length")
+        self._pos = pos
+        name = str(array("payload_file"))
+        if not name:
+            if (pos[:, 1] >= 0).any():
+                raise ValueError("payload positions without a payload file")
+            return info
+        if Path(name).name != name or not name.startswith(f"{self.collection}.faiss."):
+            raise ValueError(f"bad payload file name {name!r}")
+        pfile = self.path / name
+        if not pfile.exists():
+            raise ValueError(f"its payload file {name} is missing")
+        self._pfile = pfile
+        self._pfh = pfile.open("r+b")
+        size = os.fstat(self._pfh.fileno()).st_size
+        live = pos[pos[:, 1] >= 0]
+        if live.size and (live[:, 0].min() < 0 or int((live[:, 0] + live[:, 1]).max()) > size):
+            raise ValueError(f"its payload file {name} is shorter than the index says")
+        self._garbage = size - int(live[:, 1].sum())
+        return info
+
+    def _read_layout1(self) -> None:
+        """Ids and metadata of a layout-1 file, read in chunks; the base64 payloads in the
+        metadata move to :attr:`_legacy` (raw bytes) until the next save writes them out."""
+        with zipfile.ZipFile(self.file) as zf:
+            self._ids = _Strings.of([rid for rows in _npy_rows(zf, "ids") for rid in rows])
+            self._meta = _Strings.of([])
+            label = 0
+            for rows in _npy_rows(zf, "metadata"):
+                for text in rows:
+                    if PAYLOAD_KEY in text:
+                        meta = json.loads(text)
+                        raw = meta.pop(PAYLOAD_KEY, None)
+                        blob = _decode_payload(self._ids[label], raw)
+                        if blob is not None:
+                            self._legacy[label] = blob
+                        text = json.dumps(meta)
+                    self._meta.append(text)
+                    label += 1
+        if len(self._meta) != len(self._ids):
+            raise ValueError("ids and metadata differ in length")
+        self._pos = np.full((len(self._ids), 2), -1, dtype=np.int64)
+
+    @property
+    def _labels(self) -> dict[str, int]:
+        """Record id -> FAISS label, built on first use (writes and fetches by id)."""
+        if self._label_map is None:
+            self._label_map = {rid: i for i, rid in enumerate(self._ids._list())}
+        return self._label_map
 
     def _label_array(self) -> NDArray[np.int64]:
         idmap = self._faiss.downcast_index(self._index)
@@ -724,7 +1073,11 @@ class FaissStore(VectorStore):
         return np.ascontiguousarray(X, dtype=np.float32)
 
     def _upsert(
-        self, ids: list[str], X: NDArray[np.float32], metadata: list[dict[str, Any]] | None
+        self,
+        ids: list[str],
+        X: NDArray[np.float32],
+        metadata: list[dict[str, Any]] | None,
+        payloads: list[bytes] | None,
     ) -> None:
         labels = np.empty(len(ids), dtype=np.int64)
         replace = []
@@ -740,10 +1093,12 @@ class FaissStore(VectorStore):
                 if lab < self._present.size and self._present[lab]:
                     replace.append(lab)
             labels[j] = lab
-        if self._present.size < len(self._ids):
-            self._present = np.concatenate(
-                [self._present, np.zeros(len(self._ids) - self._present.size, dtype=bool)]
-            )
+        grow = len(self._ids) - self._present.size
+        if grow > 0:
+            self._present = np.concatenate([self._present, np.zeros(grow, dtype=bool)])
+        grow = len(self._ids) - self._pos.shape[0]
+        if grow > 0:
+            self._pos = np.concatenate([self._pos, np.full((grow, 2), -1, dtype=np.int64)])
         if replace:
             try:
                 self._index.remove_ids(np.asarray(replace, dtype=np.int64))
@@ -759,52 +1114,193 @@ class FaissStore(VectorStore):
             )
         self._index.add_with_ids(self._prep(X), labels)
         self._present[labels] = True
-        # a replaced record's metadata is replaced too (none given: none kept), as in the others
+        # a replaced record's metadata and payload are replaced too (none given: none kept)
+        old = self._pos[labels, 1]
+        self._garbage += int(old[old > 0].sum())
+        for lab in labels.tolist():
+            self._legacy.pop(lab, None)
+        if payloads is None:
+            self._pos[labels] = -1
+        else:
+            self._pos[labels] = self._append(payloads)
         metas = metadata if metadata is not None else [{}] * len(ids)
         for label, m in zip(labels.tolist(), metas, strict=True):
-            self._meta[label] = json.dumps(m)
+            self._meta[label] = json.dumps(m) if m else "{}"
         self._dirty = True
 
-    def _search(self, Q: NDArray[np.float32], k: int, with_vectors: bool) -> list[list[Hit]]:
-        D, I = self._index.search(self._prep(Q), k)  # noqa: E741 - FAISS's name
+    def _append(self, blobs: list[bytes]) -> NDArray[np.int64]:
+        """Append payloads to the payload file (created on first use); their (offset, length)."""
+        if self._pfh is None:
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._pfile = self.path / f"{self.collection}.faiss.{secrets.token_hex(8)}.payloads"
+            self._pfh = self._pfile.open("x+b")
+        end = self._pfh.seek(0, os.SEEK_END)
+        lens = np.fromiter((len(b) for b in blobs), dtype=np.int64, count=len(blobs))
+        self._pfh.write(b"".join(blobs))
+        self._unflushed = True
+        pos = np.empty((len(blobs), 2), dtype=np.int64)
+        pos[:, 1] = lens
+        pos[:, 0] = end + np.cumsum(lens) - lens
+        return pos
+
+    def _reader(self) -> int:
+        """The payload file's descriptor, its appended bytes flushed (reads use ``pread``: a
+        memory map would count every page the kernel maps around a read -- 64 kB for each
+        1.6 kB payload -- in the process' RSS until the whole file is resident)."""
+        assert self._pfh is not None
+        if self._unflushed:
+            self._pfh.flush()
+            self._unflushed = False
+        return int(self._pfh.fileno())
+
+    def _read(self, labels: Sequence[int]) -> list[bytes | None]:
+        """The payloads of FAISS labels, in order (one ``pread`` each)."""
+        if not labels:
+            return []
+        pos = self._pos[np.asarray(labels, dtype=np.int64)].tolist()
+        fd = self._reader() if self._pfh is not None else -1
+        legacy, pread = self._legacy, os.pread
+        out: list[bytes | None] = []
+        for lab, (o, n) in zip(labels, pos, strict=True):
+            if n >= 0:
+                blob = pread(fd, n, o)
+                if len(blob) != n:
+                    raise DataError(
+                        f"the payload file {self._pfile} ends before the payload of record "
+                        f"{self._ids[lab]!r} (truncated?)."
+                    )
+                out.append(blob)
+            else:
+                out.append(legacy.get(lab) if legacy else None)
+        return out
+
+    def _payloads(self, ids: list[str]) -> list[bytes | None]:
+        labels = [self._labels.get(i, -1) for i in ids]
+        present = [lab for lab in labels if lab >= 0 and self._present[lab]]
+        got = dict(zip(present, self._read(present), strict=True))
+        return [got.get(lab) for lab in labels]
+
+    def _search(
+        self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
+    ) -> list[list[Hit]]:
+        with _faiss_threads(self._faiss, Q.shape[0]):
+            D, I = self._index.search(self._prep(Q), k)  # noqa: E741 - FAISS's name
+        payload: dict[int, bytes | None] = {}
+        if with_payloads:
+            found = I[I >= 0].tolist()
+            payload = dict(zip(found, self._read(found), strict=True))
+        ids, metas = self._ids, self._meta
         out: list[list[Hit]] = []
-        for drow, irow in zip(D, I, strict=True):
+        for drow, irow in zip(D.tolist(), I.tolist(), strict=True):
             hits = []
             for score, lab in zip(drow, irow, strict=True):
                 if lab < 0:
                     continue
                 vec = None
                 if with_vectors:
-                    vec = np.asarray(self._index.reconstruct(int(lab)), dtype=np.float32)
-                hits.append(
-                    Hit(self._ids[int(lab)], float(score), json.loads(self._meta[int(lab)]), vec)
-                )
+                    vec = np.asarray(self._index.reconstruct(lab), dtype=np.float32)
+                m = metas[lab]
+                meta = {} if m == "{}" else json.loads(m)
+                hits.append(Hit(ids[lab], score, meta, vec, payload.get(lab)))
             out.append(hits)
         return out
 
     def _count(self) -> int:
         return int(self._index.ntotal)
 
+    def _rewrite_payloads(self) -> Path | None:
+        """Copy every live payload into a new payload file, in label order, a chunk at a time;
+        returns the old file (to delete once the index file that no longer refers to it is in
+        place)."""
+        old_fd = self._reader() if self._pfh is not None else -1
+        old_pos, legacy = self._pos, self._legacy
+        old_file, old_fh = self._pfile, self._pfh
+        self._pfile, self._pfh, self._unflushed = None, None, False
+        self._pos = np.full((len(self._ids), 2), -1, dtype=np.int64)
+        live = np.flatnonzero(self._present[: len(self._ids)])
+        step = 4096
+        for s in range(0, live.size, step):
+            labs, blobs = [], []
+            for lab, (o, n) in zip(live[s : s + step].tolist(), old_pos[live[s : s + step]]
+                                   .tolist(), strict=True):  # fmt: skip
+                blob = os.pread(old_fd, n, o) if n >= 0 else legacy.get(lab)
+                if blob is not None:
+                    labs.append(lab)
+                    blobs.append(blob)
+            if blobs:
+                self._pos[np.asarray(labs, dtype=np.int64)] = self._append(blobs)
+        self._legacy = {}
+        self._garbage = 0
+        if old_fh is not None:
+            old_fh.close()
+        return old_file
+
     def save(self) -> None:
-        """Write the index file atomically (no-op if nothing changed)."""
+        """Write the index file atomically (no-op if nothing changed); payloads appended since
+        the last save are flushed to disk first."""
         if not self._dirty or self._index is None:
             return
+        self._write(rewrite=bool(self._legacy) or self._too_much_garbage())
+
+    def _too_much_garbage(self) -> bool:
+        if self._pfh is None:
+            return False
+        size = os.fstat(self._pfh.fileno()).st_size
+        return self._garbage > max(size // 2, self.compact_after_bytes)
+
+    def compact(self) -> None:
+        """Rewrite the payload file with only the payloads records refer to, and the index file
+        in the current layout (converts a store written by an earlier privembed)."""
+        self._check_open()
+        if self._index is None:
+            return
+        self._write(rewrite=True)
+
+    def _write(self, *, rewrite: bool) -> None:
         from ..io import atomic_output
 
         self.path.mkdir(parents=True, exist_ok=True)
-        with atomic_output(self.file) as tmp, tmp.open("wb") as fh:
-            np.savez(
-                fh,
-                index=self._faiss.serialize_index(self._index),
-                ids=np.asarray(self._ids, dtype=str),
-                metadata=np.asarray(self._meta, dtype=str),
-                info=np.array(json.dumps(self._info, sort_keys=True)),
-            )
+        old = self._rewrite_payloads() if rewrite else None
+        if self._pfh is not None:
+            self._pfh.flush()
+            os.fsync(self._pfh.fileno())
+            self._unflushed = False
+        ids, ids_off = self._ids.arrays()
+        meta, meta_off = self._meta.arrays()
+        arrays = {
+            "layout": np.array(FAISS_LAYOUT),
+            "ids": ids,
+            "ids_off": ids_off,
+            "meta": meta,
+            "meta_off": meta_off,
+            "payload_pos": self._pos,
+            "payload_file": np.array("" if self._pfile is None else self._pfile.name),
+            "info": np.array(json.dumps(self._info, sort_keys=True)),
+        }
+        with atomic_output(self.file) as tmp, zipfile.ZipFile(tmp, "w") as zf:
+            for name, arr in arrays.items():
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, arr, allow_pickle=False)
+            with zf.open(_INDEX_MEMBER, "w", force_zip64=True) as fh:  # streamed, no copy
+                self._faiss.write_index(self._index, self._faiss.PyCallbackIOWriter(fh.write))
         self._dirty = False
+        self._layout = FAISS_LAYOUT
+        if old is not None and old != self._pfile:
+            with contextlib.suppress(FileNotFoundError):
+                old.unlink()
+
+    def _close_files(self) -> None:
+        if getattr(self, "_pfh", None) is not None:
+            self._pfh.close()
+            self._pfh = None
 
     def close(self) -> None:
-        if not self._closed and getattr(self, "_index", None) is not None:
-            self.save()
+        if not self._closed:
+            try:
+                if getattr(self, "_index", None) is not None:
+                    self.save()
+            finally:
+                self._close_files()
         super().close()
 
 
