@@ -57,7 +57,7 @@ err_console = Console(stderr=True)
 
 #: mechanisms of :data:`privembed.mechanisms.MECHANISMS` (checked by a test)
 MechanismName = Literal[
-    "gaussian", "empirical", "laplace", "mahalanobis", "purkayastha", "projection"
+    "gaussian", "empirical", "laplace", "mahalanobis", "purkayastha", "projection", "subspace"
 ]
 #: Gaussian sigma calibration
 Calibration = Literal["analytic", "classic"]
