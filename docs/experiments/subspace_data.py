@@ -11,12 +11,12 @@ the repository (default ``/tmp/privembed_subspace``), in chunks so an interrupte
   with a fixed hash-ordered sample), dev queries to tune, test queries to report.
 * **Public corpora for a basis** (never part of the private corpus):
 
-  - ``gcide-rest``: 20,000 GCIDE definition units that are *not* in the 40,000-document
+  - ``gcide-rest``: 10,000 GCIDE definition units that are *not* in the 40,000-document
     corpus (a hash-ordered sample): text of the same kind from the same source, the best case
     of "in-domain public text";
-  - ``wordnet``: 20,000 WordNet 3.0 glosses from Debian's ``dict-wn`` (another dictionary; note
+  - ``wordnet``: 10,000 WordNet 3.0 glosses from Debian's ``dict-wn`` (another dictionary; note
     that GCIDE itself took some glosses from WordNet 1.5, so the two overlap in part);
-  - ``foldoc``: up to 10,000 entries of FOLDOC, the Free On-line Dictionary of Computing
+  - ``foldoc``: 5,000 entries of FOLDOC, the Free On-line Dictionary of Computing
     (``dict-foldoc``): definitions, but of computing terms -- the out-of-domain public corpus.
 
 Get the data without root::
@@ -51,7 +51,7 @@ DEFAULT_CACHE = Path("/tmp/privembed_subspace")
 N_DOCS = 40_000
 DEV_QUERIES = 1000
 TEST_QUERIES = 2000
-PUBLIC_SIZES = {"gcide-rest": 20_000, "wordnet": 20_000, "foldoc": 10_000}
+PUBLIC_SIZES = {"gcide-rest": 10_000, "wordnet": 10_000, "foldoc": 5_000}
 
 _B64 = {
     c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
