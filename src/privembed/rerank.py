@@ -88,11 +88,13 @@ from .rng import as_generator
 __all__ = [
     "RerankPlanner",
     "ScoreProfile",
+    "best_subspace_dimension",
     "cosine_law",
     "predicted_recall",
     "protected_ranks",
     "recall_at_depths",
     "rerank_depth",
+    "subspace_profile_needed",
 ]
 
 #: bins of the clean-score histogram over [-1, 1]
@@ -141,6 +143,25 @@ _COSINE_LAWS: dict[
 }
 
 
+def _subspace_law(
+    m: Mechanism, norms: NDArray[np.float64], rng: np.random.Generator
+) -> NDArray[np.float64]:
+    return np.asarray(m.cosine_draws(norms, rng=rng), dtype=np.float64)  # type: ignore[attr-defined]
+
+
+#: laws of cos(v, M(v)) that depend on the signal's norm |v| (mechanisms that release a
+#: projection with noise of a fixed scale)
+_NORM_LAWS: dict[
+    str, Callable[[Mechanism, NDArray[np.float64], np.random.Generator], NDArray[np.float64]]
+] = {"subspace": _subspace_law}
+
+
+def subspace_profile_needed(mechanism: Mechanism) -> bool:
+    """Whether k' theory for ``mechanism`` needs a subspace profile
+    (:meth:`ScoreProfile.from_subspace`): its noise law depends on the signal's norm."""
+    return mechanism.name in _NORM_LAWS
+
+
 def cosine_law(
     mechanism: Mechanism, d: int, *, n: int = 20_000, rng: Any = None
 ) -> NDArray[np.float64]:
@@ -183,7 +204,7 @@ def cosine_law(
 
 @dataclass(frozen=True)
 class ScoreProfile:
-    """Clean-score histograms of sample queries against the whole corpus.
+    r"""Clean-score histograms of sample queries against the whole corpus.
 
     Attributes
     ----------
@@ -199,6 +220,12 @@ class ScoreProfile:
         equicorrelation of the query-side model); 0 for isotropic documents.
     edges : ndarray, shape (bins + 1,)
         Bin edges over [-1, 1].
+    norms : ndarray, optional
+        For a subspace mechanism (:meth:`from_subspace`): equal-mass quantiles of the
+        documents' signal norms :math:`\|P(x - \mu)\|` (noise of a fixed scale perturbs a
+        short signal more); ``None`` for unit vectors.
+    top_norms : ndarray, shape (n_queries, top_k), optional
+        The signal norms of each sample query's true top documents (subspace profiles).
     """
 
     counts: NDArray[np.int64]
@@ -207,6 +234,8 @@ class ScoreProfile:
     dim: int
     rho: float = 0.0
     edges: NDArray[np.float64] | None = None
+    norms: NDArray[np.float64] | None = None
+    top_norms: NDArray[np.float64] | None = None
 
     def __post_init__(self) -> None:
         counts = np.asarray(self.counts, dtype=np.int64)
@@ -233,6 +262,18 @@ class ScoreProfile:
         object.__setattr__(self, "counts", counts)
         object.__setattr__(self, "top", top)
         object.__setattr__(self, "edges", edges)
+        if (self.norms is None) != (self.top_norms is None):
+            raise DataError("norms and top_norms go together (a subspace profile has both).")
+        if self.norms is not None:
+            nm = np.asarray(self.norms, dtype=np.float64).ravel()
+            tn = np.asarray(self.top_norms, dtype=np.float64)
+            if tn.shape != top.shape or nm.size < 1 or not (nm > 0).all() or not (tn > 0).all():
+                raise DataError(
+                    f"norms must be positive and top_norms shaped like top {top.shape}, got "
+                    f"{tn.shape}."
+                )
+            object.__setattr__(self, "norms", nm)
+            object.__setattr__(self, "top_norms", tn)
         object.__setattr__(self, "n_docs", check_int("n_docs", self.n_docs, ge=2))
         object.__setattr__(self, "dim", check_int("dim", self.dim, ge=3))
         object.__setattr__(self, "rho", check_real("rho", self.rho, ge=0, lt=1))
@@ -340,6 +381,91 @@ class ScoreProfile:
             edges,
         )
 
+    @classmethod
+    def from_subspace(
+        cls,
+        queries: Any,
+        documents: Any,
+        mechanism: Mechanism,
+        *,
+        top_k: int = 100,
+        bins: int = DEFAULT_BINS,
+        norm_nodes: int = 32,
+        block: int = 256,
+        exclude_identical: bool = True,
+    ) -> ScoreProfile:
+        r"""A profile for a mechanism that releases in a subspace (``subspace``): clean scores
+        where the protected scores are formed.
+
+        The true top documents are those of the clean *full-dimension* cosine (what re-ranking
+        recovers); the scores recorded are the cosines in the subspace,
+        :math:`\cos(P(q - \mu), P(x - \mu))` (what the store ranks by, before noise), with the
+        documents' signal norms :math:`\|P(x - \mu)\|` (:attr:`norms`, :attr:`top_norms`),
+        since noise of a fixed scale turns a short signal further. ``dim`` is k.
+
+        Parameters
+        ----------
+        queries, documents : array_like
+            As for :meth:`from_embeddings` (exact vectors, inside the trust boundary).
+        mechanism : Mechanism
+            With ``public_transform`` (the noise-free projection) and ``cosine_draws``.
+        norm_nodes : int, default 32
+            Quantiles of the documents' signal norms kept.
+        """
+        Q, _ = check_embeddings(queries, name="queries")
+        D, _ = check_embeddings(documents, name="documents", dim=Q.shape[1])
+        if not mechanism.has_public_transform or mechanism.name not in _NORM_LAWS:
+            raise ValueError(
+                f"from_subspace needs a subspace mechanism (public_transform and a cosine law "
+                f"per signal norm), got {mechanism!r}."
+            )
+        Qn = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+        D32 = np.ascontiguousarray(D / np.linalg.norm(D, axis=1, keepdims=True), dtype=np.float32)
+        V = np.asarray(mechanism.public_transform(D32), dtype=np.float64)
+        r = np.linalg.norm(V, axis=1)
+        V32 = (V / np.maximum(r, 1e-300)[:, None]).astype(np.float32)
+        A = np.asarray(mechanism.public_transform(Qn), dtype=np.float64)
+        A32 = (A / np.maximum(np.linalg.norm(A, axis=1), 1e-300)[:, None]).astype(np.float32)
+        bins = check_int("bins", bins, ge=10)
+        top_k = min(check_int("top_k", top_k, ge=1), D.shape[0] - 1)
+        edges = np.linspace(-1.0, 1.0, bins + 1)
+        counts = np.zeros((Q.shape[0], bins), dtype=np.int64)
+        top = np.zeros((Q.shape[0], top_k))
+        top_norms = np.zeros((Q.shape[0], top_k))
+        n_used = []
+        for s in range(0, Q.shape[0], block):
+            full = (Qn[s : s + block].astype(np.float32) @ D32.T).astype(np.float64)
+            sub = np.clip((A32[s : s + block] @ V32.T).astype(np.float64), -1.0, 1.0)
+            if exclude_identical:
+                same = full > 1.0 - 1e-6
+                full = np.where(same, -np.inf, full)
+                sub = np.where(same, np.nan, sub)
+            idx = np.clip(np.searchsorted(edges, sub, side="right") - 1, 0, bins - 1)
+            for i in range(full.shape[0]):
+                ok = np.isfinite(sub[i])
+                counts[s + i] = np.bincount(idx[i][ok], minlength=bins)
+                n_used.append(int(ok.sum()))
+                best = np.argpartition(-full[i], top_k - 1)[:top_k]
+                best = best[np.argsort(-full[i][best], kind="stable")]
+                top[s + i] = sub[i][best]
+                top_norms[s + i] = r[best]
+        if not np.isfinite(top).all():
+            raise DataError("fewer than top_k documents are left after excluding identical ones.")
+        pos = r[r > 0]
+        if pos.size == 0:
+            raise DataError("every document projects to zero in the subspace.")
+        nodes = np.quantile(pos, (np.arange(norm_nodes) + 0.5) / norm_nodes)
+        return cls(
+            counts,
+            top,
+            int(min(n_used)),
+            int(A.shape[1]),
+            0.0,
+            edges,
+            nodes,
+            np.maximum(top_norms, float(pos.min())),
+        )
+
     def save(self, path: str | Path) -> Path:
         """Write the profile to an ``.npz`` file (a few hundred kB)."""
         p = Path(path)
@@ -351,22 +477,36 @@ class ScoreProfile:
                 edges=np.asarray(self.edges),
                 meta=np.array([self.n_docs, self.dim], dtype=np.int64),
                 rho=np.array([self.rho]),
+                **self._norm_arrays(),
             )
         return p
+
+    def _norm_arrays(self) -> dict[str, Any]:
+        """The subspace arrays for a file (none for a profile of unit vectors)."""
+        if self.norms is None:
+            return {}
+        return {"norms": np.asarray(self.norms), "top_norms": np.asarray(self.top_norms)}
+
+    @classmethod
+    def from_arrays(cls, z: Any) -> ScoreProfile:
+        """A profile from the arrays :meth:`save` writes (an ``np.load`` result)."""
+        return cls(
+            z["counts"],
+            z["top"],
+            int(z["meta"][0]),
+            int(z["meta"][1]),
+            float(z["rho"][0]),
+            z["edges"],
+            z["norms"] if "norms" in z else None,
+            z["top_norms"] if "top_norms" in z else None,
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> ScoreProfile:
         """Read a profile written by :meth:`save`."""
         with np.load(Path(path)) as z:
             try:
-                return cls(
-                    z["counts"],
-                    z["top"],
-                    int(z["meta"][0]),
-                    int(z["meta"][1]),
-                    float(z["rho"][0]),
-                    z["edges"],
-                )
+                return cls.from_arrays(z)
             except KeyError as exc:
                 raise DataError(f"{path} is not a score profile (missing {exc}).") from None
 
@@ -403,7 +543,9 @@ class _Side:
     alpha: NDArray[np.float64]  # (D,) query cosines (1 = clean query)
     z0: NDArray[np.float64]  # (D,) shared residual factor
     c_nodes: NDArray[np.float64]  # (L,) quadrature nodes of the document cosine (1 = clean docs)
-    c_draws: NDArray[np.float64]  # (M,) draws of the document cosine for the top documents
+    #: draws of the document cosine for the top documents: (M,), or (n_queries, k, M) when
+    #: the law depends on each top document's own signal norm (subspace profiles)
+    c_draws: NDArray[np.float64]
 
 
 def _query_side(
@@ -444,6 +586,7 @@ def _draw_side(
     shared_draws: int,
     nodes: int,
     top_draws: int,
+    profile: ScoreProfile | None = None,
 ) -> _Side:
     if queries is None:
         alpha, z0 = np.ones(1), np.zeros(1)
@@ -452,6 +595,19 @@ def _draw_side(
         z0 = rng.standard_normal(shared_draws)
     if documents is None:
         c_nodes, c_draws = np.ones(1), np.ones(top_draws)
+    elif profile is not None and profile.norms is not None:
+        law_of = _NORM_LAWS.get(documents.name)
+        if law_of is None:
+            raise ValueError(
+                f"this profile was made for a subspace mechanism; {documents!r} has no cosine "
+                "law per signal norm."
+            )
+        pool = np.repeat(np.asarray(profile.norms), max(1, 20_000 // profile.norms.size))
+        c_nodes = _quantile_nodes(law_of(documents, pool, rng), nodes)
+        tn = np.asarray(profile.top_norms)[..., None]  # (nq, top_k, 1)
+        c_draws = law_of(documents, np.repeat(tn, top_draws, axis=-1).ravel(), rng).reshape(
+            (*tn.shape[:2], top_draws)
+        )
     else:
         law = cosine_law(documents, d, n=max(20_000, top_draws), rng=rng)
         c_nodes, c_draws = _quantile_nodes(law, nodes), rng.choice(law, size=top_draws)
@@ -475,7 +631,7 @@ def _rank_moments(
     used = np.flatnonzero(profile.counts.sum(axis=0) > 0)
     s_bins = centers[used]
     counts = profile.counts[:, used].astype(np.float64)  # (nq, B)
-    nq, M = profile.n_queries, side.c_draws.size
+    nq, M = profile.n_queries, side.c_draws.shape[-1]
     top = profile.top[:, :k]  # (nq, k)
     # bin of each top document (its own entry is removed from the competitor counts)
     top_bin = np.clip(np.searchsorted(s_bins, top), 0, s_bins.size - 1)
@@ -486,7 +642,7 @@ def _rank_moments(
         # protected scores of the top documents: query side, then the document cosine draws
         mt, vt = _query_side(top, float(alpha), float(z0), profile.rho, d)  # (nq, k)
         st = mt[..., None] + np.sqrt(vt)[..., None] * rng.standard_normal((nq, k, M))
-        c = side.c_draws
+        c = side.c_draws if side.c_draws.ndim == 1 else side.c_draws[:, :k, :]
         doc_sd = np.sqrt((1.0 - c * c) * np.clip(1.0 - st * st, 0.0, None) / (d - 1))
         t = c * st + doc_sd * rng.standard_normal((nq, k, M))
         # survival of every score bin on a grid that is dense where the top scores fall
@@ -572,8 +728,13 @@ def _build(
     queries = _check_mechanism("queries", queries)
     if documents is None and queries is None:
         raise ValueError("give the documents' mechanism, the queries' mechanism, or both.")
+    if profile.norms is not None and queries is not None:
+        raise ValueError(
+            "k' theory for protected queries against a subspace collection is not modelled; "
+            "give rerank=k' instead."
+        )
     gen = as_generator(rng)
-    side = _draw_side(documents, queries, profile.dim, gen, shared_draws, nodes, top_draws)
+    side = _draw_side(documents, queries, profile.dim, gen, shared_draws, nodes, top_draws, profile)
     mu, var = _rank_moments(profile, k, side, gen, grid)
     return _Model(mu, var, profile.n_docs, k)
 
@@ -736,6 +897,50 @@ class RerankPlanner:
     def recall(self, depth: int, *, k: int = 10) -> float:
         """Predicted recall of the true top ``k`` at depth k'."""
         return self._model(check_int("k", k, ge=1)).recall(check_int("depth", depth, ge=1))
+
+
+def best_subspace_dimension(
+    queries: Any,
+    documents: Any,
+    build: Callable[[int], Mechanism],
+    *,
+    depth: int,
+    candidates: Sequence[int] = (8, 12, 16, 24, 32, 48, 64, 96, 128),
+    k: int = 10,
+    rng: Any = None,
+) -> tuple[int, dict[int, float]]:
+    """The subspace dimension whose protected ranking best keeps the true top ``k`` within
+    depth k', by the rank model on a subspace profile of each candidate.
+
+    Parameters
+    ----------
+    queries, documents : array_like
+        Sample queries (not the ones you evaluate on) and the corpus' exact vectors.
+    build : callable
+        ``build(dim)`` returns the subspace mechanism with ``dim`` components (e.g.
+        ``lambda kk: SubspaceMechanism(basis=b, epsilon=50.0, k=kk)``).
+    depth : int
+        The k' that will be fetched.
+    candidates : sequence of int
+        Dimensions tried (those the basis cannot give are skipped).
+
+    Returns
+    -------
+    (int, dict)
+        The best dimension and the predicted recall of each candidate tried.
+    """
+    depth = check_int("depth", depth, ge=1)
+    out: dict[int, float] = {}
+    for c in sorted({int(x) for x in candidates}):
+        try:
+            mech = build(c)
+        except ValueError:
+            continue
+        prof = ScoreProfile.from_subspace(queries, documents, mech, top_k=k)
+        out[c] = RerankPlanner(prof, documents=mech, rng=rng).recall(depth, k=k)
+    if not out:
+        raise ValueError(f"no candidate dimension could be built from {list(candidates)}.")
+    return max(out, key=lambda c: (out[c], -c)), out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -293,18 +293,24 @@ def test_dp_pca_does_not_reveal_a_record_by_its_mean_or_basis() -> None:
     assert abs(gap) < 1.0 * spread  # the presence shift is within the noise
 
 
-def test_subspace_dimension_follows_epsilon_and_respects_the_noise_floor() -> None:
+def test_subspace_dimension_balances_noise_and_signal_energy() -> None:
     lam = 0.02 * 0.93 ** np.arange(200)
+    S = np.cumsum(lam)
     ks = [subspace_dimension(lam, noise="laplace", epsilon=e) for e in (10, 50, 200, 1000)]
     assert ks == sorted(ks) and ks[0] < ks[-1]
+    for e, k in zip((10, 50, 200, 1000), ks, strict=True):
+        if k < lam.size:  # the smallest k whose noise energy k(k+1)/eps^2 reaches S(k)
+            assert k * (k + 1) / e**2 >= S[k - 1] and (k - 1) * k / e**2 < S[k - 2]
     capped = subspace_dimension(lam, noise="laplace", epsilon=1000, noise_floor=lam[10] / 2)
     assert capped <= 11
-    # Gaussian noise has the same per-coordinate variance in any k: a component is kept when
-    # its variance exceeds sigma^2
-    for sigma in (0.1, 0.12):
+    for sigma in (0.05, 0.1):  # Gaussian noise energy k sigma^2
         k = subspace_dimension(lam, noise="gaussian", epsilon=1.0, sigma=sigma)
-        assert lam[k - 1] > sigma**2 >= lam[k]
-    m = SubspaceMechanism(basis=SubspaceBasis(np.eye(200)[:200], spectrum=lam), epsilon=50.0)
+        assert k * sigma**2 >= S[k - 1] and (k == 1 or (k - 1) * sigma**2 < S[k - 2])
+    # Purkayastha: the first k whose expected cosine falls to 1/sqrt(2)
+    k = subspace_dimension(lam, noise="purkayastha", epsilon=50.0)
+    assert theory.expected_cosine_purkayastha(50.0, k) <= 2**-0.5
+    assert theory.expected_cosine_purkayastha(50.0, k - 1) > 2**-0.5
+    m = SubspaceMechanism(basis=SubspaceBasis(np.eye(200), spectrum=lam), epsilon=50.0)
     assert m.k == ks[1]
 
 
