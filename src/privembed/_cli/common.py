@@ -38,6 +38,7 @@ __all__ = [
     "OneLineErrors",
     "ProjectionKind",
     "StoreKind",
+    "SubspaceNoise",
     "console",
     "err_console",
     "fail",
@@ -59,6 +60,8 @@ err_console = Console(stderr=True)
 MechanismName = Literal[
     "gaussian", "empirical", "laplace", "mahalanobis", "purkayastha", "projection", "subspace"
 ]
+#: noise laws of a private subspace (:data:`privembed.mechanisms.subspace.NOISES`)
+SubspaceNoise = Literal["laplace", "gaussian", "purkayastha"]
 #: Gaussian sigma calibration
 Calibration = Literal["analytic", "classic"]
 #: public JL matrix kinds (:data:`privembed.mechanisms.jl.KINDS`)

@@ -62,7 +62,7 @@ import hashlib
 import io as _io
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from os import PathLike
 from pathlib import Path
 from typing import Any, ClassVar
@@ -93,6 +93,7 @@ __all__ = [
     "SecondMoments",
     "SubspaceBasis",
     "SubspaceMechanism",
+    "basis_from",
     "charge_basis",
     "dp_pca",
     "dp_pca_sensitivity",
@@ -127,9 +128,11 @@ def _orthonormal_rows(P: Any, name: str = "basis") -> NDArray[np.float64]:
             f"{name} rows must be orthonormal (P P^T = I): max |P P^T - I| = {err:.3g} > "
             f"{_ORTHO_TOL:g}."
         )
-    # a contraction exactly, not up to rounding: the guarantee rests on ||P||_2 <= 1
+    # the guarantee rests on ||P||_2 <= 1: rows that stretch by more than the rounding of the
+    # norm's own computation (1e-12; float32 rows are off by ~1e-7) are scaled back. Scaling
+    # is idempotent above that slack, so a basis rebuilt from its stored rows is bit-identical.
     top = float(np.linalg.norm(A, 2))
-    return A / top if top > 1.0 else A
+    return A / top if top > 1.0 + 1e-12 else A
 
 
 class SubspaceBasis:
@@ -1222,23 +1225,109 @@ class SubspaceMechanism(Mechanism):
         return self._law.perturb(V, source)
 
 
-def resolve_basis(spec: Any) -> SubspaceBasis:
-    """A :class:`SubspaceBasis` from itself or a saved basis file."""
+def basis_from(
+    spec: Any,
+    *,
+    corpus: str | Path | None = None,
+    column: str | None = None,
+    id_column: str | None = None,
+    model: str | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    ledger: Any = None,
+    subject: str | None = None,
+    max_components: int | None = None,
+    batch_rows: int = 16384,
+    rng: Any = None,
+) -> SubspaceBasis:
+    """The basis a command names: a saved basis, public data, or DP-PCA of the corpus.
+
+    Parameters
+    ----------
+    spec : SubspaceBasis, path or "dp-pca"
+        * a :class:`SubspaceBasis` or a file written by :meth:`SubspaceBasis.save`: itself;
+        * another file: **public** data -- embeddings (``.parquet``/``.npz``/``.npy``/
+          ``.jsonl``) or texts (embedded with ``model``) -- whose exact PCA is the basis (no
+          privacy cost: use only data that may be published);
+        * ``"dp-pca"``: :func:`dp_pca` of the private ``corpus`` (an embeddings file, read
+          once here, once more by the release) at (``epsilon``, ``delta``), charged to every
+          record of the corpus in ``ledger`` (:func:`charge_basis`) before it is returned.
+    corpus : path
+        The private embeddings (``"dp-pca"`` only).
+
+    Raises
+    ------
+    ValueError, DataError, FileNotFoundError
+        A missing or unreadable file, DP-PCA without its parameters or corpus, a corpus of
+        texts (embed it first: DP-PCA and the release both read the embeddings), a corpus
+        without record ids when a ledger must charge them.
+    """
+    from .. import io
+
     if isinstance(spec, SubspaceBasis):
         return spec
-    if isinstance(spec, str | PathLike):
-        return SubspaceBasis.load(spec)
-    raise TypeError(f"basis must be a SubspaceBasis or a basis file, got basis={spec!r}.")
+    if spec == "dp-pca":
+        if epsilon is None or delta is None:
+            raise ValueError(
+                "a DP-PCA basis needs its privacy parameters: --basis-epsilon and --basis-delta."
+            )
+        if corpus is None:
+            raise ValueError("a DP-PCA basis is computed from the corpus: give its embeddings.")
+        path = Path(corpus)
+        if not path.exists():
+            raise FileNotFoundError(f"file not found: {path}")
+        if io.holds_texts(path):
+            raise DataError(
+                f"{path.name} holds texts: DP-PCA and the release both read the corpus' "
+                "embeddings, so embed it first (privembed embed) and index the embeddings."
+            )
+        _n, _d, _, batches = io.iter_batches(
+            path, batch_rows=batch_rows, column=column, id_column=id_column
+        )
+        acc: SecondMoments | None = None
+        ids: list[Any] = []
+        for b in batches:
+            if acc is None:
+                acc = SecondMoments(b.X.shape[1])
+            acc.add(b.X)
+            if ledger is not None:
+                if b.ids is None:
+                    raise DataError(
+                        f"{path.name} has no record ids; the ledger charges the DP-PCA basis to "
+                        "every record by id (--id-column)."
+                    )
+                ids.extend(b.ids)
+        if acc is None:
+            raise DataError(f"{path.name} holds no rows.")
+        basis = dp_pca(
+            acc,
+            epsilon=epsilon,
+            delta=delta,
+            max_components=max_components,
+            rng=rng,
+            metadata={"corpus": path.name},
+        )
+        if ledger is not None:
+            charge_basis(ledger, basis, ids, subject=subject, destination=f"basis of {path.name}")
+        return basis
+    if epsilon is not None or delta is not None:
+        raise ValueError(
+            "--basis-epsilon/--basis-delta apply to a DP-PCA basis (--basis dp-pca) only."
+        )
+    path = Path(spec)
+    if not path.exists():
+        raise FileNotFoundError(f"basis not found: {path}")
+    if SubspaceBasis.is_basis_file(path):
+        return SubspaceBasis.load(path)
+    if io.holds_texts(path):
+        from ..embedders import Embedder
 
-
-def corpus_moments(batches: Iterable[Any], d: int) -> SecondMoments:
-    """:class:`SecondMoments` of a stream of (n, d) batches."""
-    acc = SecondMoments(d)
-    for X in batches:
-        acc.add(X)
-    return acc
-
-
-def _ids_of(batches: Iterable[Sequence[Any]]) -> Iterable[Any]:
-    for ids in batches:
-        yield from ids
+        texts = io.read_text_table(path).texts
+        emb = Embedder(model)
+        X = emb.encode(texts)
+        meta = {"public_data": path.name, "embedding_model": emb.metadata().get("embedding_model")}
+    else:
+        table = io.read_embeddings(path, column=column)
+        X = table.X
+        meta = {"public_data": path.name, "embedding_model": table.metadata.get("embedding_model")}
+    return SubspaceBasis.from_embeddings(X, max_components=max_components, metadata=meta)
