@@ -251,3 +251,48 @@ def test_best_subspace_dimension_is_the_best_predicted_candidate():
     )
     assert set(table) == {4, 8, 16, 32}  # 64 > the basis' 48 components: skipped
     assert table[best] == max(table.values())
+
+
+@pytest.mark.slow
+def test_pseudo_queries_fetch_more_than_documents_standing_in_for_queries():
+    """Documents used as queries are closer to their neighbours than real queries: a profile
+    built from them under-fetches. With queries that are noisy versions of documents (the
+    synthetic corpus), the diluted pseudo-queries plan a larger k' that reaches the target
+    within 0.03 on held-out queries, where plain documents stay below it."""
+    from privembed.rerank import pseudo_queries
+
+    rng = np.random.default_rng(5)
+    X, queries = _corpus(rng)
+    m = get_mechanism("laplace", epsilon=60.0)
+    Qt = queries(400)
+    Y = _unit(m.privatize(X, rng=2))
+    ranks = protected_ranks(Qt @ X.T, Qt @ Y.T, k=10)
+    pick = rng.choice(X.shape[0], 150, replace=False)
+    plain = ScoreProfile.from_embeddings(X[pick], X, top_k=20, rng=0)
+    pseudo = ScoreProfile.from_embeddings(
+        pseudo_queries(X[pick], rng=3), X, top_k=20, rng=0, sources=pick
+    )
+    kp, got = {}, {}
+    for name, prof in (("plain", plain), ("pseudo", pseudo)):
+        kp[name] = RerankPlanner(prof, documents=m, rng=1).depth(k=10, recall=0.9)
+        got[name] = recall_at_depths(ranks, kp[name])[0]
+    assert kp["plain"] < kp["pseudo"] and got["plain"] < got["pseudo"], (kp, got)
+    assert got["plain"] < 0.9 - 0.005, got  # documents under-fetch
+    assert abs(got["pseudo"] - 0.9) <= 0.03, got
+
+
+def test_pseudo_query_profiles_leave_out_their_source_document():
+    from privembed.rerank import document_rows, pseudo_queries
+
+    rng = np.random.default_rng(12)
+    X, _ = _corpus(rng, n=500, d=32)
+    pick = np.array([3, 17, 250])
+    assert document_rows(X[pick], X).tolist() == [3, 17, 250]
+    Qp = pseudo_queries(X[pick], rng=0)
+    assert np.all(np.einsum("ij,ij->i", Qp, X[pick]) < 0.95)  # diluted, not the document
+    prof = ScoreProfile.from_embeddings(Qp, X, top_k=5, rng=0, sources=pick)
+    assert prof.n_docs == 499  # the source document is not a competitor
+    with pytest.raises(DataError, match="not one of the documents"):
+        document_rows(Qp, X)
+    with pytest.raises(DataError, match="sources must be 3 row numbers"):
+        ScoreProfile.from_embeddings(Qp, X, sources=[1, 2])

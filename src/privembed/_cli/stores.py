@@ -228,8 +228,8 @@ def index(
         Path | None,
         typer.Option(
             help="Real queries (texts or embeddings) for the profile that --recall plans k' "
-            "from (default: documents stand in for them, which under-fetches when queries "
-            "differ from documents)."
+            "from (default: documents diluted into pseudo-queries, calibrated on one task; "
+            "real queries are better)."
         ),
     ] = None,
     basis: Basis = None,
@@ -324,9 +324,9 @@ def index(
         )
         if res.get("profile") == "documents":
             err_console.print(
-                "[yellow]note:[/yellow] the --recall profile uses documents in place of "
-                "queries; give real ones (--profile-queries) where queries differ from "
-                "documents, or the recall reached may fall short of the target.",
+                "[yellow]note:[/yellow] the --recall profile uses pseudo-queries made from "
+                "documents (calibrated on one task: recall within 0.03 of its target there); "
+                "give real queries (--profile-queries) for a k' that fits yours.",
                 highlight=False,
             )
     if note is not None:
@@ -435,9 +435,10 @@ def search(
             err_console.print(head, highlight=False)
             if recall is not None and s.collection.profile_source == "documents":
                 err_console.print(
-                    "[yellow]note:[/yellow] k' for --recall was planned on documents standing "
-                    "in for queries (index --profile-queries gives real ones); the recall "
-                    "reached may fall short of the target.",
+                    "[yellow]note:[/yellow] k' for --recall was planned on pseudo-queries made "
+                    "from documents (index --profile-queries gives real ones); the recall "
+                    "reached may differ from the target where your queries differ from its "
+                    "calibration.",
                     highlight=False,
                 )
         if results:

@@ -545,28 +545,43 @@ class ProtectedCollection:
 
         ``documents`` are the corpus' clean vectors (or a uniform sample of them) and
         ``sample`` the rows that stand in for future queries: real queries when there are
-        some (``source="queries"``); documents standing in for them (``source="documents"``)
-        make ``k'`` too small where queries and documents differ (on the GCIDE task, recall
-        0.05 below target on average, docs/retrieval.md). The profile holds similarity
+        some (``source="queries"``), or rows of ``documents`` (``source="documents"``), which
+        are diluted into pseudo-queries first (:func:`privembed.rerank.pseudo_queries`):
+        documents used as they are make ``k'`` too small where queries and documents differ
+        (on the GCIDE task, recall 0.05 below target on average, docs/retrieval.md). The profile holds similarity
         histograms of the clean corpus, so it is sealed with the key like a payload, beside
         the store.
         """
         from .._validation import check_choice
 
         source = check_choice("source", source, ("queries", "documents"))
-        from ..rerank import ScoreProfile, subspace_profile_needed
+        from ..rerank import (
+            SUBSPACE_PSEUDO_QUERY_DILUTION,
+            ScoreProfile,
+            document_rows,
+            pseudo_queries,
+            subspace_profile_needed,
+        )
 
         if self.codec is None:
             raise ValueError("the profile is sealed with your key: give it (--key-file).")
         n_docs = int(np.asarray(documents).shape[0])
         if n_docs < 3:
             raise ValueError(f"a score profile needs at least 3 documents, got {n_docs}.")
+        sources, dilution = None, 0.0
+        if source == "documents":  # documents stand in for queries: made query-like (k' theory)
+            sources = document_rows(sample, documents)
+            sample = pseudo_queries(sample, rng=rng)
+            dilution = SUBSPACE_PSEUDO_QUERY_DILUTION
         mech = self.mechanism if self.mechanism is not None else self.treatment.mechanism
+        top_k = min(100, n_docs - 1)
         if mech is not None and subspace_profile_needed(mech):
-            prof = ScoreProfile.from_subspace(sample, documents, mech, top_k=min(100, n_docs - 1))
+            prof = ScoreProfile.from_subspace(
+                sample, documents, mech, top_k=top_k, sources=sources, dilution=dilution, rng=rng
+            )
         else:
             prof = ScoreProfile.from_embeddings(
-                sample, documents, top_k=min(100, n_docs - 1), rng=rng
+                sample, documents, top_k=top_k, rng=rng, sources=sources
             )
         n_total = max(self.store.count(), prof.n_docs)
         if n_total > prof.n_docs:  # a sample of the corpus: histogram counts scaled up
@@ -907,8 +922,9 @@ def index_file(
     is sealed too, for ``recall=``: sample queries against up to ``profile_max_docs``
     documents (a uniform sample beyond that). ``profile_queries`` is a file of real queries
     (texts, embedded with the collection's model, or embeddings) or an array of their
-    embeddings -- best, since documents standing in for queries make ``k'`` too small where
-    the two differ -- or a number of documents to stand in for them.
+    embeddings -- best -- or a number of documents to stand in for them, diluted into
+    pseudo-queries (:func:`privembed.rerank.pseudo_queries`; documents as they are make ``k'``
+    too small where queries and documents differ).
 
     Returns
     -------
