@@ -176,3 +176,23 @@ def test_renormalising_after_erasure_can_reintroduce_the_concept():
     assert probe_aucs(unit[fit], z[fit], unit[held], z[held], mlp=False, rng=0)[0] > 0.75
     _, check = fit_checked(X, z, mlp=False, rng=0)
     assert check.linear_after > 0.75 and check.readable()  # measured as released, and warned
+
+
+def test_iterative_erasure_reaches_chance_where_one_leace_fit_does_not():
+    """Where renormalisation brings the concept back after LEACE (previous test's data), the
+    iterative eraser, fitted on the released rows themselves, leaves a held-out linear probe
+    near chance; the check records its rank and method."""
+    from privembed.concepts.erasure import fit_checked
+
+    rng = np.random.default_rng(5)
+    t, w = np.linalg.qr(rng.standard_normal((32, 2)))[0].T
+    z = rng.integers(0, 2, 3000)
+    X = rng.standard_normal((3000, 32)) * 0.6 + np.outer(z, 1.2 * t + 0.3 * w)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    _, leace = fit_checked(X, z, mlp=False, rng=0)
+    er, it = fit_checked(X, z, mlp=False, rng=0, method="iterative")
+    assert leace.linear_after > 0.75
+    assert it.linear_after < 0.6 and it.readable() == [], it
+    assert er.metadata["method"].startswith("iterative") and er.rank >= 1
+    with pytest.raises(ValueError, match="method must be one of 'leace', 'iterative'"):
+        fit_checked(X, z, method="inlp")

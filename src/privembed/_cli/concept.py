@@ -123,6 +123,13 @@ def learn(
     label_field: Annotated[
         str, typer.Option(help="Field of --eraser-texts holding 0/1 labels (if present).")
     ] = "label",
+    eraser_method: Annotated[
+        Literal["iterative", "leace"],
+        typer.Option(
+            help="iterative: remove probe directions until a held-in linear probe on the "
+            "released rows is near chance; leace: one LEACE fit (rank 1 for two classes)."
+        ),
+    ] = "iterative",
     texts: Annotated[
         Path | None, typer.Option("--texts", hidden=True, help="Deprecated: give INPUT.")
     ] = None,
@@ -199,15 +206,16 @@ def learn(
     check = None
     if eraser:
         profile.eraser, check = _fit_eraser(
-            c, corpus, source, texts, eraser_texts, label_field, model, cache_dir, no_cache, seed
-        )
+            c, corpus, source, texts, eraser_texts, label_field, model, cache_dir, no_cache, seed,
+            eraser_method,
+        )  # fmt: skip
     profile.save(output)
     err_console.print(f"wrote {output}", highlight=False)
     if profile.eraser is not None and check is not None:
         from ..concepts.erasure import eraser_path
 
         err_console.print(
-            f"wrote {eraser_path(output)} (LEACE, rank {profile.eraser.rank}, fitted on "
+            f"wrote {eraser_path(output)} ({eraser_method}, rank {profile.eraser.rank}, fitted on "
             f"{check.data}; no privacy guarantee of its own)",
             highlight=False,
         )
@@ -239,12 +247,16 @@ def _fit_eraser(
     cache_dir: Path | None,
     no_cache: bool,
     seed: int | None,
+    method: str = "iterative",
 ) -> Any:
     """The eraser and its held-out check: on --eraser-texts, else on INPUT, else on the
     generated pairs."""
     from ..concepts.erasure import learn_eraser
 
-    common = {"model": model, "cache_dir": cache_dir, "use_cache": not no_cache, "rng": seed}
+    common = {
+        "model": model, "cache_dir": cache_dir, "use_cache": not no_cache, "rng": seed,
+        "method": method,
+    }  # fmt: skip
     if eraser_texts is not None:
         from ..io import read_text_table
 
