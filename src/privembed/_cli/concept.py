@@ -253,7 +253,7 @@ def _fit_eraser(
     generated pairs."""
     from ..concepts.erasure import learn_eraser
 
-    common = {
+    common: dict[str, Any] = {
         "model": model, "cache_dir": cache_dir, "use_cache": not no_cache, "rng": seed,
         "method": method,
     }  # fmt: skip

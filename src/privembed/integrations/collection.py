@@ -372,9 +372,11 @@ class ProtectedCollection:
         from ..io import atomic_output
         from ..payload import PayloadCodec
 
+        assert self.key is not None  # checked when the collection was opened
         params = self.mechanism.params
+        arrays: dict[str, Any] = {k: np.asarray(params[k], dtype=np.float64) for k in self._sealed}
         buf = io.BytesIO()
-        np.savez(buf, **{k: np.asarray(params[k], dtype=np.float64) for k in self._sealed})
+        np.savez(buf, **arrays)
         blob = PayloadCodec(self.key).seal(
             np.zeros(1, dtype=np.float32),
             record_id="privembed:mechanism-arrays",
@@ -399,6 +401,7 @@ class ProtectedCollection:
                 "projected.",
                 cause="missing",
             )
+        assert self.key is not None  # checked when the collection was opened
         opened = PayloadCodec(self.key).open(
             path.read_bytes(), record_id="privembed:mechanism-arrays",
             collection=self.store.collection,

@@ -1058,7 +1058,7 @@ class SubspaceMechanism(Mechanism):
     # ---- construction helpers ------------------------------------------------------------------
     def _basis_object(self, basis: Any, mean: Any) -> SubspaceBasis:
         if isinstance(basis, str | PathLike):
-            basis = SubspaceBasis.load(basis)
+            basis = SubspaceBasis.load(Path(basis))
         if isinstance(basis, SubspaceBasis):
             if mean is not None and not np.array_equal(np.asarray(mean, float), basis.mean):
                 raise ValueError("give the mean with a bare basis array only: this basis has one.")
