@@ -55,6 +55,13 @@ CONFIGS = {
     "mahalanobis": ({"epsilon": 1.0, "mask": [1, 0, 0, 1, 0, 0, 1, 1]}, 8),
     "purkayastha": ({"epsilon": 1.0}, 8),
     "projection": ({"k": 4, "epsilon": 2.0, "delta": 1e-5, "input_dim": 8}, 8),
+    "subspace": (
+        {
+            "basis": np.linalg.qr(np.random.default_rng(7).standard_normal((8, 4)))[0].T,
+            "epsilon": 1.0,
+        },
+        8,
+    ),
 }
 
 

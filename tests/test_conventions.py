@@ -148,6 +148,9 @@ def test_choice_types_are_the_librarys_lists():
     from privembed.embedders import BACKENDS
 
     assert get_args(common.EmbedBackend) == BACKENDS
+    from privembed.mechanisms.subspace import NOISES
+
+    assert get_args(common.SubspaceNoise) == NOISES
     assert set(_FACTORIES) <= set(get_args(common.BitGeneratorName))
     from privembed.mechanisms import GaussianMechanism, PrivateProjection
 

@@ -187,3 +187,112 @@ def test_bad_input():
         ScoreProfile(np.zeros((2, 10)), np.zeros((3, 4)), 10, 16)
     with pytest.raises(DataError, match="one shape"):
         protected_ranks(np.zeros((2, 3)), np.zeros((2, 4)))
+
+
+# ---- k' theory in a private subspace ----------------------------------------------------------
+def _subspace(X, k, eps, noise="laplace"):
+    from privembed.mechanisms.subspace import SubspaceBasis, SubspaceMechanism
+
+    extra = {"delta": 1e-5} if noise == "gaussian" else {}
+    b = SubspaceBasis.from_embeddings(X, max_components=min(48, X.shape[1]))
+    return SubspaceMechanism(basis=b, epsilon=eps, k=k, noise=noise, **extra)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("noise", "eps"), [("laplace", 40.0), ("purkayastha", 20.0)])
+def test_subspace_theory_depth_reaches_its_recall_on_held_out_queries(noise, eps):
+    rng = np.random.default_rng(8)
+    X, queries = _corpus(rng)
+    m = _subspace(X, 12, eps, noise)
+    prof = ScoreProfile.from_subspace(queries(120), X, m, top_k=20)
+    assert prof.dim == 12 and prof.norms is not None
+    kp = RerankPlanner(prof, documents=m, rng=1).depth(k=10, recall=0.9)
+    assert 10 < kp < X.shape[0]
+    Qt = queries(400)
+    Y = _unit(m.privatize(X, rng=2))
+    P = _unit(m.public_transform(Qt)) @ Y.T
+    measured = recall_at_depths(protected_ranks(Qt @ X.T, P, k=10), kp)[0]
+    assert abs(measured - 0.9) <= 0.03, (kp, measured)
+
+
+def test_subspace_profile_round_trips_and_refuses_what_it_cannot_model(tmp_path):
+    rng = np.random.default_rng(9)
+    X, queries = _corpus(rng, n=800, d=32)
+    m = _subspace(X, 6, 30.0)
+    Q = queries(15)
+    prof = ScoreProfile.from_subspace(Q, X, m, top_k=10, norm_nodes=8)
+    assert prof.counts.sum(axis=1).tolist() == [800] * 15
+    # the top scores are the subspace cosines of the true (full-dimension) top documents
+    V = m.public_transform(X)
+    A = m.public_transform(Q)
+    best = np.argsort(-(Q @ X.T), axis=1)[:, :10]
+    sub = np.einsum("qk,qjk->qj", _unit(A), _unit(V)[best])
+    np.testing.assert_allclose(prof.top, sub, atol=1e-5)
+    np.testing.assert_allclose(prof.top_norms, np.linalg.norm(V, axis=1)[best], rtol=1e-6)
+    again = ScoreProfile.load(prof.save(tmp_path / "p.npz"))
+    np.testing.assert_array_equal(again.norms, prof.norms)
+    np.testing.assert_array_equal(again.top_norms, prof.top_norms)
+    with pytest.raises(ValueError, match="protected queries against a subspace collection"):
+        RerankPlanner(prof, documents=m, queries=get_mechanism("laplace", epsilon=5.0)).depth()
+    with pytest.raises(ValueError, match="no cosine law per signal norm"):
+        RerankPlanner(prof, documents=get_mechanism("laplace", epsilon=5.0)).depth()
+    with pytest.raises(ValueError, match="needs a subspace mechanism"):
+        ScoreProfile.from_subspace(Q, X, get_mechanism("laplace", epsilon=5.0))
+
+
+def test_best_subspace_dimension_is_the_best_predicted_candidate():
+    from privembed.rerank import best_subspace_dimension
+
+    rng = np.random.default_rng(10)
+    X, queries = _corpus(rng, n=2000, d=48)
+    Q = queries(40)
+    best, table = best_subspace_dimension(
+        Q, X, lambda kk: _subspace(X, kk, 30.0), depth=100, candidates=(4, 8, 16, 32, 64)
+    )
+    assert set(table) == {4, 8, 16, 32}  # 64 > the basis' 48 components: skipped
+    assert table[best] == max(table.values())
+
+
+@pytest.mark.slow
+def test_pseudo_queries_fetch_more_than_documents_standing_in_for_queries():
+    """Documents used as queries are closer to their neighbours than real queries: a profile
+    built from them under-fetches. With queries that are noisy versions of documents (the
+    synthetic corpus), the diluted pseudo-queries plan a larger k' that reaches the target
+    within 0.03 on held-out queries, where plain documents stay below it."""
+    from privembed.rerank import pseudo_queries
+
+    rng = np.random.default_rng(5)
+    X, queries = _corpus(rng)
+    m = get_mechanism("laplace", epsilon=60.0)
+    Qt = queries(400)
+    Y = _unit(m.privatize(X, rng=2))
+    ranks = protected_ranks(Qt @ X.T, Qt @ Y.T, k=10)
+    pick = rng.choice(X.shape[0], 150, replace=False)
+    plain = ScoreProfile.from_embeddings(X[pick], X, top_k=20, rng=0)
+    pseudo = ScoreProfile.from_embeddings(
+        pseudo_queries(X[pick], rng=3), X, top_k=20, rng=0, sources=pick
+    )
+    kp, got = {}, {}
+    for name, prof in (("plain", plain), ("pseudo", pseudo)):
+        kp[name] = RerankPlanner(prof, documents=m, rng=1).depth(k=10, recall=0.9)
+        got[name] = recall_at_depths(ranks, kp[name])[0]
+    assert kp["plain"] < kp["pseudo"] and got["plain"] < got["pseudo"], (kp, got)
+    assert got["plain"] < 0.9 - 0.005, got  # documents under-fetch
+    assert abs(got["pseudo"] - 0.9) <= 0.03, got
+
+
+def test_pseudo_query_profiles_leave_out_their_source_document():
+    from privembed.rerank import document_rows, pseudo_queries
+
+    rng = np.random.default_rng(12)
+    X, _ = _corpus(rng, n=500, d=32)
+    pick = np.array([3, 17, 250])
+    assert document_rows(X[pick], X).tolist() == [3, 17, 250]
+    Qp = pseudo_queries(X[pick], rng=0)
+    assert np.all(np.einsum("ij,ij->i", Qp, X[pick]) < 0.95)  # diluted, not the document
+    prof = ScoreProfile.from_embeddings(Qp, X, top_k=5, rng=0, sources=pick)
+    assert prof.n_docs == 499  # the source document is not a competitor
+    with pytest.raises(DataError, match="not one of the documents"):
+        document_rows(Qp, X)
+    with pytest.raises(DataError, match="sources must be 3 row numbers"):
+        ScoreProfile.from_embeddings(Qp, X, sources=[1, 2])

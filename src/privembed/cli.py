@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -21,6 +22,7 @@ from ._cli.common import (
     Neighbouring,
     OneLineErrors,
     ProjectionKind,
+    SubspaceNoise,
     console,
     err_console,
     fail,
@@ -201,7 +203,24 @@ def protect(
     smoothing: Annotated[
         float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")
     ] = None,
-    k: Annotated[int | None, typer.Option("--k", help="Projection dimension (projection).")] = None,
+    k: Annotated[
+        int | None, typer.Option("--k", help="Output dimension (projection, subspace).")
+    ] = None,
+    basis: Annotated[
+        str | None,
+        typer.Option(
+            help="Subspace basis (subspace): public data (embeddings or texts; exact PCA), a "
+            "saved basis, or 'dp-pca' (DP-PCA of INPUT, charged to every record in --ledger).",
+        ),
+    ] = None,
+    basis_epsilon: Annotated[
+        float | None, typer.Option(help="epsilon of a DP-PCA basis (central).")
+    ] = None,
+    basis_delta: Annotated[float | None, typer.Option(help="delta of a DP-PCA basis.")] = None,
+    noise: Annotated[
+        SubspaceNoise | None,
+        typer.Option(help="Noise law in the subspace (subspace)."),
+    ] = None,
     kind: Annotated[
         ProjectionKind | None, typer.Option(help="Public matrix kind (projection).")
     ] = None,
@@ -309,12 +328,27 @@ def protect(
     note when it is below a useful level or the guarantee is vacuous.
     """
     from ._cli.common import progress_callback
+    from ._cli.stores import _basis_options
     from .mechanisms import build_mechanism
     from .release import check_randomness, protect_file
     from .rng import bit_generator_name, use_bit_generator
 
+    _basis_options(mechanism, basis, basis_epsilon, basis_delta)
+    basis_obj = None
+    if basis is not None:
+        from .ledger import ledger_for_command
+        from .mechanisms.subspace import basis_from
+
+        with contextlib.ExitStack() as stack:
+            led = None if ledger is None else stack.enter_context(ledger_for_command(ledger))
+            basis_obj = basis_from(
+                basis, corpus=input, column=column, id_column=id_column, model=model,
+                epsilon=basis_epsilon, delta=basis_delta, ledger=led,
+            )  # fmt: skip
     mech = build_mechanism(
         mechanism,
+        basis=basis_obj,
+        noise=noise,
         epsilon=epsilon,
         delta=delta,
         sigma=sigma,

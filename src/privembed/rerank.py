@@ -88,17 +88,53 @@ from .rng import as_generator
 __all__ = [
     "RerankPlanner",
     "ScoreProfile",
+    "best_subspace_dimension",
     "candidate_bytes",
     "cosine_law",
+    "document_rows",
     "predicted_recall",
     "protected_ranks",
+    "pseudo_queries",
     "query_batch_size",
     "recall_at_depths",
     "rerank_depth",
+    "subspace_profile_needed",
 ]
 
 #: bins of the clean-score histogram over [-1, 1]
 DEFAULT_BINS = 2000
+#: relative size of the isotropic noise that turns documents into pseudo-queries
+#: (:func:`pseudo_queries`); calibrated on GCIDE dev queries (docs/retrieval.md)
+PSEUDO_QUERY_DILUTION = 0.75
+#: the further dilution of pseudo-queries inside a subspace (:meth:`ScoreProfile.from_subspace`);
+#: calibrated on GCIDE dev queries likewise
+SUBSPACE_PSEUDO_QUERY_DILUTION = 0.5
+
+
+def pseudo_queries(
+    documents: Any, *, dilution: float = PSEUDO_QUERY_DILUTION, rng: Any = None
+) -> Any:
+    r"""Documents made to look like queries for a k' profile, when no real queries are at hand.
+
+    A document used as a query is closer to its neighbours than a real query is (its near
+    duplicates and sister senses stand out from the bulk), so a profile built from documents
+    under-fetches: on GCIDE it reached recall 0.80 at a target of 0.90 and 0.885 at 0.95. A
+    pseudo-query is the document diluted with isotropic noise,
+    :math:`\tilde q = (x + \beta g/\sqrt d)/\|\cdot\|`, :math:`g \sim \mathcal N(0, I_d)`:
+    every similarity shrinks towards the bulk and the bulk spreads, as for a real query that
+    shares only part of its best match. The default beta = 0.75 was calibrated on GCIDE *dev*
+    queries (the diluted documents' mean top-1 cosine then matches the queries'); it is a
+    property of that task, not a law -- real queries (``profile_queries``) remain better.
+    Profiles built from pseudo-queries exclude each one's source document.
+    """
+    D, _ = check_embeddings(documents, name="documents")
+    beta = check_real("dilution", dilution, ge=0)
+    D = np.atleast_2d(np.asarray(D, dtype=np.float64))
+    D = D / np.linalg.norm(D, axis=1, keepdims=True)
+    G = as_generator(rng).standard_normal(D.shape) / math.sqrt(D.shape[1])
+    out = D + beta * G
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
 
 #: memory the candidates of one batch of queries may hold during a search (160 MiB): with
 #: exact re-rank, k' candidates per query are fetched, their payloads opened and scored
@@ -202,6 +238,25 @@ _COSINE_LAWS: dict[
 }
 
 
+def _subspace_law(
+    m: Mechanism, norms: NDArray[np.float64], rng: np.random.Generator
+) -> NDArray[np.float64]:
+    return np.asarray(m.cosine_draws(norms, rng=rng), dtype=np.float64)  # type: ignore[attr-defined]
+
+
+#: laws of cos(v, M(v)) that depend on the signal's norm |v| (mechanisms that release a
+#: projection with noise of a fixed scale)
+_NORM_LAWS: dict[
+    str, Callable[[Mechanism, NDArray[np.float64], np.random.Generator], NDArray[np.float64]]
+] = {"subspace": _subspace_law}
+
+
+def subspace_profile_needed(mechanism: Mechanism) -> bool:
+    """Whether k' theory for ``mechanism`` needs a subspace profile
+    (:meth:`ScoreProfile.from_subspace`): its noise law depends on the signal's norm."""
+    return mechanism.name in _NORM_LAWS
+
+
 def cosine_law(
     mechanism: Mechanism, d: int, *, n: int = 20_000, rng: Any = None
 ) -> NDArray[np.float64]:
@@ -244,7 +299,7 @@ def cosine_law(
 
 @dataclass(frozen=True)
 class ScoreProfile:
-    """Clean-score histograms of sample queries against the whole corpus.
+    r"""Clean-score histograms of sample queries against the whole corpus.
 
     Attributes
     ----------
@@ -260,6 +315,12 @@ class ScoreProfile:
         equicorrelation of the query-side model); 0 for isotropic documents.
     edges : ndarray, shape (bins + 1,)
         Bin edges over [-1, 1].
+    norms : ndarray, optional
+        For a subspace mechanism (:meth:`from_subspace`): equal-mass quantiles of the
+        documents' signal norms :math:`\|P(x - \mu)\|` (noise of a fixed scale perturbs a
+        short signal more); ``None`` for unit vectors.
+    top_norms : ndarray, shape (n_queries, top_k), optional
+        The signal norms of each sample query's true top documents (subspace profiles).
     """
 
     counts: NDArray[np.int64]
@@ -268,6 +329,8 @@ class ScoreProfile:
     dim: int
     rho: float = 0.0
     edges: NDArray[np.float64] | None = None
+    norms: NDArray[np.float64] | None = None
+    top_norms: NDArray[np.float64] | None = None
 
     def __post_init__(self) -> None:
         counts = np.asarray(self.counts, dtype=np.int64)
@@ -294,6 +357,18 @@ class ScoreProfile:
         object.__setattr__(self, "counts", counts)
         object.__setattr__(self, "top", top)
         object.__setattr__(self, "edges", edges)
+        if (self.norms is None) != (self.top_norms is None):
+            raise DataError("norms and top_norms go together (a subspace profile has both).")
+        if self.norms is not None:
+            nm = np.asarray(self.norms, dtype=np.float64).ravel()
+            tn = np.asarray(self.top_norms, dtype=np.float64)
+            if tn.shape != top.shape or nm.size < 1 or not (nm > 0).all() or not (tn > 0).all():
+                raise DataError(
+                    f"norms must be positive and top_norms shaped like top {top.shape}, got "
+                    f"{tn.shape}."
+                )
+            object.__setattr__(self, "norms", nm)
+            object.__setattr__(self, "top_norms", tn)
         object.__setattr__(self, "n_docs", check_int("n_docs", self.n_docs, ge=2))
         object.__setattr__(self, "dim", check_int("dim", self.dim, ge=3))
         object.__setattr__(self, "rho", check_real("rho", self.rho, ge=0, lt=1))
@@ -351,6 +426,7 @@ class ScoreProfile:
         rho_sample: int = 2000,
         block: int = 256,
         exclude_identical: bool = True,
+        sources: Any = None,
         rng: Any = None,
     ) -> ScoreProfile:
         """A profile from sample query embeddings and the corpus' (exact) document embeddings.
@@ -369,9 +445,13 @@ class ScoreProfile:
         exclude_identical : bool, default True
             Leave out a query's own document (cosine above 1 - 1e-6), so that documents of the
             corpus can serve as sample queries.
+        sources : array_like of int, shape (n_queries,), optional
+            The row of ``documents`` each query was made from (:func:`pseudo_queries`): left
+            out of that query's scores.
         """
         Q, _ = check_embeddings(queries, name="queries")
         D, _ = check_embeddings(documents, name="documents", dim=Q.shape[1])
+        src = _sources(sources, Q.shape[0], D.shape[0])
         Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
         D32 = np.ascontiguousarray(D / np.linalg.norm(D, axis=1, keepdims=True), dtype=np.float32)
         bins = check_int("bins", bins, ge=10)
@@ -381,6 +461,8 @@ class ScoreProfile:
         top = np.zeros((Q.shape[0], top_k))
         for s in range(0, Q.shape[0], block):
             S = (Q[s : s + block].astype(np.float32) @ D32.T).astype(np.float64)
+            if src is not None:
+                S[np.arange(S.shape[0]), src[s : s + block]] = -np.inf
             part = cls.from_scores(
                 S, dim=Q.shape[1], top_k=top_k, bins=bins, exclude_identical=exclude_identical
             )
@@ -401,6 +483,109 @@ class ScoreProfile:
             edges,
         )
 
+    @classmethod
+    def from_subspace(
+        cls,
+        queries: Any,
+        documents: Any,
+        mechanism: Mechanism,
+        *,
+        top_k: int = 100,
+        bins: int = DEFAULT_BINS,
+        norm_nodes: int = 32,
+        block: int = 256,
+        exclude_identical: bool = True,
+        sources: Any = None,
+        dilution: float = 0.0,
+        rng: Any = None,
+    ) -> ScoreProfile:
+        r"""A profile for a mechanism that releases in a subspace (``subspace``): clean scores
+        where the protected scores are formed.
+
+        The true top documents are those of the clean *full-dimension* cosine (what re-ranking
+        recovers); the scores recorded are the cosines in the subspace,
+        :math:`\cos(P(q - \mu), P(x - \mu))` (what the store ranks by, before noise), with the
+        documents' signal norms :math:`\|P(x - \mu)\|` (:attr:`norms`, :attr:`top_norms`),
+        since noise of a fixed scale turns a short signal further. ``dim`` is k.
+
+        Parameters
+        ----------
+        queries, documents : array_like
+            As for :meth:`from_embeddings` (exact vectors, inside the trust boundary).
+        mechanism : Mechanism
+            With ``public_transform`` (the noise-free projection) and ``cosine_draws``.
+        norm_nodes : int, default 32
+            Quantiles of the documents' signal norms kept.
+        sources : array_like of int, optional
+            As for :meth:`from_embeddings`.
+        dilution : float, default 0
+            Pseudo-queries (:func:`pseudo_queries`) only: dilute the *projected* queries too,
+            with isotropic noise of this relative size in the k dimensions (isotropic noise
+            in d dimensions puts only k/d of its energy into the subspace, where a document
+            used as a query would stay as close to its neighbours as before).
+        rng : int, Generator or None
+            The dilution's noise.
+        """
+        Q, _ = check_embeddings(queries, name="queries")
+        D, _ = check_embeddings(documents, name="documents", dim=Q.shape[1])
+        src = _sources(sources, Q.shape[0], D.shape[0])
+        if not mechanism.has_public_transform or mechanism.name not in _NORM_LAWS:
+            raise ValueError(
+                f"from_subspace needs a subspace mechanism (public_transform and a cosine law "
+                f"per signal norm), got {mechanism!r}."
+            )
+        Qn = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+        D32 = np.ascontiguousarray(D / np.linalg.norm(D, axis=1, keepdims=True), dtype=np.float32)
+        V = np.asarray(mechanism.public_transform(D32), dtype=np.float64)
+        r = np.linalg.norm(V, axis=1)
+        V32 = (V / np.maximum(r, 1e-300)[:, None]).astype(np.float32)
+        A = np.asarray(mechanism.public_transform(Qn), dtype=np.float64)
+        A = A / np.maximum(np.linalg.norm(A, axis=1), 1e-300)[:, None]
+        beta = check_real("dilution", dilution, ge=0)
+        if beta > 0:
+            A = A + beta * as_generator(rng).standard_normal(A.shape) / math.sqrt(A.shape[1])
+        A32 = (A / np.maximum(np.linalg.norm(A, axis=1), 1e-300)[:, None]).astype(np.float32)
+        bins = check_int("bins", bins, ge=10)
+        top_k = min(check_int("top_k", top_k, ge=1), D.shape[0] - 1)
+        edges = np.linspace(-1.0, 1.0, bins + 1)
+        counts = np.zeros((Q.shape[0], bins), dtype=np.int64)
+        top = np.zeros((Q.shape[0], top_k))
+        top_norms = np.zeros((Q.shape[0], top_k))
+        n_used = []
+        for s in range(0, Q.shape[0], block):
+            full = (Qn[s : s + block].astype(np.float32) @ D32.T).astype(np.float64)
+            sub = np.clip((A32[s : s + block] @ V32.T).astype(np.float64), -1.0, 1.0)
+            same = full > 1.0 - 1e-6 if exclude_identical else np.zeros(full.shape, bool)
+            if src is not None:
+                same[np.arange(full.shape[0]), src[s : s + block]] = True
+            full = np.where(same, -np.inf, full)
+            sub = np.where(same, np.nan, sub)
+            idx = np.clip(np.searchsorted(edges, sub, side="right") - 1, 0, bins - 1)
+            for i in range(full.shape[0]):
+                ok = np.isfinite(sub[i])
+                counts[s + i] = np.bincount(idx[i][ok], minlength=bins)
+                n_used.append(int(ok.sum()))
+                best = np.argpartition(-full[i], top_k - 1)[:top_k]
+                best = best[np.argsort(-full[i][best], kind="stable")]
+                top[s + i] = sub[i][best]
+                top_norms[s + i] = r[best]
+        if not np.isfinite(top).all():
+            raise DataError("fewer than top_k documents are left after excluding identical ones.")
+        pos = r[r > 0]
+        if pos.size == 0:
+            raise DataError("every document projects to zero in the subspace.")
+        nodes = np.quantile(pos, (np.arange(norm_nodes) + 0.5) / norm_nodes)
+        return cls(
+            counts,
+            top,
+            int(min(n_used)),
+            int(A.shape[1]),
+            0.0,
+            edges,
+            nodes,
+            np.maximum(top_norms, float(pos.min())),
+        )
+
     def save(self, path: str | Path) -> Path:
         """Write the profile to an ``.npz`` file (a few hundred kB)."""
         p = Path(path)
@@ -412,24 +597,72 @@ class ScoreProfile:
                 edges=np.asarray(self.edges),
                 meta=np.array([self.n_docs, self.dim], dtype=np.int64),
                 rho=np.array([self.rho]),
+                **self._norm_arrays(),
             )
         return p
+
+    def _norm_arrays(self) -> dict[str, Any]:
+        """The subspace arrays for a file (none for a profile of unit vectors)."""
+        if self.norms is None:
+            return {}
+        return {"norms": np.asarray(self.norms), "top_norms": np.asarray(self.top_norms)}
+
+    @classmethod
+    def from_arrays(cls, z: Any) -> ScoreProfile:
+        """A profile from the arrays :meth:`save` writes (an ``np.load`` result)."""
+        return cls(
+            z["counts"],
+            z["top"],
+            int(z["meta"][0]),
+            int(z["meta"][1]),
+            float(z["rho"][0]),
+            z["edges"],
+            z["norms"] if "norms" in z else None,
+            z["top_norms"] if "top_norms" in z else None,
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> ScoreProfile:
         """Read a profile written by :meth:`save`."""
         with np.load(Path(path)) as z:
             try:
-                return cls(
-                    z["counts"],
-                    z["top"],
-                    int(z["meta"][0]),
-                    int(z["meta"][1]),
-                    float(z["rho"][0]),
-                    z["edges"],
-                )
+                return cls.from_arrays(z)
             except KeyError as exc:
                 raise DataError(f"{path} is not a score profile (missing {exc}).") from None
+
+
+def document_rows(sample: Any, documents: Any, *, block: int = 256) -> NDArray[np.int64]:
+    """The row of ``documents`` that each row of ``sample`` is (cosine above 1 - 1e-6).
+
+    Raises
+    ------
+    DataError
+        A sample row that is not one of the documents.
+    """
+    S, _ = check_embeddings(sample, name="sample")
+    D, _ = check_embeddings(documents, name="documents", dim=np.shape(S)[-1])
+    S32 = np.atleast_2d(np.asarray(S, dtype=np.float32))
+    S32 = S32 / np.linalg.norm(S32, axis=1, keepdims=True)
+    D32 = np.asarray(D, dtype=np.float32)
+    D32 = D32 / np.linalg.norm(D32, axis=1, keepdims=True)
+    out = np.empty(S32.shape[0], dtype=np.int64)
+    for s in range(0, S32.shape[0], block):
+        C = S32[s : s + block] @ D32.T
+        out[s : s + C.shape[0]] = np.argmax(C, axis=1)
+        if not (C.max(axis=1) > 1.0 - 1e-5).all():
+            raise DataError("a sample row is not one of the documents.")
+    return out
+
+
+def _sources(sources: Any, n_queries: int, n_docs: int) -> NDArray[np.int64] | None:
+    if sources is None:
+        return None
+    src = np.asarray(sources)
+    if src.shape != (n_queries,) or not np.issubdtype(src.dtype, np.integer):
+        raise DataError(f"sources must be {n_queries} row numbers, got shape {src.shape}.")
+    if src.size and (src.min() < 0 or src.max() >= n_docs):
+        raise DataError(f"sources must be row numbers in [0, {n_docs}).")
+    return src.astype(np.int64)
 
 
 def _residual_rho(Q: NDArray[np.float64], D: NDArray[np.float64]) -> float:
@@ -464,7 +697,9 @@ class _Side:
     alpha: NDArray[np.float64]  # (D,) query cosines (1 = clean query)
     z0: NDArray[np.float64]  # (D,) shared residual factor
     c_nodes: NDArray[np.float64]  # (L,) quadrature nodes of the document cosine (1 = clean docs)
-    c_draws: NDArray[np.float64]  # (M,) draws of the document cosine for the top documents
+    #: draws of the document cosine for the top documents: (M,), or (n_queries, k, M) when
+    #: the law depends on each top document's own signal norm (subspace profiles)
+    c_draws: NDArray[np.float64]
 
 
 def _query_side(
@@ -505,6 +740,7 @@ def _draw_side(
     shared_draws: int,
     nodes: int,
     top_draws: int,
+    profile: ScoreProfile | None = None,
 ) -> _Side:
     if queries is None:
         alpha, z0 = np.ones(1), np.zeros(1)
@@ -513,6 +749,19 @@ def _draw_side(
         z0 = rng.standard_normal(shared_draws)
     if documents is None:
         c_nodes, c_draws = np.ones(1), np.ones(top_draws)
+    elif profile is not None and profile.norms is not None:
+        law_of = _NORM_LAWS.get(documents.name)
+        if law_of is None:
+            raise ValueError(
+                f"this profile was made for a subspace mechanism; {documents!r} has no cosine "
+                "law per signal norm."
+            )
+        pool = np.repeat(np.asarray(profile.norms), max(1, 20_000 // profile.norms.size))
+        c_nodes = _quantile_nodes(law_of(documents, pool, rng), nodes)
+        tn = np.asarray(profile.top_norms)[..., None]  # (nq, top_k, 1)
+        c_draws = law_of(documents, np.repeat(tn, top_draws, axis=-1).ravel(), rng).reshape(
+            (*tn.shape[:2], top_draws)
+        )
     else:
         law = cosine_law(documents, d, n=max(20_000, top_draws), rng=rng)
         c_nodes, c_draws = _quantile_nodes(law, nodes), rng.choice(law, size=top_draws)
@@ -536,7 +785,7 @@ def _rank_moments(
     used = np.flatnonzero(profile.counts.sum(axis=0) > 0)
     s_bins = centers[used]
     counts = profile.counts[:, used].astype(np.float64)  # (nq, B)
-    nq, M = profile.n_queries, side.c_draws.size
+    nq, M = profile.n_queries, side.c_draws.shape[-1]
     top = profile.top[:, :k]  # (nq, k)
     # bin of each top document (its own entry is removed from the competitor counts)
     top_bin = np.clip(np.searchsorted(s_bins, top), 0, s_bins.size - 1)
@@ -547,7 +796,7 @@ def _rank_moments(
         # protected scores of the top documents: query side, then the document cosine draws
         mt, vt = _query_side(top, float(alpha), float(z0), profile.rho, d)  # (nq, k)
         st = mt[..., None] + np.sqrt(vt)[..., None] * rng.standard_normal((nq, k, M))
-        c = side.c_draws
+        c = side.c_draws if side.c_draws.ndim == 1 else side.c_draws[:, :k, :]
         doc_sd = np.sqrt((1.0 - c * c) * np.clip(1.0 - st * st, 0.0, None) / (d - 1))
         t = c * st + doc_sd * rng.standard_normal((nq, k, M))
         # survival of every score bin on a grid that is dense where the top scores fall
@@ -633,8 +882,13 @@ def _build(
     queries = _check_mechanism("queries", queries)
     if documents is None and queries is None:
         raise ValueError("give the documents' mechanism, the queries' mechanism, or both.")
+    if profile.norms is not None and queries is not None:
+        raise ValueError(
+            "k' theory for protected queries against a subspace collection is not modelled; "
+            "give rerank=k' instead."
+        )
     gen = as_generator(rng)
-    side = _draw_side(documents, queries, profile.dim, gen, shared_draws, nodes, top_draws)
+    side = _draw_side(documents, queries, profile.dim, gen, shared_draws, nodes, top_draws, profile)
     mu, var = _rank_moments(profile, k, side, gen, grid)
     return _Model(mu, var, profile.n_docs, k)
 
@@ -797,6 +1051,50 @@ class RerankPlanner:
     def recall(self, depth: int, *, k: int = 10) -> float:
         """Predicted recall of the true top ``k`` at depth k'."""
         return self._model(check_int("k", k, ge=1)).recall(check_int("depth", depth, ge=1))
+
+
+def best_subspace_dimension(
+    queries: Any,
+    documents: Any,
+    build: Callable[[int], Mechanism],
+    *,
+    depth: int,
+    candidates: Sequence[int] = (8, 12, 16, 24, 32, 48, 64, 96, 128),
+    k: int = 10,
+    rng: Any = None,
+) -> tuple[int, dict[int, float]]:
+    """The subspace dimension whose protected ranking best keeps the true top ``k`` within
+    depth k', by the rank model on a subspace profile of each candidate.
+
+    Parameters
+    ----------
+    queries, documents : array_like
+        Sample queries (not the ones you evaluate on) and the corpus' exact vectors.
+    build : callable
+        ``build(dim)`` returns the subspace mechanism with ``dim`` components (e.g.
+        ``lambda kk: SubspaceMechanism(basis=b, epsilon=50.0, k=kk)``).
+    depth : int
+        The k' that will be fetched.
+    candidates : sequence of int
+        Dimensions tried (those the basis cannot give are skipped).
+
+    Returns
+    -------
+    (int, dict)
+        The best dimension and the predicted recall of each candidate tried.
+    """
+    depth = check_int("depth", depth, ge=1)
+    out: dict[int, float] = {}
+    for c in sorted({int(x) for x in candidates}):
+        try:
+            mech = build(c)
+        except ValueError:
+            continue
+        prof = ScoreProfile.from_subspace(queries, documents, mech, top_k=k)
+        out[c] = RerankPlanner(prof, documents=mech, rng=rng).recall(depth, k=k)
+    if not out:
+        raise ValueError(f"no candidate dimension could be built from {list(candidates)}.")
+    return max(out, key=lambda c: (out[c], -c)), out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -196,3 +196,49 @@ def test_learn_fails_loudly_on_an_uninformative_mask(tmp_path, toy_model):
                  "--lr 1e-2", "--epochs", "--force"):  # fmt: skip
         assert what in err, what
     assert not out.exists()
+
+
+def test_learn_eraser_on_real_text_reports_held_out_aucs_and_warns(tmp_path, toy_model):
+    """``concept learn --eraser`` fits the eraser on real text (INPUT, labelled by whether the
+    concept occurs; or --eraser-texts with labels) and prints a held-out probe's ROC AUC before
+    and after, linear and non-linear, with a warning when the concept stays readable; without
+    real text it says the eraser was fitted on generated sentences."""
+    from privembed.concepts.erasure import ConceptEraser, eraser_path
+
+    corpus, tokens = _corpus(tmp_path)
+    out = tmp_path / "real.profile"
+    args = ["concept", "learn", str(corpus), "--concept", "illness", "--tokens", str(tokens)]
+    r = runner.invoke(app, [*args, "-o", str(out), "--epochs", "2", "--force", "--eraser",
+                            "--seed", "0"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    err = " ".join(r.stderr.split())
+    assert "held-out probe ROC AUC before -> after erasure: linear" in err and "MLP" in err
+    meta = ConceptEraser.load(eraser_path(out)).metadata
+    assert meta["fitted_on"] == "real texts (corpus.jsonl; labelled by the concept's occurrence)"
+    assert set(meta["check"]) >= {"linear_before", "linear_after", "mlp_before", "mlp_after"}
+
+    labelled = tmp_path / "labelled.jsonl"
+    rows = [{"text": f"definition {i} of a {w}", "label": int(w != "stone")}
+            for i, w in enumerate(["fever", "stone", "cough", "stone"] * 15)]  # fmt: skip
+    labelled.write_text("\n".join(json.dumps(x) for x in rows) + "\n")
+    out2 = tmp_path / "labelled.profile"
+    r = runner.invoke(app, [*args, "-o", str(out2), "--epochs", "2", "--force", "--eraser",
+                            "--eraser-texts", str(labelled), "--seed", "0"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    meta = ConceptEraser.load(eraser_path(out2)).metadata
+    assert meta["fitted_on"] == "real texts (labelled.jsonl; labels given)"
+
+    gen = tmp_path / "gen.profile"
+    r = runner.invoke(app, ["concept", "learn", "-c", "disease", "-o", str(gen), "--n", "60",
+                            "--epochs", "2", "--force", "--eraser", "--seed", "0"])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    err = " ".join(r.stderr.split())
+    assert "fitted on generated sentences; on real text it may erase nothing" in err
+    assert (
+        ConceptEraser.load(eraser_path(gen))
+        .metadata["fitted_on"]
+        .startswith("generated sentences (D+/D- pairs")
+    )
+    r = runner.invoke(app, ["concept", "learn", "-c", "disease", "-o", str(tmp_path / "x.p"),
+                            "--eraser-texts", str(labelled)])  # fmt: skip
+    _assert_user_error(r, "--eraser-texts is the data of the eraser: give --eraser too.")

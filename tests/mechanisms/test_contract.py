@@ -38,6 +38,9 @@ def _spd(d: int, seed: int) -> np.ndarray:
 _FULL = _spd(D, 11)
 _DIAG = np.linspace(0.5, 3.0, D)
 _MASK = (np.arange(D) % 3 == 0).astype(float)
+#: an orthonormal basis of 6 directions in R^D with a centre (the subspace mechanism)
+_BASIS = np.linalg.qr(np.random.default_rng(12).standard_normal((D, 6)))[0].T
+_CENTRE = np.random.default_rng(13).standard_normal(D) * 0.1
 
 # Errors shared by every mechanism that takes epsilon.
 _EPS_ERRORS: list[tuple[dict[str, Any], type[Exception], str]] = [
@@ -195,6 +198,82 @@ CASES: dict[str, Case] = {
         ],
         expected_epsilon=lambda m: m.epsilon,
         change={"epsilon": 21.0},
+    ),
+    "subspace": Case(
+        variants={
+            "laplace": {"basis": _BASIS, "mean": _CENTRE, "epsilon": 10.0},
+            "laplace-k2-clip": {"basis": _BASIS, "epsilon": 3.0, "k": 2, "input_norm": "clip"},
+            "gaussian": {"basis": _BASIS, "epsilon": 2.0, "delta": 1e-5, "noise": "gaussian"},
+            "purkayastha": {
+                "basis": _BASIS,
+                "mean": _CENTRE,
+                "epsilon": 20.0,
+                "noise": "purkayastha",
+            },
+            "dp-pca-basis": {
+                "basis": _BASIS,
+                "mean": _CENTRE,
+                "epsilon": 10.0,
+                "k": 4,
+                "basis_epsilon": 1.0,
+                "basis_delta": 1e-5,
+            },
+        },
+        errors=[
+            *_EPS_ERRORS,
+            *_COMMON_ERRORS,
+            (
+                {"noise": "cauchy"},
+                ValueError,
+                "noise must be one of 'laplace', 'gaussian', 'purkayastha', got noise='cauchy'.",
+            ),
+            ({"k": 0}, ValueError, "k must be >= 1, got k=0."),
+            ({"k": 7}, ValueError, "k must be <= 6, got k=7."),
+            (
+                {"basis": _BASIS * 1.01},
+                DataError,
+                "basis rows must be orthonormal (P P^T = I): max |P P^T - I| = 0.0201 > 1e-06.",
+            ),
+            (
+                {"basis": np.ones(D)},
+                DataError,
+                "basis must be a (k, d) array of k >= 1 rows, got shape (16,).",
+            ),
+            (
+                {"noise": "gaussian"},
+                ValueError,
+                "noise='gaussian' needs delta, got delta=None.",
+            ),
+            (
+                {"delta": 1e-5},
+                ValueError,
+                "delta applies to noise='gaussian' only, got delta=1e-05.",
+            ),
+            (
+                {"basis_epsilon": 1.0},
+                ValueError,
+                "a DP-PCA basis needs both basis_epsilon and basis_delta, got basis_epsilon=1.0, "
+                "basis_delta=None.",
+            ),
+            (
+                {"basis": {"sha256": "ab" * 32, "shape": [6, D]}},
+                ValueError,
+                "the subspace configuration records basis only by its SHA-256 (abababababab...); "
+                "pass basis=ARRAY or the basis file.",
+            ),
+            (
+                {"mean": np.ones(3)},
+                DataError,
+                f"mean must be a finite ({D},) array, got shape (3,).",
+            ),
+            (
+                {"noise": "purkayastha", "k": 1},
+                ValueError,
+                "noise='purkayastha' needs k >= 2, got k=1.",
+            ),
+        ],
+        expected_epsilon=lambda m: m.epsilon,
+        change={"epsilon": 11.0},
     ),
 }
 
@@ -460,6 +539,19 @@ _FP_BASES: dict[str, list[dict[str, Any]]] = {
     "mahalanobis": [{"epsilon": 10.0, "mask": _MASK}, {"epsilon": 10.0, "covariance": _DIAG}],
     "purkayastha": [{"epsilon": 20.0}],
     "projection": [{"k": 4, "epsilon": 2.0, "delta": 1e-5}],
+    "subspace": [
+        {"basis": _BASIS, "mean": _CENTRE, "epsilon": 10.0, "k": 4},
+        {
+            "basis": _BASIS,
+            "epsilon": 2.0,
+            "delta": 1e-5,
+            "noise": "gaussian",
+            "k": 3,
+            "basis_epsilon": 1.0,
+            "basis_delta": 1e-5,
+            "basis_noise_multiplier": 3.0,
+        },
+    ],
 }
 
 
@@ -468,21 +560,31 @@ def _alternatives(cls: type[Mechanism], name: str, value: Any) -> list[Any]:
     if isinstance(value, bool):
         return [not value]
     if isinstance(value, int) and name in ("k", "projection_seed", "input_dim"):
-        return [value + 1] if value is not None else [D]
+        return [value + 1, value - 1] if value is not None else [D]
     if isinstance(value, float):
         return [v for v in (value * 1.5, value * 0.5, value + 0.25, 0.5, 0.25) if v != value]
+    if isinstance(value, np.ndarray) and name == "basis":
+        return [value[::-1].copy()]  # other orthonormal rows
     if isinstance(value, np.ndarray):
         other = value.copy()
         other[0] = other[0] + 0.25 if other[0] <= 0.5 else other[0] - 0.25
         return [other]
     if value is None:
-        return {"covariance": [_DIAG], "mask": [_MASK], "input_dim": [D]}.get(name, [])
+        return {
+            "covariance": [_DIAG],
+            "mask": [_MASK],
+            "input_dim": [D],
+            "delta": [1e-6],
+            "basis_epsilon": [1.0],
+            "basis_delta": [1e-6],
+        }.get(name, [])
     if isinstance(value, str):
         choices = {
             "calibration": ["analytic", "classic"],
             "input_norm": list(cls.allowed_input_norms),
             "kind": ["gaussian", "sparse", "srht"],
             "neighbouring": ["record", "attribute"],
+            "noise": ["laplace", "gaussian", "purkayastha"],
         }.get(name, [])
         return [c for c in choices if c != value]
     return []

@@ -39,6 +39,7 @@ __all__ = [
     "OneLineErrors",
     "ProjectionKind",
     "StoreKind",
+    "SubspaceNoise",
     "console",
     "err_console",
     "fail",
@@ -58,8 +59,10 @@ err_console = Console(stderr=True)
 
 #: mechanisms of :data:`privembed.mechanisms.MECHANISMS` (checked by a test)
 MechanismName = Literal[
-    "gaussian", "empirical", "laplace", "mahalanobis", "purkayastha", "projection"
+    "gaussian", "empirical", "laplace", "mahalanobis", "purkayastha", "projection", "subspace"
 ]
+#: noise laws of a private subspace (:data:`privembed.mechanisms.subspace.NOISES`)
+SubspaceNoise = Literal["laplace", "gaussian", "purkayastha"]
 #: Gaussian sigma calibration
 Calibration = Literal["analytic", "classic"]
 #: public JL matrix kinds (:data:`privembed.mechanisms.jl.KINDS`)

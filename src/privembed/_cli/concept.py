@@ -106,10 +106,30 @@ def learn(
         bool,
         typer.Option(
             "--eraser",
-            help="Also fit a LEACE concept eraser on the same pairs, written beside the profile "
-            "(OUTPUT.eraser.npz; protect --erase OUTPUT applies it before noise).",
+            help="Also fit a LEACE concept eraser, written beside the profile "
+            "(OUTPUT.eraser.npz; protect --erase OUTPUT applies it before noise), and report a "
+            "held-out probe's ROC AUC before and after it. Fitted on real text: --eraser-texts, "
+            "else INPUT (texts labelled by whether the concept occurs); only without either on "
+            "the generated D+/D- pairs (labelled as such: it may erase nothing on real text).",
         ),
     ] = False,
+    eraser_texts: Annotated[
+        Path | None,
+        typer.Option(
+            help="Labelled real texts for the eraser (JSONL, CSV or Parquet with 'text'; labels "
+            "from --label-field if the file has it, else whether the concept occurs).",
+        ),
+    ] = None,
+    label_field: Annotated[
+        str, typer.Option(help="Field of --eraser-texts holding 0/1 labels (if present).")
+    ] = "label",
+    eraser_method: Annotated[
+        Literal["iterative", "leace"],
+        typer.Option(
+            help="iterative: remove probe directions until a held-in linear probe on the "
+            "released rows is near chance; leace: one LEACE fit (rank 1 for two classes)."
+        ),
+    ] = "iterative",
     texts: Annotated[
         Path | None, typer.Option("--texts", hidden=True, help="Deprecated: give INPUT.")
     ] = None,
@@ -128,10 +148,14 @@ def learn(
         raise ValueError("give the corpus once: as INPUT or with --texts (deprecated).")
     texts = input if input is not None else texts
     _check_output(output, overwrite)
+    if eraser_texts is not None and not eraser:
+        raise ValueError("--eraser-texts is the data of the eraser: give --eraser too.")
     if eraser:
         from ..concepts.erasure import eraser_path
 
         _check_output(eraser_path(output), overwrite)
+        if eraser_texts is not None and not eraser_texts.is_file():
+            raise FileNotFoundError(f"eraser texts not found: {eraser_texts}")
     learner = MaskLearner(
         epochs=epochs,
         lam=lam,
@@ -166,7 +190,6 @@ def learn(
         use_cache=not no_cache,
         rng=seed,
         learner=learner,
-        fit_eraser=eraser,
     )
     profile.metadata["texts_source"] = source
     pairs = profile.metadata["pairs"]
@@ -180,21 +203,71 @@ def learn(
     useless = uninformative_mask(profile)
     if useless and not force:
         raise ValueError(useless + (f" ({warning})" if warning else ""))
+    check = None
+    if eraser:
+        profile.eraser, check = _fit_eraser(
+            c, corpus, source, texts, eraser_texts, label_field, model, cache_dir, no_cache, seed,
+            eraser_method,
+        )  # fmt: skip
     profile.save(output)
     err_console.print(f"wrote {output}", highlight=False)
-    if profile.eraser is not None:
+    if profile.eraser is not None and check is not None:
         from ..concepts.erasure import eraser_path
 
         err_console.print(
-            f"wrote {eraser_path(output)} (LEACE, rank {profile.eraser.rank}: linear probes of "
-            "the concept fall to chance on the fitting pairs; no privacy guarantee of its own)",
+            f"wrote {eraser_path(output)} ({eraser_method}, rank {profile.eraser.rank}, fitted on "
+            f"{check.data}; no privacy guarantee of its own)",
             highlight=False,
         )
+        err_console.print(check.describe(), highlight=False)
+        for line in check.readable():
+            err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
+        if check.data.startswith("generated"):
+            err_console.print(
+                "[yellow]warning:[/yellow] the eraser was fitted on generated sentences; on "
+                "real text it may erase nothing a probe reads (docs/concepts.md): fit it on "
+                "labelled real text (--eraser-texts, or your corpus as INPUT).",
+                highlight=False,
+            )
     if useless:
         err_console.print(f"[yellow]warning:[/yellow] {useless}", highlight=False)
     if warning:
         err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     _show(profile, top=10, as_json=as_json)
+
+
+def _fit_eraser(
+    concept: Any,
+    corpus: list[str],
+    source: str,
+    texts_path: Path | None,
+    eraser_texts: Path | None,
+    label_field: str,
+    model: str | None,
+    cache_dir: Path | None,
+    no_cache: bool,
+    seed: int | None,
+    method: str = "iterative",
+) -> Any:
+    """The eraser and its held-out check: on --eraser-texts, else on INPUT, else on the
+    generated pairs."""
+    from ..concepts.erasure import learn_eraser
+
+    common: dict[str, Any] = {
+        "model": model, "cache_dir": cache_dir, "use_cache": not no_cache, "rng": seed,
+        "method": method,
+    }  # fmt: skip
+    if eraser_texts is not None:
+        from ..io import read_text_table
+
+        table = read_text_table(eraser_texts)
+        labels = None
+        if table.columns is not None and label_field in table.columns.column_names:
+            labels = table.columns.column(label_field).to_pylist()
+        return learn_eraser(table.texts, concept, labels=labels, source=eraser_texts.name, **common)
+    if texts_path is not None:
+        return learn_eraser(corpus, concept, source=source, **common)
+    return learn_eraser(corpus, concept, pairs=True, source=source, **common)
 
 
 def _step_budget_warning(meta: dict[str, Any]) -> str | None:

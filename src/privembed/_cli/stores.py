@@ -63,6 +63,15 @@ LedgerOpt = Annotated[
 ]
 BudgetEps = Annotated[float | None, typer.Option(help="Per-record epsilon budget (ledger).")]
 BudgetDelta = Annotated[float | None, typer.Option(help="Per-record delta budget (ledger).")]
+Basis = Annotated[
+    str | None,
+    typer.Option(
+        help="Subspace basis (-m subspace): public data (embeddings or texts; exact PCA), a saved "
+        "basis, or 'dp-pca' (DP-PCA of this corpus, charged to every record in the ledger).",
+    ),
+]
+BasisEps = Annotated[float | None, typer.Option(help="epsilon of a DP-PCA basis (central).")]
+BasisDelta = Annotated[float | None, typer.Option(help="delta of a DP-PCA basis (central).")]
 StoreKind = Annotated[StoreName, typer.Option("--store", help="The vector store.")]
 StorePath = Annotated[Path, typer.Option("--path", help="Database folder.")]
 Collection = Annotated[str, typer.Option(help="Collection name.")]
@@ -98,15 +107,33 @@ def cli_mechanism(
     sigma: float | None,
     params: list[str] | None,
     mask: Path | None,
+    basis: Any = None,
 ) -> Any:
     """A mechanism from command-line options (``-p`` parameters are passed through)."""
     from ..mechanisms import build_mechanism
 
     kw = _parse_params(params)
-    for k, v in (("epsilon", epsilon), ("delta", delta), ("sigma", sigma), ("mask", mask)):
+    for k, v in (
+        ("epsilon", epsilon), ("delta", delta), ("sigma", sigma), ("mask", mask), ("basis", basis)
+    ):  # fmt: skip
         if v is not None:
             kw[k] = v
     return build_mechanism(name, **kw)
+
+
+def _basis_options(
+    mechanism: str | None, basis: str | None, basis_epsilon: float | None, basis_delta: float | None
+) -> None:
+    """Refuse basis options without the subspace mechanism, and the subspace without a basis."""
+    if mechanism != "subspace" and (basis, basis_epsilon, basis_delta) != (None, None, None):
+        raise ValueError(
+            f"--basis/--basis-epsilon/--basis-delta apply to -m subspace, got -m {mechanism}."
+        )
+    if mechanism == "subspace" and basis is None:
+        raise ValueError(
+            "-m subspace needs a basis: --basis PUBLIC_DATA (embeddings or texts), a saved "
+            "basis, or --basis dp-pca with --basis-epsilon and --basis-delta."
+        )
 
 
 def _randomness(key_file: Path | None, seed: int | None) -> tuple[bytes | None, int | None]:
@@ -210,10 +237,13 @@ def index(
         Path | None,
         typer.Option(
             help="Real queries (texts or embeddings) for the profile that --recall plans k' "
-            "from (default: documents stand in for them, which under-fetches when queries "
-            "differ from documents)."
+            "from (default: documents diluted into pseudo-queries, calibrated on one task; "
+            "real queries are better)."
         ),
     ] = None,
+    basis: Basis = None,
+    basis_epsilon: BasisEps = None,
+    basis_delta: BasisDelta = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
@@ -229,15 +259,25 @@ def index(
     from .common import progress_callback
 
     key, rng = _randomness(key_file, seed)
+    _basis_options(mechanism, basis, basis_epsilon, basis_delta)
     mech: Any = mechanism
-    if mechanism not in (None, "none"):
-        mech = cli_mechanism(
-            mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
-        )
     with (
         _open_ledger(ledger, budget_epsilon, budget_delta) as led,
         progress_callback("indexing") as (set_total, advance),
     ):
+        if mechanism not in (None, "none"):
+            b = None
+            if basis is not None:
+                from ..mechanisms.subspace import basis_from
+
+                b = basis_from(
+                    basis, corpus=input, column=column, id_column=id_column, model=model,
+                    epsilon=basis_epsilon, delta=basis_delta, ledger=led,
+                )  # fmt: skip
+            mech = cli_mechanism(
+                mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask,
+                basis=b,
+            )  # fmt: skip
         res = index_file(
             input,
             store,
@@ -281,6 +321,10 @@ def index(
         highlight=False,
     )
     err_console.print(f"guarantee: {guarantee}", highlight=False)
+    sub = mech.release_metadata(res["dim"]).get("subspace") if note is not None else None
+    if sub:
+        err_console.print(f"basis: {sub['basis']}", highlight=False)
+        err_console.print(f"composed: {sub['composed_guarantee']}", highlight=False)
     err_console.print(f"query treatment: {treat}", highlight=False)
     if res.get("payloads"):
         err_console.print(
@@ -290,9 +334,9 @@ def index(
         )
         if res.get("profile") == "documents":
             err_console.print(
-                "[yellow]note:[/yellow] the --recall profile uses documents in place of "
-                "queries; give real ones (--profile-queries) where queries differ from "
-                "documents, or the recall reached may fall short of the target.",
+                "[yellow]note:[/yellow] the --recall profile uses pseudo-queries made from "
+                "documents (calibrated on one task: recall within 0.03 of its target there); "
+                "give real queries (--profile-queries) for a k' that fits yours.",
                 highlight=False,
             )
     if note is not None:
@@ -411,9 +455,10 @@ def search(
                 )
                 if recall is not None and s.collection.profile_source == "documents":
                     err_console.print(
-                        "[yellow]note:[/yellow] k' for --recall was planned on documents "
-                        "standing in for queries (index --profile-queries gives real ones); the "
-                        "recall reached may fall short of the target.",
+                        "[yellow]note:[/yellow] k' for --recall was planned on pseudo-queries made "
+                        "from documents (index --profile-queries gives real ones); the recall "
+                        "reached may differ from the target where your queries differ from its "
+                        "calibration.",
                         highlight=False,
                     )
             said.append(True)

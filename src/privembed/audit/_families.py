@@ -1294,6 +1294,265 @@ class PurkayasthaFamily(Family):
         return ScoreLaw(2 * t - math.pi, law.log_weights, math.pi - 2 * t, law.log_weights)
 
 
+class SubspaceFamily(Family):
+    """A private subspace (``subspace``): noise in k dimensions on P(x - mean).
+
+    The claim is stated in the *input* metric, so the worst pair sits inside the basis' span:
+    antipodal unit vectors along its first row, whose projections are exactly as far apart as
+    the inputs (equality in the contraction). The white-box check reads the mechanism's own
+    matrix (is it a contraction: largest singular value <= 1, rows orthonormal) and then the
+    k-dimensional noise law around the noise-free projection: the radius Gamma(k, 1/eps) and a
+    uniform direction (Laplace), sigma (Gaussian, sensitivity 2 ||P||_2), or the angle law in k
+    dimensions around the centred projection's direction (Purkayastha).
+    """
+
+    name = "subspace"
+    has_statistic = True
+    #: ||P||_2 above 1 by more than this is a violation (the rows are checked to 1e-6)
+    contraction_tolerance: ClassVar[float] = 1e-9
+
+    @staticmethod
+    def _noise(mech: Mechanism) -> str:
+        return str(mech.noise)  # type: ignore[attr-defined]
+
+    @staticmethod
+    def _matrix(mech: Mechanism) -> NDArray[np.float64]:
+        return np.asarray(mech.basis, dtype=np.float64)  # type: ignore[attr-defined]
+
+    def pair(
+        self, mech: Mechanism, d: int, distance: float | None, rng: np.random.Generator
+    ) -> Pair:
+        P = self._matrix(mech)
+        if d != P.shape[1]:
+            raise DataError(f"the subspace basis is for dimension {P.shape[1]}, got dim={d}.")
+        v = P[0] / np.linalg.norm(P[0])
+        if self._noise(mech) == "purkayastha":
+            if distance is not None:
+                raise ValueError(
+                    "the subspace Purkayastha pair is fixed (antipodal inputs along the first "
+                    f"component); distance must be None, got distance={distance!r}."
+                )
+            u0, u1 = self._directions(mech, -v, v)
+            phi = float(angles_to(u1[None, :], u0)[0])
+            return Pair(
+                -v,
+                v,
+                phi,
+                f"antipodal unit vectors along the first basis component: centred projections "
+                f"at angle {phi:.6g} rad",
+                False,
+            )
+        top = 2.0
+        l2 = top if distance is None else check_real("distance", distance, gt=0, le=top)
+        w = rng.standard_normal(d)
+        w -= (w @ v) * v
+        u = w / np.linalg.norm(w)
+        x0, x1 = _sphere_pair(u, v, l2)
+        return Pair(
+            x0,
+            x1,
+            l2,
+            f"unit vectors at l2 distance {l2:g} differing along the first basis component "
+            "(|P(x1 - x0)| = |x1 - x0|: the contraction is tight)",
+            l2 == 2.0,
+        )
+
+    def _directions(
+        self, mech: Mechanism, x0: NDArray[Any], x1: NDArray[Any]
+    ) -> tuple[NDArray[Any], NDArray[Any]]:
+        M = np.asarray(mech.public_transform(np.stack([x0, x1])), dtype=np.float64)
+        return M[0] / np.linalg.norm(M[0]), M[1] / np.linalg.norm(M[1])
+
+    def centres(self, mech: Mechanism, pair: Pair) -> tuple[NDArray[Any], NDArray[Any]]:
+        if self._noise(mech) == "purkayastha":
+            return self._directions(mech, pair.x0, pair.x1)
+        M = np.asarray(mech.public_transform(np.stack([pair.x0, pair.x1])), dtype=np.float64)
+        return M[0], M[1]
+
+    def statistic(self, mech: Mechanism, pair: Pair, Y: NDArray[Any]) -> NDArray[Any]:
+        m0, m1 = self.centres(mech, pair)
+        noise = self._noise(mech)
+        if noise == "laplace":
+            return _norms(Y - m0) - _norms(Y - m1)
+        if noise == "gaussian":
+            return np.asarray(Y @ (m1 - m0), dtype=np.float64)
+        return angles_to(Y, m0) - angles_to(Y, m1)
+
+    def whitebox(
+        self,
+        mech: Mechanism,
+        d: int,
+        n: int,
+        rng: np.random.Generator,
+        level: float,
+        *,
+        path: NoisePath,
+        resolution: float,
+    ) -> WhiteBoxResult:
+        claim = self.claim(mech)
+        P = self._matrix(mech)
+        k = P.shape[0]
+        s_max = float(np.linalg.norm(P, 2))
+        ortho = float(np.max(np.abs(P @ P.T - np.eye(k))))
+        a = 1.0 - level
+        raw = raw_twin(mech)
+        X = random_unit_rows(rng, n, d)
+        Y = path.release(raw, X, rng, "whitebox")
+        V = np.asarray(mech.public_transform(X), dtype=np.float64)
+        noise = self._noise(mech)
+        contraction = [
+            Estimate("largest singular value of P (a contraction: <= 1)", s_max, claimed=1.0),
+            Estimate("max |P P^T - I| (orthonormal rows)", ortho, claimed=0.0),
+        ]
+        delta_at: float | None = None
+        unit = " per unit of input l2"
+        if noise == "laplace":
+            tests, est, eps_hat, eps_lo, eps_hi, why = self._laplace(
+                Y - V, k, claim.epsilon, a, rng
+            )
+        elif noise == "gaussian":
+            tests, est, eps_hat, eps_lo, eps_hi, why, delta_at = self._gaussian(
+                Y - V, 2.0 * s_max, claim, a
+            )
+            unit = f" at delta={claim.delta:.3g}"
+        else:
+            U = V / np.maximum(_norms(V), 1e-300)[:, None]
+            tests, est, eps_hat, eps_lo, eps_hi, why = self._angles(Y, U, k, claim.epsilon, a, rng)
+            unit = " per radian"
+        findings = []
+        if s_max > 1.0 + self.contraction_tolerance:
+            findings.append(
+                f"P is not a contraction: ||P||_2 = {s_max:.9g} > 1, so the noise's guarantee "
+                f"holds only per unit of {s_max:.6g} x the input distance"
+            )
+        return _conclude(
+            self.name,
+            n=n,
+            level=level,
+            resolution=resolution,
+            claim=claim.epsilon,
+            unit=unit,
+            estimates=(*contraction, *est),
+            tests=tests,
+            checks=(),
+            eps_hat=eps_hat,
+            eps_lo=eps_lo,
+            eps_hi=eps_hi,
+            what=f"noise in k={k} dimensions",
+            findings=findings,
+            exceeded=why,
+            delta_at_claim=delta_at,
+        )
+
+    @staticmethod
+    def _laplace(
+        Z: NDArray[Any], k: int, claim_eps: float, a: float, rng: np.random.Generator
+    ) -> tuple[list[LawTest], list[Estimate], float, float, float, str | None]:
+        rho = _norms(Z)
+        z = float(stats.norm.isf(a / 2.0))
+        S, nk = float(rho.sum()), float(rho.size) * k
+        eps_hat = nk / S
+        eps_lo = float(stats.gamma.ppf(a / 2.0, nk)) / S
+        eps_hi = float(stats.gamma.ppf(1.0 - a / 2.0, nk)) / S
+        k_hat, k_se = _gamma_shape_mle(rho)
+        k_lo, k_hi = k_hat - z * k_se, k_hat + z * k_se
+        ks = stats.kstest(rho[:_KS_CAP], stats.gamma(k, scale=1.0 / eps_hat).cdf)
+        U = Z / rho[:, None]
+        axis = random_unit_rows(rng, 1, k)[0]
+        tests = [
+            LawTest(f"KS of noise radius vs Gamma({k}, 1/eps_hat)", float(ks.statistic),
+                    float(ks.pvalue), a),
+            _sphere_coordinate_test("direction uniform: coordinate 0", U[:, 0], k, a),
+            _sphere_coordinate_test("direction uniform: a random axis", U @ axis, k, a),
+        ]  # fmt: skip
+        est = [
+            Estimate("epsilon (radius scale, shape k)", eps_hat, eps_lo, eps_hi, claim_eps),
+            Estimate("radius Gamma shape", k_hat, k_lo, k_hi, float(k)),
+        ]
+        why = None
+        if not (k_lo <= k <= k_hi):
+            why = f"noise radius has Gamma shape {k_hat:.4g} [{k_lo:.4g}, {k_hi:.4g}], not k={k}"
+            eps_lo = math.inf
+        elif eps_lo > claim_eps:
+            why = (
+                f"noise radius implies epsilon {eps_hat:.5g} [{eps_lo:.5g}, {eps_hi:.5g}] per "
+                f"unit, above the claimed {claim_eps:g}"
+            )
+        return tests, est, eps_hat, eps_lo, eps_hi, why
+
+    @staticmethod
+    def _gaussian(
+        Z: NDArray[Any], sens: float, claim: Claim, a: float
+    ) -> tuple[list[LawTest], list[Estimate], float, float, float, str | None, float]:
+        m = Z.size
+        ss = float(np.einsum("ij,ij->", Z, Z))
+        sigma_hat = math.sqrt(ss / m)
+        sigma_lo = math.sqrt(ss / stats.chi2.ppf(1.0 - a / 2.0, m))
+        sigma_hi = math.sqrt(ss / stats.chi2.ppf(a / 2.0, m))
+        ks = stats.kstest(Z.ravel()[:_KS_CAP] / sigma_hat, "norm")
+        n, k = Z.shape
+        var_j = np.einsum("ij,ij->j", Z, Z) / n
+        z_var = np.abs(var_j / sigma_hat**2 - 1.0) / math.sqrt(2.0 / n)
+        tests = [
+            LawTest("KS of noise coordinates / sigma_hat vs N(0, 1)", float(ks.statistic),
+                    float(ks.pvalue), a),
+            LawTest("equal variance in every coordinate (max |z|, Bonferroni)",
+                    float(z_var.max()), float(min(1.0, k * 2.0 * stats.norm.sf(z_var.max()))), a),
+        ]  # fmt: skip
+        delta_at = theory.analytic_gaussian_delta(sigma_hi, claim.epsilon, sens)
+        eps_hat = theory.analytic_gaussian_epsilon(sigma_hat, claim.delta, sens)
+        eps_low = theory.analytic_gaussian_epsilon(sigma_hi, claim.delta, sens)
+        eps_high = theory.analytic_gaussian_epsilon(sigma_lo, claim.delta, sens)
+        est = [
+            Estimate("sigma", sigma_hat, sigma_lo, sigma_hi),
+            Estimate("sensitivity 2 ||P||_2", sens, claimed=2.0),
+            Estimate("delta at the claimed epsilon", delta_at, claimed=claim.delta),
+        ]
+        why = None
+        if delta_at > claim.delta * (1.0 + 1e-9):
+            why = (
+                f"estimated sigma {sigma_hat:.5g} (<= {sigma_hi:.5g}) gives delta={delta_at:.3g} "
+                f"at the claimed epsilon={claim.epsilon:g} (claimed delta={claim.delta:.3g})"
+            )
+        return tests, est, eps_hat, eps_low, eps_high, why, delta_at
+
+    @staticmethod
+    def _angles(
+        Y: NDArray[Any],
+        U: NDArray[Any],
+        k: int,
+        claim_eps: float,
+        a: float,
+        rng: np.random.Generator,
+    ) -> tuple[list[LawTest], list[Estimate], float, float, float, str | None]:
+        theta = angles_to(Y, U)
+        n = theta.size
+        z = float(stats.norm.isf(a / 2.0))
+        eps_hat, var = _purkayastha_mle(theta, k)
+        se = 1.0 / math.sqrt(n * var)
+        eps_lo, eps_hi = max(0.0, eps_hat - z * se), eps_hat + z * se
+        ks = stats.kstest(theta[:_KS_CAP], AngleLaw(eps_hat, k).cdf)
+        T = Y - np.einsum("ij,ij->i", Y, U)[:, None] * U
+        axis = random_unit_rows(rng, 1, k)[0]
+        A = axis[None, :] - (U @ axis)[:, None] * U
+        tn, an = _norms(T), _norms(A)
+        ok = (tn > 1e-9) & (an > 1e-9)
+        cos_t = np.einsum("ij,ij->i", T[ok], A[ok]) / (tn[ok] * an[ok])
+        tests = [
+            LawTest(f"KS of angles vs the angle law in k={k} at eps_hat", float(ks.statistic),
+                    float(ks.pvalue), a),
+            _sphere_coordinate_test("tangent direction uniform", cos_t, k - 1, a),
+        ]  # fmt: skip
+        est = [Estimate("epsilon (angle law MLE)", eps_hat, eps_lo, eps_hi, claim_eps)]
+        why = None
+        if eps_lo > claim_eps:
+            why = (
+                f"angles imply epsilon {eps_hat:.5g} [{eps_lo:.5g}, {eps_hi:.5g}] per radian, "
+                f"above the claimed {claim_eps:g}"
+            )
+        return tests, est, eps_hat, eps_lo, eps_hi, why
+
+
 #: family auditors by mechanism registry name
 AUDITORS: dict[str, Family] = {
     "gaussian": GaussianFamily(),
@@ -1302,6 +1561,7 @@ AUDITORS: dict[str, Family] = {
     "laplace": LaplaceFamily(),
     "mahalanobis": MahalanobisFamily(),
     "purkayastha": PurkayasthaFamily(),
+    "subspace": SubspaceFamily(),
 }
 
 

@@ -52,6 +52,21 @@ def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
+def _sealed_params(config: dict[str, Any] | None) -> list[str]:
+    """Parameters that a configuration records only by digest and that the query side needs
+    (a subspace basis and mean): they stay with the key holder, sealed beside the collection."""
+    from ..mechanisms import MECHANISMS
+
+    if not isinstance(config, dict):
+        return []
+    cls = MECHANISMS.get(str(config.get("mechanism")))
+    if cls is None or not cls.has_public_transform:
+        return []
+    return sorted(
+        k for k, v in config.items() if isinstance(v, dict) and set(v) == {"sha256", "shape"}
+    )
+
+
 class ProtectedCollection:
     """A vector-store collection whose vectors are protected by one mechanism.
 
@@ -139,7 +154,19 @@ class ProtectedCollection:
         config = protection.get("mechanism") if protection.get("protected") else None
         if protection.get("protected") and not isinstance(config, dict):
             raise ValueError("protection metadata has no mechanism configuration.")
-        self.treatment: QueryTreatment = query_treatment(config)
+        self._sealed = _sealed_params(config)
+        if self._sealed and self.key is None:
+            raise ValueError(
+                f"{self._describe(protection)} keeps its {' and '.join(self._sealed)} with the key "
+                "holder, sealed beside the collection (queries are projected with them): give "
+                "the key (--key-file)."
+            )
+        if self.mechanism is not None:
+            self.treatment: QueryTreatment = query_treatment(self.mechanism)
+        elif self._sealed and config is not None:
+            self.treatment = query_treatment(self._open_arrays(config))
+        else:
+            self.treatment = query_treatment(config)
         if stored is not None:
             self._check_compatible(stored, embedding_model)
             self.embedding_model = store.info.get("embedding_model")
@@ -310,6 +337,7 @@ class ProtectedCollection:
             Y = rel.protect(arr, id_list, row_offset=row_offset)
             rel.commit()  # the ledger records the release before anything is sent
             blobs = self._seal(id_list, arr, texts, Y)
+            self._seal_arrays()
             self._record_info(dim_in)
             self.store.upsert(id_list, Y, metadata, payloads=blobs)
         return Y
@@ -340,6 +368,63 @@ class ProtectedCollection:
             texts=None if texts is None else list(texts),
             releases=[release_digest(r) for r in np.asarray(released)],
         )
+
+    # ---- arrays the key holder keeps (a subspace basis) -----------------------------------------
+    def _arrays_path(self) -> Path:
+        return Path(self.store.path) / f".privembed-arrays-{self.store.collection}.sealed"
+
+    def _seal_arrays(self) -> None:
+        """Seal the arrays that the configuration records only by digest and that queries need
+        (a subspace basis and mean) beside the store, with the key; the store never sees them."""
+        if not self._sealed or self.mechanism is None or self._arrays_path().exists():
+            return
+        from ..io import atomic_output
+        from ..payload import PayloadCodec
+
+        assert self.key is not None  # checked when the collection was opened
+        params = self.mechanism.params
+        arrays: dict[str, Any] = {k: np.asarray(params[k], dtype=np.float64) for k in self._sealed}
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        blob = PayloadCodec(self.key).seal(
+            np.zeros(1, dtype=np.float32),
+            record_id="privembed:mechanism-arrays",
+            collection=self.store.collection,
+            text=base64.b64encode(buf.getvalue()).decode("ascii"),
+        )
+        path = self._arrays_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_output(path) as tmp:
+            tmp.write_bytes(blob)
+
+    def _open_arrays(self, config: dict[str, Any]) -> Mechanism:
+        """The collection's mechanism, rebuilt from its configuration and the sealed arrays."""
+        from ..mechanisms import build_mechanism
+        from ..payload import PayloadCodec
+
+        path = self._arrays_path()
+        if not path.exists():
+            raise PayloadError(
+                f"collection {self.store.collection!r} records its {', '.join(self._sealed)} "
+                f"by digest only and the sealed copy ({path.name}) is missing: queries cannot be "
+                "projected.",
+                cause="missing",
+            )
+        assert self.key is not None  # checked when the collection was opened
+        opened = PayloadCodec(self.key).open(
+            path.read_bytes(), record_id="privembed:mechanism-arrays",
+            collection=self.store.collection,
+        )  # fmt: skip
+        with np.load(io.BytesIO(base64.b64decode(opened.text or "")), allow_pickle=False) as z:
+            arrays = {k: np.array(z[k]) for k in z.files}
+        mech = build_mechanism(**{**config, **arrays})
+        if mech.config != config:
+            raise PayloadError(
+                f"the sealed arrays of collection {self.store.collection!r} do not match its "
+                "configuration (digests differ).",
+                cause="mismatch",
+            )
+        return mech
 
     def add_released(
         self, ids: Sequence[Any], Y: Any, metadata: Any = None, *, dim_in: int | None = None
@@ -587,34 +672,49 @@ class ProtectedCollection:
 
         ``documents`` are the corpus' clean vectors (or a uniform sample of them) and
         ``sample`` the rows that stand in for future queries: real queries when there are
-        some (``source="queries"``); documents standing in for them (``source="documents"``)
-        make ``k'`` too small where queries and documents differ (on the GCIDE task, recall
-        0.05 below target on average, docs/retrieval.md). The profile holds similarity
+        some (``source="queries"``), or rows of ``documents`` (``source="documents"``), which
+        are diluted into pseudo-queries first (:func:`privembed.rerank.pseudo_queries`):
+        documents used as they are make ``k'`` too small where queries and documents differ
+        (on the GCIDE task, recall 0.05 below target on average, docs/retrieval.md). The profile holds similarity
         histograms of the clean corpus, so it is sealed with the key like a payload, beside
         the store.
         """
         from .._validation import check_choice
 
         source = check_choice("source", source, ("queries", "documents"))
-        from ..rerank import ScoreProfile
+        from ..rerank import (
+            SUBSPACE_PSEUDO_QUERY_DILUTION,
+            ScoreProfile,
+            document_rows,
+            pseudo_queries,
+            subspace_profile_needed,
+        )
 
         if self.codec is None:
             raise ValueError("the profile is sealed with your key: give it (--key-file).")
         n_docs = int(np.asarray(documents).shape[0])
         if n_docs < 3:
             raise ValueError(f"a score profile needs at least 3 documents, got {n_docs}.")
-        prof = ScoreProfile.from_embeddings(sample, documents, top_k=min(100, n_docs - 1), rng=rng)
+        sources, dilution = None, 0.0
+        if source == "documents":  # documents stand in for queries: made query-like (k' theory)
+            sources = document_rows(sample, documents)
+            sample = pseudo_queries(sample, rng=rng)
+            dilution = SUBSPACE_PSEUDO_QUERY_DILUTION
+        mech = self.mechanism if self.mechanism is not None else self.treatment.mechanism
+        top_k = min(100, n_docs - 1)
+        if mech is not None and subspace_profile_needed(mech):
+            prof = ScoreProfile.from_subspace(
+                sample, documents, mech, top_k=top_k, sources=sources, dilution=dilution, rng=rng
+            )
+        else:
+            prof = ScoreProfile.from_embeddings(
+                sample, documents, top_k=top_k, rng=rng, sources=sources
+            )
         n_total = max(self.store.count(), prof.n_docs)
         if n_total > prof.n_docs:  # a sample of the corpus: histogram counts scaled up
             scale = n_total / prof.n_docs
-            prof = ScoreProfile(
-                np.rint(prof.counts * scale).astype(np.int64),
-                prof.top,
-                n_total,
-                prof.dim,
-                prof.rho,
-                prof.edges,
-            )
+            prof = replace(prof, counts=np.rint(prof.counts * scale).astype(np.int64))
+            object.__setattr__(prof, "n_docs", n_total)
         buf = io.BytesIO()
         np.savez_compressed(
             buf,
@@ -624,6 +724,7 @@ class ProtectedCollection:
             meta=np.array([prof.n_docs, prof.dim], dtype=np.int64),
             rho=np.array([prof.rho]),
             source=np.array(source),
+            **prof._norm_arrays(),
         )
         blob = self.codec.seal(
             np.zeros(1, dtype=np.float32),
@@ -669,10 +770,7 @@ class ProtectedCollection:
             collection=self.store.collection,
         )  # fmt: skip
         with np.load(io.BytesIO(base64.b64decode(opened.text or ""))) as z:
-            prof = ScoreProfile(
-                z["counts"], z["top"], int(z["meta"][0]), int(z["meta"][1]),
-                float(z["rho"][0]), z["edges"],
-            )  # fmt: skip
+            prof = ScoreProfile.from_arrays(z)
             self.__dict__["_profile_source"] = str(z["source"]) if "source" in z else "documents"
         docs = self.mechanism if self.mechanism is not None else self.treatment.mechanism
         cache[key] = RerankPlanner(prof, documents=docs, queries=protect_query, rng=0)
@@ -1026,8 +1124,9 @@ def index_file(
     is sealed too, for ``recall=``: sample queries against up to ``profile_max_docs``
     documents (a uniform sample beyond that). ``profile_queries`` is a file of real queries
     (texts, embedded with the collection's model, or embeddings) or an array of their
-    embeddings -- best, since documents standing in for queries make ``k'`` too small where
-    the two differ -- or a number of documents to stand in for them.
+    embeddings -- best -- or a number of documents to stand in for them, diluted into
+    pseudo-queries (:func:`privembed.rerank.pseudo_queries`; documents as they are make ``k'``
+    too small where queries and documents differ).
 
     Returns
     -------

@@ -21,6 +21,7 @@ from .mahalanobis import MahalanobisMechanism
 from .projection import PrivateProjection
 from .purkayastha import PurkayasthaMechanism
 from .sketches import JLSketch
+from .subspace import SubspaceBasis, SubspaceMechanism
 
 __all__ = [
     "MECHANISMS",
@@ -35,6 +36,8 @@ __all__ = [
     "NoiseSource",
     "PrivateProjection",
     "PurkayasthaMechanism",
+    "SubspaceBasis",
+    "SubspaceMechanism",
     "build_mechanism",
     "get_mechanism",
     "register_mechanism",
@@ -47,6 +50,7 @@ MECHANISMS: dict[str, type[Mechanism]] = {
     "mahalanobis": MahalanobisMechanism,
     "purkayastha": PurkayasthaMechanism,
     "projection": PrivateProjection,
+    "subspace": SubspaceMechanism,
 }
 
 
@@ -123,7 +127,7 @@ def build_mechanism(name: str | None = None, /, **params: Any) -> Mechanism:
     >>> build_mechanism("laplas", epsilon=5)
     Traceback (most recent call last):
     ...
-    ValueError: mechanism must be one of 'empirical', 'gaussian', 'laplace', 'mahalanobis', 'projection', 'purkayastha', got mechanism='laplas'.
+    ValueError: mechanism must be one of 'empirical', 'gaussian', 'laplace', 'mahalanobis', 'projection', 'purkayastha', 'subspace', got mechanism='laplas'.
     """
     stored = params.pop("mechanism", None)
     if name is None:
