@@ -212,7 +212,8 @@ def test_attack_commands_take_a_positional_input_and_no_visible_embeddings_optio
         visible = {o for p in cmd.params if not getattr(p, "hidden", False) for o in p.opts}
         if name.startswith("attack "):
             assert any(p.param_type_name == "argument" for p in cmd.params), name
-            if name not in ("attack token", "attack inversion"):  # there: INPUT's embeddings
+            # there: INPUT's texts can come with their embeddings
+            if name not in ("attack token", "attack inversion", "attack attribute"):
                 assert "--embeddings" not in visible, name
             assert "--texts" not in visible and "--protected" not in visible, name
 

@@ -336,3 +336,125 @@ def test_the_sentence_transformers_wrapper_digests_the_weights(tmp_path):
         next(iter(m2.parameters())).add_(1e-3)
     assert loaded_model_digest(m1) != loaded_model_digest(m2)
     assert _model_id(m1) != _model_id(m2)
+
+
+# ---- finding 11: subjects on the command line ---------------------------------------------------
+def _subject_file(tmp_path, rows):
+    """A Parquet of (id, subject, embedding): ``rows`` is [(id, subject, vector)]."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tbl = pa.table(
+        {
+            "id": [r[0] for r in rows],
+            "patient": [r[1] for r in rows],
+            "embedding": [np.asarray(r[2], dtype=np.float32).tolist() for r in rows],
+        }
+    )
+    p = tmp_path / "notes.parquet"
+    pq.write_table(tbl, p)
+    return p
+
+
+def test_one_vector_under_100_ids_is_bounded_by_its_subject(tmp_path, key_file):
+    """Finding 11: on the CLI one clean vector under 100 ids was charged as 100 records (their
+    average had cosine 0.78 with the clean vector), and there was no subject option. With
+    --subject-column the patient's budget bounds all of them together."""
+    x = np.random.default_rng(0).standard_normal(8)
+    src = _subject_file(tmp_path, [(f"copy-{i}", "patient-17", x) for i in range(100)])
+    led = tmp_path / "l.db"
+    out = tmp_path / "o.parquet"
+    args = ["protect", str(src), "-o", str(out), "-m", "laplace", "--epsilon", "50",
+            "--key-file", str(key_file), "--ledger", str(led), "--subject-column", "patient",
+            "--subject-budget-epsilon", "500"]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    err = " ".join(r.stderr.split())
+    assert "subject 'patient-17' would exceed the per-subject budget" in err
+    assert "with 100 more release(s)" in err and not out.exists()
+    # four of them fit (4 x 100-LDP <= 500); the subject's spend is in the ledger, not the file
+    src4 = _subject_file(tmp_path, [(f"copy-{i}", "patient-17", x) for i in range(4)])
+    r = runner.invoke(app, [*args[:1], str(src4), *args[2:]])
+    assert r.exit_code == 0, r.output
+    assert "patient" not in read_embeddings(out).metadata.get("columns", []) and (
+        "dropped columns patient" in " ".join(r.stderr.split())
+    )
+    with Ledger(led, readonly=True) as L:
+        s = L.spent_subject("patient-17")
+    assert s.releases == 4 and s.epsilon == pytest.approx(400.0)
+
+
+def test_subjects_are_charged_per_record_and_refused_per_subject(tmp_path, key_file):
+    rng = np.random.default_rng(1)
+    rows = [(f"n{i}", f"p{i % 3}", rng.standard_normal(8)) for i in range(9)]
+    led = tmp_path / "l.db"
+    common = ["-m", "laplace", "--epsilon", "10", "--key-file", str(key_file), "--ledger",
+              str(led), "--subject-column", "patient", "--subject-budget-epsilon", "130"]  # fmt: skip
+    r = runner.invoke(app, ["protect", str(_subject_file(tmp_path, rows)), "-o",
+                            str(tmp_path / "a.parquet"), *common])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    with Ledger(led, readonly=True) as L:
+        assert [L.spent_subject(f"p{j}").epsilon for j in range(3)] == pytest.approx([60.0] * 3)
+    # edits of p0's and p1's notes (new content, so fresh noise) take them to 120, then 180
+    edited = [(i, s, v + 0.1 if s != "p2" else v) for i, s, v in rows]
+    r = runner.invoke(app, ["protect", str(_subject_file(tmp_path, edited)), "-o",
+                            str(tmp_path / "b.parquet"), *common])  # fmt: skip
+    assert r.exit_code == 0, r.output  # p0, p1: 120 <= 130; p2: unchanged, free
+    edited2 = [(i, s, v + 0.2 if s != "p2" else v) for i, s, v in rows]
+    r = runner.invoke(app, ["protect", str(_subject_file(tmp_path, edited2)), "-o",
+                            str(tmp_path / "c.parquet"), *common])  # fmt: skip
+    assert r.exit_code == 2
+    err = " ".join(r.stderr.split())
+    assert "2 subjects would exceed the per-subject budget" in err and "'p0' (+3)" in err
+    with Ledger(led, readonly=True) as L:  # nothing of the refused release was recorded
+        assert L.spent_subject("p1").epsilon == pytest.approx(120.0)
+        assert L.spent_subject("p2").epsilon == pytest.approx(60.0)
+
+
+def test_subject_column_errors_are_one_line(tmp_path, key_file):
+    x = np.ones(8)
+    src = _subject_file(tmp_path, [("a", "p", x), ("b", "", x)])
+    r = runner.invoke(app, ["protect", str(src), "-o", str(tmp_path / "o.parquet"), "-m",
+                            "laplace", "--epsilon", "10", "--subject-column", "patient"])  # fmt: skip
+    assert r.exit_code == 2 and "give --ledger" in r.stderr
+    led = ["--ledger", str(tmp_path / "l.db")]
+    r = runner.invoke(app, ["protect", str(src), "-o", str(tmp_path / "o.parquet"), "-m",
+                            "laplace", "--epsilon", "10", "--subject-column", "who", *led])  # fmt: skip
+    assert r.exit_code == 2 and "no column or field 'who'" in " ".join(r.stderr.split())
+    r = runner.invoke(app, ["protect", str(src), "-o", str(tmp_path / "o.parquet"), "-m",
+                            "laplace", "--epsilon", "10", "--subject-column", "patient", *led])  # fmt: skip
+    assert r.exit_code == 2 and "row 1 has no subject" in " ".join(r.stderr.split())
+    assert not (tmp_path / "o.parquet").exists()
+
+
+def test_the_server_binds_noise_to_a_digest_of_its_local_model(tmp_path):
+    """Finding 2, server side: the identity was the configured path string, so a folder swapped
+    or changed in place behind the same path kept its noise key."""
+    import asyncio
+
+    pytest.importorskip("fastapi")
+    from privembed.server.backends import LocalBackend
+    from privembed.server.config import BackendConfig
+    from privembed.server.service import backend_key
+
+    folder = _model_folder(tmp_path / "models" / "notes-model")
+
+    def started_identity() -> str:
+        b = LocalBackend(BackendConfig(name="local", type="local", model=str(folder),
+                                       runtime="torch"))  # fmt: skip
+
+        async def go() -> str:
+            await b.start()
+            try:
+                return b.identity
+            finally:
+                await b.close()
+
+        return asyncio.run(go())
+
+    before = started_identity()
+    assert before.startswith("local|notes-model@") and before == started_identity()
+    _set_pooling(folder, "cls")  # the same configured path, another model
+    after = started_identity()
+    assert after != before
+    assert backend_key(KEY, after) != backend_key(KEY, before)

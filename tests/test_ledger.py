@@ -638,3 +638,20 @@ def test_an_alias_claimed_by_another_process_meanwhile_refuses_the_commit(where,
     with pytest.raises(AliasConflict, match="look the aliases up again"):
         st.commit(published=True)
     assert mine.spent() == [] and mine.lookup_aliases(["t"]) == {"t": "s:a"}
+
+
+def test_per_record_subjects_are_charged_each_to_its_own(where):
+    led = Ledger(where)
+    led.set_budget(epsilon=4.0, delta=1e-5, subject=True)
+    m = LaplaceMechanism(epsilon=1.0)  # 2 per record release
+    st = led.stage(m)
+    st.add([record_key(i) for i in "abc"], subjects=["alice", "bob", "alice"])
+    st.commit()
+    assert led.spent_subject("alice").epsilon == pytest.approx(4.0)
+    assert led.spent_subject("bob").epsilon == pytest.approx(2.0)
+    st = led.stage(m)
+    st.add([record_key("d"), record_key("e")], subjects=["alice", "bob"])
+    with pytest.raises(BudgetExceeded, match="subject 'alice' would exceed"):
+        st.commit()
+    assert led.spent_subject("bob").releases == 1
+    led.close()

@@ -282,6 +282,21 @@ def protect(
         float | None,
         typer.Option(help="Set a first per-record delta budget, or confirm/lower the stored one."),
     ] = None,
+    subject_column: Annotated[
+        str | None,
+        typer.Option(
+            help="Column (Parquet) or field (texts) naming each record's subject -- a patient, "
+            "a user -- charged in the ledger with the per-subject budget.",
+        ),
+    ] = None,
+    subject_budget_epsilon: Annotated[
+        float | None,
+        typer.Option(help="Set a first per-subject epsilon budget, or confirm/lower it."),
+    ] = None,
+    subject_budget_delta: Annotated[
+        float | None,
+        typer.Option(help="Set a first per-subject delta budget, or confirm/lower it."),
+    ] = None,
     ledger_timeout: Annotated[
         float, typer.Option(help="Seconds to wait for another process's ledger lock.")
     ] = 60.0,
@@ -347,6 +362,9 @@ def protect(
             ledger_timeout=ledger_timeout,
             keep_columns=keep_column or (),
             eraser=erase,
+            subject_column=subject_column,
+            subject_budget_epsilon=subject_budget_epsilon,
+            subject_budget_delta=subject_budget_delta,
             on_start=set_total,
             on_batch=advance,
             on_wait=lambda p: err_console.print(

@@ -408,7 +408,7 @@ class _SQLiteBackend:
         self.db.execute("PRAGMA temp_store = FILE")
         self.db.execute(
             f"CREATE TEMP TABLE {name} (record_id TEXT PRIMARY KEY, tag TEXT, "
-            "output_digest TEXT, free INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"
+            "output_digest TEXT, free INTEGER NOT NULL DEFAULT 0, subject TEXT) WITHOUT ROWID"
         )
 
     def drop_staging(self, name: str) -> None:
@@ -815,18 +815,21 @@ class Ledger:
         was = "" if old is None else f" (was {old.describe()})"
         return f"{scope} budget {action} to epsilon={epsilon:g}, delta={delta:g}{was}"
 
-    def confirm_budget(self, epsilon: float | None, delta: float | None) -> str | None:
-        """What a command's budget flags may do: set a first budget, confirm or lower one.
+    def confirm_budget(
+        self, epsilon: float | None, delta: float | None, *, subject: bool = False
+    ) -> str | None:
+        """What a command's budget flags may do: set a first budget, confirm or lower one
+        (the per-record budget, or with ``subject`` the per-subject one).
 
         An omitted flag keeps the stored value (a first budget without ``delta`` gets 1e-5,
         and says so). Flags never raise a stored budget (:class:`BudgetRaise`).
         """
         if epsilon is None and delta is None:
             return None
-        old = self.budget
+        old = self.subject_budget if subject else self.budget
         eps = epsilon if epsilon is not None else (old.epsilon if old else math.inf)
         dlt = delta if delta is not None else (old.delta if old else DEFAULT_REPORT_DELTA)
-        msg = self.set_budget(epsilon=float(eps), delta=float(dlt))
+        msg = self.set_budget(epsilon=float(eps), delta=float(dlt), subject=subject)
         if old is None and delta is None:
             msg += " (delta not given: 1e-5)"
         return msg
@@ -1097,6 +1100,7 @@ class StagedRelease:
         self.count = 0
         self.fresh = 0
         self.committed = False
+        self.per_record_subjects = False  # set by add(subjects=...)
         self._claims: tuple[list[str], list[str], int] | None = None
         #: the staging table lives on this connection (PostgreSQL's may be replaced after a loss)
         self._generation = ledger._sql.generation
@@ -1131,9 +1135,11 @@ class StagedRelease:
         *,
         tags: Sequence[str | None] | None = None,
         output_digests: Sequence[str | None] | None = None,
+        subjects: Sequence[str | None] | None = None,
     ) -> None:
-        """Stage records (ledger keys from :func:`record_key`), with tag commitments (keyed)
-        and output digests.
+        """Stage records (ledger keys from :func:`record_key`), with tag commitments (keyed),
+        output digests and, per record, the subject it is charged to (default: the release's
+        subject; ``None`` in ``subjects``: no subject for that record).
 
         Raises
         ------
@@ -1143,15 +1149,19 @@ class StagedRelease:
         n = len(keys)
         tg = list(tags) if tags is not None else [None] * n
         od = list(output_digests) if output_digests is not None else [None] * n
-        if len(tg) != n or len(od) != n:
-            raise ValueError("keys, tags and output_digests must have the same length.")
+        if subjects is not None:
+            self.per_record_subjects = True
+        sj = list(subjects) if subjects is not None else [self.subject] * n
+        if len(tg) != n or len(od) != n or len(sj) != n:
+            raise ValueError("keys, tags, output_digests and subjects must have the same length.")
         self._same_connection()
         db = self.ledger._sql
         try:
             db.begin()
             db.executemany(
-                f"INSERT INTO {self._table}(record_id, tag, output_digest) VALUES (?, ?, ?)",
-                zip(keys, tg, od, strict=True),
+                f"INSERT INTO {self._table}(record_id, tag, output_digest, subject) "
+                "VALUES (?, ?, ?, ?)",
+                zip(keys, tg, od, sj, strict=True),
             )
             db.commit()
         except db.integrity_error:
@@ -1255,9 +1265,9 @@ class StagedRelease:
         db.execute(
             "INSERT INTO releases(record_id, subject, config_fp, key_id, tag, relation, "
             "epsilon, delta, noise_multiplier, free, output_digest, batch, created) "
-            f"SELECT record_id, ?, ?, ?, tag, ?, ?, ?, ?, free, output_digest, ?, ? FROM {t}",
+            f"SELECT record_id, subject, ?, ?, tag, ?, ?, ?, ?, free, output_digest, ?, ? "
+            f"FROM {t}",
             (
-                self.subject,
                 self.fingerprint,
                 self.key_id,
                 c.relation.value,
@@ -1286,20 +1296,19 @@ class StagedRelease:
                 now if published else None,
             ),
         )
-        if self.subject is not None:
-            g = c.noise_multiplier
-            n = self.fresh
+        g = c.noise_multiplier
+        for subject, n, n_free in self._subject_counts():
             db.execute(
                 "INSERT INTO subject_totals(subject, relation, epsilon, delta, mu2, fresh, "
                 "free) VALUES (?, ?, ?, ?, ?, ?, ?) " + _TOTALS_UPSERT,
                 (
-                    self.subject,
+                    subject,
                     c.relation.value,
                     0.0 if g is not None else n * c.epsilon,
                     0.0 if g is not None else n * c.delta,
                     0.0 if g is None else n / (g * g),
                     n,
-                    self.count - n,
+                    n_free,
                 ),
             )
         led._set_watermark(db.execute("SELECT COALESCE(MAX(seq), 0) FROM releases").fetchone()[0])
@@ -1394,24 +1403,54 @@ class StagedRelease:
                 f"{self.cost.relation.value!r} release does not compose with it."
             )
 
+    def _subject_counts(self) -> list[tuple[str, int, int]]:
+        """(subject, fresh records, free records) of the staged release, per subject."""
+        if not self.per_record_subjects:
+            if self.subject is None:
+                return []
+            return [(self.subject, self.fresh, self.count - self.fresh)]
+        return [
+            (str(sj), int(n_fresh), int(n_free))
+            for sj, n_fresh, n_free in self.ledger._sql.execute(
+                "SELECT subject, SUM(CASE WHEN free = 0 THEN 1 ELSE 0 END), "
+                f"SUM(CASE WHEN free != 0 THEN 1 ELSE 0 END) FROM {self._table} "
+                "WHERE subject IS NOT NULL GROUP BY subject ORDER BY subject"
+            )
+        ]
+
     def _check_subject(self) -> None:
-        """Per-subject budget from the subject's running totals (one row, whatever its
-        history) and this release's fresh records."""
-        if self.subject is None or self.fresh == 0:
+        """Per-subject budget from each subject's running totals (one row, whatever its
+        history) and this release's fresh records of that subject."""
+        if self.fresh == 0:
             return
         led = self.ledger
         budget = led.subject_budget
-        before, total, _ = led._subject_totals(self.subject)
-        after = before.add(self.cost, self.fresh)  # relations must compose
-        if budget is None:
-            return
-        eps, dlt = after.at(budget.delta)
-        if eps > budget.epsilon * (1 + 1e-12) or dlt > budget.delta * (1 + 1e-12):
-            e0, d0 = before.at(budget.delta)
+        over: list[tuple[str, int, float, float, int]] = []
+        for subject, n, _ in self._subject_counts():
+            if n == 0:
+                continue
+            before, total, _ = led._subject_totals(subject)
+            after = before.add(self.cost, n)  # relations must compose
+            if budget is None:
+                continue
+            eps, dlt = after.at(budget.delta)
+            if eps > budget.epsilon * (1 + 1e-12) or dlt > budget.delta * (1 + 1e-12):
+                e0, d0 = before.at(budget.delta)
+                over.append((subject, n, e0, d0, total))
+        if over:
+            assert budget is not None
+            if len(over) == 1:
+                subject, n, e0, d0, total = over[0]
+                raise BudgetExceeded(
+                    f"release refused: subject {subject!r} would exceed the per-subject budget "
+                    f"({budget.describe()}) with {n} more release(s) (spent eps="
+                    f"{e0:.4g}, delta={d0:.3g} over {total} release(s))."
+                )
+            shown = ", ".join(f"{sj!r} (+{n})" for sj, n, *_ in over[:5])
+            more = f" and {len(over) - 5} more" if len(over) > 5 else ""
             raise BudgetExceeded(
-                f"release refused: subject {self.subject!r} would exceed the per-subject budget "
-                f"({budget.describe()}) with {self.fresh} more release(s) (spent eps="
-                f"{e0:.4g}, delta={d0:.3g} over {total} release(s))."
+                f"release refused: {len(over)} subjects would exceed the per-subject budget "
+                f"({budget.describe()}) with this release: {shown}{more}."
             )
 
     def mark_published(self) -> None:

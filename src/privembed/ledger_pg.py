@@ -410,7 +410,7 @@ class PostgresBackend:
     def create_staging(self, name: str) -> None:
         self.execute(
             f"CREATE TEMP TABLE {name} (record_id TEXT PRIMARY KEY, tag TEXT, "
-            "output_digest TEXT, free INTEGER NOT NULL DEFAULT 0)"
+            "output_digest TEXT, free INTEGER NOT NULL DEFAULT 0, subject TEXT)"
         )
 
     def drop_staging(self, name: str) -> None:

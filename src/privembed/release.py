@@ -434,6 +434,7 @@ class Release:
         *,
         digests: Sequence[bytes] | None = None,
         row_offset: int | None = None,
+        subjects: Sequence[Any] | None = None,
     ) -> NDArray[Any]:
         """Protect one (n, d) batch of this release; returns (n, output_dim) in X's float dtype.
 
@@ -447,6 +448,10 @@ class Release:
             ``X``. Text front ends pass :func:`privembed.keyed.text_digests`.
         row_offset : int, optional
             Absolute number of the batch's first row (default: rows released so far).
+        subjects : sequence, length n, optional
+            Per record, the subject (a patient, a user) it is charged to in the ledger, whose
+            per-subject budget bounds every release of all its records together (default: the
+            release's ``subject``). Needs a ledger.
 
         Raises
         ------
@@ -471,6 +476,7 @@ class Release:
         offset = (
             self.summary.rows if row_offset is None else check_int("row_offset", row_offset, ge=0)
         )
+        subj = None if subjects is None else self._subjects(subjects, n, offset)
         keys: list[str] | None = None
         if ids is not None:
             keys = self._typed_keys(ids, n)
@@ -522,12 +528,29 @@ class Release:
             assert keys is not None
             commits = None if tags is None else tag_commitments(tags)
             outs = _row_digests(Y)
-            self.staged.add(keys, tags=commits, output_digests=outs)
+            self.staged.add(keys, tags=commits, output_digests=outs, subjects=subj)
         self.summary.rows += n
         self.summary.dim_in = d
         self.summary.dim_out = Y.shape[1]
         checkpoint("batch.drawn")
         return Y
+
+    def _subjects(self, subjects: Sequence[Any], n: int, offset: int) -> list[str]:
+        """Per-record subjects, checked: one per row, non-empty strings or ints (as text)."""
+        if self.staged is None:
+            raise ValueError("subjects are charged in the ledger: give a ledger (--ledger).")
+        out = list(subjects)
+        if len(out) != n:
+            raise DataError(f"{self.name}: subjects has {len(out)} entries but there are {n} rows.")
+        for i, s in enumerate(out):
+            ok = isinstance(s, str | np.str_) and str(s).strip() != ""
+            ok = ok or (isinstance(s, int | np.integer) and not isinstance(s, bool | np.bool_))
+            if not ok:
+                raise DataError(
+                    f"{self.name}: row {offset + i} has no subject ({s!r}); every record of a "
+                    "release charged per subject needs one (a non-empty string or an integer)."
+                )
+        return [str(s) for s in out]
 
     def _tagger(
         self, arr: NDArray[Any], keys: list[str], digests: Sequence[bytes] | None
@@ -703,19 +726,34 @@ def _open_ledger(
     budget_delta: float | None,
     on_wait: Callable[[Path], None] | None,
     timeout: float,
+    subject_budget: tuple[float | None, float | None] = (None, None),
 ) -> Iterator[Ledger | None]:
     if path is None:
-        if budget_epsilon is not None or budget_delta is not None:
+        if any(b is not None for b in (budget_epsilon, budget_delta, *subject_budget)):
             raise ValueError("a budget needs a ledger (--ledger).")
         yield None
         return
     if isinstance(path, Ledger):
         path.confirm_budget(budget_epsilon, budget_delta)
+        path.confirm_budget(*subject_budget, subject=True)
         yield path
         return
     with ledger_for_command(path, on_wait=on_wait, timeout=timeout) as led:
         led.confirm_budget(budget_epsilon, budget_delta)
+        led.confirm_budget(*subject_budget, subject=True)
         yield led
+
+
+def _column_values(table: Any, name: str, where: str) -> list[Any]:
+    """The values of the column (or field) ``name`` of an Arrow table of other columns."""
+    have = [] if table is None else list(table.column_names)
+    if name not in have:
+        raise DataError(
+            f"{where} has no column or field {name!r} to read subjects from (its other "
+            f"columns: {', '.join(have) or 'none'}); subjects come from a Parquet column or a "
+            "field of a file of texts."
+        )
+    return list(table.column(name).to_pylist())
 
 
 @cooperative
@@ -743,6 +781,9 @@ def protect_file(
     ledger_timeout: float = 60.0,
     keep_columns: Sequence[str] = (),
     eraser: Any = None,
+    subject_column: str | None = None,
+    subject_budget_epsilon: float | None = None,
+    subject_budget_delta: float | None = None,
     on_start: Callable[[int], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
     on_wait: Callable[[Path], None] | None = None,
@@ -756,6 +797,11 @@ def protect_file(
     The output holds the ids and the protected embeddings. Other columns of a Parquet input
     are dropped (named in :attr:`ReleaseSummary.notes`) unless named in ``keep_columns``:
     nothing leaves unprotected unless asked for by name.
+
+    ``subject_column`` names the column (Parquet) or field (texts) that holds each record's
+    subject -- a patient, a user -- charged in the ledger with its per-subject budget
+    (``subject_budget_epsilon``/``_delta`` set a first one or confirm or lower it): the limit
+    on one person's notes released under many ids, which per-record budgets cannot see.
 
     ``eraser`` (a :class:`~privembed.concepts.ConceptEraser`, or the path of one or of a
     concept profile with one beside it) removes a concept from every vector before the noise:
@@ -779,6 +825,9 @@ def protect_file(
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
     if ids_from_content and key is None:
         content_ids(key=None)  # refused before anything is read or written
+    if subject_column is not None and ledger is None:
+        raise ValueError("--subject-column charges subjects in the ledger: give --ledger.")
+    subject_budget = (subject_budget_epsilon, subject_budget_delta)
     erase = _resolve_eraser(eraser)
     io.preload(src, dst)  # no lazy import runs once the output is open (cancel.py)
     checkpoint("command.start")
@@ -803,6 +852,8 @@ def protect_file(
             ledger_timeout=ledger_timeout,
             keep_columns=keep_columns,
             erase=erase,
+            subject_column=subject_column,
+            subject_budget=subject_budget,
             on_start=on_start,
             on_batch=on_batch,
             on_wait=on_wait,
@@ -816,7 +867,9 @@ def protect_file(
         or meta_in.get("model")
     )
     with (
-        _open_ledger(ledger, budget_epsilon, budget_delta, on_wait, ledger_timeout) as led,
+        _open_ledger(
+            ledger, budget_epsilon, budget_delta, on_wait, ledger_timeout, subject_budget
+        ) as led,
         Release(
             mechanism,
             key=key,
@@ -835,7 +888,12 @@ def protect_file(
             if ids is None and ids_from_content and rel.needs_ids:
                 ids = content_ids(key=rel.key, X=batch.X)  # the vectors as given, before erasure
             X = batch.X if erase is None else _erased(erase, batch.X, src.name, batch.start)
-            return rel.protect(X, ids, row_offset=batch.start)
+            subjects = (
+                None
+                if subject_column is None
+                else _column_values(batch.extra, subject_column, src.name)
+            )
+            return rel.protect(X, ids, row_offset=batch.start, subjects=subjects)
 
         def meta(m: dict[str, Any]) -> dict[str, Any]:
             out = {k: v for k, v in m.items() if k not in PROTECTION_KEYS}
@@ -968,6 +1026,8 @@ def _protect_texts_file(
     ledger_timeout: float,
     keep_columns: Sequence[str],
     erase: Any,
+    subject_column: str | None,
+    subject_budget: tuple[float | None, float | None],
     on_start: Callable[[int], None] | None,
     on_batch: Callable[[int], None] | None,
     on_wait: Callable[[Path], None] | None,
@@ -1009,8 +1069,13 @@ def _protect_texts_file(
         or emb_meta.get("model_id")
         or emb_meta.get("embedding_model")
     )
+    subjects = (
+        None if subject_column is None else _column_values(table.columns, subject_column, src.name)
+    )
     with (
-        _open_ledger(ledger, budget_epsilon, budget_delta, on_wait, ledger_timeout) as led,
+        _open_ledger(
+            ledger, budget_epsilon, budget_delta, on_wait, ledger_timeout, subject_budget
+        ) as led,
         Release(
             mechanism,
             key=key,
@@ -1047,7 +1112,7 @@ def _protect_texts_file(
                 digests = [hashlib.sha256(salt + d).digest() for d in digests]
         if erase is not None:
             X = _erased(erase, X, src.name, 0)
-        Y = rel.protect(X, ids, digests=digests)
+        Y = rel.protect(X, ids, digests=digests, subjects=subjects)
         if on_batch and done < len(texts):
             on_batch(len(texts) - done)
         io.write_embeddings(

@@ -322,3 +322,62 @@ def test_linkage_on_texts_embeds_them(tmp_path):
         )
     )
     assert "12 protected vectors vs 12 candidates" in " ".join(r.stdout.split())
+
+
+def test_inversion_with_the_transformer_decoder(tmp_path):
+    from privembed.attacks import TransformerInversionAttack
+
+    texts, X = bow_corpus(160, seed=6)
+    tp, ep = _texts(tmp_path, texts), _emb(tmp_path, X)
+    tiny = TransformerInversionAttack(
+        d_model=32, layers=1, heads=2, prefix=2, max_len=6, tokenizer="word", min_count=1,
+        lr=3e-3, dropout=0.0, correction=0, epochs=8, batch_size=32,
+    )  # fmt: skip
+    tiny.fit(texts[:80], X[:80], rng=0).save(tmp_path / "pre")
+    out = tmp_path / "tr.json"
+    args = ["attack", "inversion", str(tp), "--embeddings", str(ep), "--seed", "0"]
+    args += ["--decoder", "transformer", "--pretrained", str(tmp_path / "pre")]
+    args += ["--epochs", "2", "--lr", "3e-3", "--rounds", "0", "--candidates", "1"]
+    _ok(runner.invoke(app, [*args, "-m", "laplace", "--epsilon", "500", "-o", str(out)]))
+    res = json.loads(out.read_text())
+    clean, prot = res["results"]
+    assert res["decoder"] == "transformer" and clean["target"] == "unprotected"
+    assert clean["strength"]["verdict"] == "evidence" and clean["n_texts"] == 80
+    assert clean["token_f1"] > clean["token_f1_blind"] + 0.2
+    assert prot["evidence"] == "evidence" and "token_f1_excess_interval" in prot
+    # options of the transformer decoder alone are refused for the GRU, before any work
+    r = runner.invoke(app, ["attack", "inversion", str(tp), "--save", str(tmp_path / "s")])
+    assert r.exit_code == 2 and "--save need --decoder transformer" in r.output
+    r = runner.invoke(
+        app, ["attack", "inversion", str(tp), "--decoder", "transformer", "--pretrained", "nope"]
+    )
+    assert r.exit_code == 2 and "--pretrained: no such folder: nope" in r.output
+
+
+def test_attribute_command(tmp_path):
+    gen = np.random.default_rng(2)
+    words = ["flu", "gout", "acne"]
+    texts, X = [], []
+    W = gen.standard_normal((26, 32))
+    for i in range(300):
+        has = gen.random() < 0.4
+        t = f"note {i % 7} about {'gout' if has else 'sleep'} and {words[i % 3]}"
+        texts.append(t)
+        v = W[[sum(map(ord, w)) % 26 for w in t.split()]].sum(axis=0) + 3.0 * has * W[0]
+        X.append(v / np.linalg.norm(v))
+    tp, ep = _texts(tmp_path, texts), _emb(tmp_path, np.array(X))
+    (tmp_path / "terms.txt").write_text("gout\n")
+    out = tmp_path / "a.json"
+    base = ["attack", "attribute", str(tp), "--embeddings", str(ep), "--seed", "0"]
+    _ok(runner.invoke(app, [*base, "--terms", str(tmp_path / "terms.txt"), "-m", "laplace",
+                            "--epsilon", "500", "-o", str(out)]))  # fmt: skip
+    res = json.loads(out.read_text())
+    kinds = [(r["target"], r["training"]) for r in res["results"]]
+    assert kinds == [("unprotected", "clean"), ("protected", "non-adaptive"),
+                     ("protected", "adaptive")]  # fmt: skip
+    assert res["results"][0]["beats_blind"] and res["results"][0]["auc"] > 0.9
+    r = runner.invoke(app, base)
+    assert r.exit_code == 2 and "--entity LABEL (spaCy) or --terms FILE" in r.output
+    (tmp_path / "none.txt").write_text("zebra\n")
+    r = runner.invoke(app, [*base, "--terms", str(tmp_path / "none.txt")])
+    assert r.exit_code == 2 and "must hold both classes" in r.output

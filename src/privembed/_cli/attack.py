@@ -1,4 +1,4 @@
-"""``privembed attack token|fingerprint|averaging|linkage|inversion`` (thin; logic in
+"""``privembed attack token|fingerprint|averaging|linkage|inversion|attribute`` (thin; logic in
 :mod:`privembed.attacks`).
 
 Every command takes its data as one positional INPUT and runs either on files (protected
@@ -837,6 +837,30 @@ def inversion(
     hidden: Annotated[int, typer.Option(help="GRU state size.")] = 256,
     lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
     beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).")] = 1,
+    decoder: Annotated[
+        Literal["gru", "transformer"],
+        typer.Option(
+            help="gru: the word-level GRU decoder; transformer: the soft-prefix transformer "
+            "decoder with vec2text-style correction (TransformerInversionAttack)."
+        ),
+    ] = "gru",
+    pretrained: Annotated[
+        Path | None,
+        typer.Option(
+            help="Transformer: a saved attack folder (e.g. from benchmarks/bench_inversion.py "
+            "--full, under the user cache) to fine-tune on the auxiliary texts instead of "
+            "training from scratch."
+        ),
+    ] = None,
+    rounds: Annotated[
+        int, typer.Option(help="Transformer: correction rounds at inference (0: none).")
+    ] = 1,
+    candidates: Annotated[
+        int, typer.Option(help="Transformer: sentences per round; the closest embedding wins.")
+    ] = 2,
+    save: Annotated[
+        Path | None, typer.Option(help="Transformer: save the trained attack to this folder.")
+    ] = None,
     vec2text: Annotated[
         Literal["gtr-base", "text-embedding-ada-002"] | None,
         typer.Option(
@@ -860,6 +884,17 @@ def inversion(
 
     texts = _one_input(input, **{"--texts": texts})
     _check_output(output, overwrite)
+    if decoder != "transformer":
+        given = {"--pretrained": pretrained, "--save": save}
+        extra = [k for k, v in given.items() if v is not None]
+        if extra:
+            raise ValueError(f"{', '.join(extra)} need --decoder transformer.")
+    elif vec2text is not None:
+        raise ValueError("give --vec2text or --decoder transformer, not both.")
+    if pretrained is not None and not pretrained.is_dir():
+        raise FileNotFoundError(f"--pretrained: no such folder: {pretrained}")
+    if save is not None and save.exists() and not overwrite:
+        raise FileExistsError(f"--save exists: {save} (pass --overwrite to replace it).")
     out = _console(as_json)
     mech = _mechanism(
         mechanism,
@@ -873,7 +908,14 @@ def inversion(
     key = _key(key_file, seed)
     ids, tx, X, sens, source = _corpus(texts, embeddings, model, sensitive, n, seed)
     rows: list[dict[str, Any]] = []
-    if vec2text is not None:
+    if decoder == "transformer":
+        rows = _transformer_inversion(
+            tx, X, ids, sens, mech, key,
+            train_texts=train_texts, train_embeddings=train_embeddings, model=model,
+            aux_fraction=aux_fraction, seed=seed, epochs=epochs, lr=lr, pretrained=pretrained,
+            rounds=rounds, candidates=candidates, save=save, baseline=baseline,
+        )  # fmt: skip
+    elif vec2text is not None:
         adapter = Vec2TextAdapter.from_pretrained(vec2text)
         Y = X if mech is None else _protect(mech, X, ids, seed, key)
         rep = adapter.score(tx, Y, sensitive=sens)
@@ -903,6 +945,16 @@ def inversion(
             with progress_done("training", epochs, unit="epochs") as on_epoch:
                 a = attack().fit(aux_tx, aux_X, rng=seed, on_epoch=on_epoch)
             rows.append({"target": source, **a.score(t_tx, X[tgt], sensitive=t_sens).to_dict()})
+    if decoder == "transformer":
+        _print_transformer_rows(out, rows, source)
+        _write(
+            output,
+            {"attack": "inversion", "decoder": "transformer", "source": source,
+             "mechanism": _describe(mech), "results": rows},
+            overwrite,
+            as_json,
+        )  # fmt: skip
+        return
     t = Table(title=f"Sentence inversion on {source}")
     for col in ("target", "leakage", "chance", "word F1", "exact"):
         t.add_column(col, justify="left" if col == "target" else "right", overflow="fold")
@@ -920,6 +972,228 @@ def inversion(
     _write(
         output,
         {"attack": "inversion", "source": source, "mechanism": _describe(mech), "results": rows},
+        overwrite,
+        as_json,
+    )
+
+
+def _transformer_inversion(
+    tx: list[str],
+    X: np.ndarray,
+    ids: list[Any],
+    sens: list[frozenset[str]] | None,
+    mech: Any,
+    key: bytes | None,
+    *,
+    train_texts: Path | None,
+    train_embeddings: Path | None,
+    model: str | None,
+    aux_fraction: float,
+    seed: int | None,
+    epochs: int,
+    lr: float,
+    pretrained: Path | None,
+    rounds: int,
+    candidates: int,
+    save: Path | None,
+    baseline: bool,
+) -> list[dict[str, Any]]:
+    """Train (or fine-tune) the transformer attack on the attacker's texts and score the rest."""
+    from ..attacks import TransformerInversionAttack, score_against_blind, score_reconstructions
+    from ..attacks.transformer_inversion import strength_verdict
+    from ..embedders import Embedder
+
+    aux_tx, aux_X, tgt = _attacker_texts(
+        tx, X, train_texts, train_embeddings, mech, model, aux_fraction, seed
+    )
+    t_tx = [tx[i] for i in tgt]
+    t_sens = None if sens is None else [sens[i] for i in tgt]
+    made: list[Any] = []
+
+    def embed(texts: list[str]) -> np.ndarray:  # the embedder loads on first use only
+        if not made:
+            made.append(Embedder(model))
+        return np.asarray(made[0].encode(texts), dtype=np.float64)
+
+    def attack(protect_with: Any) -> Any:
+        if pretrained is not None:
+            a = TransformerInversionAttack.load(pretrained, rounds=rounds, candidates=candidates)
+            a.epochs, a.lr = epochs, lr
+            a.correction = min(a.correction, len(aux_tx)) if a.has_corrector_ else 0
+        else:
+            a = TransformerInversionAttack(
+                epochs=epochs, lr=lr, rounds=rounds, candidates=candidates,
+                correction=min(1000, len(aux_tx)),
+            )  # fmt: skip
+        warm = pretrained is not None
+        label = "training (protected)" if protect_with is not None else "training"
+        steps = epochs * -(-len(aux_tx) // a.batch_size)
+        steps += a.correction_epochs * 2 * -(-a.correction // a.batch_size) if a.correction else 0
+        with progress_done(label, steps, unit="steps") as on_progress:
+            if protect_with is None:
+                return a.fit(aux_tx, aux_X, embed=embed, rng=seed, warm_start=warm,
+                             on_step=lambda s, _l: on_progress(s))  # fmt: skip
+            return a.fit_adaptive(aux_tx, aux_X, protect_with, embed=embed, rng=seed,
+                                  warm_start=warm, on_step=lambda s, _l: on_progress(s))  # fmt: skip
+
+    def row(target: str, a: Any, Y: np.ndarray, clean: bool) -> dict[str, Any]:
+        recs = a.reconstruct(Y, embed=embed, rng=seed or 0)
+        rep = score_against_blind(t_tx, recs, rng=seed or 0)
+        leak = score_reconstructions(t_tx, recs, sensitive=t_sens)
+        d: dict[str, Any] = {"target": target, **rep.to_dict(), "leakage": leak.leakage}
+        if clean:
+            d["strength"] = strength_verdict(rep).to_dict()
+        return d
+
+    rows: list[dict[str, Any]] = []
+    if mech is None:
+        a = attack(None)
+        rows.append(row("unprotected", a, X[tgt], True))
+    else:
+        if baseline:
+            a0 = attack(None)
+            rows.append(row("unprotected", a0, X[tgt], True))
+        Y = _protect(mech, X[tgt], [ids[i] for i in tgt], seed, key)
+        a = attack(mech)
+        r = row(repr(mech), a, Y, False)
+        if rows:
+            r["evidence"] = rows[0]["strength"]["verdict"]
+        rows.append(r)
+    if save is not None:
+        a.save(save)
+        err_console.print(f"saved the attack to {save}")
+    return rows
+
+
+def _print_transformer_rows(out: Console, rows: list[dict[str, Any]], source: str) -> None:
+    t = Table(title=f"Sentence inversion (transformer decoder) on {source}")
+    for col in ("target", "BLEU", "blind", "token F1", "blind", "F1 excess 95%", "leakage",
+                "verdict"):  # fmt: skip
+        t.add_column(col, justify="left" if col in ("target", "verdict") else "right",
+                     overflow="fold")  # fmt: skip
+    for r in rows:
+        lo, hi = r["token_f1_excess_interval"]
+        if "strength" in r:
+            verdict = r["strength"]["verdict"]
+        elif r.get("evidence", "evidence") != "evidence":
+            verdict = "no evidence (fails on clean vectors)"
+        else:
+            verdict = "beats blind" if lo > 0 else "at blind"
+        t.add_row(
+            r["target"], _f(r["bleu"]), _f(r["bleu_blind"]), _f(r["token_f1"]),
+            _f(r["token_f1_blind"]), f"[{_f(lo)}, {_f(hi)}]", _f(r["leakage"]), verdict,
+        )  # fmt: skip
+    out.print(t)
+    for ex in rows[-1]["examples"][:2]:
+        out.print(f"  [dim]{ex['text']}[/dim]\n  -> {ex['reconstruction']}", highlight=False)
+
+
+# ---- attribute ------------------------------------------------------------------------------
+
+
+@app.command()
+@user_errors
+def attribute(
+    input: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Texts (JSONL, CSV or Parquet with 'id'/'text', or .txt), labelled here.",
+            show_default=False,
+        ),
+    ] = None,
+    embeddings: AlignedEmbeddings = None,
+    entity: Annotated[
+        list[str] | None,
+        typer.Option(help="spaCy entity label that makes a text positive (repeat: any of them)."),
+    ] = None,
+    terms: Annotated[
+        Path | None,
+        typer.Option(help="Term list (.txt/.json/.jsonl): a text mentioning one is positive."),
+    ] = None,
+    mechanism: Mechanism = None,
+    epsilon: Epsilon = None,
+    delta: Delta = None,
+    sigma: Sigma = None,
+    mask: MaskOpt = None,
+    mask_delta: MaskDelta = None,
+    smoothing: Smoothing = None,
+    probe: Annotated[
+        Literal["linear", "mlp"], typer.Option(help="Logistic regression or an MLP.")
+    ] = "linear",
+    copies: Annotated[int, typer.Option(help="Protected copies per training text (adaptive).")] = 2,
+    test_fraction: Annotated[float, typer.Option(help="Share of texts held out as victims.")] = 0.3,
+    seed: Seed = None,
+    key_file: KeyFile = None,
+    model: Model = None,
+    output: Output = None,
+    overwrite: Overwrite = False,
+    as_json: AsJson = False,
+) -> None:
+    """Attribute inference: does the text behind a protected vector mention X? (ROC AUC, blind 0.5)"""
+    from ..attacks import attribute_audit, mentions, ner_labels
+
+    _check_output(output, overwrite)
+    if input is None:
+        raise ValueError("give INPUT: the texts whose attribute is inferred.")
+    if (entity is None) == (terms is None):
+        raise ValueError(
+            "give the attribute as --entity LABEL (spaCy) or --terms FILE, one of them."
+        )
+    out = _console(as_json)
+    mech = _mechanism(
+        mechanism,
+        epsilon=epsilon,
+        delta=delta,
+        sigma=sigma,
+        mask=mask,
+        mask_delta=mask_delta,
+        smoothing=smoothing,
+    )
+    key = _key(key_file, seed)
+    ids, tx, X = _texts_and_embeddings(input, embeddings, model)
+    if entity is not None:
+        y = ner_labels(tx, entity)
+        what = "entity " + "|".join(entity)
+    else:
+        from ..concepts import read_tokens
+
+        assert terms is not None
+        y = mentions(tx, read_tokens(terms))
+        what = f"terms of {terms.name}"
+    train, test = _split(len(tx), 1.0 - test_fraction, seed)
+    for part, name in ((train, "training"), (test, "test")):
+        if y[part].all() or not y[part].any():
+            raise ValueError(
+                f"the {name} texts must hold both classes for {what}: "
+                f"{int(y[part].sum())} of {part.size} are positive."
+            )
+    Y = None if mech is None else _protect(mech, X[test], [ids[i] for i in test], seed, key)
+    rows = attribute_audit(
+        X[train], y[train], X[test], y[test], protected_test=Y, mechanism=mech, kind=probe,
+        n_copies=copies, rng=seed,
+    )  # fmt: skip
+    t = Table(title=f"Attribute inference ({what}, {probe} probe) on {input.name}")
+    for col in ("target", "training", "AUC", "95% interval", "blind", "beats blind"):
+        t.add_column(col, justify="left" if col in ("target", "training") else "right")
+    for target, training, rep in rows:
+        t.add_row(
+            target, training, _f(rep.auc), f"[{_f(rep.interval[0])}, {_f(rep.interval[1])}]",
+            _f(rep.blind), "yes" if rep.beats_blind else "no",
+        )  # fmt: skip
+    out.print(t)
+    if not rows[0][2].beats_blind:
+        out.print("[yellow]the probe does not beat blind on clean vectors: no evidence.[/yellow]")
+    _write(
+        output,
+        {
+            "attack": "attribute",
+            "attribute": what,
+            "probe": probe,
+            "mechanism": _describe(mech),
+            "n_train": int(train.size),
+            "n_test": int(test.size),
+            "results": [{"target": a, "training": b, **r.to_dict()} for a, b, r in rows],
+        },
         overwrite,
         as_json,
     )

@@ -9,8 +9,11 @@ attack                        question it answers
 :func:`averaging_attack`      how much does averaging N releases of a record recover?
 :class:`LinkageAttack`        which original does a protected vector come from? (= [K26] top-1
                               retrieval, from the attacker's side)
-:class:`GEIAAttack`,          what was the sentence? (generative inversion; vec2text where its
-:class:`Vec2TextAdapter`      pretrained correctors are available)
+:class:`GEIAAttack`,          what was the sentence? (generative inversion: a GRU decoder; vec2text
+:class:`Vec2TextAdapter`      where its pretrained correctors are available)
+:class:`TransformerInversionAttack`  what was the sentence? (soft-prefix transformer decoder with
+                              vec2text-style correction, adaptive, with a strength check)
+:class:`AttributeProbe`       does the text mention a person, a place, a diagnosis? (probes)
 ============================  =================================================================
 
 Trained attacks (token inference, fingerprint MLP, GEIA) need the ``learn`` extra (torch,
@@ -30,6 +33,14 @@ from __future__ import annotations
 
 from . import metrics
 from ._common import protect, protect_copies, word_tokens
+from .attribute import (
+    AttributeProbe,
+    AttributeReport,
+    attribute_audit,
+    auc_interval,
+    mentions,
+    ner_labels,
+)
 from .averaging import AveragingReport, averaging_attack, expected_average_cosine
 from .corpus import PIICorpus, pii_corpus, sensitive_tokens
 from .fingerprint import (
@@ -51,9 +62,13 @@ from .inversion import (
     sentence_tokens,
 )
 from .linkage import LinkageAttack, LinkageReport, linkage_ranks
+from .reconstruction import ReconstructionReport, score_against_blind
 from .token_inference import MLCAttack, TokenInferenceReport, TokenVocabulary
+from .transformer_inversion import StrengthCheck, TransformerInversionAttack
 
 __all__ = [
+    "AttributeProbe",
+    "AttributeReport",
     "AveragingReport",
     "FingerprintClassifier",
     "FingerprintReport",
@@ -63,21 +78,29 @@ __all__ = [
     "LinkageReport",
     "MLCAttack",
     "PIICorpus",
+    "ReconstructionReport",
+    "StrengthCheck",
     "TemplateMatcher",
     "TokenInferenceReport",
     "TokenVocabulary",
+    "TransformerInversionAttack",
     "Vec2TextAdapter",
     "WordVocabulary",
+    "attribute_audit",
+    "auc_interval",
     "averaging_attack",
     "expected_average_cosine",
     "l1_normalize",
     "linkage_ranks",
+    "mentions",
     "metrics",
+    "ner_labels",
     "permuted_diagonal",
     "pii_corpus",
     "protect",
     "protect_copies",
     "release_stack",
+    "score_against_blind",
     "score_reconstructions",
     "sensitive_tokens",
     "sentence_tokens",

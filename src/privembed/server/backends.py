@@ -94,6 +94,13 @@ class Backend:
         """What computes the vectors (``"onnx"``, ``"torch"``, ``"upstream"``), for the logs."""
         return self.config.type
 
+    @property
+    def identity(self) -> str:
+        """What determines the clean vectors, as keyed noise binds it (after :meth:`start`):
+        a hosted model is known by its address, name and dimensions; a local one by a digest
+        of the model itself (:class:`LocalBackend`)."""
+        return self.config.identity
+
     async def start(self) -> None:
         """Load the model or open connections."""
 
@@ -118,6 +125,15 @@ class LocalBackend(Backend):
     def engine(self) -> str:
         return str(self._embedder.backend) if self._embedder is not None else self.config.runtime
 
+    @property
+    def identity(self) -> str:
+        """``local|`` and the loaded model's :attr:`~privembed.embedders.Embedder.identity`: a
+        digest of its weights, tokenizer, pooling and runtime, never the configured path (two
+        folders with one name, or a folder changed in place, are other models)."""
+        if self._embedder is None:
+            raise BackendError("the embedding model is not loaded", status=503)
+        return f"local|{self._embedder.identity}"
+
     def _load(self) -> Any:
         """Build the embedder (on the worker thread, which then runs every model call)."""
         from ..embedders import Embedder
@@ -130,6 +146,7 @@ class LocalBackend(Backend):
             device=cfg.device,
             threads=cfg.threads,
         )
+        _ = emb.identity  # digested here, on the worker thread, before the first request
         if emb.backend == "torch":
             import torch
 

@@ -49,18 +49,6 @@ class _Histogram:
         self.total += v
         self.n += 1
 
-    def lines(self, name: str, labels: str) -> list[str]:
-        out, cum = [], 0
-        sep = "," if labels else ""
-        for b, c in zip(self.bounds, self.counts, strict=False):
-            cum += c
-            out.append(f'{name}_bucket{{{labels}{sep}le="{b:g}"}} {cum}')
-        out.append(f'{name}_bucket{{{labels}{sep}le="+Inf"}} {self.n}')
-        lab = f"{{{labels}}}" if labels else ""
-        out.append(f"{name}_sum{lab} {self.total:.6f}")
-        out.append(f"{name}_count{lab} {self.n}")
-        return out
-
 
 class Metrics:
     """Counters and histograms of one server process (event-loop thread only)."""

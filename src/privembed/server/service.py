@@ -208,11 +208,11 @@ class Service:
         self.backends: dict[str, Backend] = {
             name: make_backend(b) for name, b in config.backends.items()
         }
-        self._bkeys = {
-            name: backend_key(config.key, b.identity) for name, b in config.backends.items()
-        }
-        self._bkey_ids = {name: key_id(k) for name, k in self._bkeys.items()}
-        self._identity = {name: b.identity for name, b in config.backends.items()}
+        # per-backend noise keys follow what computes the vectors: set once each backend has
+        # started (a local model is identified by a digest of itself, known once loaded)
+        self._bkeys: dict[str, bytes] = {}
+        self._bkey_ids: dict[str, str] = {}
+        self._identity: dict[str, str] = {}
         self.batchers: dict[str, MicroBatcher] = {}
         # one thread owns the ledger's SQLite connection; another runs releases without it,
         # so requests that never touch the ledger never wait for it
@@ -240,6 +240,9 @@ class Service:
             self._ledger = await loop.run_in_executor(self._ledger_thread, self._open_ledger)
         for name, backend in self.backends.items():
             await backend.start()
+            self._identity[name] = backend.identity
+            self._bkeys[name] = backend_key(self.config.key, backend.identity)
+            self._bkey_ids[name] = key_id(self._bkeys[name])
             b = MicroBatcher(
                 self._process,
                 max_batch=s.max_batch,
