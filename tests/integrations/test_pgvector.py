@@ -273,3 +273,27 @@ def test_scores_are_cosines_and_inner_products(pg_url, tmp_path):
         s.upsert(["a"], np.array([[3.0, 4.0]]))
         got = s.search(np.array([2.0, 0.0]), k=1)[0][0].score
         assert got == pytest.approx(6.0, rel=1e-6) and not math.isnan(got)
+
+
+def test_langchain_retriever_over_pgvector(pg_url, tmp_path, monkeypatch):
+    from langchain_core.documents import Document
+
+    from privembed.integrations.langchain import PrivateRetriever
+
+    monkeypatch.setenv("PRIVEMBED_PG_DSN", pg_url)
+    X = clustered(200, 32, seed=9)
+    Q = near_copies(X, scale=0.1, seed=10)
+    ids = [f"r{i}" for i in range(len(X))]
+    with ProtectedCollection.open("pgvector", tmp_path, "col", key=KEY, payloads=True,
+                                  mechanism=get_mechanism("laplace", epsilon=20.0)) as col:  # fmt: skip
+        col.add(ids, X, texts=[f"text of r{i}" for i in range(len(X))])
+
+    class _Searcher(Searcher):
+        def embed(self, queries):  # the query text names the row of Q to use
+            return Q[[int(q[1:]) for q in queries]]
+
+    with _Searcher("pgvector", tmp_path, "col", key=KEY) as s:
+        docs = PrivateRetriever(searcher=s, k=3, rerank=100).invoke("q7")
+    assert all(isinstance(d, Document) for d in docs) and len(docs) == 3
+    assert docs[0].metadata["id"] == "r7" and docs[0].page_content == "text of r7"
+    assert docs[0].metadata["score_kind"] == "exact cosine"
