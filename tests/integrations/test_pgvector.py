@@ -297,3 +297,24 @@ def test_langchain_retriever_over_pgvector(pg_url, tmp_path, monkeypatch):
     assert all(isinstance(d, Document) for d in docs) and len(docs) == 3
     assert docs[0].metadata["id"] == "r7" and docs[0].page_content == "text of r7"
     assert docs[0].metadata["score_kind"] == "exact cosine"
+
+
+def test_build_index_after_a_bulk_load(pg_url, tmp_path):
+    X = clustered(60, 8, seed=4)
+    with PgVectorStore(tmp_path, "bulk", dsn=pg_url) as s:
+        with pytest.raises(ValueError, match="empty: upsert data first"):
+            s.build_index("hnsw")
+        s.upsert([str(i) for i in range(60)], X)
+        s.build_index("hnsw")
+        with pytest.raises(ValueError, match="has a hnsw index already"):
+            s.build_index("ivfflat")
+        with pytest.raises(ValueError, match="index must be one of"):
+            s.build_index("btree")
+        s.upsert(["new"], X[:1] * 2)  # kept up to date
+        assert {h.id for h in s.search(X[0], k=2)[0]} == {"0", "new"}
+    with PgVectorStore(tmp_path, "bulk", dsn=pg_url, create=False) as s:
+        assert s.info["index"] == "hnsw"
+    with psycopg.connect(pg_url) as db:
+        defs = [r[0] for r in db.execute("SELECT indexdef FROM pg_indexes WHERE indexname = "
+                                          "'pev_bulk_hnsw'").fetchall()]  # fmt: skip
+    assert len(defs) == 1 and "USING hnsw" in defs[0]
