@@ -29,3 +29,7 @@ def _source_tree_untouched() -> Iterator[None]:
     yield
     new = {p.name for p in REPO.iterdir()} - before - _ALLOWED
     assert not new, f"tests wrote into the source tree: {sorted(new)}"
+
+
+#: a real PostgreSQL (pgserver) for the ledger's and the pgvector store's tests
+pytest_plugins = ["tests._postgres"]

@@ -1,5 +1,10 @@
 """The privacy ledger: composition, free keyed re-release, budgets as ledger state, refusals,
-concurrency, read-only inspection, and the attacks of "Guarantees that survive ordinary use"."""
+concurrency, read-only inspection, and the attacks of "Guarantees that survive ordinary use".
+
+The ledger's contract tests run on both backends (the ``where`` fixture: an SQLite file, or a
+fresh database of a real PostgreSQL server from ``tests/_postgres.py``); tests of SQLite's own
+machinery (files, migrations of older versions, its query plans and VM steps) run on SQLite.
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,29 @@ from privembed.ledger import (
 from privembed.theory import analytic_gaussian_epsilon
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def where(request, tmp_path) -> str:
+    """Where a ledger lives: an SQLite file, or a PostgreSQL database (a URL)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "l.db")
+    return str(request.getfixturevalue("pg_url"))
+
+
+def _hold_write_lock(where: str):
+    """Another process's connection holding the ledger's write lock (until closed)."""
+    if where.startswith("postgresql://"):
+        import psycopg
+
+        from privembed.ledger_pg import LOCK_KEY
+
+        holder = psycopg.connect(where, autocommit=True)
+        holder.execute("SELECT pg_advisory_lock(%s::int4, %s::int4)", LOCK_KEY)
+        return holder
+    holder = sqlite3.connect(where, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
 def _release(led, ids, mech, *, tags=None, subject=None):
     """Stage and commit one release (what privembed.release.Release does around the noise)."""
     st = led.stage(mech, key_id="k1" if tags else None, subject=subject)
@@ -35,8 +63,8 @@ def _release(led, ids, mech, *, tags=None, subject=None):
     return st
 
 
-def test_basic_composition_for_metric_and_free_keyed_rerelease(tmp_path):
-    led = Ledger(tmp_path / "l.db")
+def test_basic_composition_for_metric_and_free_keyed_rerelease(where, tmp_path):
+    led = Ledger(where)
     m = LaplaceMechanism(epsilon=3.0)  # 3-d_X(l2) => 6-LDP on unit vectors
     _release(led, ["a", "b"], m)
     _release(led, ["a"], m)  # fresh (unkeyed) noise again: spends again
@@ -49,8 +77,8 @@ def test_basic_composition_for_metric_and_free_keyed_rerelease(tmp_path):
     assert spent["s:a"].releases == 5 and spent["s:b"].epsilon == pytest.approx(6.0)
 
 
-def test_gaussian_composition_matches_independent_single_release(tmp_path):
-    led = Ledger(tmp_path / "l.db", budget_delta=1e-5)
+def test_gaussian_composition_matches_independent_single_release(where, tmp_path):
+    led = Ledger(where, budget_delta=1e-5)
     m = EmpiricalGaussianMechanism(sigma=0.5)
     _release(led, [1], m)
     one = led.spent([1])[0].epsilon
@@ -65,8 +93,8 @@ def test_gaussian_composition_matches_independent_single_release(tmp_path):
     assert two < 2 * one  # tighter than basic composition
 
 
-def test_budget_refusal_names_records_and_records_nothing(tmp_path):
-    led = Ledger(tmp_path / "l.db", budget_epsilon=10.0, budget_delta=1e-5)
+def test_budget_refusal_names_records_and_records_nothing(where, tmp_path):
+    led = Ledger(where, budget_epsilon=10.0, budget_delta=1e-5)
     m = LaplaceMechanism(epsilon=2.0)  # 4-LDP per release
     _release(led, ["x", "y"], m)
     _release(led, ["x"], m)
@@ -83,15 +111,15 @@ def test_budget_refusal_names_records_and_records_nothing(tmp_path):
         led.stage(LaplaceMechanism(epsilon=6.0))
 
 
-def test_budget_persists_in_the_file(tmp_path):
-    Ledger(tmp_path / "l.db", budget_epsilon=1.0, budget_delta=1e-6).close()
-    assert tuple(Ledger(tmp_path / "l.db").budget) == (1.0, 1e-6)
+def test_budget_persists_in_the_file(where, tmp_path):
+    Ledger(where, budget_epsilon=1.0, budget_delta=1e-6).close()
+    assert tuple(Ledger(where).budget) == (1.0, 1e-6)
 
 
-def test_budget_flags_never_raise_or_reset(tmp_path):
+def test_budget_flags_never_raise_or_reset(where, tmp_path):
     """A larger --budget-epsilon used to raise the stored budget; an omitted --budget-delta
     reset a stored 1e-8 to 1e-5."""
-    p = tmp_path / "l.db"
+    p = where
     Ledger(p, budget_epsilon=8.0, budget_delta=1e-8).close()
     with pytest.raises(BudgetRaise, match=r"would raise it.*ledger budget .* --raise"):
         Ledger(p, budget_epsilon=16.0)
@@ -110,13 +138,13 @@ def test_budget_flags_never_raise_or_reset(tmp_path):
     assert all(h["changed"] > 0 for h in hist)
 
 
-def test_cli_budget_flag_cannot_raise_but_ledger_budget_can(tmp_path):
+def test_cli_budget_flag_cannot_raise_but_ledger_budget_can(where, tmp_path):
     from privembed.io import write_embeddings
 
     runner = CliRunner()
     src = tmp_path / "e.parquet"
     write_embeddings(src, np.random.default_rng(0).standard_normal((4, 8)), ids=[1, 2, 3, 4])
-    led = tmp_path / "l.db"
+    led = where
     base = ["protect", str(src), "-m", "laplace", "--epsilon", "1", "--ledger", str(led)]
     r = runner.invoke(app, [*base, "-o", str(tmp_path / "a.parquet"), "--budget-epsilon", "2",
                             "--budget-delta", "1e-8"])  # fmt: skip
@@ -132,8 +160,8 @@ def test_cli_budget_flag_cannot_raise_but_ledger_budget_can(tmp_path):
         assert tuple(L.budget) == (50.0, 1e-8)
 
 
-def test_duplicate_ids_in_one_release_are_refused_across_batches(tmp_path):
-    led = Ledger(tmp_path / "l.db")
+def test_duplicate_ids_in_one_release_are_refused_across_batches(where, tmp_path):
+    led = Ledger(where)
     st = led.stage(LaplaceMechanism(epsilon=1.0))
     st.add(["s:a", "s:b"])
     with pytest.raises(DuplicateIds, match="repeated: 'b'"):
@@ -144,10 +172,10 @@ def test_duplicate_ids_in_one_release_are_refused_across_batches(tmp_path):
     assert led.spent() == []
 
 
-def test_relations_do_not_mix_and_unknown_guarantees_are_refused(tmp_path):
+def test_relations_do_not_mix_and_unknown_guarantees_are_refused(where, tmp_path):
     from privembed.mechanisms import PrivateProjection
 
-    led = Ledger(tmp_path / "l.db")
+    led = Ledger(where)
     _release(led, ["r"], PrivateProjection(k=4, epsilon=1.0, delta=1e-5))  # record level
     attr = PrivateProjection(k=4, epsilon=1.0, delta=1e-5, neighbouring="attribute")
     with pytest.raises(UnsupportedGuarantee, match="'attribute' release does not compose"):
@@ -156,8 +184,8 @@ def test_relations_do_not_mix_and_unknown_guarantees_are_refused(tmp_path):
         led.stage(LaplaceMechanism(epsilon=1.0, input_norm="none"))
 
 
-def test_subject_budget_composes_over_all_its_records(tmp_path):
-    led = Ledger(tmp_path / "l.db")
+def test_subject_budget_composes_over_all_its_records(where, tmp_path):
+    led = Ledger(where)
     led.set_budget(epsilon=10.0, delta=1e-5, subject=True)
     m = LaplaceMechanism(epsilon=1.0)  # 2-LDP per record release
     _release(led, ["a", "b"], m, subject="alice")  # 4 spent
@@ -172,8 +200,8 @@ def test_subject_budget_composes_over_all_its_records(tmp_path):
     assert led.spent_subject("bob").epsilon == pytest.approx(4.0)
 
 
-def test_unpublished_releases_are_listed(tmp_path):
-    led = Ledger(tmp_path / "l.db")
+def test_unpublished_releases_are_listed(where, tmp_path):
+    led = Ledger(where)
     st = led.stage(LaplaceMechanism(epsilon=1.0), destination="/x/out.parquet")
     st.add(["s:a"])
     st.commit()  # then the process dies before the rename
@@ -192,8 +220,8 @@ def _worker(path: str, start: int, n_batches: int) -> None:
 
 
 @pytest.mark.slow
-def test_two_concurrent_processes_neither_corrupt_nor_double_count(tmp_path):
-    path = str(tmp_path / "l.db")
+def test_two_concurrent_processes_neither_corrupt_nor_double_count(where, tmp_path):
+    path = where
     Ledger(path).close()
     ctx = mp.get_context("spawn")
     procs = [ctx.Process(target=_worker, args=(path, s, 30)) for s in (0, 3)]
@@ -213,7 +241,7 @@ def test_two_concurrent_processes_neither_corrupt_nor_double_count(tmp_path):
     assert {s.record_id: s.releases for s in led.spent()} == counts
 
 
-def test_cli_budget_refusal_leaves_no_output(tmp_path):
+def test_cli_budget_refusal_leaves_no_output(where, tmp_path):
     from privembed.io import write_embeddings
 
     runner = CliRunner()
@@ -223,7 +251,7 @@ def test_cli_budget_refusal_leaves_no_output(tmp_path):
         np.random.default_rng(0).standard_normal((20, 8)).astype(np.float32),
         ids=list(range(20)),
     )
-    led = tmp_path / "l.db"
+    led = where
     args = ["protect", str(src), "-m", "laplace", "--epsilon", "2", "--ledger", str(led)]
     r = runner.invoke(app, [*args, "-o", str(tmp_path / "a.parquet"), "--budget-epsilon", "6"])
     assert r.exit_code == 0, r.output
@@ -310,8 +338,8 @@ def test_read_only_ledger_can_be_inspected(tmp_path):
     assert hashlib.sha256(p.read_bytes()).hexdigest() == digest
 
 
-def test_spent_finds_int_and_string_ids(tmp_path):
-    p = tmp_path / "l.db"
+def test_spent_finds_int_and_string_ids(where, tmp_path):
+    p = where
     with Ledger(p) as led:
         _release(led, [1, "x"], LaplaceMechanism(epsilon=1.0))
     r = CliRunner().invoke(app, ["ledger", "spent", str(p), "--id", "1", "--json"])
@@ -342,35 +370,33 @@ def test_first_version_ledgers_are_migrated(tmp_path):
         assert led.spent(["a"])[0].epsilon == pytest.approx(8.0)
 
 
-def test_lock_contention_is_a_bounded_wait_with_a_message(tmp_path, monkeypatch):
+def test_lock_contention_is_a_bounded_wait_with_a_message(where, monkeypatch):
     """The wait ends at the ledger's timeout. The ledger's clock is replaced by one that
     advances 0.25 s per reading, so the test counts waits instead of timing them."""
     import privembed.ledger as ledger_mod
 
-    p = tmp_path / "l.db"
+    p = where
     Ledger(p).close()
-    holder = sqlite3.connect(p, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    holder = _hold_write_lock(p)  # another process holds the write lock
     waited = []
     clock = iter(range(10**6))
+    led = Ledger(p, timeout=2.0, on_wait=waited.append)
     monkeypatch.setattr(ledger_mod.time, "monotonic", lambda: next(clock) * 0.25)
     try:
-        with Ledger(p, timeout=2.0, on_wait=waited.append) as led:
-            with pytest.raises(LedgerBusy, match="locked by another process"):
-                _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
-        assert waited == [p]
+        with led, pytest.raises(LedgerBusy, match="locked by another process"):
+            _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
+        assert waited == [led.path]
         assert next(clock) < 20  # about timeout / 0.25 readings, not an unbounded loop
     finally:
-        holder.execute("ROLLBACK")
+        monkeypatch.undo()
         holder.close()
-    monkeypatch.undo()
     # released later: the same release goes through
     with Ledger(p) as led:
         _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
 
 
 @pytest.mark.parametrize("cooperative", [True, False])
-def test_sigint_is_not_ignored_while_waiting_for_the_lock(tmp_path, monkeypatch, cooperative):
+def test_sigint_is_not_ignored_while_waiting_for_the_lock(where, monkeypatch, cooperative):
     """Ctrl-C during a lock wait ends the wait at once: the signal is sent when the first wait
     begins (a named checkpoint, no timer), and a second wait would fail the test. Under
     :func:`privembed.cancel.cancellable` (the release front ends) the signal is recorded and the
@@ -380,10 +406,9 @@ def test_sigint_is_not_ignored_while_waiting_for_the_lock(tmp_path, monkeypatch,
 
     from privembed import cancel
 
-    p = tmp_path / "l.db"
+    p = where
     Ledger(p).close()
-    holder = sqlite3.connect(p, isolation_level=None)
-    holder.execute("BEGIN IMMEDIATE")
+    holder = _hold_write_lock(p)
     waits: list[str] = []
 
     def inject(name: str) -> None:
@@ -401,7 +426,6 @@ def test_sigint_is_not_ignored_while_waiting_for_the_lock(tmp_path, monkeypatch,
         assert isinstance(info.value, cancel.Cancelled) == cooperative
         assert waits == ["ledger.wait"]
     finally:
-        holder.execute("ROLLBACK")
         holder.close()
 
 
@@ -479,9 +503,9 @@ def test_record_composition_per_commit_does_not_grow_with_the_number_of_records(
     assert {s.epsilon for s in led.spent(["a0", "b1999"])} == {led.spent(["a1"])[0].epsilon}
 
 
-def test_per_record_refusal_still_names_the_records_over_budget(tmp_path):
+def test_per_record_refusal_still_names_the_records_over_budget(where, tmp_path):
     m = GaussianMechanism(epsilon=1.0, delta=1e-5)
-    led = Ledger(tmp_path / "l.db", budget_epsilon=1.7, budget_delta=1e-5)
+    led = Ledger(where, budget_epsilon=1.7, budget_delta=1e-5)
     _release(led, ["x", "y"], m)
     _release(led, ["x"], m)  # x: two releases (eps 1.465), y: one (eps 1); three: 1.835
     with pytest.raises(
@@ -534,8 +558,8 @@ def test_subject_totals_are_built_for_older_ledgers_and_catch_up_with_older_writ
 # ---- clean-vector aliases: ledger state (issue 24, finding 6) -------------------------------
 
 
-def test_aliases_are_ledger_state_bounded_and_survive_reopening(tmp_path):
-    p = tmp_path / "l.db"
+def test_aliases_are_ledger_state_bounded_and_survive_reopening(where, tmp_path):
+    p = where
     with Ledger(p) as led:
         assert led.claim_aliases(["t1", "t2"], ["A", "B"]) == ["A", "B"]
         # a later text with t1's clean vector belongs to A; a repeated tag within one call too
@@ -544,7 +568,7 @@ def test_aliases_are_ledger_state_bounded_and_survive_reopening(tmp_path):
         assert led.claim_aliases(["t2", "t1"], ["X", "Y"]) == ["B", "A"]
         # bounded: at capacity the least recently used tag is forgotten
         assert led.claim_aliases(["t4"], ["D"], capacity=3) == ["D"]
-        assert led._db.execute("SELECT COUNT(*) FROM aliases").fetchone()[0] == 3
+        assert led._sql.execute("SELECT COUNT(*) FROM aliases").fetchone()[0] == 3
         assert led.claim_aliases(["t3"], ["N"], capacity=3) == ["N"]  # t3 was the oldest
         assert led.claim_aliases(["t1"], ["N"], capacity=3) == ["A"]
     with Ledger(p, readonly=True) as led, pytest.raises(PermissionError, match="read-only"):
@@ -553,7 +577,7 @@ def test_aliases_are_ledger_state_bounded_and_survive_reopening(tmp_path):
         led.claim_aliases(["t9"], [])
 
 
-def test_per_record_check_with_mixed_histories_tests_each_record(tmp_path):
+def test_per_record_check_with_mixed_histories_tests_each_record(where, tmp_path):
     """The quick test takes the largest basic epsilon and the largest Gaussian part over all
     records as one history; when that fails although every record alone passes (one record's
     history is Laplace, another's Gaussian), each record is tested and the release goes on."""
@@ -561,7 +585,7 @@ def test_per_record_check_with_mixed_histories_tests_each_record(tmp_path):
 
     lap, gauss = LaplaceMechanism(epsilon=2.0), GaussianMechanism(epsilon=4.0, delta=1e-5)
     more = GaussianMechanism(epsilon=3.0, delta=1e-5)
-    led = Ledger(tmp_path / "l.db", budget_epsilon=9.0, budget_delta=1e-5)
+    led = Ledger(where, budget_epsilon=9.0, budget_delta=1e-5)
     _release(led, ["a"], lap)  # a: pure 4
     _release(led, ["b"], gauss)  # b: Gaussian, epsilon 4
     c_lap, c_gauss, c_more = (cost_of(m.guarantee) for m in (lap, gauss, more))
@@ -601,10 +625,10 @@ def test_alias_claims_and_publication_commit_with_the_release(tmp_path):
     assert {s.record_id for s in led.spent()} == {"s:a"}
 
 
-def test_an_alias_claimed_by_another_process_meanwhile_refuses_the_commit(tmp_path):
+def test_an_alias_claimed_by_another_process_meanwhile_refuses_the_commit(where, tmp_path):
     from privembed.ledger import AliasConflict
 
-    p = tmp_path / "l.db"
+    p = where
     mine, other = Ledger(p), Ledger(p)
     assert mine.lookup_aliases(["t"]) == {}
     st = mine.stage(LaplaceMechanism(epsilon=1.0))
@@ -614,3 +638,20 @@ def test_an_alias_claimed_by_another_process_meanwhile_refuses_the_commit(tmp_pa
     with pytest.raises(AliasConflict, match="look the aliases up again"):
         st.commit(published=True)
     assert mine.spent() == [] and mine.lookup_aliases(["t"]) == {"t": "s:a"}
+
+
+def test_per_record_subjects_are_charged_each_to_its_own(where):
+    led = Ledger(where)
+    led.set_budget(epsilon=4.0, delta=1e-5, subject=True)
+    m = LaplaceMechanism(epsilon=1.0)  # 2 per record release
+    st = led.stage(m)
+    st.add([record_key(i) for i in "abc"], subjects=["alice", "bob", "alice"])
+    st.commit()
+    assert led.spent_subject("alice").epsilon == pytest.approx(4.0)
+    assert led.spent_subject("bob").epsilon == pytest.approx(2.0)
+    st = led.stage(m)
+    st.add([record_key("d"), record_key("e")], subjects=["alice", "bob"])
+    with pytest.raises(BudgetExceeded, match="subject 'alice' would exceed"):
+        st.commit()
+    assert led.spent_subject("bob").releases == 1
+    led.close()

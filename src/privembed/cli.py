@@ -284,7 +284,12 @@ def protect(
         typer.Option(help="Randomness policy (aes, chacha: CSPRNG; need randomgen)."),
     ] = None,
     ledger: Annotated[
-        Path | None, typer.Option(help="Privacy ledger (SQLite) that records and checks releases.")
+        str | None,
+        typer.Option(
+            help="Privacy ledger that records and checks releases: an SQLite file, or a "
+            "postgresql:// URL shared by several processes (password from PGPASSWORD or "
+            "~/.pgpass)."
+        ),
     ] = None,
     budget_epsilon: Annotated[
         float | None,
@@ -431,6 +436,9 @@ def _charge_line(summary: Any, ledger: Any) -> str:
     """What the release cost, consistent with the ledger: a free re-release is not 'charged'."""
     if ledger is None:
         return f"{summary.charge}; no ledger records it"
+    from .ledger import redact_url
+
+    ledger = redact_url(str(ledger))
     fresh, free = summary.fresh or 0, summary.free or 0
     if fresh == 0:
         return (

@@ -1,6 +1,7 @@
 """The privacy ledger: every fresh release of a record spends budget; the ledger remembers.
 
-An SQLite file records each release of each record -- its canonically typed id, the subject
+A ledger -- an SQLite file, or a PostgreSQL database that several processes and machines share
+(a ``postgresql://`` URL; :mod:`privembed.ledger_pg`) -- records each release of each record -- its canonically typed id, the subject
 it is charged to (a user or API client, if any), the configuration fingerprint, the key id and
 *tag commitment* of keyed noise (:func:`privembed.keyed.tag_commitment`), what the release costs
 (:func:`privembed.accounting.cost_of`), a digest of the output -- and composes a record's
@@ -34,6 +35,17 @@ Budgets are ledger state: :meth:`Ledger.set_budget` sets or lowers them; raising
 ``allow_raise=True`` and is recorded with its time in the budget history. Inspection
 (``readonly=True``) opens the file read-only and refuses a file that is not a privembed ledger,
 leaving it byte-identical.
+
+Backends
+--------
+The semantics above live once, in :class:`Ledger` and :class:`StagedRelease`; a backend holds
+only what its database does differently: the connection, the SQL dialect, the schema's types,
+staging tables and the write lock (:class:`_SQLiteBackend` here: ``BEGIN IMMEDIATE`` on a file;
+:class:`privembed.ledger_pg.PostgresBackend`: a transaction-scoped advisory lock). Both take the
+write lock in bounded steps, so the ledger's timeout (:class:`LedgerBusy`) and its cooperative
+checkpoint (``ledger.wait``) are the same. A PostgreSQL connection that breaks raises
+:class:`LedgerUnreachable` (a :class:`LedgerBusy`: try again later) from whatever operation
+found it, and a release is never reported as recorded unless its commit was acknowledged.
 """
 
 from __future__ import annotations
@@ -44,7 +56,7 @@ import math
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +74,7 @@ from .accounting import (
 )
 from .cancel import checkpoint
 from .keyed import typed_id
+from .ledger_pg import PostgresBackend, is_postgres_url, redact_url
 
 __all__ = [
     "AliasConflict",
@@ -71,13 +84,16 @@ __all__ = [
     "DuplicateIds",
     "Ledger",
     "LedgerBusy",
+    "LedgerUnreachable",
     "NotALedger",
     "Spent",
     "StagedRelease",
     "display_key",
+    "is_postgres_url",
     "key_value",
     "ledger_for_command",
     "record_key",
+    "redact_url",
 ]
 
 #: ``PRAGMA application_id`` of a privembed ledger ("pemb")
@@ -179,6 +195,12 @@ class LedgerBusy(RuntimeError):
     """Another process held the ledger's write lock for longer than the wait allowed."""
 
 
+class LedgerUnreachable(LedgerBusy):
+    """The ledger's database could not be reached, or the connection broke (PostgreSQL): the
+    operation was not recorded (a commit in flight may have been: the conservative direction).
+    Ledger-bound work must stop; the next operation connects again."""
+
+
 class AliasConflict(RuntimeError):
     """Another process claimed an alias tag for another owner after it was looked up (the
     release was not recorded; look the tags up again and retry)."""
@@ -254,7 +276,12 @@ def ledger_for_command(path: str | Path, **kwargs: Any) -> Iterator[Ledger]:
     anything, the empty ledger is removed again (with its WAL files), so such a failure leaves
     nothing behind. A ledger that records a committed release is never removed: its output may
     already be out (a stream on stdout, batches upserted into a store), and the ledger is the
-    only trace of that spend; the error then carries a note saying the ledger was kept."""
+    only trace of that spend; the error then carries a note saying the ledger was kept. A
+    PostgreSQL ledger (a URL) is shared state and is never removed."""
+    if is_postgres_url(path):
+        with Ledger(path, **kwargs) as led:
+            yield led
+        return
     p = Path(path)
     created = not p.exists()
     try:
@@ -290,20 +317,105 @@ def _committed_batches(path: Path) -> int:
         return 0
 
 
-#: per (subject, relation): the running totals of releases (fresh ones composed, free counted)
+#: per (subject, relation): the running totals of releases (fresh ones composed, free counted);
+#: the ledger's shared SQL is written for both backends (PostgreSQL's backend turns ``?`` into
+#: ``%s`` and drops SQLite's planner hints ``NOT INDEXED`` and ``CROSS JOIN``)
 _TOTALS_OF_RELEASES = """
 SELECT subject, relation,
-       TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN epsilon END),
-       TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN delta END),
-       TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NOT NULL
-                  THEN 1.0 / (noise_multiplier * noise_multiplier) END),
-       SUM(free = 0), SUM(free != 0)
+       COALESCE(SUM(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN epsilon END), 0.0),
+       COALESCE(SUM(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN delta END), 0.0),
+       COALESCE(SUM(CASE WHEN free = 0 AND noise_multiplier IS NOT NULL
+                  THEN 1.0 / (noise_multiplier * noise_multiplier) END), 0.0),
+       SUM(CASE WHEN free = 0 THEN 1 ELSE 0 END), SUM(CASE WHEN free != 0 THEN 1 ELSE 0 END)
 FROM releases NOT INDEXED WHERE seq > ? AND subject IS NOT NULL {where} GROUP BY subject, relation
 """
+
+#: add to a subject's running totals (columns qualified: PostgreSQL needs it, SQLite allows it)
+_TOTALS_UPSERT = (
+    "ON CONFLICT(subject, relation) DO UPDATE SET "
+    "epsilon = subject_totals.epsilon + excluded.epsilon, "
+    "delta = subject_totals.delta + excluded.delta, mu2 = subject_totals.mu2 + excluded.mu2, "
+    "fresh = subject_totals.fresh + excluded.fresh, free = subject_totals.free + excluded.free"
+)
 
 
 def _composition(rel: str, eps: float, dlt: float, mu2: float, fresh: int) -> Composition:
     return Composition(Neighbouring(rel), float(eps), float(dlt), float(mu2), int(fresh))
+
+
+class _SQLiteBackend:
+    """The SQLite backend: one file, ``BEGIN IMMEDIATE`` as the write lock (see the module
+    docstring); SQL runs as the ledger writes it."""
+
+    kind = "sqlite"
+    integrity_error: type[Exception] = sqlite3.IntegrityError
+    #: a file's connection never changes (PostgreSQL's may be replaced after a loss)
+    generation = 1
+
+    def __init__(self, path: Path, *, readonly: bool) -> None:
+        self.path = path
+        self.where = str(path)
+        self.db: sqlite3.Connection = (
+            self._connect_readonly()
+            if readonly
+            else sqlite3.connect(path, timeout=0.2, isolation_level=None)
+        )
+
+    def _connect_readonly(self) -> sqlite3.Connection:
+        uri = self.path.resolve().as_uri()
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None)
+        try:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            # a WAL ledger in a read-only folder cannot create its -shm file: read it as an
+            # immutable snapshot instead (nothing is written either way)
+            db.close()
+            return sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.db.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.db.executemany(sql, rows)
+
+    def begin(self) -> None:
+        self.db.execute("BEGIN")
+
+    def try_begin_write(self) -> bool:
+        """One bounded attempt (the connection's 0.2 s busy wait) at the write lock."""
+        try:
+            self.db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            return False
+        return True
+
+    def commit(self) -> None:
+        self.db.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.db.execute("ROLLBACK")
+
+    def table_exists(self, name: str) -> bool:
+        row = self.db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
+        ).fetchone()
+        return row is not None
+
+    def create_staging(self, name: str) -> None:
+        self.db.execute("PRAGMA temp_store = FILE")
+        self.db.execute(
+            f"CREATE TEMP TABLE {name} (record_id TEXT PRIMARY KEY, tag TEXT, "
+            "output_digest TEXT, free INTEGER NOT NULL DEFAULT 0, subject TEXT) WITHOUT ROWID"
+        )
+
+    def drop_staging(self, name: str) -> None:
+        self.db.execute(f"DROP TABLE IF EXISTS temp.{name}")
+
+    def close(self) -> None:
+        self.db.close()
 
 
 def _is_ledger(db: sqlite3.Connection) -> bool | str:
@@ -320,14 +432,17 @@ def _is_ledger(db: sqlite3.Connection) -> bool | str:
 
 
 class Ledger:
-    """A per-record privacy ledger in an SQLite file.
+    """A per-record privacy ledger in an SQLite file or a PostgreSQL database.
 
     Parameters
     ----------
     path : str or Path
-        The ledger file (created if missing, unless ``readonly``).
+        The ledger file (created if missing, unless ``readonly``), or a ``postgresql://`` URL
+        of a database that several processes and machines share (its tables are created in
+        the connection's current schema if it has none; see :mod:`privembed.ledger_pg`).
     readonly : bool
-        Open for inspection only: the file is opened read-only and never modified.
+        Open for inspection only: the file is opened read-only and never modified (a
+        PostgreSQL session is read-only: the server refuses writes).
     timeout : float
         Seconds to wait for another process's write lock before :class:`LedgerBusy`.
     on_wait : callable, optional
@@ -338,7 +453,9 @@ class Ledger:
     Raises
     ------
     NotALedger
-        The file exists but is not a privembed ledger (it is left byte-identical).
+        The file (database) exists but is not a privembed ledger (it is left byte-identical).
+    LedgerUnreachable
+        The PostgreSQL database could not be reached.
     """
 
     def __init__(
@@ -347,36 +464,68 @@ class Ledger:
         *,
         readonly: bool = False,
         timeout: float = 60.0,
-        on_wait: Callable[[Path], None] | None = None,
+        on_wait: Callable[[Any], None] | None = None,
         budget_epsilon: float | None = None,
         budget_delta: float | None = None,
     ) -> None:
-        self.path = Path(path)
         self.readonly = readonly
         self.timeout = check_real("timeout", timeout, ge=0)
         self.on_wait = on_wait
-        if self.path.is_dir():
-            raise IsADirectoryError(f"ledger path is a directory: {self.path}")
-        exists = self.path.exists() and self.path.stat().st_size > 0
-        if readonly and not self.path.exists():
-            raise FileNotFoundError(f"ledger not found: {self.path}")
+        self._sql: Any
+        self.path: Path | str
+        if is_postgres_url(path):
+            self._sql = PostgresBackend(
+                str(path),
+                readonly=readonly,
+                timeout=self.timeout,
+                unreachable=LedgerUnreachable,
+                data_error=DataError,
+            )
+            self.path = self._sql.where  # the URL without its password
+            self._open_postgres()
+        else:
+            self.path = Path(path)
+            self._open_sqlite()
+        self._has_totals = self._sql.table_exists("subject_totals")
+        if budget_epsilon is not None or budget_delta is not None:
+            self.confirm_budget(budget_epsilon, budget_delta)
+
+    @property
+    def _db(self) -> Any:
+        """The backend's DB-API connection (``sqlite3.Connection`` or ``psycopg.Connection``)."""
+        return self._sql.db
+
+    @property
+    def backend(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return str(self._sql.kind)
+
+    # ---- opening ---------------------------------------------------------------------------
+    def _open_sqlite(self) -> None:
+        assert isinstance(self.path, Path)
+        path, readonly = self.path, self.readonly
+        if path.is_dir():
+            raise IsADirectoryError(f"ledger path is a directory: {path}")
+        exists = path.exists() and path.stat().st_size > 0
+        if readonly and not path.exists():
+            raise FileNotFoundError(f"ledger not found: {path}")
+        sql: _SQLiteBackend | None = None
         try:
-            if readonly:
-                self._db = self._connect_readonly()
-            else:
-                self._db = sqlite3.connect(self.path, timeout=0.2, isolation_level=None)
-            kind = _is_ledger(self._db) if exists or readonly else True
+            sql = _SQLiteBackend(path, readonly=readonly)
+            kind = _is_ledger(sql.db) if exists or readonly else True
         except sqlite3.DatabaseError as exc:
-            with contextlib.suppress(Exception):
-                self._db.close()
+            if sql is not None:
+                with contextlib.suppress(Exception):
+                    sql.close()
             raise NotALedger(
-                f"{self.path} is not a privembed ledger ({str(exc).splitlines()[0]}); it was "
+                f"{path} is not a privembed ledger ({str(exc).splitlines()[0]}); it was "
                 "left untouched."
             ) from None
+        self._sql = sql
         if not kind:
-            self._db.close()
+            sql.close()
             raise NotALedger(
-                f"{self.path} is not a privembed ledger (an SQLite file without its tables); "
+                f"{path} is not a privembed ledger (an SQLite file without its tables); "
                 "it was left untouched."
             )
         self._v1 = kind == "v1"
@@ -389,22 +538,38 @@ class Ledger:
                 self._migrate_v1()
             elif self._db.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:
                 self._migrate_v2()
-        self._has_totals = self._table_exists("subject_totals")
-        if budget_epsilon is not None or budget_delta is not None:
-            self.confirm_budget(budget_epsilon, budget_delta)
 
-    # ---- opening ---------------------------------------------------------------------------
-    def _connect_readonly(self) -> sqlite3.Connection:
-        uri = self.path.resolve().as_uri()
-        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, isolation_level=None)
+    def _open_postgres(self) -> None:
+        """Refuse a database that is not a ledger; create the tables in one that has none."""
+        sql = self._sql
         try:
-            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            return db
-        except sqlite3.OperationalError:
-            # a WAL ledger in a read-only folder cannot create its -shm file: read it as an
-            # immutable snapshot instead (nothing is written either way)
-            db.close()
-            return sqlite3.connect(f"{uri}?immutable=1", uri=True, isolation_level=None)
+            kind = sql.identify()
+            if kind == "empty" and not self.readonly:
+                with self._write():  # replicas starting together create the tables once
+                    kind = sql.identify()
+                    if kind == "empty":
+                        sql.create_schema()
+                        kind = "ledger"
+        except BaseException:
+            sql.close()
+            raise
+        if kind != "ledger":
+            sql.close()
+            what = (
+                "holds no privembed ledger; nothing was written"
+                if kind == "empty"
+                else "is not a privembed ledger (it has tables named like the ledger's without "
+                "its marker); it was left untouched"
+            )
+            raise NotALedger(f"the database {self.path} {what}.")
+        version = int(sql.schema_version())
+        if version != SCHEMA_VERSION:
+            sql.close()
+            raise NotALedger(
+                f"the database {self.path} holds a privembed ledger of schema version "
+                f"{version}; this privembed reads version {SCHEMA_VERSION}."
+            )
+        self._v1 = False
 
     def _v1_views(self) -> None:
         """Read a first-version ledger through views in the current schema (nothing written:
@@ -478,35 +643,29 @@ class Ledger:
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _table_exists(self, name: str) -> bool:
-        row = self._db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)
-        ).fetchone()
-        return row is not None
+        return bool(self._sql.table_exists(name))
 
     def _watermark(self) -> int:
         """The last release folded into the subject totals."""
-        row = self._db.execute("SELECT value FROM settings WHERE name = 'totals_seq'").fetchone()
+        row = self._sql.execute("SELECT value FROM settings WHERE name = 'totals_seq'").fetchone()
         return int(row[0]) if row else 0
 
     def _fold_totals(self) -> None:
         """Bring the subject totals up to the last release (inside a write transaction):
         rows past the watermark were written by a version that kept no totals."""
         mark = self._watermark()
-        last = self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM releases").fetchone()[0]
+        last = self._sql.execute("SELECT COALESCE(MAX(seq), 0) FROM releases").fetchone()[0]
         if last > mark:
-            self._db.execute(
+            self._sql.execute(
                 "INSERT INTO subject_totals(subject, relation, epsilon, delta, mu2, fresh, free) "
                 + _TOTALS_OF_RELEASES.format(where="")
-                + "ON CONFLICT(subject, relation) DO UPDATE SET "
-                "epsilon = epsilon + excluded.epsilon, delta = delta + excluded.delta, "
-                "mu2 = mu2 + excluded.mu2, fresh = fresh + excluded.fresh, "
-                "free = free + excluded.free",
+                + _TOTALS_UPSERT,
                 (mark,),
             )
         self._set_watermark(last)
 
     def _set_watermark(self, seq: int) -> None:
-        self._db.execute(
+        self._sql.execute(
             "INSERT INTO settings(name, value) VALUES ('totals_seq', ?) "
             "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
             (str(int(seq)),),
@@ -517,13 +676,13 @@ class Ledger:
         running totals plus any rows past the watermark (all rows for a version-2 file)."""
         rows: list[tuple[Any, ...]] = []
         if self._has_totals:
-            rows += self._db.execute(
+            rows += self._sql.execute(
                 "SELECT subject, relation, epsilon, delta, mu2, fresh, free FROM subject_totals "
                 "WHERE subject = ?",
                 (subject,),
             ).fetchall()
         mark = self._watermark() if self._has_totals else 0
-        rows += self._db.execute(
+        rows += self._sql.execute(
             _TOTALS_OF_RELEASES.format(where="AND subject = ?"), (mark, subject)
         ).fetchall()
         comp, total, free = Composition(), 0, 0
@@ -535,7 +694,7 @@ class Ledger:
         return comp, total, free
 
     def close(self) -> None:
-        self._db.close()
+        self._sql.close()
 
     def __enter__(self) -> Ledger:
         return self
@@ -546,37 +705,33 @@ class Ledger:
     # ---- transactions ----------------------------------------------------------------------
     @contextlib.contextmanager
     def _write(self) -> Iterator[None]:
-        """``BEGIN IMMEDIATE`` with a bounded wait for another process's lock."""
+        """The backend's write lock (SQLite's ``BEGIN IMMEDIATE``, PostgreSQL's advisory lock)
+        with a bounded wait for another process's lock."""
         if self.readonly:
             raise PermissionError(f"ledger {self.path} is open read-only.")
         deadline = time.monotonic() + self.timeout
         told = False
-        while True:
-            try:
-                self._db.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise LedgerBusy(
-                        f"ledger {self.path} is locked by another process (waited "
-                        f"{self.timeout:g} s); try again later."
-                    ) from None
-                if not told and self.on_wait is not None:
-                    self.on_wait(self.path)
-                    told = True
-                checkpoint("ledger.wait")  # a signal ends the wait here
+        while not self._sql.try_begin_write():
+            if time.monotonic() >= deadline:
+                raise LedgerBusy(
+                    f"ledger {self.path} is locked by another process (waited "
+                    f"{self.timeout:g} s); try again later."
+                )
+            if not told and self.on_wait is not None:
+                self.on_wait(self.path)
+                told = True
+            checkpoint("ledger.wait")  # a signal ends the wait here
         try:
             yield
         except BaseException:
-            self._db.execute("ROLLBACK")
+            with contextlib.suppress(LedgerUnreachable):  # the transaction died with it
+                self._sql.rollback()
             raise
-        self._db.execute("COMMIT")
+        self._sql.commit()
 
     # ---- budgets ---------------------------------------------------------------------------
     def _settings(self) -> dict[str, str]:
-        return dict(self._db.execute("SELECT name, value FROM settings").fetchall())
+        return dict(self._sql.execute("SELECT name, value FROM settings").fetchall())
 
     def _budget(self, scope: str) -> Budget | None:
         rows = self._settings()
@@ -640,12 +795,12 @@ class Ledger:
                 )
             action = "set" if old is None else ("raise" if raising else "lower")
             for name, value in ((f"{prefix}_epsilon", epsilon), (f"{prefix}_delta", delta)):
-                self._db.execute(
+                self._sql.execute(
                     "INSERT INTO settings(name, value) VALUES (?, ?) "
                     "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                     (name, repr(float(value))),
                 )
-            self._db.execute(
+            self._sql.execute(
                 "INSERT INTO budget_history(scope, epsilon, delta, previous, action, changed) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (
@@ -681,7 +836,7 @@ class Ledger:
 
     def budget_history(self) -> list[dict[str, Any]]:
         """Every budget change, oldest first."""
-        cur = self._db.execute("SELECT * FROM budget_history ORDER BY seq")
+        cur = self._sql.execute("SELECT * FROM budget_history ORDER BY seq")
         names = [c[0] for c in cur.description]
         return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
@@ -713,16 +868,17 @@ class Ledger:
         Each record's history is aggregated in SQL; each distinct history is composed once.
         """
         columns = (
-            "record_id, MIN(seq), COUNT(*), SUM(free != 0), "
+            "record_id, MIN(seq), COUNT(*), SUM(CASE WHEN free != 0 THEN 1 ELSE 0 END), "
             "MIN(CASE WHEN free = 0 THEN relation END), "
             "COUNT(DISTINCT CASE WHEN free = 0 THEN relation END), "
-            "TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN epsilon END), "
-            "TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN delta END), "
-            "TOTAL(CASE WHEN free = 0 AND noise_multiplier IS NOT NULL "
-            "THEN 1.0 / (noise_multiplier * noise_multiplier) END), SUM(free = 0)"
+            "COALESCE(SUM(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN epsilon END), 0.0), "
+            "COALESCE(SUM(CASE WHEN free = 0 AND noise_multiplier IS NULL THEN delta END), 0.0), "
+            "COALESCE(SUM(CASE WHEN free = 0 AND noise_multiplier IS NOT NULL "
+            "THEN 1.0 / (noise_multiplier * noise_multiplier) END), 0.0), "
+            "SUM(CASE WHEN free = 0 THEN 1 ELSE 0 END)"
         )
         if ids is None:
-            rows = self._db.execute(
+            rows = self._sql.execute(
                 f"SELECT {columns} FROM releases GROUP BY record_id ORDER BY MIN(seq)"
             ).fetchall()
         else:
@@ -731,7 +887,7 @@ class Ledger:
             for start in range(0, len(keys), _LOOKUP_CHUNK):
                 chunk = keys[start : start + _LOOKUP_CHUNK]
                 marks = ",".join("?" * len(chunk))
-                rows += self._db.execute(
+                rows += self._sql.execute(
                     f"SELECT {columns} FROM releases WHERE record_id IN ({marks}) "
                     "GROUP BY record_id",
                     chunk,
@@ -764,13 +920,13 @@ class Ledger:
     def subjects(self) -> list[str]:
         """Every subject that has releases, in name order."""
         if self._has_totals:
-            rows = self._db.execute(
+            rows = self._sql.execute(
                 "SELECT DISTINCT subject FROM subject_totals UNION SELECT DISTINCT subject FROM "
                 "releases NOT INDEXED WHERE seq > ? AND subject IS NOT NULL ORDER BY 1",
                 (self._watermark(),),
             )
         else:
-            rows = self._db.execute(
+            rows = self._sql.execute(
                 "SELECT DISTINCT subject FROM releases WHERE subject IS NOT NULL ORDER BY 1"
             )
         return [r[0] for r in rows]
@@ -788,7 +944,7 @@ class Ledger:
             chunk = unique[start : start + _LOOKUP_CHUNK]
             marks = ",".join("?" * len(chunk))
             known.update(
-                self._db.execute(f"SELECT tag, owner FROM aliases WHERE tag IN ({marks})", chunk)
+                self._sql.execute(f"SELECT tag, owner FROM aliases WHERE tag IN ({marks})", chunk)
             )
         return known
 
@@ -798,7 +954,7 @@ class Ledger:
         """Inside a write transaction: record each tag's owner (the one already recorded
         wins; ``strict``: a different recorded owner is an :class:`AliasConflict`), mark them
         used, forget the least recently used beyond ``capacity``."""
-        db = self._db
+        db = self._sql
         known = self.lookup_aliases(tags)
         for tag, owner in zip(tags, owners, strict=True):
             have = known.setdefault(tag, owner)
@@ -849,14 +1005,14 @@ class Ledger:
 
     def export(self) -> list[dict[str, Any]]:
         """Every release row as a dict (for JSON/CSV export)."""
-        cur = self._db.execute("SELECT * FROM releases ORDER BY seq")
+        cur = self._sql.execute("SELECT * FROM releases ORDER BY seq")
         names = [c[0] for c in cur.description]
         return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
     def unpublished(self) -> list[dict[str, Any]]:
         """Releases that were charged but whose output was never published (a crash between
         the ledger commit and the rename): conservative, listed so they can be explained."""
-        cur = self._db.execute(
+        cur = self._sql.execute(
             "SELECT batch, created, destination, records, fresh FROM batches "
             "WHERE published IS NULL ORDER BY created"
         )
@@ -865,12 +1021,12 @@ class Ledger:
 
     def summary(self) -> dict[str, Any]:
         """Budgets and counts per configuration, with each configuration's mechanism."""
-        rows = self._db.execute(
+        rows = self._sql.execute(
             "SELECT b.config_fp, b.key_id, MAX(b.mechanism), MAX(b.guarantee), SUM(b.records), "
             "SUM(b.records - b.fresh), MIN(b.created), MAX(b.created), COUNT(*) FROM batches b "
             "GROUP BY b.config_fp, b.key_id ORDER BY MIN(b.created)"
         ).fetchall()
-        records = self._db.execute("SELECT COUNT(DISTINCT record_id) FROM releases").fetchone()[0]
+        records = self._sql.execute("SELECT COUNT(DISTINCT record_id) FROM releases").fetchone()[0]
         out = []
         for fp, kid, mech, guar, n, free, first, last, nb in rows:
             out.append(
@@ -946,13 +1102,17 @@ class StagedRelease:
         self.committed = False
         self.per_record_subjects = False  # set by add(subjects=...)
         self._claims: tuple[list[str], list[str], int] | None = None
-        db = ledger._db
-        db.execute("PRAGMA temp_store = FILE")
-        db.execute(
-            f"CREATE TEMP TABLE {self._table} (record_id TEXT PRIMARY KEY, tag TEXT, "
-            "output_digest TEXT, free INTEGER NOT NULL DEFAULT 0, subject TEXT) WITHOUT ROWID"
-        )
+        #: the staging table lives on this connection (PostgreSQL's may be replaced after a loss)
+        self._generation = ledger._sql.generation
+        ledger._sql.create_staging(self._table)
         self._check_budget_possible()
+
+    def _same_connection(self) -> None:
+        if self.ledger._sql.generation != self._generation:
+            raise LedgerUnreachable(
+                f"the connection to the ledger {self.ledger.path} was lost while this release "
+                "was staged; nothing of it was recorded."
+            )
 
     def _check_budget_possible(self) -> None:
         """Fail fast: refuse when even one release alone exceeds a budget."""
@@ -994,18 +1154,23 @@ class StagedRelease:
         sj = list(subjects) if subjects is not None else [self.subject] * n
         if len(tg) != n or len(od) != n or len(sj) != n:
             raise ValueError("keys, tags, output_digests and subjects must have the same length.")
-        db = self.ledger._db
+        self._same_connection()
+        db = self.ledger._sql
         try:
-            db.execute("BEGIN")
+            db.begin()
             db.executemany(
                 f"INSERT INTO {self._table}(record_id, tag, output_digest, subject) "
                 "VALUES (?, ?, ?, ?)",
                 zip(keys, tg, od, sj, strict=True),
             )
-            db.execute("COMMIT")
-        except sqlite3.IntegrityError:
-            db.execute("ROLLBACK")
+            db.commit()
+        except db.integrity_error:
+            db.rollback()
             raise DuplicateIds(self._describe_duplicates(list(keys))) from None
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error, LedgerBusy):
+                db.rollback()
+            raise
         self.count += n
 
     def _describe_duplicates(self, keys: list[str]) -> str:
@@ -1015,7 +1180,7 @@ class StagedRelease:
             if k in seen and k not in dups:
                 dups.append(k)
             seen.add(k)
-        db = self.ledger._db
+        db = self.ledger._sql
         for start in range(0, len(keys), _LOOKUP_CHUNK):
             chunk = list(dict.fromkeys(keys[start : start + _LOOKUP_CHUNK]))
             marks = ",".join("?" * len(chunk))
@@ -1063,15 +1228,17 @@ class StagedRelease:
         if self.committed:
             raise RuntimeError("this release was already committed.")
         led = self.ledger
-        db = led._db
+        self._same_connection()
+        db = led._sql
         t = self._table
         refused: BudgetExceeded | None = None
         with led._write():
             if self._claims is not None:  # recorded even when the budget refuses the release
                 led._record_aliases(*self._claims[:2], self._claims[2], strict=True)
             db.execute(
-                f"UPDATE {t} SET free = EXISTS(SELECT 1 FROM releases r WHERE "
-                f"r.record_id = {t}.record_id AND r.tag = {t}.tag) WHERE tag IS NOT NULL"
+                f"UPDATE {t} SET free = CAST(EXISTS(SELECT 1 FROM releases r WHERE "
+                f"r.record_id = {t}.record_id AND r.tag = {t}.tag) AS INTEGER) "
+                "WHERE tag IS NOT NULL"
             )
             self.fresh = db.execute(f"SELECT COUNT(*) FROM {t} WHERE free = 0").fetchone()[0]
             try:
@@ -1091,7 +1258,7 @@ class StagedRelease:
     def _record(self, published: bool) -> None:
         """Write the release's rows (inside the commit's transaction)."""
         led = self.ledger
-        db = led._db
+        db = led._sql
         t = self._table
         now = time.time()
         c = self.cost
@@ -1133,10 +1300,7 @@ class StagedRelease:
         for subject, n, n_free in self._subject_counts():
             db.execute(
                 "INSERT INTO subject_totals(subject, relation, epsilon, delta, mu2, fresh, "
-                "free) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(subject, relation) DO UPDATE "
-                "SET epsilon = epsilon + excluded.epsilon, delta = delta + excluded.delta, "
-                "mu2 = mu2 + excluded.mu2, fresh = fresh + excluded.fresh, "
-                "free = free + excluded.free",
+                "free) VALUES (?, ?, ?, ?, ?, ?, ?) " + _TOTALS_UPSERT,
                 (
                     subject,
                     c.relation.value,
@@ -1164,15 +1328,16 @@ class StagedRelease:
         t = self._table
         history = (
             "SELECT s.record_id AS rid, MIN(r.relation) AS rel, MAX(r.relation) AS rel2, "
-            "TOTAL(CASE WHEN r.noise_multiplier IS NULL THEN r.epsilon END) AS eb, "
-            "TOTAL(CASE WHEN r.noise_multiplier IS NULL THEN r.delta END) AS db, "
-            "TOTAL(CASE WHEN r.noise_multiplier IS NOT NULL "
-            "THEN 1.0 / (r.noise_multiplier * r.noise_multiplier) END) AS g, COUNT(*) AS n "
+            "COALESCE(SUM(CASE WHEN r.noise_multiplier IS NULL THEN r.epsilon END), 0.0) AS eb, "
+            "COALESCE(SUM(CASE WHEN r.noise_multiplier IS NULL THEN r.delta END), 0.0) AS db, "
+            "COALESCE(SUM(CASE WHEN r.noise_multiplier IS NOT NULL "
+            "THEN 1.0 / (r.noise_multiplier * r.noise_multiplier) END), 0.0) AS g, "
+            "COUNT(*) AS n "
             f"FROM {t} s CROSS JOIN releases r ON r.record_id = s.record_id AND r.free = 0 "
             "WHERE s.free = 0 GROUP BY s.record_id"
         )
-        rel_lo, rel_hi, eb, db, g, n = led._db.execute(
-            f"SELECT MIN(rel), MAX(rel2), MAX(eb), MAX(db), MAX(g), MAX(n) FROM ({history})"
+        rel_lo, rel_hi, eb, db, g, n = led._sql.execute(
+            f"SELECT MIN(rel), MAX(rel2), MAX(eb), MAX(db), MAX(g), MAX(n) FROM ({history}) h"
         ).fetchone()
         if not n:
             return  # no record of this release has a history: one release each is allowed
@@ -1187,7 +1352,7 @@ class StagedRelease:
         if eps <= budget.epsilon * (1 + 1e-12) and dlt <= budget.delta * (1 + 1e-12):
             return
         rids, cols = [], []
-        for rid, _, _, e, d, m, _ in led._db.execute(history):
+        for rid, _, _, e, d, m, _ in led._sql.execute(history):
             rids.append(rid)
             cols.append((e, d, m))
         arr = np.asarray(cols, dtype=np.float64).reshape(-1, 3)
@@ -1216,7 +1381,7 @@ class StagedRelease:
         out = []
         for k in keys:
             comp = Composition()
-            for rel, eps, dlt, nm in self.ledger._db.execute(
+            for rel, eps, dlt, nm in self.ledger._sql.execute(
                 "SELECT relation, epsilon, delta, noise_multiplier FROM releases "
                 "WHERE record_id = ? AND free = 0",
                 (k,),
@@ -1227,7 +1392,7 @@ class StagedRelease:
 
     def _check_relations(self) -> None:
         t = self._table
-        row = self.ledger._db.execute(
+        row = self.ledger._sql.execute(
             f"SELECT s.record_id, r.relation FROM {t} s CROSS JOIN releases r ON r.record_id = "
             "s.record_id AND r.free = 0 WHERE s.free = 0 AND r.relation != ? LIMIT 1",
             (self.cost.relation.value,),
@@ -1246,8 +1411,9 @@ class StagedRelease:
             return [(self.subject, self.fresh, self.count - self.fresh)]
         return [
             (str(sj), int(n_fresh), int(n_free))
-            for sj, n_fresh, n_free in self.ledger._db.execute(
-                f"SELECT subject, SUM(free = 0), SUM(free != 0) FROM {self._table} "
+            for sj, n_fresh, n_free in self.ledger._sql.execute(
+                "SELECT subject, SUM(CASE WHEN free = 0 THEN 1 ELSE 0 END), "
+                f"SUM(CASE WHEN free != 0 THEN 1 ELSE 0 END) FROM {self._table} "
                 "WHERE subject IS NOT NULL GROUP BY subject ORDER BY subject"
             )
         ]
@@ -1292,13 +1458,15 @@ class StagedRelease:
         if not self.committed:
             raise RuntimeError("commit the release before marking it published.")
         with self.ledger._write():
-            self.ledger._db.execute(
+            self.ledger._sql.execute(
                 "UPDATE batches SET published = ? WHERE batch = ?", (time.time(), self.batch)
             )
 
     def _drop(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            self.ledger._db.execute(f"DROP TABLE IF EXISTS temp.{self._table}")
+        if self.ledger._sql.generation != self._generation:
+            return  # the staging table died with its connection
+        with contextlib.suppress(sqlite3.Error, LedgerBusy):
+            self.ledger._sql.drop_staging(self._table)
 
     def discard(self) -> None:
         """Forget the staged records (nothing was recorded)."""

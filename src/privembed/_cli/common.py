@@ -76,7 +76,7 @@ KeyedGenerator = Literal["philox", "aes"]
 #: randomness policies (:func:`privembed.rng.set_bit_generator`; aes/chacha need randomgen)
 BitGeneratorName = Literal["pcg64", "pcg64dxsm", "philox", "sfc64", "aes", "chacha"]
 #: vector stores (:mod:`privembed.integrations.stores`)
-StoreKind = Literal["chroma", "qdrant", "faiss"]
+StoreKind = Literal["chroma", "qdrant", "faiss", "pgvector"]
 #: embedding runtimes (:data:`privembed.embedders.BACKENDS`)
 EmbedBackend = Literal["auto", "torch", "onnx", "onnx-int8"]
 

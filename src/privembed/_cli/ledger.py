@@ -1,7 +1,9 @@
 """``privembed ledger show|spent|export|budget``: inspect a privacy ledger, or set its budget.
 
-Inspection opens the file read-only: it never writes to it (not even SQLite's WAL files) and
-refuses a file that is not a privembed ledger. ``budget`` is the one command that changes a
+A ledger is an SQLite file or a ``postgresql://`` URL (its password, if written in it, is
+never printed). Inspection opens the file read-only: it never writes to it (not even SQLite's
+WAL files; a PostgreSQL session is read-only) and refuses a file that is not a privembed
+ledger. ``budget`` is the one command that changes a
 budget; raising one needs ``--raise`` and is recorded with its time.
 """
 
@@ -17,14 +19,18 @@ import typer
 from rich.padding import Padding
 from rich.table import Table
 
-from ..ledger import Ledger, display_key, key_value
+from ..ledger import Ledger, display_key, is_postgres_url, key_value
 from .common import console, err_console, mechanism_text, print_json, user_errors
 
 app = typer.Typer(no_args_is_help=True)
 
 
-def _open(path: Path) -> Ledger:
-    if not path.exists():
+#: a ledger on the command line: a file, or a PostgreSQL URL
+LEDGER_HELP = "Ledger file, or a postgresql:// URL (password from PGPASSWORD or ~/.pgpass)."
+
+
+def _open(path: str) -> Ledger:
+    if not is_postgres_url(path) and not Path(path).exists():
         raise FileNotFoundError(f"ledger not found: {path}")
     return Ledger(path, readonly=True)
 
@@ -50,7 +56,7 @@ def _guarantee_text(g: object) -> str:
 @app.command()
 @user_errors
 def show(
-    ledger: Annotated[Path, typer.Argument(help="Ledger file.")],
+    ledger: Annotated[str, typer.Argument(help=LEDGER_HELP)],
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the full summary as JSON.")
     ] = False,
@@ -64,7 +70,7 @@ def show(
         return
     b, sb = s["budget"], s["subject_budget"]
     console.print(
-        f"{ledger}: {s['records']} record(s); budget per record: "
+        f"{s['path']}: {s['records']} record(s); budget per record: "
         f"{'none' if b is None else f'epsilon={b[0]:g}, delta={b[1]:g}'}; per subject: "
         f"{'none' if sb is None else f'epsilon={sb[0]:g}, delta={sb[1]:g}'}",
         highlight=False,
@@ -126,7 +132,7 @@ def _lookup_keys(ids: list[str]) -> list[str]:
 @app.command()
 @user_errors
 def spent(
-    ledger: Annotated[Path, typer.Argument(help="Ledger file.")],
+    ledger: Annotated[str, typer.Argument(help=LEDGER_HELP)],
     record: Annotated[
         list[str] | None,
         typer.Option("--id", help="Record id(s); 5 finds the int and the string record 5."),
@@ -179,7 +185,7 @@ def spent(
 @app.command()
 @user_errors
 def export(
-    ledger: Annotated[Path, typer.Argument(help="Ledger file.")],
+    ledger: Annotated[str, typer.Argument(help=LEDGER_HELP)],
     fmt: Annotated[
         Literal["json", "csv"], typer.Option("--format", help="Output format.")
     ] = "json",
@@ -198,7 +204,7 @@ def export(
 @app.command()
 @user_errors
 def budget(
-    ledger: Annotated[Path, typer.Argument(help="Ledger file (created if missing).")],
+    ledger: Annotated[str, typer.Argument(help=LEDGER_HELP + " Created if missing.")],
     epsilon: Annotated[float | None, typer.Option(help="epsilon budget.")] = None,
     delta: Annotated[float | None, typer.Option(help="delta budget.")] = None,
     subject: Annotated[
@@ -223,4 +229,5 @@ def budget(
         msg = led.set_budget(
             epsilon=float(eps), delta=float(dlt), subject=subject, allow_raise=allow_raise
         )
-    err_console.print(f"ledger {ledger}: {msg}", highlight=False)
+        where = led.path
+    err_console.print(f"ledger {where}: {msg}", highlight=False)

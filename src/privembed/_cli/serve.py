@@ -61,7 +61,12 @@ def serve(
         console.print(f"config {config}: OK (key id {key_id(cfg.key)}, noise {cfg.server.noise})")
         for m in cfg.models.values():
             console.print(f"  model {m.name} [{m.role}, backend {m.backend}]: {m.describe()}")
-        console.print(f"  {len(cfg.api_keys)} API key(s); ledger: {cfg.server.ledger or 'none'}")
+        from ..ledger_pg import redact_url
+
+        led = cfg.server.ledger
+        console.print(
+            f"  {len(cfg.api_keys)} API key(s); ledger: {redact_url(str(led)) if led else 'none'}"
+        )
         import os
 
         for b in cfg.backends.values():

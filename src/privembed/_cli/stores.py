@@ -59,7 +59,11 @@ Seed = Annotated[
     int | None, typer.Option(help="Seed for reproducible experiments (omit in production).")
 ]
 LedgerOpt = Annotated[
-    Path | None, typer.Option("--ledger", help="Privacy ledger (SQLite) that records releases.")
+    str | None,
+    typer.Option(
+        "--ledger",
+        help="Privacy ledger that records releases: an SQLite file or a postgresql:// URL.",
+    ),
 ]
 BudgetEps = Annotated[float | None, typer.Option(help="Per-record epsilon budget (ledger).")]
 BudgetDelta = Annotated[float | None, typer.Option(help="Per-record delta budget (ledger).")]
@@ -148,7 +152,7 @@ def _randomness(key_file: Path | None, seed: int | None) -> tuple[bytes | None, 
 
 @contextlib.contextmanager
 def _open_ledger(
-    path: Path | None, budget_epsilon: float | None, budget_delta: float | None
+    path: str | None, budget_epsilon: float | None, budget_delta: float | None
 ) -> Iterator[Any]:
     if (budget_epsilon is not None or budget_delta is not None) and path is None:
         raise ValueError("--budget-epsilon/--budget-delta need --ledger.")
@@ -689,8 +693,11 @@ def protect_shards(
         highlight=False,
     )
     if ledger is not None:
+        from ..ledger import redact_url
+
         err_console.print(
-            f"ledger {ledger}: {summary['ledger_releases']} release(s), one per output shard",
+            f"ledger {redact_url(ledger)}: {summary['ledger_releases']} release(s), one per "
+            "output shard",
             highlight=False,
         )
     err_console.print(f"guarantee: {summary['guarantee']}", highlight=False)

@@ -576,9 +576,9 @@ def _subject(st: _State, request: Request, req: EmbeddingsRequest, key: ApiKeyCo
             param=param,
             code="subject_not_allowed",
         )
-    if not asserted.strip() or len(asserted) > 256:
-        raise _bad(
-            f"{param} must be a non-empty subject of at most 256 characters.",
+    if not asserted.strip() or len(asserted) > 256 or "\x00" in asserted:
+        raise _bad(  # (NUL: no ledger text holds it -- PostgreSQL refuses it)
+            f"{param} must be a non-empty subject of at most 256 characters, without NUL.",
             param=param,
             code="invalid_value",
         )
@@ -629,6 +629,13 @@ def _refusal(st: _State, svc: Service, model: ModelConfig, exc: Exception) -> AP
             code="privacy_budget_exceeded",
         )
     refused["ledger_busy"] += 1  # LedgerUnavailable
+    if getattr(exc, "unreachable", False):  # a lost or refused connection to its database
+        return APIError(
+            503,
+            "The privacy ledger cannot be reached; nothing was released. Retry later.",
+            code="ledger_unavailable",
+            headers={"Retry-After": str(max(1, int(s.ledger_timeout_s + 0.999)))},
+        )
     return APIError(
         503,
         "The privacy ledger is busy (locked by another process); retry later.",
@@ -706,7 +713,7 @@ def _healthz(st: _State) -> JSONResponse:
     if svc is not None:
         h = svc.ledger_health
         body["ledger"] = {"state": h.state, "since": h.since}
-        if h.state == "busy":
+        if h.state in ("busy", "unreachable"):
             body["status"] = "degraded"  # embeddings that need the ledger answer 503
     return JSONResponse(body, status_code=200 if ready else 503)
 

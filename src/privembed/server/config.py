@@ -119,6 +119,15 @@ def _as_path(value: Any, info: ValidationInfo) -> Any:
     return p
 
 
+def _as_ledger(value: Any, info: ValidationInfo) -> Any:
+    """A ledger file (a path, as :func:`_as_path`) or a ``postgresql://`` URL (kept as text)."""
+    from ..ledger_pg import is_postgres_url
+
+    if is_postgres_url(value):
+        return value
+    return _as_path(value, info)
+
+
 def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
@@ -127,6 +136,8 @@ PositiveInt = Annotated[int, Field(gt=0)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Probability = Annotated[float, Field(gt=0, lt=1)]
 ConfigPath = Annotated[Path, BeforeValidator(_as_path)]
+#: a ledger file, or a PostgreSQL database shared by several replicas (a URL)
+LedgerLocation = Annotated[Path | str, BeforeValidator(_as_ledger)]
 
 
 # ---- the tables ------------------------------------------------------------------------------
@@ -141,7 +152,7 @@ class ServerSettings(BaseModel):
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
     key_file: ConfigPath | None = None
     noise: Literal["keyed", "fresh"] = "keyed"
-    ledger: ConfigPath | None = None
+    ledger: LedgerLocation | None = None
     budget_epsilon: PositiveFloat | None = None
     budget_delta: Probability | None = None
     max_inputs: PositiveInt = 256
@@ -189,7 +200,7 @@ class ServerSettings(BaseModel):
             self.subject_budget_delta,
         )
         if any(b is not None for b in budgets) and self.ledger is None:
-            raise _rule("budgets need a ledger (set ledger = PATH).")
+            raise _rule("budgets need a ledger (set ledger = PATH or a postgresql:// URL).")
         if self.max_queue < self.max_inputs:
             raise _rule(
                 f"max_queue ({self.max_queue}) must be >= max_inputs ({self.max_inputs}), or a "

@@ -50,6 +50,12 @@ the group is retried alone, so only the requests that would pass the budget fail
 requests have all been answered already (a client that gave up, a drain that ended) is skipped
 if its turn has not come: nothing is charged for it.
 
+With a PostgreSQL ledger (``ledger = "postgresql://..."``) several replicas share one ledger:
+its write lock is the database's, so budgets hold across replicas. A replica whose connection
+to the ledger breaks, or that cannot reach it, answers ledger-bound requests 503
+(``ledger_unavailable``) -- never a release that the ledger did not acknowledge -- while queries
+and other work that needs no ledger go on; each later ledger operation connects again.
+
 Rows are recorded for releases that were computed but never delivered: a request that timed
 out or was refused at shutdown *after* its release was committed, or a client that hung up.
 That is the conservative direction (the ledger may over-count, never under-count).
@@ -134,7 +140,21 @@ class BudgetRefused(Exception):
 
 
 class LedgerUnavailable(Exception):
-    """The ledger stayed locked by another process longer than ``ledger_timeout_s``."""
+    """The ledger stayed locked by another process longer than ``ledger_timeout_s``, or (with
+    ``unreachable``) its database could not be reached: nothing was released."""
+
+    def __init__(self, message: str = "", *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+def _unavailable(health: LedgerHealth, exc: BaseException) -> LedgerUnavailable:
+    """What a ledger that could not be used answers (503), with ``/healthz`` updated."""
+    from ..ledger import LedgerUnreachable
+
+    unreachable = isinstance(exc, LedgerUnreachable)
+    health.set("unreachable" if unreachable else "busy", str(exc))
+    return LedgerUnavailable(str(exc), unreachable=unreachable)
 
 
 @dataclass
@@ -158,7 +178,7 @@ class _Work:
 class LedgerHealth:
     """What ``/healthz`` reports about the ledger (updated by every ledger operation)."""
 
-    state: str = "ok"  # "ok" | "busy" | "error" | "none"
+    state: str = "ok"  # "ok" | "busy" | "unreachable" | "none"
     since: float = field(default_factory=time.time)
     detail: str = ""
 
@@ -571,9 +591,8 @@ class Service:
                                     (tags, owners))  # fmt: skip
             except AliasConflict:
                 continue
-            except LedgerBusy as exc:
-                self.ledger_health.set("busy", str(exc))
-                raise LedgerUnavailable(str(exc)) from None
+            except LedgerBusy as exc:  # locked, or (LedgerUnreachable) lost
+                raise _unavailable(self.ledger_health, exc) from None
         raise LedgerUnavailable("the ledger's aliases kept changing under concurrent writers.")
 
     def _rounds(
@@ -641,9 +660,8 @@ class Service:
             if ledger is not None:
                 self.ledger_health.set("ok")
             raise BudgetRefused("subject" if "subject" in str(exc) else "record") from None
-        except LedgerBusy as exc:
-            self.ledger_health.set("busy", str(exc))
-            raise LedgerUnavailable(str(exc)) from None
+        except LedgerBusy as exc:  # locked, or (LedgerUnreachable) lost: nothing released
+            raise _unavailable(self.ledger_health, exc) from None
         if ledger is not None:
             self.ledger_health.set("ok")
         return np.asarray(Y, dtype=np.float32)
