@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 LC_VENV ?= .venv-langchain
 LC_STAMP := $(LC_VENV)/.installed
 
-.PHONY: install browser demo test lint typecheck pytest langchain-tests wheel-smoke bench clean
+.PHONY: install browser demo test lint typecheck pytest claims mutations langchain-tests wheel-smoke bench clean
 
 DEMO_STAMP := $(VENV)/.installed-demo
 # pip prints what it collects and installs (no -q): a first install takes a while, visibly
@@ -38,7 +38,7 @@ demo: $(DEMO_STAMP)
 	$(VENV)/bin/privembed demo
 
 ## Install everything and run the whole test suite (lint, format, types, tests, the built wheel).
-test: $(STAMP) browser lint typecheck pytest langchain-tests wheel-smoke
+test: $(STAMP) browser lint typecheck pytest claims langchain-tests wheel-smoke
 
 ## Debian's chromium renders the HTML report in a test (installed when missing and root).
 browser:
@@ -48,14 +48,25 @@ browser:
 	  else echo "the report test needs Debian's chromium: sudo apt-get install chromium"; exit 1; fi; }
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests tests_langchain benchmarks
-	$(VENV)/bin/ruff format --check src tests tests_langchain benchmarks
+	$(VENV)/bin/ruff check src tests tests_langchain benchmarks tools
+	$(VENV)/bin/ruff format --check src tests tests_langchain benchmarks tools
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 pytest: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+## Every security claim fails its tests when it is broken (claims/claims.toml, tools/claims):
+## each claim's mutation is applied to a copy of the source tree and one of its tests must fail.
+## `claims` (part of `test`, so of CI) checks the claims marked fast; `mutations` checks them all.
+claims: $(STAMP)
+	$(PY) -m tools.claims check
+	$(PY) -m tools.claims mutate --fast
+
+mutations: $(STAMP)
+	$(PY) -m tools.claims check
+	$(PY) -m tools.claims mutate
 
 ## LangChain's standard suites, in their own environment: their pytest plugins stay out of ours.
 $(LC_STAMP): pyproject.toml constraints.txt

@@ -1,4 +1,4 @@
-"""The bad-input battery: every case one ``error:`` line, a non-zero exit, nothing written, the
+"""The bad-input battery: every case one ``error:`` line, exit status 2, nothing written, the
 input byte-identical -- for ``protect``, ``info``, ``index`` and ``ledger``."""
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def test_bad_input_one_line_nonzero_nothing_written(tmp_path, monkeypatch, name,
     before = _digest(tmp_path)
     r = runner.invoke(app, args)
     err = r.stderr.strip()
-    assert r.exit_code != 0, (name, r.output)
+    assert r.exit_code == 2, (name, r.exit_code, r.output)  # usage and data errors: 2
     assert err.startswith("error: ") and len(err.splitlines()) == 1, (name, err)
     assert needle in " ".join(err.split()), (name, err)
     assert "Traceback" not in r.output

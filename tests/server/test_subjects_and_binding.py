@@ -173,6 +173,10 @@ def test_serve_host_flag_cannot_bypass_the_loopback_rule(server_key, tmp_path, m
 
     started: list[str] = []
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, *a, **k: started.append("run"))
+    # uvicorn.Config applies the server's logging config, whose handlers write to the
+    # sys.stderr of the moment: CliRunner's, closed after invoke, and every later test that
+    # logs through uvicorn's loggers would write to a closed file (CI lost its stderr)
+    monkeypatch.setattr(uvicorn.Config, "configure_logging", lambda self: None)
     monkeypatch.setattr(runner._Server, "clean", True)
     cfg = tmp_path / "serve.toml"
     cfg.write_text(

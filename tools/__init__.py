@@ -1,0 +1,1 @@
+"""Development tools of the privembed repository (not part of the package or its wheel)."""

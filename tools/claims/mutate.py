@@ -1,0 +1,286 @@
+"""Run each claim's mutations against its tests, in a copy of the source tree.
+
+For the selected claims:
+
+1. the repository's files (``git ls-files``: tracked and untracked-but-not-ignored) are copied to
+   a temporary folder; the checkout itself is never written;
+2. the copy is checked to be what Python imports there (``privembed`` and the console script's
+   module resolve inside it, through ``PYTHONPATH``), so no run can test the checkout instead;
+3. **baseline**: every selected test runs once in the copy, unmutated, and must pass;
+4. **mutations**: each mutation's edits are made in the copy (each ``old`` text must occur
+   exactly once, and the file must still compile), the claim's tests run with ``-x``, and at least
+   one must *fail*; then the file is restored. A run with no failure (the mutation survived), a
+   collection or import error (the mutation broke something else first) or a timeout is a
+   failure of the check.
+
+Tests run with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (third-party pytest plugins load in about
+15 s on a busy machine; the suite's tests need none of them) and without writing bytecode for
+mutated files, so a restored file never meets a stale ``.pyc``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .registry import REPO, Claim, Mutation, RegistryError
+
+#: seconds one pytest run may take before it counts as a timeout
+DEFAULT_TIMEOUT = 600.0
+_SUMMARY = re.compile(r"^(FAILED|ERROR) (.+?)(?: - .*)?$", re.MULTILINE)
+
+
+@dataclass
+class Outcome:
+    """What happened to one mutation (or to the baseline, ``mutation=None``)."""
+
+    mutation: Mutation | None
+    status: str  # "caught", "survived", "broken", "timeout"; baseline: "passed", "failed"
+    seconds: float
+    failed: list[str] = field(default_factory=list)
+    returncode: int | None = None
+    tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("caught", "passed")
+
+    def to_dict(self) -> dict[str, object]:
+        m = self.mutation
+        return {
+            "claim": None if m is None else m.claim,
+            "mutation": None if m is None else m.name,
+            "status": self.status,
+            "seconds": round(self.seconds, 1),
+            "failed": self.failed,
+            "returncode": self.returncode,
+        }
+
+
+def source_files(root: Path) -> list[str]:
+    """The files of the repository a copy needs: tracked and untracked-but-not-ignored (git),
+    or every file outside virtual environments and caches when ``root`` is not a git checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            capture_output=True,
+            check=True,
+        ).stdout
+        names = [n for n in out.decode("utf-8", "surrogateescape").split("\0") if n]
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", ".venv", ".venv-langchain", "__pycache__", ".mypy_cache", ".ruff_cache"}
+        names = [
+            str(p.relative_to(root))
+            for p in root.rglob("*")
+            if p.is_file() and not skip & set(p.relative_to(root).parts)
+        ]
+    return sorted(n for n in names if (root / n).is_file())
+
+
+class Workspace:
+    """A private copy of the repository in which tests run and mutations are made."""
+
+    def __init__(self, source: Path, parent: Path, name: str) -> None:
+        self.root = parent / name
+        for rel in source_files(source):
+            dst = self.root / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source / rel, dst)
+        self._lock = threading.Lock()
+
+    def env(self, *, bytecode: bool) -> dict[str, str]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(self.root / "src")
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+        env.pop("PRIVEMBED_FAULT_AT", None)
+        if bytecode:
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+        else:
+            env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return env
+
+    def check_imports(self) -> None:
+        """Fail unless ``privembed`` and ``_privembed_entry`` import from this copy."""
+        code = (
+            "import privembed, _privembed_entry; "
+            "print(privembed.__file__); print(_privembed_entry.__file__)"
+        )
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=self.root,
+            env=self.env(bytecode=True),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        where = r.stdout.split()
+        if r.returncode != 0 or len(where) != 2:
+            raise RegistryError(f"the copy does not import: {r.stderr.strip()[-500:]}")
+        for w in where:
+            if not Path(w).resolve().is_relative_to(self.root.resolve()):
+                raise RegistryError(
+                    f"in the copy, Python imports {w} instead of the copy's own source: "
+                    "the mutations would not be tested"
+                )
+
+    def pytest(
+        self, tests: Sequence[str], *, timeout: float, stop_first: bool, bytecode: bool
+    ) -> tuple[int | None, list[str], str, float]:
+        """Run ``tests``; return (exit status or None on timeout, failed ids, output, seconds)."""
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE"]
+        if stop_first:
+            cmd.append("-x")
+        t0 = time.monotonic()
+        try:
+            r = subprocess.run(
+                [*cmd, *tests],
+                cwd=self.root,
+                env=self.env(bytecode=bytecode),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or ""
+            text = out.decode(errors="replace") if isinstance(out, bytes) else out
+            return None, [], text[-3000:], time.monotonic() - t0
+        text = r.stdout + r.stderr
+        failed = [m.group(2) for m in _SUMMARY.finditer(r.stdout)]
+        return r.returncode, failed, text[-3000:], time.monotonic() - t0
+
+    @contextlib.contextmanager
+    def mutated(self, mutation: Mutation) -> Iterator[None]:
+        """The copy with ``mutation`` made; every file restored afterwards."""
+        new = mutation.apply(self.root)  # checks: old found once, compiles
+        saved = {f: (self.root / f).read_bytes() for f in new}
+        try:
+            for f, text in new.items():
+                _drop_bytecode(self.root / f)
+                (self.root / f).write_text(text, encoding="utf-8")
+            yield
+        finally:
+            for f, data in saved.items():
+                (self.root / f).write_bytes(data)
+                _drop_bytecode(self.root / f)
+
+
+def _drop_bytecode(path: Path) -> None:
+    if path.suffix == ".py":
+        with contextlib.suppress(FileNotFoundError):
+            Path(importlib.util.cache_from_source(str(path))).unlink()
+
+
+def run_baseline(ws: Workspace, tests: Sequence[str], timeout: float) -> Outcome:
+    rc, failed, tail, secs = ws.pytest(tests, timeout=timeout, stop_first=False, bytecode=True)
+    status = "passed" if rc == 0 else "failed"
+    return Outcome(None, status, secs, failed, rc, tail)
+
+
+def run_mutation(ws: Workspace, m: Mutation, timeout: float, *, every: bool = False) -> Outcome:
+    """Run ``m``'s tests with ``m`` made (stopping at the first failure unless ``every``)."""
+    try:
+        with ws.mutated(m):
+            rc, failed, tail, secs = ws.pytest(
+                m.run, timeout=timeout, stop_first=not every, bytecode=False
+            )
+    except RegistryError as exc:
+        return Outcome(m, "broken", 0.0, [], None, str(exc))
+    if rc is None:
+        status = "timeout"
+    elif rc == 0:
+        status = "survived"
+    elif rc == 1 and failed:
+        status = "caught"
+    else:  # collection/import errors, usage errors, no tests: the mutation broke something else
+        status = "broken"
+    return Outcome(m, status, secs, failed, rc, tail)
+
+
+def select(claims: list[Claim], *, fast: bool, ids: Sequence[str] = ()) -> list[Claim]:
+    """The claims to check: those named, else the fast ones (``fast``), else all."""
+    if ids:
+        known = {c.id: c for c in claims}
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise RegistryError(f"no such claim(s): {unknown}")
+        return [known[i] for i in ids]
+    return [c for c in claims if c.fast] if fast else list(claims)
+
+
+def check_mutations(
+    claims: list[Claim],
+    *,
+    jobs: int = 1,
+    timeout: float = DEFAULT_TIMEOUT,
+    baseline: bool = True,
+    source: Path = REPO,
+    keep: bool = False,
+    every: bool = False,
+    report: Callable[[Outcome], None] = lambda o: None,
+) -> list[Outcome]:
+    """Baseline, then every mutation of ``claims``; ``report`` is called with each outcome.
+    ``every``: run all of a mutation's tests (not only up to the first failure) to see which
+    of them catch it."""
+    mutations = [m for c in claims for m in c.mutations]
+    tests = list(dict.fromkeys(t for c in claims for t in c.tests))
+    parent = Path(tempfile.mkdtemp(prefix="privembed-mutations-"))
+    outcomes: list[Outcome] = []
+    try:
+        workers = [Workspace(source, parent, f"copy{i}") for i in range(max(1, jobs))]
+        for w in workers:
+            w.check_imports()
+        for m in mutations:  # refuse a stale registry before spending any time
+            m.apply(workers[0].root)
+        if baseline:
+            b = run_baseline(workers[0], tests, timeout * 2)
+            outcomes.append(b)
+            report(b)
+            if not b.ok:
+                return outcomes
+        todo: queue.SimpleQueue[Mutation] = queue.SimpleQueue()
+        for m in mutations:
+            todo.put(m)
+        lock = threading.Lock()
+
+        def work(ws: Workspace) -> None:
+            while True:
+                try:
+                    m = todo.get_nowait()
+                except queue.Empty:
+                    return
+                o = run_mutation(ws, m, timeout, every=every)
+                with lock:
+                    outcomes.append(o)
+                    report(o)
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        if keep:
+            print(f"copies kept in {parent}", file=sys.stderr)
+        else:
+            shutil.rmtree(parent, ignore_errors=True)
+    return outcomes
+
+
+def write_json(path: Path, outcomes: list[Outcome], seconds: float) -> None:
+    body = {"seconds": round(seconds, 1), "outcomes": [o.to_dict() for o in outcomes]}
+    path.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
