@@ -194,6 +194,8 @@ def test_models_health_and_metrics(served):
     assert "LDP" in extra["guarantee"]
     assert httpx.get(handle.url + "/healthz").json()["status"] == "ok"
     assert httpx.get(handle.url + "/metrics").status_code == 401
+    # a request of its own: the test may run alone (the claims check selects it by name)
+    client(handle).embeddings.create(model="docs", input=["metrics need one protected vector"])
     auth = {"Authorization": f"Bearer {FULL_KEY}"}
     text = httpx.get(handle.url + "/metrics", headers=auth).text
     assert 'privembed_vectors_total{model="docs",treatment="protect"}' in text
