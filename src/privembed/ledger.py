@@ -910,6 +910,34 @@ class Ledger:
             out.append(Spent(rid, e, d, int(n), int(free)))
         return out
 
+    def current_releases(self, keys: Sequence[str]) -> dict[str, frozenset[bytes]]:
+        """The releases a reader may still meet for each ledger key: the 16-byte output digests
+        (:func:`privembed.payload.release_digest`) of its latest *published* release and of any
+        committed after it (their output may not have been published yet). A key the ledger
+        never recorded is absent. Used to refuse a rolled-back payload (issue 24, finding 10):
+        an older release's payload opens under the key, but its digest is not current.
+        """
+        found: dict[str, list[tuple[int, str | None, bool]]] = {}
+        wanted = list(dict.fromkeys(keys))
+        for start in range(0, len(wanted), _LOOKUP_CHUNK):
+            chunk = wanted[start : start + _LOOKUP_CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self._sql.execute(
+                "SELECT r.record_id, r.seq, r.output_digest, b.published FROM releases r "
+                f"JOIN batches b ON b.batch = r.batch WHERE r.record_id IN ({marks})",
+                chunk,
+            ).fetchall()
+            for rid, seq, digest, published in rows:
+                found.setdefault(str(rid), []).append((int(seq), digest, published is not None))
+        out: dict[str, frozenset[bytes]] = {}
+        for rid, hist in found.items():
+            hist.sort()
+            last_published = max((i for i, h in enumerate(hist) if h[2]), default=0)
+            out[rid] = frozenset(
+                bytes.fromhex(d) for _, d, _ in hist[last_published:] if d is not None
+            )
+        return out
+
     def spent_subject(self, subject: str) -> Spent:
         """Composed spend of a subject over all its records' fresh releases (from the running
         totals: O(1) in the subject's history)."""

@@ -458,3 +458,34 @@ def test_stream_truncated_npy_stops_with_an_error():
         input=buf.getvalue()[:-40],
     )
     _assert_user_error(r, "ended early")
+
+
+def test_search_with_the_ledger_refuses_a_rolled_back_record(tmp_path, emb_file, key_file):
+    """Issue 24, finding 10, through the command line: `index` a file with payloads under a
+    ledger, re-index an edited record, restore the store's old copy: `search --rerank` with
+    `--ledger` refuses the old payload in one line (exit 2); without it the old copy opens."""
+    import shutil
+
+    src, _ = emb_file
+    db, snap, led = tmp_path / "db", tmp_path / "snap", tmp_path / "ledger.sqlite"
+    common = ["--store", "faiss", "--path", db, "-m", "laplace", "--epsilon", "40",
+              "--key-file", key_file, "--payloads", "--ledger", led]  # fmt: skip
+    _ok(["index", src, *common])
+    shutil.copytree(db, snap)
+    table = read_embeddings(src)
+    ids = list(table.ids) if table.ids is not None else list(range(table.n))
+    edited = np.asarray(table.X[:1], dtype=np.float64) * -1.0
+    write_embeddings(tmp_path / "edit.parquet", edited, ids=ids[:1])
+    _ok(["index", tmp_path / "edit.parquet", *common])
+    write_embeddings(tmp_path / "q.npz", np.asarray(table.X[:1]), ids=["q0"])
+    search = ["search", "--store", "faiss", "--path", db, "--query-embeddings",
+              tmp_path / "q.npz", "--key-file", key_file, "--rerank", "20", "-k", "3", "--json"]  # fmt: skip
+    _ok([*search, "--ledger", led])  # the current copy opens
+    shutil.rmtree(db)
+    shutil.copytree(snap, db)
+    _ok(search)  # without the ledger the rollback cannot be seen
+    before = led.read_bytes()
+    r = runner.invoke(app, [str(a) for a in [*search, "--ledger", led]])
+    assert r.exit_code == 2, r.output
+    assert "another release of the record" in r.output and len(r.output.strip().splitlines()) == 1
+    assert led.read_bytes() == before  # read only

@@ -342,3 +342,45 @@ def test_unprotected_collections_say_their_cosines_are_exact(tmp_path):
     assert res[0].hits[0].score == pytest.approx(
         float(Xn @ q / np.linalg.norm(Xn) / np.linalg.norm(q)), abs=1e-5
     )
+
+
+@pytest.mark.parametrize("typed", ["int", "str"])
+def test_a_rolled_back_record_is_refused_by_a_search_that_holds_the_ledger(tmp_path, typed):
+    """Issue 24, finding 10, at the collection: the store operator puts back an older copy of a
+    record (its vector and its payload, both genuine, sealed under the key by an earlier
+    release). The payload opens, but the ledger says which release of the record is current:
+    re-ranking with the ledger refuses it ("stale"); without the ledger it cannot know."""
+    import shutil
+
+    from privembed.ledger import Ledger
+
+    X, _ = _corpus(200, 16)
+    ids = list(range(200)) if typed == "int" else [f"n{i}" for i in range(200)]
+    mech = get_mechanism("laplace", epsilon=40.0)
+    store, snapshot = tmp_path / "db", tmp_path / "snapshot"
+    with Ledger(tmp_path / "ledger.sqlite") as led:
+        with ProtectedCollection.open("faiss", store, "col", mechanism=mech, key=KEY,
+                                      payloads=True) as col:  # fmt: skip
+            col.add(ids, X, ledger=led)
+        shutil.copytree(store, snapshot)
+        edited = X.copy()
+        edited[7] = -X[7]  # record 7 is edited and released again (charged, new noise)
+        with ProtectedCollection.open("faiss", store, "col", mechanism=mech, key=KEY,
+                                      payloads=True) as col:  # fmt: skip
+            col.add(ids[7:8], edited[7:8], ledger=led)
+        q = edited[7:8]  # a query whose candidates include record 7
+        with Searcher("faiss", store, "col", key=KEY, ledger=led) as s:
+            hits = s.search_vectors(q, k=3, rerank=50)[0].hits
+        assert str(ids[7]) == hits[0].id  # the current copy is found and opens
+        shutil.rmtree(store)
+        shutil.copytree(snapshot, store)  # the operator restores the old copy
+        with Searcher("faiss", store, "col", key=KEY) as s:  # without the ledger: undetectable
+            s.search_vectors(X[7:8], k=3, rerank=50)
+        with Searcher("faiss", store, "col", key=KEY, ledger=led) as s:
+            with pytest.raises(PayloadError, match="another release") as info:
+                s.search_vectors(X[7:8], k=3, rerank=50)
+            assert info.value.cause == "stale"
+            # records that were never edited are current in the old copy as well
+            far = [i for i in range(200) if i != 7]
+            rows = s.search_vectors(X[far[:5]], k=1, rerank=5)
+        assert all(r.hits for r in rows)

@@ -407,6 +407,13 @@ def search(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print JSON Lines: one object per query, one per line.")
     ] = False,
+    ledger: Annotated[
+        str | None,
+        typer.Option(
+            help="The ledger the collection was indexed under (read only): re-ranking refuses "
+            "a payload of an older release of its record (a store that rolled it back)."
+        ),
+    ] = None,
 ) -> None:
     """Search a protected collection: print each hit's id, its cosine (labelled as what it is)
     and its text. The model stays loaded across queries: give several, a file, or stdin."""
@@ -443,7 +450,17 @@ def search(
 
         key = load_key(key_file)
     opts: dict[str, Any] = {"rerank": rerank, "recall": recall, "protect_query": qmech}
-    with Searcher(store, path, collection, key=key, model=model, texts=texts) as s:
+    led = None
+    if ledger is not None:
+        from ..ledger import Ledger
+
+        if "://" not in ledger and not Path(ledger).exists():
+            raise FileNotFoundError(f"ledger not found: {ledger}")
+        led = Ledger(ledger, readonly=True)
+    with (
+        contextlib.closing(led) if led is not None else contextlib.nullcontext(),
+        Searcher(store, path, collection, key=key, model=model, texts=texts, ledger=led) as s,
+    ):
         step = batch_queries or s.batch_size(k, **opts)  # checks rerank/recall/key first
         opts["batch_queries"] = step
         said: list[bool] = []

@@ -113,8 +113,12 @@ class ProtectedCollection:
         payloads: bool | None = None,
         payload_dtype: str = "float32",
         pad_to: int | str = "padme",
+        ledger: Any = None,
     ) -> None:
         self.store = store
+        #: a :class:`~privembed.ledger.Ledger` that re-ranking checks payloads against: a
+        #: payload of an older release of its record (a rollback by the store) is refused
+        self.ledger = ledger
         stored = store.info.get("protection")
         if isinstance(mechanism, str):
             if mechanism != "none":
@@ -599,11 +603,19 @@ class ProtectedCollection:
                     blobs.append(h.payload)  # type: ignore[arg-type]
         if not blobs:
             return [[] for _ in fetched]
+        current = self._current_releases(list(slot))
         # opened one by one into a float64 matrix: only the vectors and texts outlive the loop
         V: NDArray[np.float64] | None = None
         texts: list[str | None] = []
         for j, (rid, blob) in enumerate(zip(slot, blobs, strict=True)):
             opened = self.codec.open(blob, record_id=rid, collection=self.store.collection)
+            allowed = current.get(rid)
+            if allowed is not None and opened.release not in allowed:
+                raise PayloadError(
+                    f"payload of record {rid!r} belongs to another release of the record than "
+                    "the ledger's current one (the store holds an older copy: a rollback).",
+                    cause="stale",
+                )
             if V is None:
                 V = np.empty((len(blobs), opened.vector.size))
             elif opened.vector.size != V.shape[1]:
@@ -629,6 +641,28 @@ class ProtectedCollection:
                     for i in order.tolist()
                 ]
             )
+        return out
+
+    def _current_releases(self, ids: list[str]) -> dict[str, frozenset[bytes]]:
+        """For each store id the ledger recorded, the releases its payload may belong to
+        (:meth:`privembed.ledger.Ledger.current_releases`; the store id ``"5"`` was the ledger's
+        int 5 or string "5": both are looked up)."""
+        if self.ledger is None or not ids:
+            return {}
+        from ..ledger import record_key
+
+        keys: dict[str, list[str]] = {}
+        for rid in ids:
+            forms = [record_key(rid)]
+            if rid.lstrip("-").isdigit() and str(int(rid)) == rid:
+                forms.append(record_key(int(rid)))
+            keys[rid] = forms
+        found = self.ledger.current_releases([k for ks in keys.values() for k in ks])
+        out: dict[str, frozenset[bytes]] = {}
+        for rid, ks in keys.items():
+            sets = [found[k] for k in ks if k in found]
+            if sets:
+                out[rid] = frozenset().union(*sets)
         return out
 
     def estimate_halfwidth(self) -> float | None:
@@ -878,6 +912,9 @@ class Searcher:
     texts : mapping or path, optional
         Record id -> text kept locally (e.g. the JSONL the collection was indexed from), shown
         with hits whose payload holds no text.
+    ledger : Ledger, optional
+        The ledger the collection was indexed under: re-ranking refuses a payload of an older
+        release of its record (a store that rolled a record back).
 
     Examples
     --------
@@ -895,13 +932,16 @@ class Searcher:
         model: str | None = None,
         texts: Any = None,
         store_options: dict[str, Any] | None = None,
+        ledger: Any = None,
     ) -> None:
         from .stores import open_store
 
         if not Path(path).exists():
             raise FileNotFoundError(f"store not found: {path}")
         self.collection = ProtectedCollection(
-            open_store(store, path, collection, create=False, **(store_options or {})), key=key
+            open_store(store, path, collection, create=False, **(store_options or {})),
+            key=key,
+            ledger=ledger,
         )
         self.model_name = model or self.collection.embedding_model
         self._embedder: Any = None
