@@ -7,16 +7,21 @@ of the repository (``artifacts/``, ``.hypothesis/``, reports ...).
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault(
-    "HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="privembed-hypothesis-")
-)
+if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
+    # removed when the run ends: every pytest process (the claims check starts hundreds) would
+    # otherwise leave a folder behind in the temporary directory
+    _hypothesis_dir = tempfile.mkdtemp(prefix="privembed-hypothesis-")
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _hypothesis_dir
+    atexit.register(shutil.rmtree, _hypothesis_dir, ignore_errors=True)
 
 REPO = Path(__file__).resolve().parents[1]
 #: what a checkout may gain while tests run (tool caches, never test output)
