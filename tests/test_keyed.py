@@ -202,9 +202,12 @@ def test_keygen_file_permissions_and_round_trip(tmp_path):
     assert len(key) == 32 and key_id(key) == kid
     with pytest.raises(FileExistsError):
         keygen(p)
-    p.chmod(0o644)
-    with pytest.raises(PermissionError, match="chmod 600"):
-        load_key(p)
+    for mode in (0o644, 0o640, 0o604, 0o620, 0o602, 0o610, 0o601):  # group or others, any bit
+        p.chmod(mode)
+        with pytest.raises(PermissionError, match="chmod 600"):
+            load_key(p)
+    p.chmod(0o400)  # read-only for the owner is fine
+    assert load_key(p) == key
 
 
 def _protect_cli(runner, *args):
