@@ -79,19 +79,38 @@ def _two_backends(upstream: str, key_file) -> dict:
     return raw
 
 
-def test_each_backend_draws_with_its_own_noise_key(server_key):
+def test_each_backend_draws_with_its_own_noise_key(server_key, tmp_path):
     """One text, one mechanism, two backends that return the same clean vector (the fake
     upstream under two model names): the two releases get independent noise, so their
     difference is not the (zero) clean difference."""
+    import hmac
+    import sqlite3
+
+    from privembed import labels
+    from privembed.keyed import key_id
+
     text = "the same text through two backends"
     rows = []
     with serve_app(FakeUpstream().app) as upstream:
         raw = _two_backends(upstream, server_key[0])
-        with running_server(create_app(config_from_dict(raw))) as handle:
+        raw.setdefault("server", {})["ledger"] = str(tmp_path / "backends.sqlite")
+        app = create_app(config_from_dict(raw))
+        with running_server(app) as handle:
             for _ in range(2):  # each backend's noise is keyed: a repeat is identical
                 r = _post(handle, {"model": "docs", "input": text})
                 r2 = _post(handle, {"model": "docs2", "input": text})
                 rows.append((_vector(r), _vector(r2)))
+            identities = app.state.privembed.service._identity
+    # the key each release was drawn under, as the ledger recorded it: HMAC(K, label || identity)
+    db = sqlite3.connect(tmp_path / "backends.sqlite")
+    recorded = {k for (k,) in db.execute("SELECT DISTINCT key_id FROM releases")}
+    db.close()
+    server = server_key[1]
+    expected = {
+        key_id(hmac.digest(server, labels.SERVE_BACKEND + identities[b].encode(), "sha256"))
+        for b in ("up", "up2")
+    }
+    assert len(expected) == 2 and recorded == expected
     (a, b), (a_again, b_again) = rows
     assert np.array_equal(a, a_again) and np.array_equal(b, b_again)
     clean = clean_vector(text).astype(np.float64)
