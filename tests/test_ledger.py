@@ -662,3 +662,33 @@ def test_per_record_subjects_are_charged_each_to_its_own(where):
         st.commit()
     assert led.spent_subject("bob").releases == 1
     led.close()
+
+
+def test_current_releases_are_the_latest_published_and_any_after_it(where):
+    """What a reader may still meet of each record (issue 24.10, the collection's rollback
+    check): the latest *published* release and any committed after it (its output may not
+    exist: a crash between commit and publication), never an older published one."""
+    m = LaplaceMechanism(epsilon=1.0)
+    d = {n: hashlib.sha256(n.encode()).hexdigest()[:32] for n in ("a1", "a2", "a3", "b1")}
+    with Ledger(where) as led:
+
+        def release(key: str, digest: str, *, published: bool) -> None:
+            st = led.stage(m)
+            st.add([record_key(key)], output_digests=[d[digest]])
+            st.commit()
+            if published:
+                st.mark_published()
+
+        release("a", "a1", published=True)
+        release("b", "b1", published=False)  # never published: whatever it wrote may appear
+        assert led.current_releases([record_key("a"), record_key("b"), record_key("c")]) == {
+            record_key("a"): {bytes.fromhex(d["a1"])},
+            record_key("b"): {bytes.fromhex(d["b1"])},
+        }
+        release("a", "a2", published=True)  # the edit: a1 is now a rolled-back copy
+        assert led.current_releases([record_key("a")])[record_key("a")] == {bytes.fromhex(d["a2"])}
+        release("a", "a3", published=False)  # committed, output not (yet) published
+        assert led.current_releases([record_key("a")])[record_key("a")] == {
+            bytes.fromhex(d["a2"]),
+            bytes.fromhex(d["a3"]),
+        }
