@@ -177,6 +177,10 @@ def test_vector_content_ids_are_keyed(key):
     assert len(set(ids)) == 4
     plain = {hashlib.sha256(r.astype("<f4").tobytes()).hexdigest() for r in X}
     assert not plain & {i[4:] for i in ids}
+    # keyed: another key names other records (a fixed public key would name the same ones,
+    # and anyone holding candidate vectors could recompute them)
+    assert not set(ids) & set(content_ids(key=bytes(range(32)), X=X))
+    assert not set(ids) & set(content_ids(key=bytes(32), X=X))
 
 
 # ---- finding 4: ledgers are never removed once something was published --------------------------
