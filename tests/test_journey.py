@@ -79,12 +79,13 @@ def test_embed_protect_index_search_evaluate_serve(folder, monkeypatch):
     _run("index protected.parquet --store faiss --path . --collection notes -q "
          "--metadata-column lang")  # fmt: skip
     target = notes[42]
-    res = json.loads(
-        _run(
+    res = [
+        json.loads(line)  # JSON Lines: one object per query
+        for line in _run(
             "search --store faiss --path . --collection notes -k 3 --texts notes.jsonl --json",
             target["text"],
-        )
-    )
+        ).splitlines()
+    ]
     top = res[0]["hits"][0]
     assert str(top["id"]) == "42" and top["text"] == target["text"]
     assert "cosine" in top and "cosine" in res[0]["score_kind"]
@@ -98,12 +99,13 @@ def test_embed_protect_index_search_evaluate_serve(folder, monkeypatch):
     assert clean_top == 75 and "Sydney" in notes[75]["text"]
     _run("index notes.jsonl --path db --collection private -m laplace --epsilon 200 -q "
          "--key-file release.key --payloads --store-text")  # fmt: skip
-    res = json.loads(
-        _run(
+    res = [
+        json.loads(line)  # JSON Lines: one object per query
+        for line in _run(
             "search --path db --collection private -k 3 --key-file release.key --rerank 50 --json",
             QUERY,
-        )
-    )
+        ).splitlines()
+    ]
     top = res[0]["hits"][0]
     assert res[0]["score_kind"] == "exact cosine"
     assert str(top["id"]) == "75" and top["text"] == notes[75]["text"]

@@ -119,7 +119,7 @@ def test_real_model_text_path_index_and_search(tmp_path, key_file):
         ["search", "heart pain spreading into the arm", "--path", str(tmp_path / "db"), "--json"],
     )
     assert r.exit_code == 0, r.output
-    hits = json.loads(r.stdout)[0]["hits"]
+    hits = json.loads(r.stdout.splitlines()[0])["hits"]  # JSON Lines: one object per query
     assert hits[0]["id"] == "n0"
     # the wrapper: protected documents, plain queries, the right document ranks first
     # (epsilon 2000: expected cosine to the clean vector 0.83, so the clean margin 0.25 between

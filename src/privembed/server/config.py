@@ -35,7 +35,7 @@ privembed.server.errors.ConfigError: serve.toml: [server] port must be <= 65535,
 ...                   "models": {"docs": {"mechanism": "gausian"}}}, key=bytes(32))
 Traceback (most recent call last):
 ...
-privembed.server.errors.ConfigError: <config>: [models.docs] mechanism: mechanism must be one of 'empirical', 'gaussian', 'laplace', 'mahalanobis', 'projection', 'purkayastha', got mechanism='gausian'.
+privembed.server.errors.ConfigError: <config>: [models.docs] mechanism: mechanism must be one of 'empirical', 'gaussian', 'laplace', 'mahalanobis', 'projection', 'purkayastha', 'subspace', got mechanism='gausian'.
 """
 
 from __future__ import annotations
