@@ -62,7 +62,7 @@ pytest: $(STAMP)
 ## `claims` (part of `test`, so of CI) checks the claims marked fast; `mutations` checks them all.
 claims: $(STAMP)
 	$(PY) -m tools.claims check
-	$(PY) -m tools.claims mutate --fast
+	$(PY) -m tools.claims mutate --fast --jobs 2
 
 mutations: $(STAMP)
 	$(PY) -m tools.claims check
