@@ -167,7 +167,7 @@ def test_advise_command_json(tmp_path):
     X = _clustered().astype(np.float32)
     write_embeddings(tmp_path / "e.npz", X)
     r = CliRunner().invoke(
-        _app(), ["advise", str(tmp_path / "e.npz"), "--min-cosine", "0.6", "--runs", "1",
+        _app(), ["advise", str(tmp_path / "e.npz"), "--plain-only", "--min-cosine", "0.6", "--runs", "1",
                  "--mechanisms", "gaussian,laplace", "--json"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output

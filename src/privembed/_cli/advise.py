@@ -1,13 +1,16 @@
-"""``privembed advise``: the smallest epsilon per mechanism that meets a utility target, and
-what the attacks get there -- or the plain answer that no epsilon meets both.
+"""``privembed advise``: per deployment mode (plain, rerank, subspace+rerank, query), the
+smallest epsilon at which search stays useful, its cost per query and the threats it defends
+against; ``--plain-only``: the former analysis of plain protected vectors under attack ceilings.
 
 Example::
 
-    privembed advise emb.parquet --texts notes.jsonl --min-cosine 0.5
-    privembed advise notes.jsonl --min-overlap 0.3 --json      # texts: embedded first
+    privembed advise emb.parquet --min-recall 0.9 --max-depth 100
+    privembed advise emb.parquet --queries queries.npy --basis public.npy --json
+    privembed advise notes.jsonl --plain-only --min-overlap 0.3      # texts: embedded first
 
-The work is :func:`privembed.evaluation.advice.advise`; this module parses and prints. Attach
-it with ``register(app)``.
+The work is :func:`privembed.evaluation.modes.advise_modes` (and
+:func:`privembed.evaluation.advice.advise`); this module parses and prints. Attach it with
+``register(app)``.
 """
 
 from __future__ import annotations
@@ -100,9 +103,52 @@ def advise(
     model: Annotated[
         str | None, typer.Option(help="Embedding model for text input (default: offline MiniLM).")
     ] = None,
+    modes: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated deployment modes, any of: plain, rerank, subspace+rerank, query."
+        ),
+    ] = "plain,rerank,subspace+rerank,query",
+    min_recall: Annotated[
+        float,
+        typer.Option(help="Utility floor: recall of the clean top 10 within the k' fetched."),
+    ] = 0.9,
+    max_depth: Annotated[
+        int, typer.Option(help="Largest k' (candidates fetched and payloads opened per query).")
+    ] = 100,
+    queries: Annotated[
+        Path | None,
+        typer.Option(
+            help="Query embeddings (.npy/.npz/.parquet/.jsonl); without them documents stand "
+            "in (pseudo-queries)."
+        ),
+    ] = None,
+    basis: Annotated[
+        Path | None,
+        typer.Option(
+            help="Public embeddings (or a saved basis) for the subspace mode; without it the "
+            "basis is DP-PCA of the data, charged to every record."
+        ),
+    ] = None,
+    basis_epsilon: Annotated[
+        float, typer.Option(help="Central epsilon of the DP-PCA basis (no --basis).")
+    ] = 1.0,
+    max_ldp_epsilon: Annotated[
+        float | None,
+        typer.Option(help="Recommend only settings with per-record LDP epsilon at most this."),
+    ] = None,
+    plain_only: Annotated[
+        bool,
+        typer.Option(
+            "--plain-only",
+            help="The former analysis: plain protected vectors only, under attack ceilings "
+            "(--target, --min-overlap and --ceiling need it).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")] = False,
 ) -> None:
-    """Find the smallest epsilon per mechanism that meets a utility target, and the attacks there."""
+    """Per deployment mode, the smallest epsilon at which search stays useful, its cost and the
+    threats it defends against."""
     from ..attacks.token_inference import AUDIT_SETTINGS
     from ..evaluation import Linkage, UtilityEvaluator
     from ..evaluation.advice import advise as run_advice
@@ -111,6 +157,12 @@ def advise(
     from ..io import check_input_format, holds_texts, read_embeddings
 
     check_input_format(input)
+    if not plain_only:
+        for flag, val in (("--target", target), ("--min-overlap", min_overlap),
+                          ("--ceiling", ceiling)):  # fmt: skip
+            if val:
+                raise ValueError(f"{flag} applies to --plain-only (plain vectors under attack "
+                                 "ceilings); the mode advice takes --min-recall.")  # fmt: skip
 
     given = [t for t in (min_cosine, min_overlap, target) if t is not None]
     if len(given) > 1:
@@ -154,6 +206,14 @@ def advise(
         ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
         if texts is not None:
             all_texts, sensitive = read_attack_texts(texts, ids)
+    if not plain_only:
+        _advise_modes(
+            X, modes=modes, names=names, delta=delta, min_recall=min_recall,
+            min_cosine=min_cosine, max_depth=max_depth, queries=queries, basis=basis,
+            basis_epsilon=basis_epsilon, max_ldp_epsilon=max_ldp_epsilon, seed=seed,
+            column=column, as_json=as_json, texts_given=all_texts is not None,
+        )  # fmt: skip
+        return
     attacks: list[Any] = [Linkage()] if linkage else []
     if all_texts is not None:
         attack = {k: list(v) if isinstance(v, tuple) else v for k, v in AUDIT_SETTINGS.items()}
@@ -184,6 +244,67 @@ def advise(
         print_json(result.to_dict())
         return
     _print(result)
+
+
+def _advise_modes(
+    X: Any,
+    *,
+    modes: str,
+    names: list[str],
+    delta: float,
+    min_recall: float,
+    min_cosine: float | None,
+    max_depth: int,
+    queries: Path | None,
+    basis: Path | None,
+    basis_epsilon: float,
+    max_ldp_epsilon: float | None,
+    seed: int,
+    column: str | None,
+    as_json: bool,
+    texts_given: bool,
+) -> None:
+    from ..evaluation.modes import advise_modes
+    from ..io import read_embeddings
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    Q = None
+    if queries is not None:
+        Q = np.asarray(read_embeddings(queries, column=column).X)
+    B: Any = None
+    if basis is not None:
+        from ..mechanisms.subspace import SubspaceBasis
+
+        B = (
+            SubspaceBasis.load(basis)
+            if SubspaceBasis.is_basis_file(basis)
+            else np.asarray(read_embeddings(basis, column=column).X)
+        )
+    result = advise_modes(
+        X, queries=Q, modes=chosen, mechanisms=names, params={"gaussian": {"delta": delta}},
+        min_recall=min_recall, min_cosine=min_cosine, max_depth=max_depth,
+        max_ldp_epsilon=max_ldp_epsilon, basis=B, basis_epsilon=basis_epsilon, seed=seed,
+        on_step=None if as_json else (lambda m: err_console.print(f"- {m}", highlight=False)),
+    )  # fmt: skip
+    if as_json:
+        print_json(result.to_dict())
+        return
+    for line in result.lines(token_attack=texts_given):
+        for part in _wrap(line):
+            console.print(part, highlight=False, markup=False, soft_wrap=True)
+
+
+def _wrap(line: str) -> list[str]:
+    """A line wrapped at the console's width on spaces only (never inside a word)."""
+    import textwrap
+
+    if not line:
+        return [""]
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return textwrap.wrap(
+        line, width=max(console.width, 40), subsequent_indent=indent + "    ",
+        break_long_words=False, break_on_hyphens=False,
+    ) or [""]  # fmt: skip
 
 
 def _meets(target: bool, ceiling: bool) -> str:
