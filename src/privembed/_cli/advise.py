@@ -22,7 +22,15 @@ import numpy as np
 import typer
 
 from ..release import refuse_protected
-from .common import MechanismName, console, err_console, print_json, progress_done, user_errors
+from .common import (
+    MechanismName,
+    console,
+    err_console,
+    print_json,
+    progress_done,
+    show_progress,
+    user_errors,
+)
 
 __all__ = ["advise", "register"]
 
@@ -280,12 +288,24 @@ def _advise_modes(
             if SubspaceBasis.is_basis_file(basis)
             else np.asarray(read_embeddings(basis, column=column).X)
         )
-    result = advise_modes(
-        X, queries=Q, modes=chosen, mechanisms=names, params={"gaussian": {"delta": delta}},
-        min_recall=min_recall, min_cosine=min_cosine, max_depth=max_depth,
-        max_ldp_epsilon=max_ldp_epsilon, basis=B, basis_epsilon=basis_epsilon, seed=seed,
-        on_step=None if as_json else (lambda m: err_console.print(f"- {m}", highlight=False)),
-    )  # fmt: skip
+    total = len(chosen) * len(names)
+    with progress_done("advise", total, unit="settings") as on_progress:
+        done = [0]
+
+        def step(msg: str) -> None:
+            if msg.endswith("searching the smallest epsilon"):
+                on_progress(done[0])
+                done[0] += 1
+            if not show_progress() and not as_json:  # one line per mode/mechanism
+                err_console.print(f"- {msg}", highlight=False, markup=False)
+
+        result = advise_modes(
+            X, queries=Q, modes=chosen, mechanisms=names, params={"gaussian": {"delta": delta}},
+            min_recall=min_recall, min_cosine=min_cosine, max_depth=max_depth,
+            max_ldp_epsilon=max_ldp_epsilon, basis=B, basis_epsilon=basis_epsilon, seed=seed,
+            on_step=step,
+        )  # fmt: skip
+        on_progress(total)
     if as_json:
         print_json(result.to_dict())
         return
@@ -307,47 +327,10 @@ def _wrap(line: str) -> list[str]:
     ) or [""]  # fmt: skip
 
 
-def _meets(target: bool, ceiling: bool) -> str:
-    return {(True, True): "both", (True, False): "target", (False, True): "ceiling"}.get(
-        (target, ceiling), "neither"
-    )
-
-
 def _print(result: Any) -> None:
-    from rich.table import Table
-
-    for c in result.checks:
-        style = "green" if c.passed else "bold yellow"
-        console.print(f"[{style}]attack check[/{style}] {c.text()}", highlight=False)
-    cols = [result.target.metric, *dict.fromkeys(f.metric for f in result.ceilings)]
-    t = Table(title=f"Smallest setting meeting {result.target.text()}")
-    t.add_column("mechanism", overflow="fold", no_wrap=False)
-    t.add_column("point", overflow="fold")
-    t.add_column("setting and guarantee", overflow="fold", no_wrap=False)
-    for c in cols:
-        t.add_column(c, justify="right", overflow="fold")
-    t.add_column("meets", justify="center")
-    for m in result.mechanisms:
-        if m.value is None:
-            t.add_row(m.mechanism, "target", "none up to 1e7", *["-"] * len(cols), "-")
-            continue
-        vals = [f"{m.measured.get(c, float('nan')):.3f}" for c in cols]
-        t.add_row(
-            m.mechanism, "smallest meeting the target",
-            f"{m.parameter} = {m.value:.4g}: {m.guarantee_short}", *vals,
-            _meets(m.meets_target, m.meets_ceiling),
-        )  # fmt: skip
-        side = m.attack_side
-        if side is not None:
-            vals = [f"{side['measured'].get(c, float('nan')):.3f}" for c in cols]
-            hit = side["measured"].get(result.target.metric, float("nan")) >= result.target.value
-            t.add_row(
-                "", "largest under the ceiling",
-                f"{m.parameter} = {side['value']:.4g}: {side['guarantee_short']}", *vals,
-                _meets(hit, bool(side["meets_ceiling"])),
-            )  # fmt: skip
-    console.print(t)
-    console.print(result.sentence(), highlight=False)
+    for line in result.lines():
+        for part in _wrap(line):
+            console.print(part, highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

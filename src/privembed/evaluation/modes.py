@@ -275,7 +275,10 @@ class ModesAdvice:
             f"Utility floor: {self.floor_text()}; measured on {src}; {self.n} documents, "
             f"d = {self.d}.",
         ]
-        out += [f"- {self.setting_line(s)}" for s in self.settings]
+        for s in self.settings:
+            out.append(f"- {self.setting_line(s)}")
+            if s.utility == s.utility:  # the notes of an unavailable row are its line
+                out += [f"  note: {n}" for n in s.notes if not n.startswith("protects queries")]
         out.append(self.sentence())
         out += self.threat_lines()
         if any(s.mode == "query" for s in self.settings):
@@ -648,8 +651,6 @@ def _setting(
     clean = runner.clean
     evidence: list[AttackEvidence] = []
     notes: list[str] = []
-    if qd.source == "pseudo-queries":
-        notes.append("utility measured on documents standing in for queries (pseudo-queries)")
     if mode == "query":
         evidence.append(_linkage("linkage", p.Y, clean.Q, linkage_records))
         notes.append(
@@ -669,6 +670,14 @@ def _setting(
         )
     else:
         evidence.append(_linkage("linkage", p.Y, clean.D, linkage_records))
+    k_sub = getattr(m, "k", None) if mode == "subspace+rerank" else None
+    basis = runner.basis
+    if k_sub is not None and k_sub <= 2 and getattr(basis, "guarantee", None) is not None:
+        notes.append(
+            f"the DP-PCA basis of {clean.D.shape[0]} records keeps k = {k_sub} component(s) "
+            "above its noise floor: too few records for DP-PCA at this epsilon_p; give public "
+            "embeddings (--basis)"
+        )
     reranked = mode != "plain"
     depth = p.depth if reranked else clean.k
     return ModeSetting(
@@ -686,7 +695,7 @@ def _setting(
         guarantee_short=g.short(),
         ldp_epsilon=None if ldp is None else ldp[0],
         ldp_delta=None if ldp is None else ldp[1],
-        subspace_k=getattr(m, "k", None) if mode == "subspace+rerank" else None,
+        subspace_k=k_sub,
         payload_bytes_per_query=depth * payload_size(clean.D.shape[1])
         if mode in ("rerank", "subspace+rerank")
         else 0,
