@@ -17,12 +17,14 @@ re-rank them exactly. This module measures four modes on the user's own embeddin
 
 **Utility** is the recall of each query's clean top 10 within the k' fetched (after exact
 re-ranking, the share of the clean top 10 in the final top 10); a mode meets the floor at
-depth k' when the lower end of the 95% interval of the mean over queries is at or above it
-(so that a fresh noise draw is likely to meet it too). For ``plain`` with ``min_cosine`` the
+depth k' when, on each of ``draws`` (default 3) independent noise draws, the lower end of the
+95% interval of the mean over queries is at or above it (so that a fresh draw -- the one a
+real index makes -- is likely to meet it too: the queries share the documents' noise, so one
+draw's interval over queries understates the spread between draws). For ``plain`` with ``min_cosine`` the
 floor is on the mean cosine to the original instead.
 
-**The search** per (mode, mechanism): a log grid of epsilon (8 points a decade), one noise draw
-per probe with the same seed (utility is then as monotone in epsilon as the law allows), the
+**The search** per (mode, mechanism): a log grid of epsilon (8 points a decade), the same
+``draws`` seeds at every probe (utility is then as monotone in epsilon as the law allows), the
 top of the grid first (none meets: stop, report the nearest point), then bisection on the grid
 indices -- about 6 probes; the clean similarities and clean top-10 sets are computed once and
 shared by every probe.
@@ -72,6 +74,8 @@ DOCUMENT_MODES = ("plain", "rerank", "subspace+rerank")
 GRID = tuple(float(10 ** (j / 8)) for j in range(41))
 #: the noise laws tried in every mode (the subspace mode has the same three)
 LAWS = ("laplace", "gaussian", "purkayastha")
+#: k' is at most 1/DEPTH_SHARE of the corpus: fetching more is close to fetching all of it
+DEPTH_SHARE = 4
 #: the size of the clean top set whose recall is the utility
 TOP_K = 10
 _Z95 = 1.959963984540054
@@ -368,7 +372,7 @@ class _Probe:
 
 
 class _ModeRunner:
-    """Builds a mode's mechanism at an epsilon and measures one noise draw."""
+    """Builds a mode's mechanism at an epsilon and measures ``draws`` noise draws."""
 
     def __init__(
         self,
@@ -382,6 +386,7 @@ class _ModeRunner:
         max_depth: int,
         seed: int,
         basis: Any,
+        draws: int = 1,
     ) -> None:
         self.mode, self.name, self.params = mode, name, dict(params)
         self.clean, self.floor, self.metric = clean, floor, metric
@@ -390,6 +395,7 @@ class _ModeRunner:
         hi = clean.k if mode == "plain" else min(max_depth, n)
         self.depths = np.arange(clean.k, max(hi, clean.k) + 1, dtype=np.int64)
         self.error = ""
+        self.seeds = [seed + 7919 * j for j in range(draws)]
 
     def build(self, eps: float) -> Mechanism:
         if self.mode == "subspace+rerank":
@@ -405,24 +411,33 @@ class _ModeRunner:
             self.error = str(e)
             return None
         c = self.clean
-        if self.mode == "query":
-            Y = _unit(m.privatize(c.Q, rng=self.seed))
-            P = Y @ c.D.T
-        elif self.mode == "subspace+rerank":
-            Y = _unit(m.privatize(c.D, rng=self.seed))
-            P = _unit(m.public_transform(c.Q)) @ Y.T
-        else:
-            Y = _unit(m.privatize(c.D, rng=self.seed))
-            P = c.Q @ Y.T
-        if self.metric == "mean_cosine":  # plain only
-            cos = np.einsum("ij,ij->i", Y, c.D)
-            mean = float(cos.mean())
-            low = mean - _Z95 * float(cos.std(ddof=1)) / math.sqrt(cos.size)
-            return _Probe(low >= self.floor, mean, low, c.k, m, Y)
-        mean_c, low_c = _recall_curve(_ranks(c, P), self.depths)
+        means, lows, first = [], [], None
+        for seed in self.seeds:  # independent noise draws: the floor must hold on each
+            if self.mode == "query":
+                Y = _unit(m.privatize(c.Q, rng=seed))
+                P = Y @ c.D.T
+            elif self.mode == "subspace+rerank":
+                Y = _unit(m.privatize(c.D, rng=seed))
+                P = _unit(m.public_transform(c.Q)) @ Y.T
+            else:
+                Y = _unit(m.privatize(c.D, rng=seed))
+                P = c.Q @ Y.T
+            first = Y if first is None else first
+            if self.metric == "mean_cosine":  # plain only
+                cos = np.einsum("ij,ij->i", Y, c.D)
+                mean = np.array([cos.mean()])
+                low = mean - _Z95 * float(cos.std(ddof=1)) / math.sqrt(cos.size)
+            else:
+                mean, low = _recall_curve(_ranks(c, P), self.depths)
+            means.append(mean)
+            lows.append(low)
+        assert first is not None
+        mean_c = np.mean(means, axis=0)
+        low_c = np.min(lows, axis=0)
         hit = np.flatnonzero(low_c >= self.floor)
-        i = int(hit[0]) if hit.size else len(self.depths) - 1
-        return _Probe(bool(hit.size), float(mean_c[i]), float(low_c[i]), int(self.depths[i]), m, Y)
+        i = int(hit[0]) if hit.size else len(low_c) - 1
+        depth = c.k if self.metric == "mean_cosine" else int(self.depths[i])
+        return _Probe(bool(hit.size), float(mean_c[i]), float(low_c[i]), depth, m, first)
 
 
 def _search(runner: _ModeRunner, grid: Sequence[float]) -> tuple[float, _Probe | None, int]:
@@ -502,6 +517,7 @@ def advise_modes(
     basis_epsilon: float = 1.0,
     basis_delta: float = 1e-5,
     n_queries: int = 200,
+    draws: int = 3,
     linkage_records: int = 2000,
     seed: int = 0,
     grid: Sequence[float] = GRID,
@@ -529,13 +545,19 @@ def advise_modes(
     min_cosine : float, optional
         For ``plain`` only: the floor is the mean cosine to the original instead.
     max_depth : int
-        Largest k' (candidates fetched, payloads opened per query) a mode may use.
+        Largest k' (candidates fetched, payloads opened per query) a mode may use; never more
+        than a quarter of the corpus (:data:`DEPTH_SHARE`): fetching more is close to fetching
+        all of it, and then any epsilon "works".
     max_ldp_epsilon : float, optional
         Only settings whose per-record LDP epsilon is at most this are recommended.
     basis : SubspaceBasis, array (m, d) of public embeddings, or None
         For ``subspace+rerank``: a basis from public embeddings (exact PCA, no privacy cost);
         None computes one from ``X`` by DP-PCA at (``basis_epsilon``, ``basis_delta``),
         charged to every record (the guarantee shown is the composition).
+    draws : int
+        Independent noise draws per probe; the floor must hold on each (the lower end of each
+        draw's 95% interval over queries). The queries share the documents' noise, so the
+        spread between draws is wider than one draw's interval over queries suggests.
     seed : int
         Seeds the pseudo-queries, DP-PCA and every noise draw.
 
@@ -555,7 +577,8 @@ def advise_modes(
     if n < 12:
         raise DataError(f"advise needs at least 12 documents (a clean top 10), got {n}.")
     seed = check_int("seed", seed, ge=0)
-    max_depth = check_int("max_depth", max_depth, ge=TOP_K)
+    draws = check_int("draws", draws, ge=1)
+    max_depth = min(check_int("max_depth", max_depth, ge=TOP_K), max(TOP_K, n // DEPTH_SHARE))
     floor = check_real("min_recall", min_recall, gt=0, le=1)
     metric = "recall"
     for m in modes:
@@ -610,6 +633,7 @@ def advise_modes(
                 max_depth=max_depth,
                 seed=seed,
                 basis=sub_basis,
+                draws=draws,
             )
             eps, p, probes = _search(runner, grid)
             if p is None:
