@@ -178,3 +178,46 @@ def test_advise_command_refuses_plain_only_options_without_plain_only(tmp_path):
     r = CliRunner().invoke(_app(), ["advise", str(tmp_path / "e.npz"), "--target", "ndcg@10>=0.4"])
     assert r.exit_code == 2 and "--target applies to --plain-only" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
+
+
+class _Probe:
+    """A token-attack stand-in: its score is the mean cosine of the release to the originals
+    (1 on clean vectors), against a blind value of ``blind``."""
+
+    name = "token_inference"
+
+    def __init__(self, blind: float) -> None:
+        self.blind = blind
+        self.calls: list[str] = []
+
+    def check(self, release):
+        from privembed.evaluation import StrengthCheck
+
+        self.calls.append(release.mechanism.name)
+        Y = release.Y / np.linalg.norm(release.Y, axis=1, keepdims=True)
+        ref = release.reference()
+        ref = ref / np.linalg.norm(ref, axis=1, keepdims=True)
+        v = float(np.mean(np.einsum("ij,ij->i", Y, ref)))
+        return {"leakage": v}, StrengthCheck(
+            "token_inference", "leakage", v, self.blind, v - self.blind - 0.01,
+            v - self.blind + 0.01,
+        )  # fmt: skip
+
+
+def test_more_attacks_run_at_the_recommended_setting_only_and_join_the_verdicts():
+    X, Q = _corpus()
+    strong = _Probe(blind=0.0)  # beats blind on clean (1.0 vs 0.0)
+    adv = advise_modes(X, queries=Q, modes=("plain", "rerank"), mechanisms=("laplace",),
+                       attacks=[strong], seed=0)  # fmt: skip
+    r = adv.recommended
+    assert r is not None and strong.calls == ["none", "laplace"]  # clean check, then the setting
+    v = {x.threat.name: x for x in r.verdicts}
+    assert v["auxiliary_text"].verdict == DOES_NOT_DEFEND  # cosine ~0.4 >> 0 + margin
+    assert v["auxiliary_text"].evidence.attack == "token_inference"
+    assert not any(s.evidence and s is not r and len(s.evidence) > 1 for s in adv.settings)
+    weak = _Probe(blind=2.0)  # loses to its blind baseline even on clean vectors
+    adv = advise_modes(X, queries=Q, modes=("rerank",), mechanisms=("laplace",),
+                       attacks=[weak], seed=0)  # fmt: skip
+    v = {x.threat.name: x for x in adv.recommended.verdicts}
+    assert v["auxiliary_text"].verdict.startswith("no evidence")
+    assert "No token inference attack was run" not in "\n".join(adv.lines())

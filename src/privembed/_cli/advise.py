@@ -214,26 +214,27 @@ def advise(
         ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
         if texts is not None:
             all_texts, sensitive = read_attack_texts(texts, ids)
-    if not plain_only:
-        _advise_modes(
-            X, modes=modes, names=names, delta=delta, min_recall=min_recall,
-            min_cosine=min_cosine, max_depth=max_depth, queries=queries, basis=basis,
-            basis_epsilon=basis_epsilon, max_ldp_epsilon=max_ldp_epsilon, seed=seed,
-            column=column, as_json=as_json, texts_given=all_texts is not None,
-        )  # fmt: skip
-        return
-    attacks: list[Any] = [Linkage()] if linkage else []
+    token: list[Any] = []
     if all_texts is not None:
         attack = {k: list(v) if isinstance(v, tuple) else v for k, v in AUDIT_SETTINGS.items()}
         if attack_epochs is not None:
             attack["epochs"] = attack_epochs
         if attack_lr is not None:
             attack["lr"] = attack_lr
-        attacks.append(
+        token.append(
             token_attack(
                 X, all_texts, sensitive, aux_fraction=aux_fraction, seed=seed, attack=attack
             )
         )
+    if not plain_only:
+        _advise_modes(
+            X, modes=modes, names=names, delta=delta, min_recall=min_recall,
+            min_cosine=min_cosine, max_depth=max_depth, queries=queries, basis=basis,
+            basis_epsilon=basis_epsilon, max_ldp_epsilon=max_ldp_epsilon, seed=seed,
+            column=column, as_json=as_json, attacks=token,
+        )  # fmt: skip
+        return
+    attacks: list[Any] = [*([Linkage()] if linkage else []), *token]
     ev = UtilityEvaluator(X, n_queries=None if not n_queries else n_queries)
     result = run_advice(
         X,
@@ -270,7 +271,7 @@ def _advise_modes(
     seed: int,
     column: str | None,
     as_json: bool,
-    texts_given: bool,
+    attacks: list[Any],
 ) -> None:
     from ..evaluation.modes import advise_modes
     from ..io import read_embeddings
@@ -303,13 +304,13 @@ def _advise_modes(
             X, queries=Q, modes=chosen, mechanisms=names, params={"gaussian": {"delta": delta}},
             min_recall=min_recall, min_cosine=min_cosine, max_depth=max_depth,
             max_ldp_epsilon=max_ldp_epsilon, basis=B, basis_epsilon=basis_epsilon, seed=seed,
-            on_step=step,
+            attacks=attacks, on_step=step,
         )  # fmt: skip
         on_progress(total)
     if as_json:
         print_json(result.to_dict())
         return
-    for line in result.lines(token_attack=texts_given):
+    for line in result.lines():
         for part in _wrap(line):
             console.print(part, highlight=False, markup=False, soft_wrap=True)
 

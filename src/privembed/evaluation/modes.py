@@ -267,7 +267,7 @@ class ModesAdvice:
             parts.append(f"reid@1 {reid:.3f} (blind {s.evidence[0].blind:.3f})")
         return "; ".join(parts)
 
-    def lines(self, *, token_attack: bool = False) -> list[str]:
+    def lines(self) -> list[str]:
         """What ``privembed advise`` prints: the floor, every setting, the recommendation and
         the threat verdicts."""
         src = (
@@ -290,11 +290,10 @@ class ModesAdvice:
                 "Mode query protects queries only: the store holds the documents in the clear "
                 "(use it for public documents)."
             )
-        if token_attack:
+        if not any(e.attack == "token_inference" for r in self.settings for e in r.evidence):
             out.append(
-                "The token inference attack is not run by the mode advice (threats 'store-only' "
-                "and 'public text' read 'not measured'); run 'privembed evaluate' or "
-                "'advise --plain-only' with the texts for it."
+                "No token inference attack was run (give --texts): the threats 'store-only "
+                "attacker' and 'attacker with public text' read 'not measured'."
             )
         return out
 
@@ -518,6 +517,7 @@ def advise_modes(
     basis_delta: float = 1e-5,
     n_queries: int = 200,
     draws: int = 3,
+    attacks: Sequence[Any] = (),
     linkage_records: int = 2000,
     seed: int = 0,
     grid: Sequence[float] = GRID,
@@ -558,6 +558,11 @@ def advise_modes(
         Independent noise draws per probe; the floor must hold on each (the lower end of each
         draw's 95% interval over queries). The queries share the documents' noise, so the
         spread between draws is wider than one draw's interval over queries suggests.
+    attacks : sequence of privacy metrics
+        More attacks run at the recommended setting only, each with its strength check on the
+        clean vectors (a metric with ``check``, e.g. the adaptive token attack,
+        :class:`~privembed.evaluation.TokenLeakage`): their evidence joins the linkage attack's
+        in the threat verdicts.
     seed : int
         Seeds the pseudo-queries, DP-PCA and every noise draw.
 
@@ -619,6 +624,7 @@ def advise_modes(
             Bp, _ = check_embeddings(basis, name="basis embeddings", dim=d)
             sub_basis = SubspaceBasis.from_embeddings(Bp)
     out: list[ModeSetting] = []
+    releases: dict[tuple[str, str], tuple[Mechanism, Any]] = {}
     for mode in modes:
         for name in mechanisms:
             say(f"{mode} / {name}: searching the smallest epsilon")
@@ -642,8 +648,9 @@ def advise_modes(
                                 probes, notes=[f"not available: {runner.error}"])
                 )  # fmt: skip
                 continue
+            releases[(mode, name)] = (p.mech, p.Y)
             out.append(_setting(mode, name, eps, p, probes, runner, qd, linkage_records))
-    return ModesAdvice(
+    result = ModesAdvice(
         floor=floor,
         min_cosine=None if min_cosine is None else float(min_cosine),
         max_depth=max_depth,
@@ -654,6 +661,42 @@ def advise_modes(
         max_ldp_epsilon=max_ldp_epsilon,
         seed=seed,
     )
+    r = result.recommended
+    if attacks and r is not None:
+        mech, Y = releases[(r.mode, r.mechanism)]
+        say(f"{r.label}: running {len(attacks)} more attack(s) at the recommended setting")
+        r.evidence.extend(_run_attacks(attacks, D, mech, Y, seed))
+        r.verdicts = _verdicts(r.mode, r.evidence)
+    return result
+
+
+def _run_attacks(
+    attacks: Sequence[Any], D: NDArray[np.float64], mech: Mechanism, Y: Any, seed: int
+) -> list[AttackEvidence]:
+    """Each attack's strength check on the clean vectors and its result at the setting, as
+    evidence: a metric with ``check(release) -> (columns, StrengthCheck)`` (e.g.
+    :class:`~privembed.evaluation.TokenLeakage`)."""
+    from .privacy import Release, Unprotected
+
+    clean_rng, rng = spawn(seed, 2)
+    ident = Unprotected()
+    out = []
+    for a in attacks:
+        _, clean = a.check(Release(ident, D, ident.privatize(D), clean_rng))
+        _, at = a.check(Release(mech, D, np.asarray(Y), rng))
+        low, high = at.chance + at.excess_low, at.chance + at.excess_high
+        out.append(
+            AttackEvidence(
+                at.attack,
+                at.statistic,
+                at.value,
+                at.chance,
+                min(low, at.value),
+                max(high, at.value),
+                clean.excess_low,
+            )
+        )
+    return out
 
 
 def _setting(
