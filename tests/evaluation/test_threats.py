@@ -33,7 +33,7 @@ def test_registry_names_each_attacker_with_what_they_hold_and_attacks() -> None:
         "basis_holder",
     }
     for t in THREATS.values():
-        assert t.holds and t.attacks and t.title
+        assert t.holds and t.title and (t.attacks or t.implied_by in THREATS)
     assert THREATS["repeated_release"].defended_by == "deployment"
     assert "linkage" in THREATS["candidate_holder"].attacks
 
@@ -119,3 +119,17 @@ def test_bad_evidence_is_refused_with_the_parameter(kw: dict, match: str) -> Non
     )  # fmt: skip
     with pytest.raises(ValueError, match=match):
         AttackEvidence(**{**base, **kw})
+
+
+def test_store_only_is_never_judged_by_attacks_it_cannot_run():
+    """The adaptive token attack trains on auxiliary text: it measures the attacker with public
+    text. Its success does not show that a store-only attacker succeeds; its failure (when it
+    is strong on clean vectors) does show that the weaker store-only attacker fails."""
+    t = THREATS["store_only"]
+    loud = ev("token_inference", 0.4, 0.2, 0.02, clean_low=0.1)
+    v = judge(t, [loud])
+    assert v.verdict == NOT_MEASURED and "does not defend" in v.reason
+    quiet = ev("token_inference", 0.205, 0.2, 0.005, clean_low=0.1)
+    assert judge(t, [quiet]).verdict == DEFENDS
+    weak = ev("token_inference", 0.2, 0.2, 0.005, clean_low=-0.1)
+    assert judge(t, [weak]).verdict == NOT_MEASURED

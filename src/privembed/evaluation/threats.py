@@ -92,6 +92,9 @@ class ThreatModel:
         The deployment modes where the threat arises (None: every mode).
     note : str
         What a reader must know about the verdict.
+    implied_by : str, optional
+        A stronger threat model (by name): a setting that defends against it defends against
+        this one; when it does not, this one is "not measured" (no attack of its own).
     """
 
     name: str
@@ -102,6 +105,7 @@ class ThreatModel:
     defended_by: str = "epsilon"
     modes: tuple[str, ...] | None = None
     note: str = ""
+    implied_by: str | None = None
 
     def __post_init__(self) -> None:
         check_real("margin", self.margin, ge=0, le=1)
@@ -121,6 +125,7 @@ class ThreatModel:
             "defended_by": self.defended_by,
             "modes": None if self.modes is None else list(self.modes),
             "note": self.note,
+            "implied_by": self.implied_by,
         }
 
 
@@ -224,11 +229,12 @@ THREATS: Mapping[str, ThreatModel] = _registry(
         name="store_only",
         title="a store-only attacker",
         holds="the protected vectors and sealed payloads in the store, nothing else",
-        attacks=("token_inference", "attribute"),
+        attacks=(),
         margin=0.02,
-        note="without auxiliary data such an attacker cannot train an attack; the attacks that "
-        "measure it are those trained on the protected store's own distribution (the adaptive "
-        "token and attribute probes), so its verdict is at most as strong as theirs",
+        implied_by="auxiliary_text",
+        note="no attack that needs no auxiliary data is implemented; it is weaker than the "
+        "attacker with public text, so a setting that defends against that one defends against "
+        "it, and otherwise it is not measured",
     ),
     ThreatModel(
         name="auxiliary_text",
@@ -315,6 +321,22 @@ def judge(threat: ThreatModel, evidence: Sequence[AttackEvidence]) -> ThreatVerd
         raise ValueError(
             f"threat {threat.name!r} is defended by the deployment, not by epsilon: use "
             "judge_structural."
+        )
+    if threat.implied_by is not None:
+        stronger = judge(THREATS[threat.implied_by], evidence)
+        if stronger.defends:
+            return ThreatVerdict(
+                threat,
+                DEFENDS,
+                f"implied: it defends against {stronger.threat.title}, a stronger attacker "
+                f"({stronger.reason})",
+                stronger.evidence,
+            )
+        return ThreatVerdict(
+            threat,
+            NOT_MEASURED,
+            f"no attack without auxiliary data is implemented; against {stronger.threat.title} "
+            f"(stronger): {stronger.verdict}",
         )
     mine = [e for e in evidence if e.attack in threat.attacks]
     if not mine:
