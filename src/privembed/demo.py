@@ -133,6 +133,7 @@ def working_path(
     seed: int = 0,
     min_recall: float = 0.9,
     max_depth: int = 100,
+    key: bytes | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """advise -> protect -> index with payloads -> search with re-rank, on the embeddings ``X``.
@@ -142,6 +143,10 @@ def working_path(
     and by the re-ranked search (k' candidates, exact re-rank), the measured re-identification
     rate at that setting with its blind baseline, and one line per threat model. Queries are
     pseudo-queries (documents diluted with noise, :func:`privembed.rerank.pseudo_queries`).
+    ``key`` is the collection's noise and payload key (default: a fresh one, kept in memory):
+    the index is a fresh noise draw, not one that advise measured, so its recall varies around
+    advise's by a draw's spread (advise's floor holds on each of 3 draws at the lower end of a
+    95% interval, so a fresh draw meets it in most cases, not in every one).
     """
     import os
     import tempfile
@@ -170,7 +175,7 @@ def working_path(
     say(f"index at {r.mechanism} epsilon {r.epsilon:.4g} with sealed payloads (FAISS)")
     with tempfile.TemporaryDirectory() as tmp:
         with ProtectedCollection.open("faiss", tmp, "demo", mechanism=mech,
-                                      key=os.urandom(32), payloads=True) as col:  # fmt: skip
+                                      key=key or os.urandom(32), payloads=True) as col:  # fmt: skip
             col.add([str(i) for i in range(n)], X)
             say(f"search: plain top 10, and re-ranked from k' = {r.depth}")
             plain = col.query(Q, k=10)
