@@ -221,3 +221,26 @@ def test_more_attacks_run_at_the_recommended_setting_only_and_join_the_verdicts(
     v = {x.threat.name: x for x in adv.recommended.verdicts}
     assert v["auxiliary_text"].verdict.startswith("no evidence")
     assert "No token inference attack was run" not in "\n".join(adv.lines())
+
+
+def test_advise_command_with_real_queries_and_a_public_basis(tmp_path):
+    from privembed.io import write_embeddings
+
+    X, Q = _corpus(d=64, clusters=8)
+    public, _ = _corpus(n=400, d=64, clusters=8)
+    for name, A in (("d.npz", X), ("q.npz", Q), ("pub.npz", public)):
+        write_embeddings(tmp_path / name, A.astype(np.float32))
+    r = CliRunner().invoke(
+        _app(), ["advise", str(tmp_path / "d.npz"), "--queries", str(tmp_path / "q.npz"),
+                 "--basis", str(tmp_path / "pub.npz"), "--mechanisms", "laplace",
+                 "--modes", "rerank,subspace+rerank", "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["queries"] == "queries"
+    sub = next(s for s in out["settings"] if s["mode"] == "subspace+rerank")
+    assert sub["meets_floor"] and sub["subspace_k"] >= 2
+    # a public basis costs no privacy: the guarantee is the noise's alone (2 epsilon-LDP)
+    assert sub["ldp_epsilon"] == pytest.approx(2 * sub["epsilon"])
+    bad = CliRunner().invoke(_app(), ["advise", str(tmp_path / "d.npz"), "--modes", "remote"])
+    assert bad.exit_code == 2 and "mode='remote'" in bad.stderr and bad.stdout == ""
