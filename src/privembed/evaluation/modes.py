@@ -469,19 +469,9 @@ def _linkage(
         idx = np.sort(spawn(0, 1)[0].choice(n, max_records, replace=False))
         Y, ref = Y[idx], ref[idx]
     att = LinkageAttack(ks=(1,))
-    rep = att.score(Y, ref)
-    clean = att.score(ref, ref)
-    lo, hi = rep.interval[1]
-    value = rep.top_k[1]
-    return AttackEvidence(
-        name,
-        "reid@1",
-        value,
-        rep.chance[1],
-        min(lo, value),
-        max(hi, value),
-        clean.interval[1][0] - clean.chance[1],
-    )
+    at, clean = att.score(Y, ref).result(), att.score(ref, ref).result()
+    ev = AttackEvidence.from_results(at, clean)
+    return ev if name == "linkage" else AttackEvidence(name, *_fields(ev))
 
 
 def _verdicts(mode: str, evidence: Sequence[AttackEvidence]) -> list[ThreatVerdict]:

@@ -37,6 +37,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .._validation import check_real
+from ..attacks.base import AttackResult
 
 __all__ = [
     "DEFENDS",
@@ -168,6 +169,28 @@ class AttackEvidence:
                 f"the interval must hold the value, got low={self.low!r}, value={self.value!r}, "
                 f"high={self.high!r}."
             )
+
+    @classmethod
+    def from_results(cls, at: AttackResult, clean: AttackResult) -> AttackEvidence:
+        """Evidence from an attack's result at the setting and on unprotected vectors.
+
+        Examples
+        --------
+        >>> at = AttackResult("linkage", "reid@1", 0.4, 0.01, 0.35, 0.45)
+        >>> clean = AttackResult("linkage", "reid@1", 1.0, 0.01, 0.98, 0.99)
+        >>> e = AttackEvidence.from_results(at, clean); (e.low, e.high, e.strong)
+        (0.36, 0.46, True)
+        """
+        if (at.attack, at.statistic) != (clean.attack, clean.statistic):
+            raise ValueError(
+                f"the clean result must be of the same attack and statistic, got "
+                f"{clean.attack}/{clean.statistic} for {at.attack}/{at.statistic}."
+            )
+        low, high = at.blind + at.excess_low, at.blind + at.excess_high
+        return cls(
+            at.attack, at.statistic, at.value, at.blind, min(low, at.value), max(high, at.value),
+            clean.excess_low,
+        )  # fmt: skip
 
     @property
     def strong(self) -> bool:
