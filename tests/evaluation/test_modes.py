@@ -244,3 +244,21 @@ def test_advise_command_with_real_queries_and_a_public_basis(tmp_path):
     assert sub["ldp_epsilon"] == pytest.approx(2 * sub["epsilon"])
     bad = CliRunner().invoke(_app(), ["advise", str(tmp_path / "d.npz"), "--modes", "remote"])
     assert bad.exit_code == 2 and "mode='remote'" in bad.stderr and bad.stdout == ""
+
+
+def test_a_setting_at_the_bottom_of_the_grid_is_not_called_the_smallest():
+    X, Q = _corpus(n=300)
+    adv = advise_modes(X, queries=Q, modes=("rerank",), mechanisms=("laplace",),
+                       grid=(1e4, 1e5), seed=0)  # fmt: skip
+    (s,) = adv.settings
+    assert s.meets_floor and s.at_grid_bottom
+    assert "smallest meeting" not in adv.setting_line(s)
+    assert "a smaller one may too" in adv.setting_line(s)
+
+
+def test_a_cap_on_the_ldp_epsilon_is_respected():
+    X, Q = _corpus(n=300)
+    adv = advise_modes(X, queries=Q, modes=("rerank",), mechanisms=("laplace",),
+                       max_ldp_epsilon=1.0, seed=0)  # fmt: skip
+    assert adv.settings[0].meets_floor and adv.recommended is None
+    assert "per-record LDP epsilon <= 1" in adv.sentence()

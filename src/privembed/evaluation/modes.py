@@ -123,6 +123,7 @@ class ModeSetting:
     evidence: list[AttackEvidence] = field(default_factory=list)
     verdicts: list[ThreatVerdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    at_grid_bottom: bool = False
 
     @property
     def label(self) -> str:
@@ -157,6 +158,7 @@ class ModeSetting:
             "evidence": [e.to_dict() for e in self.evidence],
             "verdicts": [v.to_dict() for v in self.verdicts],
             "notes": list(self.notes),
+            "at_grid_bottom": self.at_grid_bottom,
         }
 
 
@@ -247,6 +249,8 @@ class ModesAdvice:
     def setting_line(self, s: ModeSetting) -> str:
         """One line per (mode, mechanism): the point, its utility, guarantee, cost and reid."""
         what = "smallest meeting the floor" if s.meets_floor else "none meets; nearest"
+        if s.meets_floor and s.at_grid_bottom:
+            what = "meets at the grid's smallest epsilon (a smaller one may too)"
         if s.utility != s.utility:  # nan: not available
             return f"{s.label}: {'; '.join(s.notes)}"
         eps = s.epsilon if s.epsilon is not None else s.config.get("epsilon", math.nan)
@@ -640,6 +644,7 @@ def advise_modes(
                 continue
             releases[(mode, name)] = (p.mech, p.Y)
             out.append(_setting(mode, name, eps, p, probes, runner, qd, linkage_records))
+            out[-1].at_grid_bottom = p.ok and eps == grid[0]
     result = ModesAdvice(
         floor=floor,
         min_cosine=None if min_cosine is None else float(min_cosine),
