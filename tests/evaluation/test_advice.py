@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -167,7 +168,7 @@ def test_advise_command_json(tmp_path):
     X = _clustered().astype(np.float32)
     write_embeddings(tmp_path / "e.npz", X)
     r = CliRunner().invoke(
-        _app(), ["advise", str(tmp_path / "e.npz"), "--min-cosine", "0.6", "--runs", "1",
+        _app(), ["advise", str(tmp_path / "e.npz"), "--plain-only", "--min-cosine", "0.6", "--runs", "1",
                  "--mechanisms", "gaussian,laplace", "--json"],
     )  # fmt: skip
     assert r.exit_code == 0, r.output
@@ -196,3 +197,50 @@ def test_advise_gaussian_on_the_demo_data_meets_the_target(demo_corpus):
         assert g.measured["mean_cosine"] >= target
         # and not wastefully far above it: within 0.02 of the target
         assert g.measured["mean_cosine"] < target + 0.02
+
+
+def _side_advice(side_meets: bool):
+    from privembed.evaluation.advice import Advice, MechanismAdvice
+
+    m = MechanismAdvice(
+        "laplace", "epsilon", 300.0, "bisection", guarantee_short="300-d_X(l2)",
+        measured={"mean_cosine": 0.52, "reid@1": 0.9}, meets_target=True, meets_ceiling=False,
+        failed=["reid@1 ≤ 0.00466"],
+        attack_side={"value": 20.0, "guarantee_short": "20-d_X(l2)", "meets_ceiling": side_meets,
+                     "measured": {"mean_cosine": 0.03, "reid@1": 0.006 if not side_meets else 0.002}},
+    )  # fmt: skip
+    return Advice(
+        target=Floor("mean_cosine", ">=", 0.5), ceilings=[Floor("reid@1", "<=", 0.00466)],
+        checks=[], mechanisms=[m], settings={"runs": 3},
+    )  # fmt: skip
+
+
+def test_plain_only_rows_are_labelled_by_what_was_measured_there():
+    """Issue 27.4/28.6: a row read 'largest under the ceiling ... meets: neither' with reid@1
+    0.006 > 0.00466."""
+    over = "\n".join(_side_advice(False).lines())
+    assert "largest under the ceiling" not in over
+    assert "under the ceiling on one release, over it on 3" in over and "meets: neither" in over
+    under = "\n".join(_side_advice(True).lines())
+    assert "largest under the ceiling" in under and "meets: ceiling only" in under
+    assert "meets: target only" in under  # the useful point misses the ceiling
+
+
+def test_advise_plain_only_at_80_columns_splits_no_word(tmp_path):
+    from privembed.io import write_embeddings
+
+    X = _clustered().astype(np.float32)
+    write_embeddings(tmp_path / "e.npz", X)
+    r = CliRunner().invoke(
+        _app(), ["advise", str(tmp_path / "e.npz"), "--plain-only", "--min-cosine", "0.6",
+                 "--runs", "1", "--mechanisms", "laplace,purkayastha"],
+        env={"COLUMNS": "80"},
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert max(len(x) for x in lines) <= 80
+    words = r.stdout.split()
+    # the words that a split would cut: the configuration and the guarantee tokens stay whole
+    assert any(re.fullmatch(r"\(\d[\d.e+]*-d_X\(l2\)", w) for w in words), words
+    assert any(w.startswith("purkayastha") for w in words)
+    assert not any(w in ("purkast", "ha", "LD", "P") for w in words), words

@@ -1,13 +1,16 @@
-"""``privembed advise``: the smallest epsilon per mechanism that meets a utility target, and
-what the attacks get there -- or the plain answer that no epsilon meets both.
+"""``privembed advise``: per deployment mode (plain, rerank, subspace+rerank, query), the
+smallest epsilon at which search stays useful, its cost per query and the threats it defends
+against; ``--plain-only``: the former analysis of plain protected vectors under attack ceilings.
 
 Example::
 
-    privembed advise emb.parquet --texts notes.jsonl --min-cosine 0.5
-    privembed advise notes.jsonl --min-overlap 0.3 --json      # texts: embedded first
+    privembed advise emb.parquet --min-recall 0.9 --max-depth 100
+    privembed advise emb.parquet --queries queries.npy --basis public.npy --json
+    privembed advise notes.jsonl --plain-only --min-overlap 0.3      # texts: embedded first
 
-The work is :func:`privembed.evaluation.advice.advise`; this module parses and prints. Attach
-it with ``register(app)``.
+The work is :func:`privembed.evaluation.modes.advise_modes` (and
+:func:`privembed.evaluation.advice.advise`); this module parses and prints. Attach it with
+``register(app)``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,15 @@ import numpy as np
 import typer
 
 from ..release import refuse_protected
-from .common import MechanismName, console, err_console, print_json, progress_done, user_errors
+from .common import (
+    MechanismName,
+    console,
+    err_console,
+    print_json,
+    progress_done,
+    show_progress,
+    user_errors,
+)
 
 __all__ = ["advise", "register"]
 
@@ -100,9 +111,52 @@ def advise(
     model: Annotated[
         str | None, typer.Option(help="Embedding model for text input (default: offline MiniLM).")
     ] = None,
+    modes: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated deployment modes, any of: plain, rerank, subspace+rerank, query."
+        ),
+    ] = "plain,rerank,subspace+rerank,query",
+    min_recall: Annotated[
+        float,
+        typer.Option(help="Utility floor: recall of the clean top 10 within the k' fetched."),
+    ] = 0.9,
+    max_depth: Annotated[
+        int, typer.Option(help="Largest k' (candidates fetched and payloads opened per query).")
+    ] = 100,
+    queries: Annotated[
+        Path | None,
+        typer.Option(
+            help="Query embeddings (.npy/.npz/.parquet/.jsonl); without them documents stand "
+            "in (pseudo-queries)."
+        ),
+    ] = None,
+    basis: Annotated[
+        Path | None,
+        typer.Option(
+            help="Public embeddings (or a saved basis) for the subspace mode; without it the "
+            "basis is DP-PCA of the data, charged to every record."
+        ),
+    ] = None,
+    basis_epsilon: Annotated[
+        float, typer.Option(help="Central epsilon of the DP-PCA basis (no --basis).")
+    ] = 1.0,
+    max_ldp_epsilon: Annotated[
+        float | None,
+        typer.Option(help="Recommend only settings with per-record LDP epsilon at most this."),
+    ] = None,
+    plain_only: Annotated[
+        bool,
+        typer.Option(
+            "--plain-only",
+            help="The former analysis: plain protected vectors only, under attack ceilings "
+            "(--target, --min-overlap and --ceiling need it).",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")] = False,
 ) -> None:
-    """Find the smallest epsilon per mechanism that meets a utility target, and the attacks there."""
+    """Per deployment mode, the smallest epsilon at which search stays useful, its cost and the
+    threats it defends against."""
     from ..attacks.token_inference import AUDIT_SETTINGS
     from ..evaluation import Linkage, UtilityEvaluator
     from ..evaluation.advice import advise as run_advice
@@ -111,6 +165,12 @@ def advise(
     from ..io import check_input_format, holds_texts, read_embeddings
 
     check_input_format(input)
+    if not plain_only:
+        for flag, val in (("--target", target), ("--min-overlap", min_overlap),
+                          ("--ceiling", ceiling)):  # fmt: skip
+            if val:
+                raise ValueError(f"{flag} applies to --plain-only (plain vectors under attack "
+                                 "ceilings); the mode advice takes --min-recall.")  # fmt: skip
 
     given = [t for t in (min_cosine, min_overlap, target) if t is not None]
     if len(given) > 1:
@@ -154,18 +214,27 @@ def advise(
         ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
         if texts is not None:
             all_texts, sensitive = read_attack_texts(texts, ids)
-    attacks: list[Any] = [Linkage()] if linkage else []
+    token: list[Any] = []
     if all_texts is not None:
         attack = {k: list(v) if isinstance(v, tuple) else v for k, v in AUDIT_SETTINGS.items()}
         if attack_epochs is not None:
             attack["epochs"] = attack_epochs
         if attack_lr is not None:
             attack["lr"] = attack_lr
-        attacks.append(
+        token.append(
             token_attack(
                 X, all_texts, sensitive, aux_fraction=aux_fraction, seed=seed, attack=attack
             )
         )
+    if not plain_only:
+        _advise_modes(
+            X, modes=modes, names=names, delta=delta, min_recall=min_recall,
+            min_cosine=min_cosine, max_depth=max_depth, queries=queries, basis=basis,
+            basis_epsilon=basis_epsilon, max_ldp_epsilon=max_ldp_epsilon, seed=seed,
+            column=column, as_json=as_json, attacks=token,
+        )  # fmt: skip
+        return
+    attacks: list[Any] = [*([Linkage()] if linkage else []), *token]
     ev = UtilityEvaluator(X, n_queries=None if not n_queries else n_queries)
     result = run_advice(
         X,
@@ -186,47 +255,83 @@ def advise(
     _print(result)
 
 
-def _meets(target: bool, ceiling: bool) -> str:
-    return {(True, True): "both", (True, False): "target", (False, True): "ceiling"}.get(
-        (target, ceiling), "neither"
-    )
+def _advise_modes(
+    X: Any,
+    *,
+    modes: str,
+    names: list[str],
+    delta: float,
+    min_recall: float,
+    min_cosine: float | None,
+    max_depth: int,
+    queries: Path | None,
+    basis: Path | None,
+    basis_epsilon: float,
+    max_ldp_epsilon: float | None,
+    seed: int,
+    column: str | None,
+    as_json: bool,
+    attacks: list[Any],
+) -> None:
+    from ..evaluation.modes import advise_modes
+    from ..io import read_embeddings
+
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    Q = None
+    if queries is not None:
+        Q = np.asarray(read_embeddings(queries, column=column).X)
+    B: Any = None
+    if basis is not None:
+        from ..mechanisms.subspace import SubspaceBasis
+
+        B = (
+            SubspaceBasis.load(basis)
+            if SubspaceBasis.is_basis_file(basis)
+            else np.asarray(read_embeddings(basis, column=column).X)
+        )
+    total = len(chosen) * len(names)
+    with progress_done("advise", total, unit="settings") as on_progress:
+        done = [0]
+
+        def step(msg: str) -> None:
+            if msg.endswith("searching the smallest epsilon"):
+                on_progress(done[0])
+                done[0] += 1
+            if not show_progress() and not as_json:  # one line per mode/mechanism
+                err_console.print(f"- {msg}", highlight=False, markup=False)
+
+        result = advise_modes(
+            X, queries=Q, modes=chosen, mechanisms=names, params={"gaussian": {"delta": delta}},
+            min_recall=min_recall, min_cosine=min_cosine, max_depth=max_depth,
+            max_ldp_epsilon=max_ldp_epsilon, basis=B, basis_epsilon=basis_epsilon, seed=seed,
+            attacks=attacks, on_step=step,
+        )  # fmt: skip
+        on_progress(total)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    for line in result.lines():
+        for part in _wrap(line):
+            console.print(part, highlight=False, markup=False, soft_wrap=True)
+
+
+def _wrap(line: str) -> list[str]:
+    """A line wrapped at the console's width on spaces only (never inside a word)."""
+    import textwrap
+
+    if not line:
+        return [""]
+    indent = " " * (len(line) - len(line.lstrip(" ")))
+    return textwrap.wrap(
+        line, width=max(console.width, 40), subsequent_indent=indent + "    ",
+        break_long_words=False, break_on_hyphens=False,
+    ) or [""]  # fmt: skip
 
 
 def _print(result: Any) -> None:
-    from rich.table import Table
-
-    for c in result.checks:
-        style = "green" if c.passed else "bold yellow"
-        console.print(f"[{style}]attack check[/{style}] {c.text()}", highlight=False)
-    cols = [result.target.metric, *dict.fromkeys(f.metric for f in result.ceilings)]
-    t = Table(title=f"Smallest setting meeting {result.target.text()}")
-    t.add_column("mechanism", overflow="fold", no_wrap=False)
-    t.add_column("point", overflow="fold")
-    t.add_column("setting and guarantee", overflow="fold", no_wrap=False)
-    for c in cols:
-        t.add_column(c, justify="right", overflow="fold")
-    t.add_column("meets", justify="center")
-    for m in result.mechanisms:
-        if m.value is None:
-            t.add_row(m.mechanism, "target", "none up to 1e7", *["-"] * len(cols), "-")
-            continue
-        vals = [f"{m.measured.get(c, float('nan')):.3f}" for c in cols]
-        t.add_row(
-            m.mechanism, "smallest meeting the target",
-            f"{m.parameter} = {m.value:.4g}: {m.guarantee_short}", *vals,
-            _meets(m.meets_target, m.meets_ceiling),
-        )  # fmt: skip
-        side = m.attack_side
-        if side is not None:
-            vals = [f"{side['measured'].get(c, float('nan')):.3f}" for c in cols]
-            hit = side["measured"].get(result.target.metric, float("nan")) >= result.target.value
-            t.add_row(
-                "", "largest under the ceiling",
-                f"{m.parameter} = {side['value']:.4g}: {side['guarantee_short']}", *vals,
-                _meets(hit, bool(side["meets_ceiling"])),
-            )  # fmt: skip
-    console.print(t)
-    console.print(result.sentence(), highlight=False)
+    for line in result.lines():
+        for part in _wrap(line):
+            console.print(part, highlight=False, markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -42,6 +42,7 @@ from .attribute import (
     ner_labels,
 )
 from .averaging import AveragingReport, averaging_attack, expected_average_cosine
+from .base import AttackResult, ScoredReport
 from .corpus import PIICorpus, pii_corpus, sensitive_tokens
 from .fingerprint import (
     FingerprintClassifier,
@@ -67,6 +68,7 @@ from .token_inference import MLCAttack, TokenInferenceReport, TokenVocabulary
 from .transformer_inversion import StrengthCheck, TransformerInversionAttack
 
 __all__ = [
+    "AttackResult",
     "AttributeProbe",
     "AttributeReport",
     "AveragingReport",
@@ -79,6 +81,7 @@ __all__ = [
     "MLCAttack",
     "PIICorpus",
     "ReconstructionReport",
+    "ScoredReport",
     "StrengthCheck",
     "TemplateMatcher",
     "TokenInferenceReport",

@@ -40,6 +40,7 @@ from .._optional import require
 from .._validation import DataError, check_choice, check_int, check_real
 from ..rng import as_generator
 from ._common import check_hidden, embeddings_f64, protect_copies, standard_scale
+from .base import AttackResult
 
 __all__ = [
     "AttributeProbe",
@@ -168,6 +169,15 @@ class AttributeReport:
     @property
     def beats_blind(self) -> bool:
         return bool(self.interval[0] > self.blind)
+
+    def result(self) -> AttackResult:
+        """The AUC against 0.5, with the DeLong interval shifted by it."""
+        lo, hi = self.interval
+        return AttackResult(
+            "attribute", "auc", self.auc, self.blind, min(lo, self.auc) - self.blind,
+            max(hi, self.auc) - self.blind,
+            f"DeLong over {self.n_positive} + {self.n_negative} texts",
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

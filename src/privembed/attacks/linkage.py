@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 from .._validation import DataError, check_int
 from ..geometry import retrieval_ranks
 from ._common import embeddings_f64
+from .base import AttackResult
 
 __all__ = ["LinkageAttack", "LinkageReport", "linkage_ranks", "rate_interval"]
 
@@ -114,6 +115,19 @@ class LinkageReport:
         """Whether the top-``k`` rate is above chance with 95% confidence."""
         lo = self.interval.get(k, (float("nan"), float("nan")))[0]
         return bool(lo > self.chance[k])
+
+    def result(self, k: int | None = None) -> AttackResult:
+        """The top-``k`` rate (default: the smallest k) against ``k / candidates``, with the
+        Wilson interval of the rate shifted by the baseline."""
+        k = min(self.top_k) if k is None else k
+        if k not in self.top_k:
+            raise ValueError(f"k must be one of {sorted(self.top_k)}, got k={k!r}.")
+        lo, hi = self.interval[k]
+        chance = self.chance[k]
+        return AttackResult(
+            "linkage", f"reid@{k}", self.top_k[k], chance, min(lo, self.top_k[k]) - chance,
+            max(hi, self.top_k[k]) - chance, f"Wilson interval over {self.n_protected} records",
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

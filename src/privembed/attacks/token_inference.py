@@ -48,6 +48,7 @@ from ._common import (
     torch_threads,
     train_minibatch,
 )
+from .base import AttackResult
 
 __all__ = ["AUDIT_SETTINGS", "T26_SETTINGS", "MLCAttack", "TokenInferenceReport", "TokenVocabulary"]
 
@@ -169,6 +170,15 @@ class TokenInferenceReport:
     def beats_chance(self) -> bool:
         """Whether the leakage is above the blind attacker's with 95% confidence."""
         return bool(self.leakage_excess_low > 0)
+
+    def result(self) -> AttackResult:
+        """Leakage against the blind (token-frequency) attacker, with the paired bootstrap
+        interval of the excess."""
+        return AttackResult(
+            "token_inference", "leakage", self.leakage, self.leakage_chance,
+            self.leakage_excess_low, self.leakage_excess_high,
+            f"paired bootstrap over {self.n_texts} texts",
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

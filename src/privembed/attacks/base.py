@@ -1,0 +1,91 @@
+"""The common result of an attack (issue 25.3): its headline number against a blind baseline.
+
+Attacks differ in what they fit on (texts, labels, candidate pools) and in how they are trained
+(``fit`` on plain auxiliary vectors, ``fit_adaptive`` on auxiliary vectors protected by the
+mechanism under test), but every score they report means something only against what an
+attacker without the vectors gets -- its *blind baseline* -- and with an interval. A report
+that implements :class:`ScoredReport` gives that as one :class:`AttackResult`:
+
+============================  ===============  =============================================
+report                        statistic        blind baseline (interval of the excess)
+============================  ===============  =============================================
+``LinkageReport``             ``reid@k``       ``k / candidates`` (Wilson interval)
+``TokenInferenceReport``      ``leakage``      token-frequency attacker (paired bootstrap)
+``AttributeReport``           ``auc``          0.5 (DeLong interval)
+============================  ===============  =============================================
+
+The strength check of an attack is then one rule for all: run it on *unprotected* vectors; it
+is evidence about protection only when :attr:`AttackResult.beats_blind` holds there
+(:mod:`privembed.evaluation.threats` applies it).
+
+Examples
+--------
+>>> r = AttackResult("linkage", "reid@1", 0.9, 0.01, 0.85, 0.93)
+>>> r.beats_blind, [round(x, 2) for x in r.excess]
+(True, [0.89, 0.85, 0.93])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["AttackResult", "ScoredReport"]
+
+
+@dataclass(frozen=True)
+class AttackResult:
+    """An attack's headline number, its blind baseline, and the 95% interval of the excess.
+
+    Attributes
+    ----------
+    attack : str
+    statistic : str
+    value : float
+    blind : float
+        What an attacker without the vectors gets.
+    excess_low, excess_high : float
+        95% interval of ``value - blind``.
+    method : str
+        How the interval was made.
+    """
+
+    attack: str
+    statistic: str
+    value: float
+    blind: float
+    excess_low: float
+    excess_high: float
+    method: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("value", "blind", "excess_low", "excess_high"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or math.isnan(float(v)):
+                raise ValueError(f"{name} must be a number, got {name}={v!r}.")
+        if self.excess_low > self.excess_high:
+            raise ValueError(
+                f"excess_low must be <= excess_high, got excess_low={self.excess_low!r}, "
+                f"excess_high={self.excess_high!r}."
+            )
+
+    @property
+    def excess(self) -> tuple[float, float, float]:
+        """(value - blind, lower end, upper end)."""
+        return self.value - self.blind, self.excess_low, self.excess_high
+
+    @property
+    def beats_blind(self) -> bool:
+        """Whether the whole interval of the excess is above 0."""
+        return bool(self.excess_low > 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "beats_blind": self.beats_blind}
+
+
+@runtime_checkable
+class ScoredReport(Protocol):
+    """A report that states its headline number against its blind baseline."""
+
+    def result(self) -> AttackResult: ...

@@ -1,0 +1,772 @@
+r"""Advice per deployment mode: the smallest epsilon at which *search* stays useful, what it
+costs per query, and which threats that setting defends against.
+
+Judging plain protected vectors only (issue 26) misses the deployment that works: fetch k'
+candidates by protected similarity, open their sealed payloads inside the trust boundary and
+re-rank them exactly. This module measures four modes on the user's own embeddings, in memory
+(no store is built):
+
+* ``plain`` -- protected vectors searched directly (k' = k = 10, no payloads);
+* ``rerank`` -- top-k' by protected similarity, then exact re-rank with the clean vectors of
+  the sealed payloads;
+* ``subspace+rerank`` -- :class:`~privembed.mechanisms.SubspaceMechanism` (noise in k
+  dimensions; basis from public embeddings, or DP-PCA of the data charged to every record),
+  then exact re-rank;
+* ``query`` -- clean documents, protected queries (RemoteRAG pattern): protects *queries only*;
+  the store holds the documents in the clear.
+
+**Utility** is the recall of each query's clean top 10 within the k' fetched (after exact
+re-ranking, the share of the clean top 10 in the final top 10); a mode meets the floor at
+depth k' when, on each of ``draws`` (default 3) independent noise draws, the lower end of the
+95% interval of the mean over queries is at or above it (so that a fresh draw -- the one a
+real index makes -- is likely to meet it too: the queries share the documents' noise, so one
+draw's interval over queries understates the spread between draws). For ``plain`` with ``min_cosine`` the
+floor is on the mean cosine to the original instead.
+
+**The search** per (mode, mechanism): a log grid of epsilon (8 points a decade), the same
+``draws`` seeds at every probe (utility is then as monotone in epsilon as the law allows), the
+top of the grid first (none meets: stop, report the nearest point), then bisection on the grid
+indices -- about 6 probes; the clean similarities and clean top-10 sets are computed once and
+shared by every probe.
+
+**Attacks** at the chosen epsilon: linkage (re-identification among candidate originals, with
+the blind baseline 1/candidates and the Wilson interval) and, for the subspace mode, the same
+attack by a holder of the basis. Their verdicts come from :mod:`privembed.evaluation.threats`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from .._validation import DataError, check_embeddings, check_int, check_real
+from ..mechanisms import Mechanism, build_mechanism
+from ..rng import spawn
+from .advice import implied_ldp
+from .threats import (
+    DOES_NOT_DEFEND,
+    THREATS,
+    AttackEvidence,
+    ThreatVerdict,
+    judge,
+    judge_structural,
+    threats_for,
+)
+
+__all__ = [
+    "MODES",
+    "ModeSetting",
+    "ModesAdvice",
+    "QueryData",
+    "advise_modes",
+]
+
+#: the deployment modes, in the order they are tried
+MODES = ("plain", "rerank", "subspace+rerank", "query")
+#: modes whose store holds protected documents (the others protect queries only)
+DOCUMENT_MODES = ("plain", "rerank", "subspace+rerank")
+#: the epsilon grid: 8 points a decade from 1 to 1e5
+GRID = tuple(float(10 ** (j / 8)) for j in range(41))
+#: the noise laws tried in every mode (the subspace mode has the same three)
+LAWS = ("laplace", "gaussian", "purkayastha")
+#: k' is at most 1/DEPTH_SHARE of the corpus: fetching more is close to fetching all of it
+DEPTH_SHARE = 4
+#: the size of the clean top set whose recall is the utility
+TOP_K = 10
+_Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class QueryData:
+    """The queries utility is measured on, and where they come from.
+
+    Attributes
+    ----------
+    Q : ndarray (nq, d)
+        Unit query vectors.
+    source : str
+        ``"queries"`` (given by the user) or ``"pseudo-queries"`` (documents diluted with
+        :func:`privembed.rerank.pseudo_queries`: no real queries were given).
+    """
+
+    Q: NDArray[np.float64]
+    source: str
+
+
+@dataclass
+class ModeSetting:
+    """The answer for one (mode, mechanism): the smallest epsilon meeting the floor, or the
+    nearest point when none does, with its cost and the threat verdicts there."""
+
+    mode: str
+    mechanism: str
+    epsilon: float | None
+    meets_floor: bool
+    utility: float
+    utility_low: float
+    metric: str
+    depth: int
+    probes: int
+    config: dict[str, Any] = field(default_factory=dict)
+    guarantee: str = ""
+    guarantee_short: str = ""
+    ldp_epsilon: float | None = None
+    ldp_delta: float | None = None
+    subspace_k: int | None = None
+    payload_bytes_per_query: int = 0
+    decryptions_per_query: int = 0
+    evidence: list[AttackEvidence] = field(default_factory=list)
+    verdicts: list[ThreatVerdict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    at_grid_bottom: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.mode} / {self.mechanism}"
+
+    def reid(self) -> float | None:
+        """The measured top-1 re-identification rate by a candidate holder (None: not run)."""
+        for e in self.evidence:
+            if e.attack in ("linkage", "linkage_basis"):
+                return e.value
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "mechanism": self.mechanism,
+            "epsilon": self.epsilon,
+            "meets_floor": self.meets_floor,
+            "metric": self.metric,
+            "utility": self.utility,
+            "utility_low": self.utility_low,
+            "depth": self.depth,
+            "probes": self.probes,
+            "config": self.config,
+            "guarantee": self.guarantee,
+            "guarantee_short": self.guarantee_short,
+            "ldp_epsilon": self.ldp_epsilon,
+            "ldp_delta": self.ldp_delta,
+            "subspace_k": self.subspace_k,
+            "payload_bytes_per_query": self.payload_bytes_per_query,
+            "decryptions_per_query": self.decryptions_per_query,
+            "evidence": [e.to_dict() for e in self.evidence],
+            "verdicts": [v.to_dict() for v in self.verdicts],
+            "notes": list(self.notes),
+            "at_grid_bottom": self.at_grid_bottom,
+        }
+
+
+@dataclass
+class ModesAdvice:
+    """What :func:`advise_modes` found: one :class:`ModeSetting` per (mode, mechanism)."""
+
+    floor: float
+    min_cosine: float | None
+    max_depth: int
+    queries: str
+    n: int
+    d: int
+    settings: list[ModeSetting]
+    max_ldp_epsilon: float | None = None
+    seed: int = 0
+
+    def _allowed(self, s: ModeSetting) -> bool:
+        if not s.meets_floor or s.mode not in DOCUMENT_MODES:
+            return False
+        if self.max_ldp_epsilon is None:
+            return True
+        return s.ldp_epsilon is not None and s.ldp_epsilon <= self.max_ldp_epsilon
+
+    @property
+    def recommended(self) -> ModeSetting | None:
+        """The document-protecting setting meeting the floor with the smallest per-record LDP
+        epsilon (then the fewest decryptions per query); None if none does."""
+        ok = [s for s in self.settings if self._allowed(s)]
+        if not ok:
+            return None
+        return min(
+            ok,
+            key=lambda s: (
+                math.inf if s.ldp_epsilon is None else s.ldp_epsilon,
+                s.decryptions_per_query,
+            ),
+        )
+
+    def floor_text(self) -> str:
+        out = f"recall of the clean top {TOP_K} within k' <= {self.max_depth} >= {self.floor:g}"
+        if self.min_cosine is not None:
+            out += f" (plain: mean cosine to the original >= {self.min_cosine:g})"
+        return out
+
+    def sentence(self) -> str:
+        """The recommendation in one sentence, or that no mode meets the floor."""
+        r = self.recommended
+        cap = (
+            ""
+            if self.max_ldp_epsilon is None
+            else f" with per-record LDP epsilon <= {self.max_ldp_epsilon:g}"
+        )
+        if r is None:
+            return (
+                f"No setting meets {self.floor_text()}{cap} in any mode tried "
+                f"({', '.join(sorted({s.mode for s in self.settings}))}); the nearest points "
+                "are in the table."
+            )
+        extra = f", k = {r.subspace_k}" if r.subspace_k is not None else ""
+        return (
+            f"Recommended: mode {r.mode}, {r.mechanism} epsilon = {r.epsilon:.4g}{extra}, "
+            f"k' = {r.depth} ({r.guarantee_short}); it meets {self.floor_text()}{cap} "
+            f"(measured {r.utility:.3f}, 95% lower end {r.utility_low:.3f})."
+        )
+
+    def threat_lines(self) -> list[str]:
+        """For the recommended setting: each threat model, what the attacker holds, and the
+        verdict -- plainly, including what no setting that keeps search useful prevents."""
+        r = self.recommended
+        if r is None:
+            return []
+        out = [f"Threat models at the recommended setting ({r.label}, epsilon {r.epsilon:.4g}):"]
+        for v in r.verdicts:
+            out.append(f"- {v.text()}")
+            out.append(f"  (holds {v.threat.holds})")
+        reid = r.reid()
+        cand = [v for v in r.verdicts if v.threat.name == "candidate_holder"]
+        if reid is not None and cand and cand[0].verdict == DOES_NOT_DEFEND:
+            out.append(
+                "Against a candidate holder, no setting that keeps search useful prevents "
+                f"re-identification: measured reid@1 = {reid:.3f} at this setting."
+            )
+        elif reid is not None:
+            out.append(f"Measured reid@1 by a candidate holder at this setting: {reid:.3f}.")
+        return out
+
+    def setting_line(self, s: ModeSetting) -> str:
+        """One line per (mode, mechanism): the point, its utility, guarantee, cost and reid."""
+        what = "smallest meeting the floor" if s.meets_floor else "none meets; nearest"
+        if s.meets_floor and s.at_grid_bottom:
+            what = "meets at the grid's smallest epsilon (a smaller one may too)"
+        if s.utility != s.utility:  # nan: not available
+            return f"{s.label}: {'; '.join(s.notes)}"
+        eps = s.epsilon if s.epsilon is not None else s.config.get("epsilon", math.nan)
+        sub = f", k = {s.subspace_k}" if s.subspace_k is not None else ""
+        util = "mean cosine" if s.metric == "mean_cosine" else "recall"
+        parts = [
+            f"{s.label}: {what}: epsilon {float(eps):.4g}{sub}, k' {s.depth}",
+            f"{util} {s.utility:.3f} (95% lower end {s.utility_low:.3f})",
+            s.guarantee_short,
+        ]
+        if s.decryptions_per_query:
+            parts.append(
+                f"cost per query: {s.decryptions_per_query} payloads opened, "
+                f"{s.payload_bytes_per_query:,} bytes"
+            )
+        reid = s.reid()
+        if reid is not None and s.evidence:
+            parts.append(f"reid@1 {reid:.3f} (blind {s.evidence[0].blind:.3f})")
+        return "; ".join(parts)
+
+    def lines(self) -> list[str]:
+        """What ``privembed advise`` prints: the floor, every setting, the recommendation and
+        the threat verdicts."""
+        src = (
+            "real queries"
+            if self.queries == "queries"
+            else "documents standing in for queries (pseudo-queries; give --queries for real ones)"
+        )
+        out = [
+            f"Utility floor: {self.floor_text()}; measured on {src}; {self.n} documents, "
+            f"d = {self.d}.",
+        ]
+        for s in self.settings:
+            out.append(f"- {self.setting_line(s)}")
+            if s.utility == s.utility:  # the notes of an unavailable row are its line
+                out += [f"  note: {n}" for n in s.notes if not n.startswith("protects queries")]
+        out.append(self.sentence())
+        out += self.threat_lines()
+        if any(s.mode == "query" for s in self.settings):
+            out.append(
+                "Mode query protects queries only: the store holds the documents in the clear "
+                "(use it for public documents)."
+            )
+        if not any(e.attack == "token_inference" for r in self.settings for e in r.evidence):
+            out.append(
+                "No token inference attack was run (give --texts): the threats 'store-only "
+                "attacker' and 'attacker with public text' read 'not measured'."
+            )
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.recommended
+        return {
+            "answer": self.sentence(),
+            "floor": {
+                "metric": "recall",
+                "value": self.floor,
+                "max_depth": self.max_depth,
+                "plain_min_cosine": self.min_cosine,
+            },
+            "queries": self.queries,
+            "n": self.n,
+            "d": self.d,
+            "seed": self.seed,
+            "max_ldp_epsilon": self.max_ldp_epsilon,
+            "recommended": None if r is None else {"mode": r.mode, "mechanism": r.mechanism},
+            "threat_models": {k: t.to_dict() for k, t in THREATS.items()},
+            "settings": [s.to_dict() for s in self.settings],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# measurement
+# ---------------------------------------------------------------------------------------------
+
+
+def _unit(A: Any) -> NDArray[np.float64]:
+    A = np.asarray(A, dtype=np.float64)
+    n = np.linalg.norm(A, axis=1, keepdims=True)
+    return A / np.where(n > 0, n, 1.0)
+
+
+class _Clean:
+    """What every probe shares: unit documents and queries, clean scores and the clean top k."""
+
+    def __init__(self, D: NDArray[np.float64], Q: NDArray[np.float64]) -> None:
+        self.D = D
+        self.Q = Q
+        S = Q @ D.T
+        self.k = min(TOP_K, D.shape[0] - 1)
+        self.top = np.argpartition(-S, self.k - 1, axis=1)[:, : self.k]
+
+
+def _ranks(clean: _Clean, P: NDArray[np.float64]) -> NDArray[np.int64]:
+    """1-based rank by protected score P (nq, n) of each query's clean top k (ties against)."""
+    own = np.take_along_axis(P, clean.top, axis=1)
+    n = P.shape[1]
+    R = np.empty(own.shape, dtype=np.int64)
+    for r in range(P.shape[0]):  # documents scoring >= each own score, itself included
+        R[r] = n - np.searchsorted(np.sort(P[r]), own[r], side="left")
+    return R
+
+
+def _recall_curve(
+    R: NDArray[np.int64], depths: NDArray[np.int64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Mean recall per depth and the lower end of its 95% interval over queries."""
+    per = (R[:, :, None] <= depths[None, None, :]).mean(axis=1)  # (nq, nd)
+    mean = per.mean(axis=0)
+    se = per.std(axis=0, ddof=1) / math.sqrt(per.shape[0]) if per.shape[0] > 1 else mean * 0
+    return mean, mean - _Z95 * se
+
+
+@dataclass
+class _Probe:
+    ok: bool
+    utility: float
+    low: float
+    depth: int
+    mech: Mechanism
+    Y: NDArray[np.float64]
+
+
+class _ModeRunner:
+    """Builds a mode's mechanism at an epsilon and measures ``draws`` noise draws."""
+
+    def __init__(
+        self,
+        mode: str,
+        name: str,
+        params: Mapping[str, Any],
+        clean: _Clean,
+        *,
+        floor: float,
+        metric: str,
+        max_depth: int,
+        seed: int,
+        basis: Any,
+        draws: int = 1,
+    ) -> None:
+        self.mode, self.name, self.params = mode, name, dict(params)
+        self.clean, self.floor, self.metric = clean, floor, metric
+        self.max_depth, self.seed, self.basis = max_depth, seed, basis
+        n = clean.D.shape[0]
+        hi = clean.k if mode == "plain" else min(max_depth, n)
+        self.depths = np.arange(clean.k, max(hi, clean.k) + 1, dtype=np.int64)
+        self.error = ""
+        self.seeds = [seed + 7919 * j for j in range(draws)]
+
+    def build(self, eps: float) -> Mechanism:
+        if self.mode == "subspace+rerank":
+            from ..mechanisms.subspace import SubspaceMechanism
+
+            return SubspaceMechanism(basis=self.basis, epsilon=eps, noise=self.name, **self.params)
+        return build_mechanism(self.name, epsilon=eps, **self.params)
+
+    def probe(self, eps: float) -> _Probe | None:
+        try:
+            m = self.build(eps)
+        except ValueError as e:  # e.g. a subspace too small for the law at this epsilon
+            self.error = str(e)
+            return None
+        c = self.clean
+        means, lows, first = [], [], None
+        for seed in self.seeds:  # independent noise draws: the floor must hold on each
+            if self.mode == "query":
+                Y = _unit(m.privatize(c.Q, rng=seed))
+                P = Y @ c.D.T
+            elif self.mode == "subspace+rerank":
+                Y = _unit(m.privatize(c.D, rng=seed))
+                P = _unit(m.public_transform(c.Q)) @ Y.T
+            else:
+                Y = _unit(m.privatize(c.D, rng=seed))
+                P = c.Q @ Y.T
+            first = Y if first is None else first
+            if self.metric == "mean_cosine":  # plain only
+                cos = np.einsum("ij,ij->i", Y, c.D)
+                mean = np.array([cos.mean()])
+                low = mean - _Z95 * float(cos.std(ddof=1)) / math.sqrt(cos.size)
+            else:
+                mean, low = _recall_curve(_ranks(c, P), self.depths)
+            means.append(mean)
+            lows.append(low)
+        assert first is not None
+        mean_c = np.mean(means, axis=0)
+        low_c = np.min(lows, axis=0)
+        hit = np.flatnonzero(low_c >= self.floor)
+        i = int(hit[0]) if hit.size else len(low_c) - 1
+        depth = c.k if self.metric == "mean_cosine" else int(self.depths[i])
+        return _Probe(bool(hit.size), float(mean_c[i]), float(low_c[i]), depth, m, first)
+
+
+def _search(runner: _ModeRunner, grid: Sequence[float]) -> tuple[float, _Probe | None, int]:
+    """Smallest grid epsilon whose probe meets the floor (bisection on indices), else the top
+    (None: the mechanism cannot be built there)."""
+    probes = 1
+    top = runner.probe(grid[-1])
+    if top is None or not top.ok:
+        return grid[-1], top, probes
+    lo, hi, best = -1, len(grid) - 1, top  # invariant: grid[hi] meets, grid[lo] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        p = runner.probe(grid[mid])
+        probes += 1
+        if p is not None and p.ok:
+            hi, best = mid, p
+        else:
+            lo = mid
+    return grid[hi], best, probes
+
+
+def _linkage(
+    name: str, Y: NDArray[np.float64], ref: NDArray[np.float64], max_records: int
+) -> AttackEvidence:
+    """Top-1 linkage of Y to its originals ``ref`` (row i from row i), with the clean check."""
+    from ..attacks import LinkageAttack
+
+    n = Y.shape[0]
+    if n > max_records:
+        idx = np.sort(spawn(0, 1)[0].choice(n, max_records, replace=False))
+        Y, ref = Y[idx], ref[idx]
+    att = LinkageAttack(ks=(1,))
+    at, clean = att.score(Y, ref).result(), att.score(ref, ref).result()
+    ev = AttackEvidence.from_results(at, clean)
+    return ev if name == "linkage" else AttackEvidence(name, *_fields(ev))
+
+
+def _verdicts(mode: str, evidence: Sequence[AttackEvidence]) -> list[ThreatVerdict]:
+    out = []
+    for t in threats_for(mode):
+        if t.defended_by == "deployment":
+            v = judge_structural(t, keyed=True, ledger=True)
+            out.append(
+                ThreatVerdict(
+                    t,
+                    v.verdict,
+                    v.reason + "; only when indexed with a key (--key-file) and a ledger",
+                )
+            )
+        else:
+            out.append(judge(t, evidence))
+    return out
+
+
+def advise_modes(
+    X: Any,
+    *,
+    queries: Any = None,
+    modes: Sequence[str] = MODES,
+    mechanisms: Sequence[str] = ("laplace", "purkayastha"),
+    params: Mapping[str, Mapping[str, Any]] | None = None,
+    min_recall: float = 0.9,
+    min_cosine: float | None = None,
+    max_depth: int = 100,
+    max_ldp_epsilon: float | None = None,
+    basis: Any = None,
+    basis_epsilon: float = 1.0,
+    basis_delta: float = 1e-5,
+    n_queries: int = 200,
+    draws: int = 3,
+    attacks: Sequence[Any] = (),
+    linkage_records: int = 2000,
+    seed: int = 0,
+    grid: Sequence[float] = GRID,
+    on_step: Callable[[str], None] | None = None,
+) -> ModesAdvice:
+    """The smallest useful epsilon per deployment mode and mechanism, its cost and threats.
+
+    Parameters
+    ----------
+    X : array_like, shape (n, d)
+        The documents' clean embeddings.
+    queries : array_like (nq, d), optional
+        Real query embeddings; without them up to ``n_queries`` documents, diluted by
+        :func:`privembed.rerank.pseudo_queries`, stand in (the result says so).
+    modes : sequence of str
+        Any of :data:`MODES`.
+    mechanisms : sequence of str
+        Noise laws tried in every mode (``laplace``, ``gaussian``, ``purkayastha``; the
+        subspace mode uses the same law in k dimensions).
+    params : dict, optional
+        Extra parameters per mechanism (e.g. ``{"gaussian": {"delta": 1e-5}}``).
+    min_recall : float in (0, 1]
+        Utility floor: recall of the clean top 10 within the k' fetched (lower end of the 95%
+        interval over queries).
+    min_cosine : float, optional
+        For ``plain`` only: the floor is the mean cosine to the original instead.
+    max_depth : int
+        Largest k' (candidates fetched, payloads opened per query) a mode may use; never more
+        than a quarter of the corpus (:data:`DEPTH_SHARE`): fetching more is close to fetching
+        all of it, and then any epsilon "works".
+    max_ldp_epsilon : float, optional
+        Only settings whose per-record LDP epsilon is at most this are recommended.
+    basis : SubspaceBasis, array (m, d) of public embeddings, or None
+        For ``subspace+rerank``: a basis from public embeddings (exact PCA, no privacy cost);
+        None computes one from ``X`` by DP-PCA at (``basis_epsilon``, ``basis_delta``),
+        charged to every record (the guarantee shown is the composition).
+    draws : int
+        Independent noise draws per probe; the floor must hold on each (the lower end of each
+        draw's 95% interval over queries). The queries share the documents' noise, so the
+        spread between draws is wider than one draw's interval over queries suggests.
+    attacks : sequence of privacy metrics
+        More attacks run at the recommended setting only, each with its strength check on the
+        clean vectors (a metric with ``check``, e.g. the adaptive token attack,
+        :class:`~privembed.evaluation.TokenLeakage`): their evidence joins the linkage attack's
+        in the threat verdicts.
+    seed : int
+        Seeds the pseudo-queries, DP-PCA and every noise draw.
+
+    Returns
+    -------
+    ModesAdvice
+
+    Raises
+    ------
+    ValueError
+        An unknown mode or a floor out of range.
+    """
+    say = on_step or (lambda _msg: None)
+    A, _ = check_embeddings(X, name="X")
+    D = _unit(A)
+    n, d = D.shape
+    if n < 12:
+        raise DataError(f"advise needs at least 12 documents (a clean top 10), got {n}.")
+    seed = check_int("seed", seed, ge=0)
+    draws = check_int("draws", draws, ge=1)
+    max_depth = min(check_int("max_depth", max_depth, ge=TOP_K), max(TOP_K, n // DEPTH_SHARE))
+    floor = check_real("min_recall", min_recall, gt=0, le=1)
+    metric = "recall"
+    for m in modes:
+        if m not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got mode={m!r}.")
+    if min_cosine is not None:
+        check_real("min_cosine", min_cosine, gt=-1, le=1)
+    for name in mechanisms:
+        if name not in LAWS:
+            raise ValueError(
+                f"the mode advice tries the noise laws {', '.join(LAWS)} (also in a subspace), "
+                f"got mechanism {name!r}; use --plain-only for other mechanisms."
+            )
+    g_pq, g_basis = spawn(seed, 2)
+    if queries is None:
+        from ..rerank import pseudo_queries
+
+        nq = min(check_int("n_queries", n_queries, ge=2), n)
+        pick = np.sort(g_pq.choice(n, nq, replace=False))
+        qd = QueryData(_unit(pseudo_queries(D[pick], rng=g_pq)), "pseudo-queries")
+    else:
+        Qa, _ = check_embeddings(queries, name="queries", dim=d)
+        qd = QueryData(_unit(Qa), "queries")
+    clean = _Clean(D, qd.Q)
+    extra = {k: dict(v) for k, v in (params or {}).items()}
+    if "gaussian" in mechanisms:
+        extra.setdefault("gaussian", {}).setdefault("delta", 1e-5)
+    sub_basis = None
+    if "subspace+rerank" in modes:
+        from ..mechanisms.subspace import SubspaceBasis, dp_pca
+
+        if basis is None:
+            say(f"subspace: DP-PCA basis at epsilon_p = {basis_epsilon:g}")
+            sub_basis = dp_pca(D, epsilon=basis_epsilon, delta=basis_delta, rng=g_basis)
+        elif isinstance(basis, SubspaceBasis):
+            sub_basis = basis
+        else:
+            Bp, _ = check_embeddings(basis, name="basis embeddings", dim=d)
+            sub_basis = SubspaceBasis.from_embeddings(Bp)
+    out: list[ModeSetting] = []
+    releases: dict[tuple[str, str], tuple[Mechanism, Any]] = {}
+    for mode in modes:
+        for name in mechanisms:
+            say(f"{mode} / {name}: searching the smallest epsilon")
+            use_metric = "mean_cosine" if (mode == "plain" and min_cosine is not None) else metric
+            runner = _ModeRunner(
+                mode,
+                name,
+                extra.get(name, {}),
+                clean,
+                floor=floor if min_cosine is None or use_metric == metric else float(min_cosine),
+                metric=use_metric,
+                max_depth=max_depth,
+                seed=seed,
+                basis=sub_basis,
+                draws=draws,
+            )
+            eps, p, probes = _search(runner, grid)
+            if p is None:
+                out.append(
+                    ModeSetting(mode, name, None, False, math.nan, math.nan, use_metric, 0,
+                                probes, notes=[f"not available: {runner.error}"])
+                )  # fmt: skip
+                continue
+            releases[(mode, name)] = (p.mech, p.Y)
+            out.append(_setting(mode, name, eps, p, probes, runner, qd, linkage_records))
+            out[-1].at_grid_bottom = p.ok and eps == grid[0]
+    result = ModesAdvice(
+        floor=floor,
+        min_cosine=None if min_cosine is None else float(min_cosine),
+        max_depth=max_depth,
+        queries=qd.source,
+        n=n,
+        d=d,
+        settings=out,
+        max_ldp_epsilon=max_ldp_epsilon,
+        seed=seed,
+    )
+    r = result.recommended
+    if attacks and r is not None:
+        mech, Y = releases[(r.mode, r.mechanism)]
+        say(f"{r.label}: running {len(attacks)} more attack(s) at the recommended setting")
+        r.evidence.extend(_run_attacks(attacks, D, mech, Y, seed))
+        r.verdicts = _verdicts(r.mode, r.evidence)
+    return result
+
+
+def _run_attacks(
+    attacks: Sequence[Any], D: NDArray[np.float64], mech: Mechanism, Y: Any, seed: int
+) -> list[AttackEvidence]:
+    """Each attack's strength check on the clean vectors and its result at the setting, as
+    evidence: a metric with ``check(release) -> (columns, StrengthCheck)`` (e.g.
+    :class:`~privembed.evaluation.TokenLeakage`)."""
+    from .privacy import Release, Unprotected
+
+    clean_rng, rng = spawn(seed, 2)
+    ident = Unprotected()
+    out = []
+    for a in attacks:
+        _, clean = a.check(Release(ident, D, ident.privatize(D), clean_rng))
+        _, at = a.check(Release(mech, D, np.asarray(Y), rng))
+        low, high = at.chance + at.excess_low, at.chance + at.excess_high
+        out.append(
+            AttackEvidence(
+                at.attack,
+                at.statistic,
+                at.value,
+                at.chance,
+                min(low, at.value),
+                max(high, at.value),
+                clean.excess_low,
+            )
+        )
+    return out
+
+
+def _setting(
+    mode: str,
+    name: str,
+    eps: float,
+    p: _Probe,
+    probes: int,
+    runner: _ModeRunner,
+    qd: QueryData,
+    linkage_records: int,
+) -> ModeSetting:
+    from ..payload import payload_size
+
+    m = p.mech
+    composed = getattr(m, "composed_guarantee", None)
+    g = composed() if callable(composed) else m.guarantee
+    ldp = implied_ldp(g)
+    clean = runner.clean
+    evidence: list[AttackEvidence] = []
+    notes: list[str] = []
+    if mode == "query":
+        evidence.append(_linkage("linkage", p.Y, clean.Q, linkage_records))
+        notes.append(
+            "protects queries only: the store holds the documents in the clear; the linkage "
+            "attack links protected queries to candidate queries"
+        )
+    elif mode == "subspace+rerank":
+        ref = _unit(m.public_transform(clean.D))
+        ev = _linkage("linkage_basis", p.Y, ref, linkage_records)
+        evidence.append(ev)
+        # a candidate holder estimates the basis by PCA of the candidates; measured with the
+        # true basis, an upper bound on what such an attacker gets
+        evidence.append(AttackEvidence("linkage", *_fields(ev)))
+        notes.append(
+            "candidate-holder linkage measured with the basis (an attacker can estimate it by "
+            "PCA of the candidates): an upper bound"
+        )
+    else:
+        evidence.append(_linkage("linkage", p.Y, clean.D, linkage_records))
+    k_sub = getattr(m, "k", None) if mode == "subspace+rerank" else None
+    basis = runner.basis
+    if k_sub is not None and k_sub <= 2 and getattr(basis, "guarantee", None) is not None:
+        notes.append(
+            f"the DP-PCA basis of {clean.D.shape[0]} records keeps k = {k_sub} component(s) "
+            "above its noise floor: too few records for DP-PCA at this epsilon_p; give public "
+            "embeddings (--basis)"
+        )
+    reranked = mode != "plain"
+    depth = p.depth if reranked else clean.k
+    return ModeSetting(
+        mode=mode,
+        mechanism=name,
+        epsilon=float(eps) if p.ok else None,
+        meets_floor=p.ok,
+        utility=p.utility,
+        utility_low=p.low,
+        metric=runner.metric,
+        depth=depth,
+        probes=probes,
+        config=dict(m.config) if hasattr(m, "config") else {},
+        guarantee=g.describe(),
+        guarantee_short=g.short(),
+        ldp_epsilon=None if ldp is None else ldp[0],
+        ldp_delta=None if ldp is None else ldp[1],
+        subspace_k=k_sub,
+        payload_bytes_per_query=depth * payload_size(clean.D.shape[1])
+        if mode in ("rerank", "subspace+rerank")
+        else 0,
+        decryptions_per_query=depth if mode in ("rerank", "subspace+rerank") else 0,
+        evidence=evidence,
+        verdicts=_verdicts(mode, evidence) if p.ok else [],
+        notes=notes if p.ok else [*notes, f"nearest point: epsilon {eps:.4g}, top of the grid"],
+    )
+
+
+def _fields(e: AttackEvidence) -> tuple[str, float, float, float, float, float]:
+    return (e.statistic, e.value, e.blind, e.low, e.high, e.clean_excess_low)

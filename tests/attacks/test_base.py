@@ -1,0 +1,56 @@
+"""The common attack result: each report's headline number against its blind baseline."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from privembed.attacks import LinkageAttack
+from privembed.attacks.attribute import AttributeReport
+from privembed.attacks.base import AttackResult, ScoredReport
+from privembed.attacks.token_inference import TokenInferenceReport
+from privembed.evaluation.threats import THREATS, AttackEvidence, judge
+
+
+def test_linkage_result_is_the_wilson_interval_minus_chance():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((200, 16))
+    rep = LinkageAttack(ks=(1, 5)).score(X + 0.8 * rng.standard_normal(X.shape), X)
+    assert isinstance(rep, ScoredReport)
+    r = rep.result()
+    lo, hi = rep.interval[1]
+    assert (r.statistic, r.value, r.blind) == ("reid@1", rep.top_k[1], 1 / 200)
+    assert r.excess_low == pytest.approx(lo - 1 / 200) and r.excess_high == pytest.approx(
+        hi - 1 / 200
+    )
+    assert rep.result(5).statistic == "reid@5" and rep.result(5).blind == 5 / 200
+    with pytest.raises(ValueError, match="k=3"):
+        rep.result(3)
+
+
+def test_token_and_attribute_results_use_their_own_baselines():
+    tok = TokenInferenceReport(
+        leakage=0.39, confidence=0.3, auc_sensitive=0.7, auc_all=0.7, leakage_chance=0.19,
+        precision=0.5, recall=0.4, f1=0.45, rule="top-10", n_texts=150, n_sensitive=300,
+        vocabulary_size=500, sensitive_in_vocabulary=200, leakage_excess_low=0.17,
+        leakage_excess_high=0.23,
+    )  # fmt: skip
+    att = AttributeReport(auc=0.52, interval=(0.47, 0.57), blind=0.5, n_positive=40, n_negative=60)
+    assert isinstance(tok, ScoredReport) and isinstance(att, ScoredReport)
+    t, a = tok.result(), att.result()
+    assert (t.blind, t.excess_low, t.beats_blind) == (0.19, 0.17, True)
+    assert a.blind == 0.5 and a.excess_low == pytest.approx(-0.03) and not a.beats_blind
+
+
+def test_results_become_threat_evidence_and_a_weak_clean_attack_is_no_evidence():
+    at = AttackResult("attribute", "auc", 0.51, 0.5, -0.04, 0.06)
+    weak_clean = AttackResult("attribute", "auc", 0.52, 0.5, -0.03, 0.07)
+    v = judge(THREATS["auxiliary_text"], [AttackEvidence.from_results(at, weak_clean)])
+    assert v.verdict.startswith("no evidence")
+    with pytest.raises(ValueError, match="same attack"):
+        AttackEvidence.from_results(at, AttackResult("linkage", "reid@1", 1.0, 0.0, 0.9, 1.0))
+
+
+def test_a_result_with_a_reversed_interval_is_refused():
+    with pytest.raises(ValueError, match="excess_low must be <= excess_high"):
+        AttackResult("linkage", "reid@1", 0.5, 0.0, 0.6, 0.4)
