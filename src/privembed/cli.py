@@ -101,8 +101,8 @@ def embed(
     """Embed texts with a sentence-transformers model (offline by default).
 
     Every other field or column of the input (not the texts) is kept in Parquet and JSONL
-    outputs, so that 'privembed index --metadata-column' can store it. They are not protected:
-    'privembed protect' drops them unless one is named with --keep-column.
+    outputs, so that 'privembed index --metadata-field' can store it. They are not protected:
+    'privembed protect' drops them unless one is named with --keep-field.
     """
     from . import __version__
     from ._cli.common import print_json, progress_done
@@ -158,7 +158,7 @@ def embed(
     if kept:
         err_console.print(
             f"[yellow]note:[/yellow] {', '.join(kept)} are not protected: 'privembed protect' "
-            "drops them unless named with --keep-column.",
+            "drops them unless named with --keep-field.",
             highlight=False,
         )
     if columns and not kept:
@@ -238,13 +238,19 @@ def protect(
         int | None, typer.Option(help="Seed for reproducible experiments (omit in production).")
     ] = None,
     column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
-    id_column: Annotated[str | None, typer.Option(help="Id column / field.")] = None,
+    id_column: Annotated[
+        str | None,
+        typer.Option("--id-field", help="Field or column holding the record ids (default: id)."),
+    ] = None,
+    text_field: Annotated[
+        str, typer.Option(help="Field or column holding the texts (text input).")
+    ] = "text",
     keep_column: Annotated[
         list[str] | None,
         typer.Option(
-            "--keep-column",
-            help="Copy this other column into the output as it is, unprotected (repeatable; "
-            "other columns are dropped).",
+            "--keep-field",
+            help="Copy this other field or column into the output as it is, unprotected "
+            "(repeatable; others are dropped).",
         ),
     ] = None,
     ids_from_content: Annotated[
@@ -304,6 +310,7 @@ def protect(
     subject_column: Annotated[
         str | None,
         typer.Option(
+            "--subject-field",
             help="Column (Parquet) or field (texts) naming each record's subject -- a patient, "
             "a user -- charged in the ledger with the per-subject budget.",
         ),
@@ -386,9 +393,10 @@ def protect(
             budget_delta=budget_delta,
             column=column,
             id_column=id_column,
+            text_field=text_field,
             ids_from_content=ids_from_content,
             model=model,
-            embedder=_text_embedder(input, model, backend),
+            embedder=_text_embedder(input, model, backend, text_field),
             batch_rows=batch_rows,
             allow_reprotect=allow_reprotect,
             overwrite=overwrite,
@@ -449,13 +457,15 @@ def _charge_line(summary: Any, ledger: Any) -> str:
     return f"ledger {ledger}: {fresh} record(s) {summary.charge}{freed}"
 
 
-def _text_embedder(input: Path, model: str | None, backend: str | None) -> Any:
+def _text_embedder(
+    input: Path, model: str | None, backend: str | None, text_field: str = "text"
+) -> Any:
     """The embedder of a texts input when a runtime was asked for (else the default's)."""
     if backend is None:
         return None
     from .release import is_text_file
 
-    if not is_text_file(input):
+    if not is_text_file(input, text_field=text_field):
         raise ValueError("--backend applies to texts; this input holds embeddings.")
     from .embedders import Embedder
 

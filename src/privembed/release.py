@@ -507,7 +507,7 @@ class Release:
         elif self.needs_ids:
             raise DataError(
                 f"{self.name}: keyed noise and the ledger need record ids (line numbers are not "
-                "ids: another file's line 5 is another record); give an id column (--id-column) "
+                "ids: another file's line 5 is another record); give an id column (--id-field) "
                 "or derive ids from the content (--ids-from-content)."
             )
         tags: list[bytes] | None = None
@@ -842,6 +842,7 @@ def protect_file(
 
     src, dst = Path(src), Path(dst)
     io.detect_format(dst)
+    io.check_input_format(src)  # embeddings or texts: the message lists both
     if not src.exists():
         raise FileNotFoundError(f"file not found: {src}")
     if not overwrite and dst.exists():
@@ -850,7 +851,7 @@ def protect_file(
     if ids_from_content and key is None:
         content_ids(key=None)  # refused before anything is read or written
     if subject_column is not None and ledger is None:
-        raise ValueError("--subject-column charges subjects in the ledger: give --ledger.")
+        raise ValueError("--subject-field charges subjects in the ledger: give --ledger.")
     subject_budget = (subject_budget_epsilon, subject_budget_delta)
     erase = _resolve_eraser(eraser)
     io.preload(src, dst)  # no lazy import runs once the output is open (cancel.py)
@@ -955,7 +956,7 @@ def protect_file(
         if done["dropped_columns"]:
             rel.summary.notes.append(
                 f"dropped columns {', '.join(done['dropped_columns'])} (not protected; keep "
-                "one with --keep-column NAME)"
+                "one with --keep-field NAME)"
             )
         return rel.summary
 
@@ -1077,7 +1078,7 @@ def _protect_texts_file(
         if not ids_from_content:
             raise DataError(
                 f"{src.name}: keyed noise and the ledger need record ids, and these texts have "
-                f"none (line numbers are not ids); add an {id_field!r} field (--id-column) or "
+                f"none (line numbers are not ids); add an {id_field!r} field (--id-field) or "
                 "derive ids from the text (--ids-from-content)."
             )
         ids = content_ids(key=key, texts=texts)
@@ -1161,6 +1162,6 @@ def _protect_texts_file(
         if dropped:
             rel.summary.notes.append(
                 f"dropped fields {', '.join(dropped)} (not protected; keep one with "
-                "--keep-column NAME)"
+                "--keep-field NAME)"
             )
         return rel.summary

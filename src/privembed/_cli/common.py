@@ -139,11 +139,48 @@ def _tidy_param(param: Any) -> None:
         param.help = f"{param.help or ''} One of: {', '.join(labels)}.".strip()
 
 
+#: Old spellings of renamed options -> the one name each thing has on every command. The old
+#: spelling still parses (scripts keep working) but is not shown by ``--help``.
+RENAMED_OPTIONS: dict[str, str] = {
+    "--id-column": "--id-field",
+    "--keep-column": "--keep-field",
+    "--metadata-column": "--metadata-field",
+    "--subject-column": "--subject-field",
+}
+
+
+def _add_hidden_aliases(command: Any) -> None:
+    """Let each option of ``command`` named in :data:`RENAMED_OPTIONS` also parse under its old
+    spelling, which help pages do not show (unless the command has an option of that name)."""
+    taken = {o for p in command.params for o in getattr(p, "opts", ())}
+    for param in command.params:
+        if getattr(param, "param_type_name", None) != "option":
+            continue
+        aliases = [old for old, new in RENAMED_OPTIONS.items() if new in param.opts]
+        aliases = [a for a in aliases if a not in taken]
+        if not aliases:
+            continue
+
+        def add_to_parser(
+            parser: Any, ctx: Any, _param: Any = param, _aliases: list[str] = aliases,
+            _add: Any = param.add_to_parser,
+        ) -> None:  # fmt: skip
+            shown = _param.opts
+            _param.opts = [*shown, *_aliases]
+            try:
+                _add(parser, ctx)
+            finally:
+                _param.opts = shown
+
+        param.add_to_parser = add_to_parser
+
+
 def tidy_help(command: Any) -> None:
     """Apply :func:`_tidy_param` to every option of ``command`` and its subcommands (the help
-    option included)."""
+    option included), and add the hidden old spellings of renamed options."""
     for param in command.params:
         _tidy_param(param)
+    _add_hidden_aliases(command)
     help_option = command.get_help_option(typer.Context(command))
     if help_option is not None:
         _tidy_param(help_option)
