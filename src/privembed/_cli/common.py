@@ -226,12 +226,12 @@ class OneLineErrors(TyperGroup):
             msg = msg.replace(": Value error, ", ": ")  # typer's prefix on a bad choice
             err_console.print(
                 f"error: {msg} (see '{cmd} --help')", style="bold red", highlight=False,
-                soft_wrap=True,
+                soft_wrap=True, markup=False,
             )  # fmt: skip
             sys.exit(2)
         except _ClickException as exc:
             msg = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
-            err_console.print(f"error: {msg}", soft_wrap=True)
+            err_console.print(f"error: {msg}", soft_wrap=True, markup=False)
             sys.exit(getattr(exc, "exit_code", 1))
         except (typer.Abort, KeyboardInterrupt):
             err_console.print("interrupted", highlight=False)
@@ -266,7 +266,10 @@ def mechanism_text(cfg: Any, *, skip: tuple[str, ...] = ()) -> str:
 def fail(message: str, code: int = 2) -> None:
     """Print a one-line error and exit with ``code``."""
     msg = " ".join(str(message).split())
-    err_console.print(f"error: {msg}", style="bold red", highlight=False, soft_wrap=True)
+    # markup off: messages quote TOML tables such as [[api_keys]], which rich would eat
+    err_console.print(
+        f"error: {msg}", style="bold red", highlight=False, soft_wrap=True, markup=False
+    )
     raise typer.Exit(code)
 
 
