@@ -377,6 +377,11 @@ def protect(
         renormalize=renormalize,
     )
     check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")
+    eraser = None
+    if erase is not None:
+        from .concepts.erasure import load_eraser
+
+        eraser = load_eraser(erase)
     with (
         use_bit_generator(bit_generator or bit_generator_name()),
         progress_callback("protecting") as (set_total, advance),
@@ -402,7 +407,7 @@ def protect(
             overwrite=overwrite,
             ledger_timeout=ledger_timeout,
             keep_columns=keep_column or (),
-            eraser=erase,
+            eraser=eraser,
             subject_column=subject_column,
             subject_budget_epsilon=subject_budget_epsilon,
             subject_budget_delta=subject_budget_delta,

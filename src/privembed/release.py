@@ -827,9 +827,10 @@ def protect_file(
     (``subject_budget_epsilon``/``_delta`` set a first one or confirm or lower it): the limit
     on one person's notes released under many ids, which per-record budgets cannot see.
 
-    ``eraser`` (a :class:`~privembed.concepts.ConceptEraser`, or the path of one or of a
-    concept profile with one beside it) removes a concept from every vector before the noise:
-    pre-processing, so the mechanism's guarantee holds as stated; the erasure itself has none.
+    ``eraser`` (a pre-noise step: a :class:`~privembed.concepts.ConceptEraser`, loaded from a
+    file or a concept profile with :func:`privembed.concepts.load_eraser`) removes a concept
+    from every vector before the noise: pre-processing, so the mechanism's guarantee holds as
+    stated; the erasure itself has none.
 
     Raises
     ------
@@ -853,7 +854,7 @@ def protect_file(
     if subject_column is not None and ledger is None:
         raise ValueError("--subject-field charges subjects in the ledger: give --ledger.")
     subject_budget = (subject_budget_epsilon, subject_budget_delta)
-    erase = _resolve_eraser(eraser)
+    erase = _check_eraser(eraser)
     io.preload(src, dst)  # no lazy import runs once the output is open (cancel.py)
     checkpoint("command.start")
     if is_text_file(src, text_field=text_field):
@@ -972,27 +973,26 @@ def _row_digests(Y: NDArray[Any]) -> list[str]:
     return [sha(mv[i * width : (i + 1) * width]).hexdigest()[:32] for i in range(Yc.shape[0])]
 
 
-def _resolve_eraser(eraser: Any) -> Any:
-    """A ConceptEraser from itself, its file, or a concept profile with one beside it."""
+def _check_eraser(eraser: Any) -> Any:
+    """The pre-noise step as given: an object with ``dim``, ``transform(X, renormalize=)`` and
+    the LEACE attributes recorded in the output (a :class:`privembed.concepts.ConceptEraser`).
+
+    The release takes the step itself and reads no concept files (``concepts/`` sits above it in
+    docs/architecture.md): the caller loads one, e.g. with
+    :func:`privembed.concepts.load_eraser`.
+    """
     if eraser is None:
         return None
-    from .concepts.erasure import ConceptEraser, eraser_path
-
-    if isinstance(eraser, ConceptEraser):
-        return eraser
-    p = Path(eraser)
-    if not p.exists():
-        raise FileNotFoundError(f"eraser not found: {p}")
-    beside = eraser_path(p)
-    if beside.is_file():
-        return ConceptEraser.load(beside)
-    try:
-        return ConceptEraser.load(p)
-    except DataError:
-        raise DataError(
-            f"{p} is neither a concept eraser nor a profile with one beside it ({beside.name}); "
-            "fit one with 'privembed concept learn --eraser'."
-        ) from None
+    needed = ("dim", "transform", "proj_left", "proj_right", "bias", "rank", "metadata")
+    if isinstance(eraser, str | Path) or not all(hasattr(eraser, a) for a in needed):
+        what = (
+            f"a path {str(eraser)!r}" if isinstance(eraser, str | Path) else type(eraser).__name__
+        )
+        raise TypeError(
+            "eraser must be a pre-noise step such as privembed.concepts.ConceptEraser (load a "
+            f"file with privembed.concepts.load_eraser(path)), got {what}."
+        )
+    return eraser
 
 
 def _erasure_metadata(erase: Any) -> dict[str, Any]:
