@@ -146,3 +146,37 @@ def test_an_unsupported_input_lists_the_text_formats_too(tmp_path, command):
     assert r.exit_code == 2, said
     assert ".csv" in said and ".txt" in said and ".npz" in said, said
     assert not (tmp_path / "p.parquet").exists() and not (tmp_path / "db").exists()
+
+
+# ---- a mechanism declared once (issue 25.2/25.4) ---------------------------------------------
+
+
+def _option(cmd: Any, name: str) -> tuple[Any, ...]:
+    (p,) = [p for p in cmd.params if p.name == name]
+    desc = p.type_descriptor
+    return (tuple(p.opts), tuple(p.secondary_opts), p.help, p.default, desc.annotation)
+
+
+def test_protect_and_audit_share_the_mechanism_options():
+    from privembed._cli.common import MECHANISM_OPTIONS
+
+    cmds = _commands()
+    protect, audit = cmds["protect"], cmds["audit"]
+    for name in MECHANISM_OPTIONS:
+        assert _option(protect, name) == _option(audit, name), name
+    for cmd in (protect, audit):
+        names = [p.name for p in cmd.params if p.name in MECHANISM_OPTIONS]
+        assert names == list(MECHANISM_OPTIONS)
+
+
+def test_the_mechanism_choice_is_the_registry():
+    from typing import get_args
+
+    from privembed._cli.common import IndexMechanismName, MechanismName
+    from privembed.mechanisms import MECHANISMS
+
+    assert get_args(MechanismName) == tuple(MECHANISMS)
+    assert get_args(IndexMechanismName) == (*MECHANISMS, "none")
+    for name in ("protect", "audit", "index"):
+        (p,) = [p for p in _commands()[name].params if p.name == "mechanism"]
+        assert set(MECHANISMS) <= set(p.type_descriptor.choices), name

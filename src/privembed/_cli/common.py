@@ -18,7 +18,8 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
@@ -26,6 +27,7 @@ from typer.core import TyperGroup
 
 from .._validation import DataError
 from ..cancel import Cancelled
+from ..mechanisms import MECHANISMS
 
 __all__ = [
     "USER_ERRORS",
@@ -57,10 +59,15 @@ __all__ = [
 console = Console()
 err_console = Console(stderr=True)
 
-#: mechanisms of :data:`privembed.mechanisms.MECHANISMS` (checked by a test)
-MechanismName = Literal[
-    "gaussian", "empirical", "laplace", "mahalanobis", "purkayastha", "projection", "subspace"
-]
+if TYPE_CHECKING:
+    MechanismName = str
+    IndexMechanismName = str
+else:
+    #: the names of :data:`privembed.mechanisms.MECHANISMS`, read from the registry: a new
+    #: mechanism is a choice of every command without an edit here
+    MechanismName = Literal[tuple(MECHANISMS)]
+    #: the same, and "none" (index plain vectors as they are)
+    IndexMechanismName = Literal[(*MECHANISMS, "none")]
 #: noise laws of a private subspace (:data:`privembed.mechanisms.subspace.NOISES`)
 SubspaceNoise = Literal["laplace", "gaussian", "purkayastha"]
 #: Gaussian sigma calibration
@@ -73,6 +80,52 @@ Neighbouring = Literal["record", "attribute"]
 InputNorm = Literal["normalize", "clip", "none"]
 #: keyed-noise stream generators (:mod:`privembed.keyed`)
 KeyedGenerator = Literal["philox", "aes"]
+
+# ---- the mechanism options, declared once (protect, audit) -----------------------------------
+#: ``--epsilon``
+OptEpsilon = Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")]
+#: ``--delta``
+OptDelta = Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")]
+#: ``--sigma``
+OptSigma = Annotated[float | None, typer.Option(help="Noise scale (empirical).")]
+#: ``--calibration``
+OptCalibration = Annotated[
+    Calibration | None, typer.Option(help="Sigma calibration (gaussian, projection).")
+]
+#: ``--covariance``
+OptCovariance = Annotated[
+    Path | None, typer.Option(help="Covariance .npy, (d,) or (d, d) (Mahalanobis).")
+]
+#: ``--mask``
+OptMask = Annotated[
+    Path | None, typer.Option(help="Concept mask .npy or profile .npz (Mahalanobis).")
+]
+#: ``--mask-delta``
+OptMaskDelta = Annotated[float | None, typer.Option(help="delta added to the mask (Mahalanobis).")]
+#: ``--smoothing``
+OptSmoothing = Annotated[float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")]
+#: ``--k``
+OptK = Annotated[int | None, typer.Option("--k", help="Output dimension (projection, subspace).")]
+#: ``--kind``
+OptKind = Annotated[ProjectionKind | None, typer.Option(help="Public matrix kind (projection).")]
+#: ``--projection-seed``
+OptProjectionSeed = Annotated[int | None, typer.Option(help="Public projection seed.")]
+#: ``--neighbouring``
+OptNeighbouring = Annotated[
+    Neighbouring | None, typer.Option(help="Neighbouring relation (projection).")
+]
+#: ``--input-norm``
+OptInputNorm = Annotated[InputNorm | None, typer.Option(help="How inputs reach the unit sphere.")]
+#: ``--renormalize/--no-renormalize``
+OptRenormalize = Annotated[
+    bool | None, typer.Option("--renormalize/--no-renormalize", help="Unit-length outputs.")
+]
+#: the keyword arguments of :func:`privembed.mechanisms.build_mechanism` these options give,
+#: in the order the commands declare them (checked by a test)
+MECHANISM_OPTIONS = (
+    "epsilon", "delta", "sigma", "calibration", "covariance", "mask", "mask_delta", "smoothing",
+    "k", "kind", "projection_seed", "neighbouring", "input_norm", "renormalize",
+)  # fmt: skip
 #: randomness policies (:func:`privembed.rng.set_bit_generator`; aes/chacha need randomgen)
 BitGeneratorName = Literal["pcg64", "pcg64dxsm", "philox", "sfc64", "aes", "chacha"]
 #: vector stores (:mod:`privembed.integrations.stores`)

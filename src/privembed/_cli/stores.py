@@ -17,6 +17,7 @@ from typing import IO, Annotated, Any, Literal
 import typer
 
 from .common import (
+    IndexMechanismName,
     MechanismName,
     console,
     err_console,
@@ -34,7 +35,7 @@ Mechanism = Annotated[
     MechanismName | None, typer.Option("--mechanism", "-m", help="The privacy mechanism.")
 ]
 IndexMechanism = Annotated[
-    Literal[MechanismName, "none"] | None,
+    IndexMechanismName | None,
     typer.Option(
         "--mechanism", "-m", help="The privacy mechanism ('none': the vectors are protected)."
     ),
