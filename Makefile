@@ -50,6 +50,7 @@ browser:
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests tests_langchain benchmarks tools
 	$(VENV)/bin/ruff format --check src tests tests_langchain benchmarks tools
+	$(VENV)/bin/lint-imports --no-cache   # the layers of docs/architecture.md ([tool.importlinter])
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy

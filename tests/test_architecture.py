@@ -147,3 +147,66 @@ def test_no_module_outside_mechanisms_tests_for_a_concrete_mechanism_class() -> 
                 if names & concrete:
                     offenders.append(f"{f.relative_to(ROOT)}:{node.lineno}")
     assert not offenders, offenders
+
+
+# ---- the layers of docs/architecture.md ([tool.importlinter] in pyproject.toml) -------------
+
+
+def layer_rows() -> list[list[str]]:
+    """The rows of the layers contract, top to bottom (each a list of module names)."""
+    import tomllib
+
+    conf = tomllib.loads((ROOT.parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = [
+        c for c in conf["tool"]["importlinter"]["contracts"] if c.get("type") == "layers"
+    ]
+    return [[m.strip() for m in row.replace("|", ":").split(":")] for row in contract["layers"]]
+
+
+def row_of(module: str, rows: list[list[str]]) -> int | None:
+    for i, row in enumerate(rows):
+        if any(module == m or module.startswith(m + ".") for m in row):
+            return i
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]], rows: list[list[str]]) -> list[str]:
+    out = []
+    for a, targets in graph.items():
+        ra = row_of(a, rows)
+        for b in targets:
+            rb = row_of(b, rows)
+            if ra is not None and rb is not None and rb < ra:
+                out.append(f"{a} -> {b}")
+    return sorted(out)
+
+
+def test_nothing_below_imports_from_above():
+    """The same check as `lint-imports` (make lint), over this file's import graph."""
+    found = upward_imports(import_graph(), layer_rows())
+    assert not found, "imports from a higher layer:\n" + "\n".join(found)
+
+
+def test_every_module_has_a_layer():
+    rows = layer_rows()
+    missing = sorted(m for m in import_graph() if m != "privembed" and row_of(m, rows) is None)
+    assert not missing, f"modules in no row of [tool.importlinter] layers: {missing}"
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
+    rows = [["p.top"], ["p.mid", "p.mid2"], ["p.base"]]
+    graph = {"p.top": {"p.base"}, "p.mid": {"p.mid2"}, "p.base.x": {"p.mid"}, "p.mid2": set()}
+    assert upward_imports(graph, rows) == ["p.base.x -> p.mid"]
+
+
+def test_the_documented_layers_are_the_contract():
+    """Each row's modules appear in docs/architecture.md's table, in the same order."""
+    doc = (ROOT.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = [ln for ln in doc.splitlines() if ln.startswith("| `")]
+    rows = layer_rows()
+    assert len(table) == len(rows), (len(table), len(rows))
+    for line, row in zip(table, rows, strict=True):
+        first = line.split("|")[1]
+        for m in row:
+            short = m.removeprefix("privembed.")
+            assert f"`{short}" in first, f"{m} is not in the architecture row {first.strip()!r}"

@@ -66,7 +66,7 @@ def test_embed_protect_index_search_evaluate_serve(folder, monkeypatch):
         _run(
             "protect emb.parquet -o protected.parquet -m laplace --epsilon 200 --key-file "
             "release.key --ledger ledger.db --budget-epsilon 1000 --budget-delta 1e-5 --json "
-            "--keep-column lang"
+            "--keep-field lang"
         )
     )
     assert out["rows"] == 300 and out["mechanism"]["mechanism"] == "laplace"
@@ -77,7 +77,7 @@ def test_embed_protect_index_search_evaluate_serve(folder, monkeypatch):
 
     # index the protected file as it is; a note as the query finds itself first
     _run("index protected.parquet --store faiss --path . --collection notes -q "
-         "--metadata-column lang")  # fmt: skip
+         "--metadata-field lang")  # fmt: skip
     target = notes[42]
     res = [
         json.loads(line)  # JSON Lines: one object per query

@@ -239,7 +239,7 @@ def test_cli_keygen_and_keyed_protect(tmp_path):
     r = _protect_cli(runner, npy, "-o", tmp_path / "o.npy", "-m", "laplace", "--epsilon", 3,
                      "--key-file", key)  # fmt: skip
     said = " ".join(r.stderr.split())
-    assert r.exit_code == 2 and "need record ids" in said and "--id-column" in said
+    assert r.exit_code == 2 and "need record ids" in said and "--id-field" in said
     assert not (tmp_path / "o.npy").exists()
 
 

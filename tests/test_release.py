@@ -196,7 +196,7 @@ def test_concept_erasure_before_noise(tmp_path):
     """protect --erase: the concept's mean difference is gone from the released vectors (up
     to the noise), the file records which eraser, keyed noise is bound to the erased content,
     a zero row is still refused, and a file that is not an eraser says so."""
-    from privembed.concepts import ConceptEraser, ConceptProfile, eraser_path
+    from privembed.concepts import ConceptEraser, ConceptProfile, eraser_path, load_eraser
 
     rng = np.random.default_rng(0)
     z = rng.integers(0, 2, 600)
@@ -212,7 +212,7 @@ def test_concept_erasure_before_noise(tmp_path):
     key = tmp_path / "k.key"
     keygen(key)
     mech = LaplaceMechanism(epsilon=2000.0)  # little noise: the erasure is what shows
-    protect_file(src, tmp_path / "o.npz", mech, key=key, eraser=prof)
+    protect_file(src, tmp_path / "o.npz", mech, key=key, eraser=load_eraser(prof))
     out = read_embeddings(tmp_path / "o.npz")
     gap_before = X[z == 1].mean(0) - X[z == 0].mean(0)
     gap_after = out.X[z == 1].mean(0) - out.X[z == 0].mean(0)
@@ -228,7 +228,12 @@ def test_concept_erasure_before_noise(tmp_path):
     with pytest.raises(ValueError, match="row 5"):
         protect_file(tmp_path / "z.npz", tmp_path / "q.npz", mech, key=key, eraser=er)
     with pytest.raises(ValueError, match="neither a concept eraser nor a profile"):
-        protect_file(src, tmp_path / "q.npz", mech, key=key, eraser=src)
+        load_eraser(src)
+    assert load_eraser(eraser_path(prof)).dim == 16 and load_eraser(er) is er
+    # the release takes the step itself: it does not read concept files (release.py is below
+    # concepts/ in docs/architecture.md)
+    with pytest.raises(TypeError, match="eraser must be a pre-noise step"):
+        protect_file(src, tmp_path / "q.npz", mech, key=key, eraser=prof)
     assert not (tmp_path / "q.npz").exists()
 
 

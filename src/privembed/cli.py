@@ -14,14 +14,24 @@ from rich.table import Table
 
 from ._cli.common import (
     BitGeneratorName,
-    Calibration,
     EmbedBackend,
-    InputNorm,
     KeyedGenerator,
     MechanismName,
-    Neighbouring,
     OneLineErrors,
-    ProjectionKind,
+    OptCalibration,
+    OptCovariance,
+    OptDelta,
+    OptEpsilon,
+    OptInputNorm,
+    OptK,
+    OptKind,
+    OptMask,
+    OptMaskDelta,
+    OptNeighbouring,
+    OptProjectionSeed,
+    OptRenormalize,
+    OptSigma,
+    OptSmoothing,
     SubspaceNoise,
     console,
     err_console,
@@ -101,8 +111,8 @@ def embed(
     """Embed texts with a sentence-transformers model (offline by default).
 
     Every other field or column of the input (not the texts) is kept in Parquet and JSONL
-    outputs, so that 'privembed index --metadata-column' can store it. They are not protected:
-    'privembed protect' drops them unless one is named with --keep-column.
+    outputs, so that 'privembed index --metadata-field' can store it. They are not protected:
+    'privembed protect' drops them unless one is named with --keep-field.
     """
     from . import __version__
     from ._cli.common import print_json, progress_done
@@ -158,7 +168,7 @@ def embed(
     if kept:
         err_console.print(
             f"[yellow]note:[/yellow] {', '.join(kept)} are not protected: 'privembed protect' "
-            "drops them unless named with --keep-column.",
+            "drops them unless named with --keep-field.",
             highlight=False,
         )
     if columns and not kept:
@@ -185,27 +195,15 @@ def protect(
         MechanismName,
         typer.Option("--mechanism", "-m", help="The privacy mechanism (see the README)."),
     ],
-    epsilon: Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")] = None,
-    delta: Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")] = None,
-    sigma: Annotated[float | None, typer.Option(help="Noise scale (empirical).")] = None,
-    calibration: Annotated[
-        Calibration | None, typer.Option(help="Sigma calibration (gaussian, projection).")
-    ] = None,
-    covariance: Annotated[
-        Path | None, typer.Option(help="Covariance .npy, (d,) or (d, d) (Mahalanobis).")
-    ] = None,
-    mask: Annotated[
-        Path | None, typer.Option(help="Concept mask .npy or profile .npz (Mahalanobis).")
-    ] = None,
-    mask_delta: Annotated[
-        float | None, typer.Option(help="delta added to the mask (Mahalanobis).")
-    ] = None,
-    smoothing: Annotated[
-        float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")
-    ] = None,
-    k: Annotated[
-        int | None, typer.Option("--k", help="Output dimension (projection, subspace).")
-    ] = None,
+    epsilon: OptEpsilon = None,
+    delta: OptDelta = None,
+    sigma: OptSigma = None,
+    calibration: OptCalibration = None,
+    covariance: OptCovariance = None,
+    mask: OptMask = None,
+    mask_delta: OptMaskDelta = None,
+    smoothing: OptSmoothing = None,
+    k: OptK = None,
     basis: Annotated[
         str | None,
         typer.Option(
@@ -221,30 +219,28 @@ def protect(
         SubspaceNoise | None,
         typer.Option(help="Noise law in the subspace (subspace)."),
     ] = None,
-    kind: Annotated[
-        ProjectionKind | None, typer.Option(help="Public matrix kind (projection).")
-    ] = None,
-    projection_seed: Annotated[int | None, typer.Option(help="Public projection seed.")] = None,
-    neighbouring: Annotated[
-        Neighbouring | None, typer.Option(help="Neighbouring relation (projection).")
-    ] = None,
-    input_norm: Annotated[
-        InputNorm | None, typer.Option(help="How inputs reach the unit sphere.")
-    ] = None,
-    renormalize: Annotated[
-        bool | None, typer.Option("--renormalize/--no-renormalize", help="Unit-length outputs.")
-    ] = None,
+    kind: OptKind = None,
+    projection_seed: OptProjectionSeed = None,
+    neighbouring: OptNeighbouring = None,
+    input_norm: OptInputNorm = None,
+    renormalize: OptRenormalize = None,
     seed: Annotated[
         int | None, typer.Option(help="Seed for reproducible experiments (omit in production).")
     ] = None,
     column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
-    id_column: Annotated[str | None, typer.Option(help="Id column / field.")] = None,
+    id_column: Annotated[
+        str | None,
+        typer.Option("--id-field", help="Field or column holding the record ids (default: id)."),
+    ] = None,
+    text_field: Annotated[
+        str, typer.Option(help="Field or column holding the texts (text input).")
+    ] = "text",
     keep_column: Annotated[
         list[str] | None,
         typer.Option(
-            "--keep-column",
-            help="Copy this other column into the output as it is, unprotected (repeatable; "
-            "other columns are dropped).",
+            "--keep-field",
+            help="Copy this other field or column into the output as it is, unprotected "
+            "(repeatable; others are dropped).",
         ),
     ] = None,
     ids_from_content: Annotated[
@@ -304,6 +300,7 @@ def protect(
     subject_column: Annotated[
         str | None,
         typer.Option(
+            "--subject-field",
             help="Column (Parquet) or field (texts) naming each record's subject -- a patient, "
             "a user -- charged in the ledger with the per-subject budget.",
         ),
@@ -370,6 +367,11 @@ def protect(
         renormalize=renormalize,
     )
     check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")
+    eraser = None
+    if erase is not None:
+        from .concepts.erasure import load_eraser
+
+        eraser = load_eraser(erase)
     with (
         use_bit_generator(bit_generator or bit_generator_name()),
         progress_callback("protecting") as (set_total, advance),
@@ -386,15 +388,16 @@ def protect(
             budget_delta=budget_delta,
             column=column,
             id_column=id_column,
+            text_field=text_field,
             ids_from_content=ids_from_content,
             model=model,
-            embedder=_text_embedder(input, model, backend),
+            embedder=_text_embedder(input, model, backend, text_field),
             batch_rows=batch_rows,
             allow_reprotect=allow_reprotect,
             overwrite=overwrite,
             ledger_timeout=ledger_timeout,
             keep_columns=keep_column or (),
-            eraser=erase,
+            eraser=eraser,
             subject_column=subject_column,
             subject_budget_epsilon=subject_budget_epsilon,
             subject_budget_delta=subject_budget_delta,
@@ -449,13 +452,15 @@ def _charge_line(summary: Any, ledger: Any) -> str:
     return f"ledger {ledger}: {fresh} record(s) {summary.charge}{freed}"
 
 
-def _text_embedder(input: Path, model: str | None, backend: str | None) -> Any:
+def _text_embedder(
+    input: Path, model: str | None, backend: str | None, text_field: str = "text"
+) -> Any:
     """The embedder of a texts input when a runtime was asked for (else the default's)."""
     if backend is None:
         return None
     from .release import is_text_file
 
-    if not is_text_file(input):
+    if not is_text_file(input, text_field=text_field):
         raise ValueError("--backend applies to texts; this input holds embeddings.")
     from .embedders import Embedder
 

@@ -507,7 +507,7 @@ class Release:
         elif self.needs_ids:
             raise DataError(
                 f"{self.name}: keyed noise and the ledger need record ids (line numbers are not "
-                "ids: another file's line 5 is another record); give an id column (--id-column) "
+                "ids: another file's line 5 is another record); give an id column (--id-field) "
                 "or derive ids from the content (--ids-from-content)."
             )
         tags: list[bytes] | None = None
@@ -827,9 +827,10 @@ def protect_file(
     (``subject_budget_epsilon``/``_delta`` set a first one or confirm or lower it): the limit
     on one person's notes released under many ids, which per-record budgets cannot see.
 
-    ``eraser`` (a :class:`~privembed.concepts.ConceptEraser`, or the path of one or of a
-    concept profile with one beside it) removes a concept from every vector before the noise:
-    pre-processing, so the mechanism's guarantee holds as stated; the erasure itself has none.
+    ``eraser`` (a pre-noise step: a :class:`~privembed.concepts.ConceptEraser`, loaded from a
+    file or a concept profile with :func:`privembed.concepts.load_eraser`) removes a concept
+    from every vector before the noise: pre-processing, so the mechanism's guarantee holds as
+    stated; the erasure itself has none.
 
     Raises
     ------
@@ -842,6 +843,7 @@ def protect_file(
 
     src, dst = Path(src), Path(dst)
     io.detect_format(dst)
+    io.check_input_format(src)  # embeddings or texts: the message lists both
     if not src.exists():
         raise FileNotFoundError(f"file not found: {src}")
     if not overwrite and dst.exists():
@@ -850,9 +852,9 @@ def protect_file(
     if ids_from_content and key is None:
         content_ids(key=None)  # refused before anything is read or written
     if subject_column is not None and ledger is None:
-        raise ValueError("--subject-column charges subjects in the ledger: give --ledger.")
+        raise ValueError("--subject-field charges subjects in the ledger: give --ledger.")
     subject_budget = (subject_budget_epsilon, subject_budget_delta)
-    erase = _resolve_eraser(eraser)
+    erase = _check_eraser(eraser)
     io.preload(src, dst)  # no lazy import runs once the output is open (cancel.py)
     checkpoint("command.start")
     if is_text_file(src, text_field=text_field):
@@ -955,7 +957,7 @@ def protect_file(
         if done["dropped_columns"]:
             rel.summary.notes.append(
                 f"dropped columns {', '.join(done['dropped_columns'])} (not protected; keep "
-                "one with --keep-column NAME)"
+                "one with --keep-field NAME)"
             )
         return rel.summary
 
@@ -971,27 +973,26 @@ def _row_digests(Y: NDArray[Any]) -> list[str]:
     return [sha(mv[i * width : (i + 1) * width]).hexdigest()[:32] for i in range(Yc.shape[0])]
 
 
-def _resolve_eraser(eraser: Any) -> Any:
-    """A ConceptEraser from itself, its file, or a concept profile with one beside it."""
+def _check_eraser(eraser: Any) -> Any:
+    """The pre-noise step as given: an object with ``dim``, ``transform(X, renormalize=)`` and
+    the LEACE attributes recorded in the output (a :class:`privembed.concepts.ConceptEraser`).
+
+    The release takes the step itself and reads no concept files (``concepts/`` sits above it in
+    docs/architecture.md): the caller loads one, e.g. with
+    :func:`privembed.concepts.load_eraser`.
+    """
     if eraser is None:
         return None
-    from .concepts.erasure import ConceptEraser, eraser_path
-
-    if isinstance(eraser, ConceptEraser):
-        return eraser
-    p = Path(eraser)
-    if not p.exists():
-        raise FileNotFoundError(f"eraser not found: {p}")
-    beside = eraser_path(p)
-    if beside.is_file():
-        return ConceptEraser.load(beside)
-    try:
-        return ConceptEraser.load(p)
-    except DataError:
-        raise DataError(
-            f"{p} is neither a concept eraser nor a profile with one beside it ({beside.name}); "
-            "fit one with 'privembed concept learn --eraser'."
-        ) from None
+    needed = ("dim", "transform", "proj_left", "proj_right", "bias", "rank", "metadata")
+    if isinstance(eraser, str | Path) or not all(hasattr(eraser, a) for a in needed):
+        what = (
+            f"a path {str(eraser)!r}" if isinstance(eraser, str | Path) else type(eraser).__name__
+        )
+        raise TypeError(
+            "eraser must be a pre-noise step such as privembed.concepts.ConceptEraser (load a "
+            f"file with privembed.concepts.load_eraser(path)), got {what}."
+        )
+    return eraser
 
 
 def _erasure_metadata(erase: Any) -> dict[str, Any]:
@@ -1077,7 +1078,7 @@ def _protect_texts_file(
         if not ids_from_content:
             raise DataError(
                 f"{src.name}: keyed noise and the ledger need record ids, and these texts have "
-                f"none (line numbers are not ids); add an {id_field!r} field (--id-column) or "
+                f"none (line numbers are not ids); add an {id_field!r} field (--id-field) or "
                 "derive ids from the text (--ids-from-content)."
             )
         ids = content_ids(key=key, texts=texts)
@@ -1161,6 +1162,6 @@ def _protect_texts_file(
         if dropped:
             rel.summary.notes.append(
                 f"dropped fields {', '.join(dropped)} (not protected; keep one with "
-                "--keep-column NAME)"
+                "--keep-field NAME)"
             )
         return rel.summary

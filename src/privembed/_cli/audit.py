@@ -25,11 +25,21 @@ import typer
 from rich.table import Table
 
 from .common import (
-    Calibration,
-    InputNorm,
     MechanismName,
-    Neighbouring,
-    ProjectionKind,
+    OptCalibration,
+    OptCovariance,
+    OptDelta,
+    OptEpsilon,
+    OptInputNorm,
+    OptK,
+    OptKind,
+    OptMask,
+    OptMaskDelta,
+    OptNeighbouring,
+    OptProjectionSeed,
+    OptRenormalize,
+    OptSigma,
+    OptSmoothing,
     console,
     err_console,
     print_json,
@@ -150,38 +160,20 @@ def audit(
         MechanismName | None,
         typer.Option("--mechanism", "-m", help="The mechanism to audit."),
     ] = None,
-    epsilon: Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")] = None,
-    delta: Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")] = None,
-    sigma: Annotated[float | None, typer.Option(help="Noise scale (empirical).")] = None,
-    calibration: Annotated[
-        Calibration | None, typer.Option(help="Sigma calibration (Gaussian).")
-    ] = None,
-    covariance: Annotated[
-        Path | None, typer.Option(help="Covariance .npy, (d,) (Mahalanobis).")
-    ] = None,
-    mask: Annotated[
-        Path | None, typer.Option(help="Concept mask .npy or profile .npz (Mahalanobis).")
-    ] = None,
-    mask_delta: Annotated[
-        float | None, typer.Option(help="delta added to the mask (Mahalanobis).")
-    ] = None,
-    smoothing: Annotated[
-        float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")
-    ] = None,
-    k: Annotated[int | None, typer.Option("--k", help="Projection dimension (projection).")] = None,
-    kind: Annotated[
-        ProjectionKind | None, typer.Option(help="Public matrix kind (projection).")
-    ] = None,
-    projection_seed: Annotated[int | None, typer.Option(help="Public projection seed.")] = None,
-    neighbouring: Annotated[
-        Neighbouring | None, typer.Option(help="Neighbouring relation (projection).")
-    ] = None,
-    input_norm: Annotated[
-        InputNorm | None, typer.Option(help="How inputs reach the unit sphere.")
-    ] = None,
-    renormalize: Annotated[
-        bool | None, typer.Option("--renormalize/--no-renormalize", help="Unit-length outputs.")
-    ] = None,
+    epsilon: OptEpsilon = None,
+    delta: OptDelta = None,
+    sigma: OptSigma = None,
+    calibration: OptCalibration = None,
+    covariance: OptCovariance = None,
+    mask: OptMask = None,
+    mask_delta: OptMaskDelta = None,
+    smoothing: OptSmoothing = None,
+    k: OptK = None,
+    kind: OptKind = None,
+    projection_seed: OptProjectionSeed = None,
+    neighbouring: OptNeighbouring = None,
+    input_norm: OptInputNorm = None,
+    renormalize: OptRenormalize = None,
     from_file: Annotated[
         Path | None,
         typer.Option(

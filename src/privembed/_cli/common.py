@@ -18,7 +18,8 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Literal, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
@@ -26,6 +27,7 @@ from typer.core import TyperGroup
 
 from .._validation import DataError
 from ..cancel import Cancelled
+from ..mechanisms import MECHANISMS
 
 __all__ = [
     "USER_ERRORS",
@@ -57,10 +59,15 @@ __all__ = [
 console = Console()
 err_console = Console(stderr=True)
 
-#: mechanisms of :data:`privembed.mechanisms.MECHANISMS` (checked by a test)
-MechanismName = Literal[
-    "gaussian", "empirical", "laplace", "mahalanobis", "purkayastha", "projection", "subspace"
-]
+if TYPE_CHECKING:
+    MechanismName = str
+    IndexMechanismName = str
+else:
+    #: the names of :data:`privembed.mechanisms.MECHANISMS`, read from the registry: a new
+    #: mechanism is a choice of every command without an edit here
+    MechanismName = Literal[tuple(MECHANISMS)]
+    #: the same, and "none" (index plain vectors as they are)
+    IndexMechanismName = Literal[(*MECHANISMS, "none")]
 #: noise laws of a private subspace (:data:`privembed.mechanisms.subspace.NOISES`)
 SubspaceNoise = Literal["laplace", "gaussian", "purkayastha"]
 #: Gaussian sigma calibration
@@ -73,6 +80,52 @@ Neighbouring = Literal["record", "attribute"]
 InputNorm = Literal["normalize", "clip", "none"]
 #: keyed-noise stream generators (:mod:`privembed.keyed`)
 KeyedGenerator = Literal["philox", "aes"]
+
+# ---- the mechanism options, declared once (protect, audit) -----------------------------------
+#: ``--epsilon``
+OptEpsilon = Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")]
+#: ``--delta``
+OptDelta = Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")]
+#: ``--sigma``
+OptSigma = Annotated[float | None, typer.Option(help="Noise scale (empirical).")]
+#: ``--calibration``
+OptCalibration = Annotated[
+    Calibration | None, typer.Option(help="Sigma calibration (gaussian, projection).")
+]
+#: ``--covariance``
+OptCovariance = Annotated[
+    Path | None, typer.Option(help="Covariance .npy, (d,) or (d, d) (Mahalanobis).")
+]
+#: ``--mask``
+OptMask = Annotated[
+    Path | None, typer.Option(help="Concept mask .npy or profile .npz (Mahalanobis).")
+]
+#: ``--mask-delta``
+OptMaskDelta = Annotated[float | None, typer.Option(help="delta added to the mask (Mahalanobis).")]
+#: ``--smoothing``
+OptSmoothing = Annotated[float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")]
+#: ``--k``
+OptK = Annotated[int | None, typer.Option("--k", help="Output dimension (projection, subspace).")]
+#: ``--kind``
+OptKind = Annotated[ProjectionKind | None, typer.Option(help="Public matrix kind (projection).")]
+#: ``--projection-seed``
+OptProjectionSeed = Annotated[int | None, typer.Option(help="Public projection seed.")]
+#: ``--neighbouring``
+OptNeighbouring = Annotated[
+    Neighbouring | None, typer.Option(help="Neighbouring relation (projection).")
+]
+#: ``--input-norm``
+OptInputNorm = Annotated[InputNorm | None, typer.Option(help="How inputs reach the unit sphere.")]
+#: ``--renormalize/--no-renormalize``
+OptRenormalize = Annotated[
+    bool | None, typer.Option("--renormalize/--no-renormalize", help="Unit-length outputs.")
+]
+#: the keyword arguments of :func:`privembed.mechanisms.build_mechanism` these options give,
+#: in the order the commands declare them (checked by a test)
+MECHANISM_OPTIONS = (
+    "epsilon", "delta", "sigma", "calibration", "covariance", "mask", "mask_delta", "smoothing",
+    "k", "kind", "projection_seed", "neighbouring", "input_norm", "renormalize",
+)  # fmt: skip
 #: randomness policies (:func:`privembed.rng.set_bit_generator`; aes/chacha need randomgen)
 BitGeneratorName = Literal["pcg64", "pcg64dxsm", "philox", "sfc64", "aes", "chacha"]
 #: vector stores (:mod:`privembed.integrations.stores`)
@@ -139,11 +192,48 @@ def _tidy_param(param: Any) -> None:
         param.help = f"{param.help or ''} One of: {', '.join(labels)}.".strip()
 
 
+#: Old spellings of renamed options -> the one name each thing has on every command. The old
+#: spelling still parses (scripts keep working) but is not shown by ``--help``.
+RENAMED_OPTIONS: dict[str, str] = {
+    "--id-column": "--id-field",
+    "--keep-column": "--keep-field",
+    "--metadata-column": "--metadata-field",
+    "--subject-column": "--subject-field",
+}
+
+
+def _add_hidden_aliases(command: Any) -> None:
+    """Let each option of ``command`` named in :data:`RENAMED_OPTIONS` also parse under its old
+    spelling, which help pages do not show (unless the command has an option of that name)."""
+    taken = {o for p in command.params for o in getattr(p, "opts", ())}
+    for param in command.params:
+        if getattr(param, "param_type_name", None) != "option":
+            continue
+        aliases = [old for old, new in RENAMED_OPTIONS.items() if new in param.opts]
+        aliases = [a for a in aliases if a not in taken]
+        if not aliases:
+            continue
+
+        def add_to_parser(
+            parser: Any, ctx: Any, _param: Any = param, _aliases: list[str] = aliases,
+            _add: Any = param.add_to_parser,
+        ) -> None:  # fmt: skip
+            shown = _param.opts
+            _param.opts = [*shown, *_aliases]
+            try:
+                _add(parser, ctx)
+            finally:
+                _param.opts = shown
+
+        param.add_to_parser = add_to_parser
+
+
 def tidy_help(command: Any) -> None:
     """Apply :func:`_tidy_param` to every option of ``command`` and its subcommands (the help
-    option included)."""
+    option included), and add the hidden old spellings of renamed options."""
     for param in command.params:
         _tidy_param(param)
+    _add_hidden_aliases(command)
     help_option = command.get_help_option(typer.Context(command))
     if help_option is not None:
         _tidy_param(help_option)
@@ -189,12 +279,12 @@ class OneLineErrors(TyperGroup):
             msg = msg.replace(": Value error, ", ": ")  # typer's prefix on a bad choice
             err_console.print(
                 f"error: {msg} (see '{cmd} --help')", style="bold red", highlight=False,
-                soft_wrap=True,
+                soft_wrap=True, markup=False,
             )  # fmt: skip
             sys.exit(2)
         except _ClickException as exc:
             msg = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
-            err_console.print(f"error: {msg}", soft_wrap=True)
+            err_console.print(f"error: {msg}", soft_wrap=True, markup=False)
             sys.exit(getattr(exc, "exit_code", 1))
         except (typer.Abort, KeyboardInterrupt):
             err_console.print("interrupted", highlight=False)
@@ -229,7 +319,10 @@ def mechanism_text(cfg: Any, *, skip: tuple[str, ...] = ()) -> str:
 def fail(message: str, code: int = 2) -> None:
     """Print a one-line error and exit with ``code``."""
     msg = " ".join(str(message).split())
-    err_console.print(f"error: {msg}", style="bold red", highlight=False, soft_wrap=True)
+    # markup off: messages quote TOML tables such as [[api_keys]], which rich would eat
+    err_console.print(
+        f"error: {msg}", style="bold red", highlight=False, soft_wrap=True, markup=False
+    )
     raise typer.Exit(code)
 
 

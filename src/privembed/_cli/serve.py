@@ -30,24 +30,54 @@ def serve(
             "--new-api-key", help="Print a new random API key and its config entry, then exit."
         ),
     ] = False,
+    init: Annotated[
+        bool,
+        typer.Option(
+            "--init",
+            help="Write a starter config (--config, default serve.toml) with a new key file "
+            "beside it, print its API key once, and exit. Never replaces a file.",
+        ),
+    ] = False,
 ) -> None:
     """Serve protected embeddings at POST /v1/embeddings (OpenAI-compatible)."""
     from ..server import check_bind, create_app, hash_api_key, load_config
     from ..server import new_api_key as make_key
 
+    if init:
+        from ..server.starter import init_config
+
+        target = Path("serve.toml") if config is None else config
+        api_key, key_path = init_config(target)
+        err_console.print(
+            f"wrote {target} and its noise key {key_path} (mode 0600; keep it secret and backed "
+            "up). The API key for your client, shown once (only its hash is in the config):",
+            highlight=False,
+            markup=False,
+        )
+        console.print(api_key, highlight=False, markup=False)
+        err_console.print(
+            f"next: privembed serve --config {target} --check, then privembed serve --config "
+            f"{target} (the local model needs the embed extra).",
+            highlight=False,
+            markup=False,
+        )
+        return
     if new_api_key:
         key = make_key()
-        err_console.print("give the key to the client; put only its hash in the config:")
+        digest = hash_api_key(key)
+        err_console.print(
+            "give the key (first line) to the client; append the rest to the config's end:"
+        )
         console.print(key, highlight=False)
         console.print(
-            f'[[api_keys]]\nname = "CHANGE-ME"\nsha256 = "{hash_api_key(key)}"\n'
+            f'[[api_keys]]\nname = "key-{digest[:8]}"\nsha256 = "{digest}"\n'
             'models = ["*"]\nrate_limit = 600  # requests per minute',
             highlight=False,
             markup=False,
         )
         return
     if config is None:
-        fail("--config is required (a TOML file; see examples/serve.toml).")
+        fail("--config is required (a TOML file; 'privembed serve --init' writes a starter one).")
         return
     cfg = load_config(config)
     if port is not None and not 0 <= port <= 65535:
@@ -60,7 +90,10 @@ def serve(
 
         console.print(f"config {config}: OK (key id {key_id(cfg.key)}, noise {cfg.server.noise})")
         for m in cfg.models.values():
-            console.print(f"  model {m.name} [{m.role}, backend {m.backend}]: {m.describe()}")
+            console.print(
+                f"  model {m.name} [{m.role}, backend {m.backend}]: {m.describe()}",
+                markup=False,  # rich would take "[documents, ...]" for a style tag
+            )
         from ..ledger_pg import redact_url
 
         led = cfg.server.ledger

@@ -17,6 +17,7 @@ from typing import IO, Annotated, Any, Literal
 import typer
 
 from .common import (
+    IndexMechanismName,
     MechanismName,
     console,
     err_console,
@@ -34,7 +35,7 @@ Mechanism = Annotated[
     MechanismName | None, typer.Option("--mechanism", "-m", help="The privacy mechanism.")
 ]
 IndexMechanism = Annotated[
-    Literal[MechanismName, "none"] | None,
+    IndexMechanismName | None,
     typer.Option(
         "--mechanism", "-m", help="The privacy mechanism ('none': the vectors are protected)."
     ),
@@ -188,12 +189,16 @@ def index(
     key_file: KeyFile = None,
     seed: Seed = None,
     column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
-    id_column: Annotated[str | None, typer.Option(help="Id column (Parquet).")] = None,
+    id_column: Annotated[
+        str | None,
+        typer.Option("--id-field", help="Field or column holding the record ids (default: id)."),
+    ] = None,
     metadata_column: Annotated[
         list[str] | None,
         typer.Option(
+            "--metadata-field",
             help="Parquet column to store as record metadata, repeatable. Nothing else is "
-            "sent: a text column stored next to protected vectors gives the text away."
+            "sent: a text column stored next to protected vectors gives the text away.",
         ),
     ] = None,
     model: Annotated[
@@ -230,7 +235,9 @@ def index(
         bool,
         typer.Option("--store-text", help="Also seal each text in its payload (texts as input)."),
     ] = False,
-    text_field: Annotated[str, typer.Option(help="Text field of a JSONL of texts.")] = "text",
+    text_field: Annotated[
+        str, typer.Option(help="Field or column holding the texts (text input).")
+    ] = "text",
     ids_from_content: Annotated[
         bool,
         typer.Option(
@@ -260,8 +267,10 @@ def index(
     configuration they record. Plain vectors need --mechanism (or --mechanism none).
     """
     from ..integrations.collection import index_file
+    from ..io import check_input_format
     from .common import progress_callback
 
+    check_input_format(input)  # embeddings or texts: the message lists both
     key, rng = _randomness(key_file, seed)
     _basis_options(mechanism, basis, basis_epsilon, basis_delta)
     mech: Any = mechanism
@@ -649,7 +658,9 @@ def protect_shards(
     ] = None,
     batch_rows: Annotated[int, typer.Option(help="Rows per batch.")] = 4096,
     column: Annotated[str | None, typer.Option(help="Embedding column.")] = None,
-    id_column: Annotated[str | None, typer.Option(help="Id column.")] = None,
+    id_column: Annotated[
+        str | None, typer.Option("--id-field", help="Column holding the record ids (default: id).")
+    ] = None,
     allow_reprotect: Annotated[
         bool, typer.Option("--allow-reprotect", help="Protect shards that are already protected.")
     ] = False,
@@ -659,7 +670,7 @@ def protect_shards(
     keep_column: Annotated[
         list[str] | None,
         typer.Option(
-            "--keep-column",
+            "--keep-field",
             help="Copy this other column into the output as it is, unprotected (repeatable; "
             "other columns are dropped).",
         ),
@@ -721,7 +732,7 @@ def protect_shards(
     if summary["dropped_columns"]:
         err_console.print(
             f"[yellow]note:[/yellow] dropped columns {', '.join(summary['dropped_columns'])} "
-            "(not protected; keep one with --keep-column NAME)",
+            "(not protected; keep one with --keep-field NAME)",
             highlight=False,
         )
 

@@ -27,7 +27,7 @@ References
 from __future__ import annotations
 
 from .cache import embed_texts
-from .erasure import ConceptEraser, eraser_path
+from .erasure import ConceptEraser, eraser_path, load_eraser
 from .masks import (
     GAMMA,
     XI,
@@ -75,6 +75,7 @@ __all__ = [
     "hard_concrete_sample",
     "learn_mask",
     "learn_profile",
+    "load_eraser",
     "neuron_sensitivity",
     "read_tokens",
     "remove_concept",

@@ -63,6 +63,7 @@ __all__ = [
     "fit_checked",
     "fit_iterative",
     "learn_eraser",
+    "load_eraser",
     "probe_aucs",
 ]
 
@@ -689,3 +690,31 @@ def learn_eraser(
         X, y, heldout=heldout, groups=groups, data=data, mlp=mlp, rng=rng, metadata=meta,
         method=method,
     )  # fmt: skip
+
+
+def load_eraser(eraser: ConceptEraser | str | Path) -> ConceptEraser:
+    """A :class:`ConceptEraser` from itself, its file, or a concept profile with one beside it
+    (:func:`eraser_path`): the pre-noise step to hand to ``protect_file(eraser=...)``.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    privembed.DataError
+        The file is neither an eraser nor a profile with one beside it.
+    """
+    if isinstance(eraser, ConceptEraser):
+        return eraser
+    p = Path(eraser)
+    if not p.exists():
+        raise FileNotFoundError(f"eraser not found: {p}")
+    beside = eraser_path(p)
+    if beside.is_file():
+        return ConceptEraser.load(beside)
+    try:
+        return ConceptEraser.load(p)
+    except DataError:
+        raise DataError(
+            f"{p} is neither a concept eraser nor a profile with one beside it ({beside.name}); "
+            "fit one with 'privembed concept learn --eraser'."
+        ) from None

@@ -129,7 +129,7 @@ def plan_shards(
             if got is None:
                 raise DataError(
                     f"{f} has no record ids; keyed noise and the ledger need an id column "
-                    "(id_column / --id-column)."
+                    "(id_column / --id-field)."
                 )
             for rid in got:
                 t = typed_id(rid)

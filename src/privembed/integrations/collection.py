@@ -1188,7 +1188,7 @@ def index_file(
     if texts_in:
         if wanted:
             raise ValueError(
-                "--metadata-column reads columns of an embeddings file; for texts, run "
+                "--metadata-field reads columns of an embeddings file; for texts, run "
                 "'privembed embed' first (it keeps every other field)."
             )
         n, emb_model, text_gen = _text_batches(
@@ -1282,7 +1282,7 @@ def index_file(
                 elif needs_ids:
                     raise DataError(
                         f"{input} has no record ids; keyed noise, payloads and the ledger need "
-                        "an id column (--id-column) in a Parquet, .npz or .jsonl file."
+                        "an id column (--id-field) in a Parquet, .npz or .jsonl file."
                     )
                 else:
                     ids = list(range(start, start + nb))
@@ -1297,7 +1297,7 @@ def index_file(
                     missing = [c for c in wanted if c not in have]
                     if missing:
                         raise ValueError(
-                            f"{input} has no column(s) {missing} for --metadata-column "
+                            f"{input} has no column(s) {missing} for --metadata-field "
                             f"(other columns: {have or 'none'})."
                         )
                     cols = {c: extra.column(c).to_pylist() for c in wanted}

@@ -4,7 +4,7 @@ Formats:
 
 * **JSONL** -- one object per line with an ``embedding`` array and, for keyed noise or a ledger,
   an ``id``; other fields are dropped unless named in ``keep_fields`` (then copied as they are,
-  not protected -- as ``privembed protect --keep-column``).
+  not protected -- as ``privembed protect --keep-field``).
   Read and written in batches of ``batch_rows`` lines, so memory stays bounded and output flows
   as input arrives. Numbers are parsed as float64 and written back exactly (shortest repr).
 * **NPY** -- one ``.npy`` array (n, d), C order, float32 or float64, read row block by row block

@@ -1294,7 +1294,7 @@ def basis_from(
                 if b.ids is None:
                     raise DataError(
                         f"{path.name} has no record ids; the ledger charges the DP-PCA basis to "
-                        "every record by id (--id-column)."
+                        "every record by id (--id-field)."
                     )
                 ids.extend(b.ids)
         if acc is None:

@@ -1,0 +1,182 @@
+"""One name for each thing on the command line (issue 28.5).
+
+A record's id, its text, a field copied through, a subject and store metadata have one option
+name on every command (``--id-field``, ``--text-field``, ``--keep-field``, ``--subject-field``,
+``--metadata-field``). The old spellings still parse, hidden from ``--help``, and give the same
+result as the new ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from privembed._cli.common import RENAMED_OPTIONS
+from privembed.cli import app
+from privembed.io import read_embeddings
+
+from .test_conventions import fake_model  # noqa: F401 - a fixture
+
+runner = CliRunner()
+
+
+def _commands() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                walk(sub, [*path, name])
+        else:
+            out[" ".join(path)] = cmd
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+def _shown(cmd: Any) -> set[str]:
+    return {o for p in cmd.params for o in getattr(p, "opts", ())}
+
+
+def test_no_command_shows_an_old_spelling():
+    offenders = {
+        f"{name}: {old}" for name, cmd in _commands().items() for old in RENAMED_OPTIONS
+        if old in _shown(cmd)
+    }  # fmt: skip
+    assert not offenders, sorted(offenders)
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        ("protect", {"--id-field", "--text-field", "--keep-field", "--subject-field"}),
+        ("index", {"--id-field", "--text-field", "--metadata-field"}),
+        ("embed", {"--id-field", "--text-field"}),
+        ("protect-shards", {"--id-field", "--keep-field"}),
+        ("protect-stream", {"--keep-field"}),
+    ],
+)
+def test_each_command_names_a_thing_the_same_way(command, options):
+    assert options <= _shown(_commands()[command])
+
+
+def test_help_does_not_list_the_old_spellings():
+    r = runner.invoke(app, ["protect", "--help"], terminal_width=200)
+    assert r.exit_code == 0
+    assert "--id-field" in r.output and "--text-field" in r.output
+    assert "--id-column" not in r.output and "--keep-column" not in r.output
+
+
+def _vectors(tmp_path: Path) -> Path:
+    src = tmp_path / "e.parquet"
+    X = np.random.default_rng(3).standard_normal((6, 8)).astype(np.float32)
+    table = {"rid": [f"r{i}" for i in range(6)], "embedding": X.tolist(), "lang": ["en"] * 6}
+    pq.write_table(pa.Table.from_pydict(table), src)
+    return src
+
+
+@pytest.mark.parametrize(
+    ("new", "old"), [("--id-field", "--id-column"), ("--keep-field", "--keep-column")]
+)
+def test_the_old_spelling_gives_the_same_release(tmp_path, new, old):
+    src = _vectors(tmp_path)
+    outs = []
+    for i, name in enumerate((new, old)):
+        out = tmp_path / f"p{i}.parquet"
+        value = "rid" if "id" in name else "lang"
+        extra = ["--id-field", "rid"] if "keep" in name else []
+        r = runner.invoke(
+            app,
+            ["protect", str(src), "-o", str(out), "-m", "laplace", "--epsilon", "10",
+             "--seed", "1", name, value, *extra],
+        )  # fmt: skip
+        assert r.exit_code == 0, r.output
+        outs.append(read_embeddings(out))
+    assert np.array_equal(outs[0].X, outs[1].X)
+    assert list(outs[0].ids) == list(outs[1].ids) == [f"r{i}" for i in range(6)]
+
+
+def test_protect_reads_texts_from_a_named_field(tmp_path, fake_model):  # noqa: F811
+    src = tmp_path / "notes.jsonl"
+    rows = [{"key": f"k{i}", "body": f"note number {i}"} for i in range(4)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "p.parquet"
+    r = runner.invoke(
+        app,
+        ["protect", str(src), "-o", str(out), "-m", "laplace", "--epsilon", "10", "--seed", "1",
+         "--text-field", "body", "--id-field", "key"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    got = read_embeddings(out)
+    assert list(got.ids) == [f"k{i}" for i in range(4)] and got.X.shape == (4, 8)
+
+
+def test_the_old_subject_spelling_still_reaches_the_check(tmp_path):
+    src = _vectors(tmp_path)
+    for name in ("--subject-field", "--subject-column"):
+        r = runner.invoke(
+            app,
+            ["protect", str(src), "-o", str(tmp_path / "p.parquet"), "-m", "laplace",
+             "--epsilon", "10", "--seed", "1", "--id-field", "rid", name, "lang"],
+        )  # fmt: skip
+        said = " ".join(r.stderr.split())
+        assert r.exit_code == 2 and "--subject-field charges subjects" in said, said
+
+
+@pytest.mark.parametrize("command", ["protect", "index"])
+def test_an_unsupported_input_lists_the_text_formats_too(tmp_path, command):
+    src = tmp_path / "notes.xyz"
+    src.write_text('{"id": 1, "text": "hi"}\n', encoding="utf-8")
+    args = [command, str(src), "-m", "laplace", "--epsilon", "10", "--seed", "1"]
+    if command == "protect":
+        args += ["-o", str(tmp_path / "p.parquet")]
+    else:
+        args += ["--store", "faiss", "--path", str(tmp_path / "db")]
+    r = runner.invoke(app, args)
+    said = " ".join(r.stderr.split())
+    assert r.exit_code == 2, said
+    assert ".csv" in said and ".txt" in said and ".npz" in said, said
+    assert not (tmp_path / "p.parquet").exists() and not (tmp_path / "db").exists()
+
+
+# ---- a mechanism declared once (issue 25.2/25.4) ---------------------------------------------
+
+
+def _option(cmd: Any, name: str) -> tuple[Any, ...]:
+    (p,) = [p for p in cmd.params if p.name == name]
+    desc = p.type_descriptor
+    return (tuple(p.opts), tuple(p.secondary_opts), p.help, p.default, desc.annotation)
+
+
+def test_protect_and_audit_share_the_mechanism_options():
+    from privembed._cli.common import MECHANISM_OPTIONS
+
+    cmds = _commands()
+    protect, audit = cmds["protect"], cmds["audit"]
+    for name in MECHANISM_OPTIONS:
+        assert _option(protect, name) == _option(audit, name), name
+    for cmd in (protect, audit):
+        names = [p.name for p in cmd.params if p.name in MECHANISM_OPTIONS]
+        assert names == list(MECHANISM_OPTIONS)
+
+
+def test_the_mechanism_choice_is_the_registry():
+    from typing import get_args
+
+    from privembed._cli.common import IndexMechanismName, MechanismName
+    from privembed.mechanisms import MECHANISMS
+
+    assert get_args(MechanismName) == tuple(MECHANISMS)
+    assert get_args(IndexMechanismName) == (*MECHANISMS, "none")
+    for name in ("protect", "audit", "index"):
+        (p,) = [p for p in _commands()[name].params if p.name == "mechanism"]
+        assert set(MECHANISMS) <= set(p.type_descriptor.choices), name

@@ -1,0 +1,79 @@
+"""Counts behind issue 25's "must show": long functions, repeated CLI options, release policy
+written outside the release path. Prints a small table; run from the project root:
+
+    python tools/architecture_counts.py
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "privembed"
+
+
+def long_functions(limit: int = 100) -> list[tuple[str, int]]:
+    out = []
+    for f in sorted(SRC.rglob("*.py")):
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > limit:
+                    out.append((f"{f.relative_to(SRC)}:{node.name}", n))
+    return sorted(out, key=lambda t: -t[1])
+
+
+def option_declarations() -> tuple[int, int, Counter[str]]:
+    names: Counter[str] = Counter()
+    for f in [SRC / "cli.py", *sorted((SRC / "_cli").glob("*.py"))]:
+        text = f.read_text(encoding="utf-8")
+        for m in re.finditer(r"typer\.Option\(\s*\"(--[a-z0-9-]+)\"", text):
+            names[m.group(1)] += 1
+    total = sum(
+        len(re.findall(r"typer\.Option\(", f.read_text(encoding="utf-8")))
+        for f in [SRC / "cli.py", *sorted((SRC / "_cli").glob("*.py"))]
+    )
+    repeats = sum(n - 1 for n in names.values() if n > 1)
+    return total, repeats, names
+
+
+def policy_copies() -> dict[str, list[str]]:
+    """Places outside the release path that spell a release rule themselves."""
+    rules = {
+        "refuse already-protected input": r"is already protected \(",
+        "seed or key, not both": r"give a seed or a key, not both|give --seed or --key-file",
+        "open a ledger": r"\bLedger\(|ledger_for_command\(",
+        "private id set": r"\b_IdSet\b",
+        "HMAC domain literal": r"b[\"']privembed/",
+    }
+    out: dict[str, list[str]] = {}
+    for name, pat in rules.items():
+        hits = []
+        for f in sorted(SRC.rglob("*.py")):
+            rel = str(f.relative_to(SRC))
+            if rel.startswith("release") or rel in ("labels.py", "ledger.py", "ledger_pg.py"):
+                continue
+            if re.search(pat, f.read_text(encoding="utf-8")):
+                hits.append(rel)
+        out[name] = hits
+    return out
+
+
+def main() -> None:
+    longs = long_functions()
+    total, repeats, names = option_declarations()
+    print(f"functions over 100 lines: {len(longs)}")
+    for name, n in longs[:10]:
+        print(f"  {n:5d}  {name}")
+    print(f"typer.Option declarations: {total}; repeats of a named flag: {repeats}")
+    print("  most repeated: " + ", ".join(f"{k} x{v}" for k, v in names.most_common(6)))
+    print("release policy outside the release path:")
+    for rule, where in policy_copies().items():
+        print(f"  {rule}: {len(where)} {where}")
+
+
+if __name__ == "__main__":
+    main()
