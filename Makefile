@@ -19,7 +19,7 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install $(PIP_SHOW) --upgrade pip
 
-## What the demo needs only (no Ray, LangChain, spaCy or test tools): about 1.6 GB, torch CPU included.
+## What the demo needs only (no Ray, LangChain, spaCy or test tools): 1.7 GB, torch CPU included.
 $(DEMO_STAMP): pyproject.toml constraints.txt | $(VENV)/bin/python
 	@echo "make: installing what 'privembed demo' needs into $(VENV) (torch CPU, sentence-transformers, ONNX Runtime, Faker)"
 	$(PIP) install $(PIP_SHOW) -c constraints.txt -e '.[demo]'
