@@ -103,6 +103,16 @@ SCHEMA_VERSION = 3
 ALIAS_CAPACITY = 1 << 20
 #: record ids per ``IN (...)`` lookup (under SQLite's historical limit of 999 parameters)
 _LOOKUP_CHUNK = 900
+
+
+def _select_in(sql: Any, query: str, keys: Sequence[Any]) -> Iterator[Any]:
+    """The rows of ``query`` -- whose ``IN ({marks})`` takes ``keys`` -- fetched in chunks of
+    :data:`_LOOKUP_CHUNK` bound parameters (SQLite's limit on variables per statement)."""
+    for start in range(0, len(keys), _LOOKUP_CHUNK):
+        chunk = list(keys[start : start + _LOOKUP_CHUNK])
+        yield from sql.execute(query.replace("{marks}", ",".join("?" * len(chunk))), chunk)
+
+
 #: delta at which compositions are reported when no budget is set
 DEFAULT_REPORT_DELTA = 1e-5
 
@@ -883,15 +893,14 @@ class Ledger:
             ).fetchall()
         else:
             keys = list(dict.fromkeys(i if _is_key(i) else record_key(i) for i in ids))
-            rows = []
-            for start in range(0, len(keys), _LOOKUP_CHUNK):
-                chunk = keys[start : start + _LOOKUP_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                rows += self._sql.execute(
-                    f"SELECT {columns} FROM releases WHERE record_id IN ({marks}) "
+            rows = list(
+                _select_in(
+                    self._sql,
+                    f"SELECT {columns} FROM releases WHERE record_id IN ({{marks}}) "
                     "GROUP BY record_id",
-                    chunk,
-                ).fetchall()
+                    keys,
+                )
+            )
             rows.sort(key=lambda r: r[1])
         delta = self.report_delta
         cache: dict[tuple[Any, ...], tuple[float, float]] = {}
@@ -918,17 +927,13 @@ class Ledger:
         an older release's payload opens under the key, but its digest is not current.
         """
         found: dict[str, list[tuple[int, str | None, bool]]] = {}
-        wanted = list(dict.fromkeys(keys))
-        for start in range(0, len(wanted), _LOOKUP_CHUNK):
-            chunk = wanted[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows = self._sql.execute(
-                "SELECT r.record_id, r.seq, r.output_digest, b.published FROM releases r "
-                f"JOIN batches b ON b.batch = r.batch WHERE r.record_id IN ({marks})",
-                chunk,
-            ).fetchall()
-            for rid, seq, digest, published in rows:
-                found.setdefault(str(rid), []).append((int(seq), digest, published is not None))
+        for rid, seq, digest, published in _select_in(
+            self._sql,
+            "SELECT r.record_id, r.seq, r.output_digest, b.published FROM releases r "
+            "JOIN batches b ON b.batch = r.batch WHERE r.record_id IN ({marks})",
+            list(dict.fromkeys(keys)),
+        ):
+            found.setdefault(str(rid), []).append((int(seq), digest, published is not None))
         out: dict[str, frozenset[bytes]] = {}
         for rid, hist in found.items():
             hist.sort()
@@ -966,15 +971,8 @@ class Ledger:
     # ---- aliases -----------------------------------------------------------------------------
     def lookup_aliases(self, tags: Sequence[str]) -> dict[str, str]:
         """The recorded owner of each known tag (a read: no lock, nothing written)."""
-        known: dict[str, str] = {}
-        unique = list(dict.fromkeys(tags))
-        for start in range(0, len(unique), _LOOKUP_CHUNK):
-            chunk = unique[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            known.update(
-                self._sql.execute(f"SELECT tag, owner FROM aliases WHERE tag IN ({marks})", chunk)
-            )
-        return known
+        query = "SELECT tag, owner FROM aliases WHERE tag IN ({marks})"
+        return dict(_select_in(self._sql, query, list(dict.fromkeys(tags))))
 
     def _record_aliases(
         self, tags: list[str], owners: list[str], capacity: int, *, strict: bool
@@ -1208,15 +1206,10 @@ class StagedRelease:
             if k in seen and k not in dups:
                 dups.append(k)
             seen.add(k)
-        db = self.ledger._sql
-        for start in range(0, len(keys), _LOOKUP_CHUNK):
-            chunk = list(dict.fromkeys(keys[start : start + _LOOKUP_CHUNK]))
-            marks = ",".join("?" * len(chunk))
-            for (k,) in db.execute(
-                f"SELECT record_id FROM {self._table} WHERE record_id IN ({marks})", chunk
-            ):
-                if k not in dups:
-                    dups.append(k)
+        query = f"SELECT record_id FROM {self._table} WHERE record_id IN ({{marks}})"
+        for (k,) in _select_in(self.ledger._sql, query, list(dict.fromkeys(keys))):
+            if k not in dups:
+                dups.append(k)
         shown = ", ".join(display_key(k) for k in dups[:5])
         shown += f" and {len(dups) - 5} more" if len(dups) > 5 else ""
         return (
