@@ -325,3 +325,112 @@ def test_index_pads_payloads_by_default_and_says_why_on_a_bad_pad(tmp_path):
                             "-m", "laplace", "--epsilon", "50", "--key-file", str(key),
                             "--payloads", "--pad-to", "-3"])  # fmt: skip
     assert r.exit_code == 2 and "--pad-to must be 'padme' or a number" in r.stderr
+
+
+# ---- open_batch: the re-rank's fast path must accept and refuse exactly what open() does -------
+
+
+def _bad_payloads(codec, x):
+    """(name, payload, id, cause) for every way one payload of a batch can be wrong."""
+    good = codec.seal(x, record_id="r", collection="c", text="t")
+    flipped = bytearray(good)
+    flipped[100] ^= 1
+    forged = bytearray(codec.seal(x, record_id="a", collection="c"))
+    forged[9:13] = codec.seal(x, record_id="r", collection="c")[9:13]  # binding copied from r
+    version = bytearray(good)
+    version[3] = 9
+    return [
+        ("another record's payload", codec.seal(x, record_id="a", collection="c"), "wrong-record"),
+        ("forged binding", bytes(forged), "tampered"),
+        ("another collection", codec.seal(x, record_id="r", collection="d"), "wrong-record"),
+        (
+            "another key",
+            PayloadCodec(OTHER_KEY).seal(x, record_id="r", collection="c"),
+            "wrong-key",
+        ),
+        ("tampered", bytes(flipped), "tampered"),
+        ("truncated", good[:40], "truncated"),
+        ("longer", good + b"\x00", "tampered"),
+        ("empty", b"", "truncated"),
+        ("not a payload", b"\x00" * 100, "format"),
+        ("unknown version", bytes(version), "format"),
+    ]
+
+
+def test_open_batch_equals_open_on_every_payload(codec):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((40, 24)).astype(np.float32)
+    ids: list = [f"d{i}" for i in range(39)] + [7]  # an integer id takes the one-by-one path
+    rel = [rng.bytes(16) for _ in range(40)]
+    rel[5] = None
+    blobs = codec.seal_many(
+        X, ids=ids, collection="c", texts=[f"t{i}" if i % 3 else None for i in range(40)],
+        metadatas=[{"i": i} if i % 2 else None for i in range(40)], releases=rel,
+    )  # fmt: skip
+    got = codec.open_batch(blobs, ids=ids, collection="c")
+    assert len(got) == 40 and got.vectors.dtype == np.float32
+    np.testing.assert_array_equal(got.vectors, X)
+    assert got.releases == rel
+    for i in range(40):
+        one, alone = got.payload(i), codec.open(blobs[i], record_id=ids[i], collection="c")
+        np.testing.assert_array_equal(one.vector, alone.vector)
+        assert (one.text, one.metadata, one.release) == (alone.text, alone.metadata, alone.release)
+    # float16 payloads, alone and mixed with float32 ones in one batch
+    c16 = PayloadCodec(KEY, dtype="float16")
+    half = c16.seal_many(X, ids=ids, collection="c")
+
+    def one_by_one(blobs):
+        return np.stack(
+            [
+                codec.open(b, record_id=r, collection="c").vector
+                for b, r in zip(blobs, ids, strict=True)
+            ]
+        )
+
+    np.testing.assert_array_equal(
+        c16.open_batch(half, ids=ids, collection="c").vectors, one_by_one(half)
+    )
+    mixed = [half[i] if i % 2 else blobs[i] for i in range(40)]
+    np.testing.assert_array_equal(
+        codec.open_batch(mixed, ids=ids, collection="c").vectors, one_by_one(mixed)
+    )
+
+
+@pytest.mark.parametrize("position", [0, 17, 39])
+def test_open_batch_refuses_each_bad_payload_with_open_s_error(codec, x, position):
+    ids = [f"d{i}" for i in range(40)]
+    ids[position] = "r"
+    X = np.tile(x, (40, 1))
+    for name, bad, cause in _bad_payloads(codec, x):
+        blobs = codec.seal_many(X, ids=ids, collection="c")
+        blobs[position] = bad
+        with pytest.raises(PayloadError) as alone:
+            codec.open(bad, record_id="r", collection="c")
+        with pytest.raises(PayloadError) as batch:
+            codec.open_batch(blobs, ids=ids, collection="c")
+        assert batch.value.cause == alone.value.cause == cause, name
+        assert str(batch.value) == str(alone.value), name
+
+
+def test_open_batch_refuses_a_store_that_reorders_payloads(codec):
+    """Every payload is genuine, but the store returns them under each other's ids."""
+    X = np.random.default_rng(4).standard_normal((30, 8)).astype(np.float32)
+    ids = [f"d{i}" for i in range(30)]
+    blobs = codec.seal_many(X, ids=ids, collection="c")
+    blobs[3], blobs[4] = blobs[4], blobs[3]
+    with pytest.raises(PayloadError, match="does not belong to record 'd3'") as e:
+        codec.open_batch(blobs, ids=ids, collection="c")
+    assert e.value.cause == "wrong-record"
+
+
+def test_open_batch_bad_arguments(codec, x):
+    blob = codec.seal(x, record_id="r", collection="c")
+    with pytest.raises(DataError, match="payloads has 1 entries but ids has 2"):
+        codec.open_batch([blob], ids=["r", "s"], collection="c")
+    with pytest.raises(DataError, match="payloads must be non-empty"):
+        codec.open_batch([], ids=[], collection="c")
+    short = codec.seal(x[:10], record_id="s", collection="c")
+    with pytest.raises(DataError, match=r"different dimensions \[10, 384\]"):
+        codec.open_batch([blob, short], ids=["r", "s"], collection="c")
+    with pytest.raises(TypeError, match="must be bytes"):
+        codec.open_batch(["text"], ids=["r"], collection="c")  # type: ignore[list-item]

@@ -97,6 +97,7 @@ from .keyed import load_key, typed_id
 
 __all__ = [
     "FORMAT_VERSION",
+    "OpenedBatch",
     "Payload",
     "PayloadCodec",
     "PayloadError",
@@ -577,14 +578,138 @@ class PayloadCodec:
     def vectors(
         self, payloads: Sequence[bytes], *, ids: Sequence[Any], collection: str
     ) -> NDArray[np.float32]:
-        """The exact vectors of the payloads, stacked (n, d) float32: what a re-rank needs."""
-        opened = self.open_many(payloads, ids=ids, collection=collection)
-        if not opened:
+        """The exact vectors of the payloads, stacked (n, d) float32: what a re-rank needs
+        (:meth:`open_batch`)."""
+        return self.open_batch(payloads, ids=ids, collection=collection).vectors
+
+    def open_batch(
+        self, payloads: Sequence[bytes], *, ids: Sequence[Any], collection: str
+    ) -> OpenedBatch:
+        """Authenticate and decrypt many payloads at once: their vectors stacked, the rest kept
+        for later (what a re-rank needs: every candidate's vector, the texts of a few).
+
+        The same checks as :meth:`open` decide what is accepted -- every payload is decrypted
+        under the AES-GCM tag that binds its key, record, collection and header -- but the
+        common case (version 2, this key, a string id, well formed) skips the per-payload
+        Python that only words an error: the record binding is left to the tag (a payload of
+        another record fails authentication), and a payload that fails any check is handed to
+        :meth:`open`, which raises the one-line error it raises alone (or opens it: a
+        version-1 payload, an integer id). Texts and metadata are parsed only when asked for
+        (:meth:`OpenedBatch.payload`). The expected release is not checked here: compare
+        :attr:`OpenedBatch.releases`.
+
+        Raises
+        ------
+        PayloadError, TypeError
+            As :meth:`open`, for the first payload that fails.
+        privembed.DataError
+            ``payloads`` and ``ids`` differ in length, there are none, or they hold vectors of
+            different dimensions.
+        """
+        if len(payloads) != len(ids):
+            raise DataError(f"payloads has {len(payloads)} entries but ids has {len(ids)}.")
+        if len(payloads) == 0:
             raise DataError("payloads must be non-empty.")
-        dims = {p.vector.size for p in opened}
+        aes, _ = self._collection(collection)
+        c = collection.encode("utf-8")
+        ad_prefix = _AD_DOMAIN + _U32.pack(len(c)) + c
+        size, key_check = _HEADER.size, self._key_check
+        unpack, u32, pack32, decrypt = _HEADER.unpack_from, _U32.unpack_from, _U32.pack, aes.decrypt
+        entries: list[bytes | Payload] = []  # a plaintext (fast path) or an opened Payload
+        flags_of: list[int] = []
+        releases: list[bytes | None] = []
+        buf = bytearray()  # every vector's bytes, back to back
+        kinds: list[str] = []
+        dims: set[int] = set()
+        for p, rid in zip(payloads, ids, strict=True):
+            if type(rid) is str and type(p) is bytes and p[:4] == _HEADER_PREFIX_V2:
+                if len(p) >= size + _TAG:
+                    _, _, flags, kc, _, length, nonce, rel = unpack(p)
+                    if kc == key_check and len(p) == size + length + _TAG:
+                        r = b"s:" + rid.encode("utf-8", "surrogatepass")
+                        try:
+                            pt = decrypt(nonce, p[size:], ad_prefix + pack32(len(r)) + r + p[:size])
+                        except Exception:  # InvalidTag: open() below says which check failed
+                            pt = b""
+                        if len(pt) >= 4 and not flags & ~_KNOWN_FLAGS:
+                            (d,) = u32(pt, 0)
+                            w = d * (2 if flags & _F16 else 4)
+                            if d > 0 and 4 + w <= len(pt):
+                                entries.append(pt)
+                                flags_of.append(flags)
+                                releases.append(None if rel == _NO_RELEASE else rel)
+                                buf += memoryview(pt)[4 : 4 + w]
+                                kinds.append("<f2" if flags & _F16 else "<f4")
+                                dims.add(d)
+                                continue
+            # anything unusual goes the one-by-one way
+            opened = self.open(p, record_id=rid, collection=collection)
+            entries.append(opened)
+            flags_of.append(-1)
+            releases.append(opened.release)
+            buf += opened.vector.astype("<f4").tobytes()
+            kinds.append("<f4")
+            dims.add(opened.vector.size)
         if len(dims) != 1:
             raise DataError(f"payloads hold vectors of different dimensions {sorted(dims)}.")
-        return np.stack([p.vector for p in opened])
+        (dim,) = dims
+        n = len(entries)
+        if len(set(kinds)) == 1:  # one conversion of all the vectors
+            V = np.frombuffer(buf, dtype=kinds[0]).reshape(n, dim).astype(np.float32)
+        else:  # float16 and float32 payloads in one batch
+            V = np.empty((n, dim), dtype=np.float32)
+            pos = 0
+            for j, kind in enumerate(kinds):
+                V[j] = np.frombuffer(buf, dtype=kind, count=dim, offset=pos)
+                pos += dim * int(kind[-1])
+        return OpenedBatch(V, releases, list(ids), collection, entries, flags_of)
+
+
+#: the first 4 header bytes of every version-2 payload: magic and version (flags follow)
+_HEADER_PREFIX_V2 = _MAGIC + bytes([FORMAT_VERSION])
+
+
+class OpenedBatch:
+    """Payloads opened by :meth:`PayloadCodec.open_batch`.
+
+    Attributes
+    ----------
+    vectors : ndarray of float32, shape (n, d)
+        The exact vectors, in the order given (float16 payloads widened).
+    releases : list of bytes or None
+        Each payload's sealed :func:`release_digest` (``None``: sealed without one).
+    """
+
+    __slots__ = ("_collection", "_entries", "_flags", "_ids", "releases", "vectors")
+
+    def __init__(
+        self,
+        vectors: NDArray[np.float32],
+        releases: list[bytes | None],
+        ids: list[Any],
+        collection: str,
+        entries: list[bytes | Payload],
+        flags: list[int],
+    ) -> None:
+        self.vectors = vectors
+        self.releases = releases
+        self._ids = ids
+        self._collection = collection
+        self._entries = entries
+        self._flags = flags
+
+    def __len__(self) -> int:
+        return len(self.releases)
+
+    def payload(self, i: int) -> Payload:
+        """The whole :class:`Payload` of entry ``i``: its text and metadata parsed now, the
+        body checked as :meth:`PayloadCodec.open` checks it (a malformed body raises
+        :class:`PayloadError`)."""
+        got = self._entries[i]
+        if isinstance(got, Payload):
+            return got
+        body = PayloadCodec._parse(got, self._flags[i], _describe(self._ids[i], self._collection))
+        return Payload(body.vector, body.text, body.metadata, self.releases[i])
 
 
 def seal(

@@ -152,20 +152,22 @@ def candidate_bytes(dim: int, *, payload_itemsize: int = 4) -> int:
     """Memory one fetched candidate holds while its batch is re-ranked, in bytes.
 
     Its sealed payload (``payload_itemsize * dim + 45`` bytes, :mod:`privembed.payload`), its
-    opened vector as a float64 row for the exact cosine, and about 1.5 KiB of Python objects
-    (the hit, its metadata, the bookkeeping of the batch): an upper bound -- ``privembed
-    search`` over a FAISS store of 117,659 records at k' = 1,000 grows by 4.3 MiB per query of
-    a batch (candidates shared by queries of a batch are opened once). Stored texts come on
-    top.
+    plaintext (kept until the batch's texts are read) and its vector's bytes gathered for the
+    batch (``payload_itemsize * dim`` each), the opened vector as a float32 row and as a
+    float64 row for the exact cosine, and about 1.5 KiB of Python objects (the hit, its
+    metadata, the bookkeeping of the batch): an upper bound -- ``privembed search`` over a
+    FAISS store of 117,659 records at k' = 1,000 grew by 4.3 MiB per query of a batch when
+    payloads were opened one at a time (candidates shared by queries of a batch are opened
+    once). Stored texts come on top.
 
     Examples
     --------
     >>> candidate_bytes(384)
-    6189
+    10797
     """
     dim = check_int("dim", dim, ge=1)
     itemsize = check_int("payload_itemsize", payload_itemsize, ge=1)
-    return itemsize * dim + 45 + 8 * dim + 1536
+    return 3 * itemsize * dim + 45 + (4 + 8) * dim + 1536
 
 
 def query_batch_size(
@@ -185,7 +187,7 @@ def query_batch_size(
     Examples
     --------
     >>> query_batch_size(1000, 384), query_batch_size(10_000, 384), query_batch_size(31_035, 384)
-    (27, 2, 1)
+    (15, 1, 1)
     >>> query_batch_size(10, 384)   # plain search: capped
     1024
     """

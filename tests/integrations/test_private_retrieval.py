@@ -261,6 +261,51 @@ def test_profile_from_real_queries_and_where_it_came_from(tmp_path):
                    profile_queries=qf)  # fmt: skip
 
 
+def test_half_precision_faiss_index_reranks_to_the_same_hits(tmp_path):
+    """--faiss-index SQfp16 keeps the protected vectors in half precision for the candidate
+    scan; the exact re-rank (payloads) gives the same top hits and scores as the Flat index."""
+    from typer.testing import CliRunner
+
+    from privembed.cli import app
+    from privembed.io import write_embeddings
+    from privembed.keyed import keygen
+
+    runner = CliRunner()
+    X, Q = _corpus(800, 32, seed=5)
+    src = tmp_path / "x.npz"
+    write_embeddings(src, X, ids=[f"r{i}" for i in range(len(X))])
+    key = tmp_path / "k.key"
+    keygen(key)
+    qf = tmp_path / "q.npy"
+    np.save(qf, Q[:40])
+    out = {}
+    for factory in ("Flat", "SQfp16"):
+        db = str(tmp_path / factory)
+        r = runner.invoke(app, ["index", str(src), "--store", "faiss", "--path", db, "-m",
+                                "laplace", "--epsilon", "20", "--key-file", str(key),
+                                "--payloads", "--faiss-index", factory])  # fmt: skip
+        assert r.exit_code == 0, r.output
+        r = runner.invoke(app, ["search", "--query-embeddings", str(qf), "--store", "faiss",
+                                "--path", db, "--key-file", str(key), "--rerank", "200", "-k",
+                                "5", "--json"])  # fmt: skip
+        assert r.exit_code == 0, r.output
+        out[factory] = [json.loads(line) for line in r.stdout.splitlines()]
+    flat, half = out["Flat"], out["SQfp16"]
+    same = [
+        [h["id"] for h in a["hits"]] == [h["id"] for h in b["hits"]]
+        for a, b in zip(flat, half, strict=True)
+    ]
+    assert np.mean(same) >= 0.95, same  # candidates at k' = 200 differ only by fp16 ties
+    assert all(b["score_kind"] == "exact cosine" for b in half)
+    r = runner.invoke(app, ["index", str(src), "--path", str(tmp_path / "c"), "-m", "none",
+                            "--faiss-index", "SQfp16"])  # fmt: skip
+    assert r.exit_code != 0 and "--faiss-index applies to --store faiss" in r.output
+    r = runner.invoke(app, ["index", str(src), "--store", "faiss", "--path",
+                            str(tmp_path / "Flat"), "-m", "laplace", "--epsilon", "20",
+                            "--key-file", str(key), "--payloads", "--faiss-index", "SQfp16"])  # fmt: skip
+    assert r.exit_code != 0 and "was made with the index 'Flat'" in r.output
+
+
 # ---- searching in bounded memory --------------------------------------------------------------
 def test_search_holds_one_batch_of_candidates_at_a_time(tmp_path):
     """Queries go to the store and through the re-rank a batch at a time; the answers do not
@@ -286,7 +331,7 @@ def test_search_holds_one_batch_of_candidates_at_a_time(tmp_path):
             assert [[(h.id, h.score) for h in hs] for hs in runs[b]] == [
                 [(h.id, h.score) for h in hs] for hs in runs[23]
             ]
-        assert col.query_batch_size(3, rerank=150) == 160 * 2**20 // (150 * (12 * 32 + 1581))
+        assert col.query_batch_size(3, rerank=150) == 160 * 2**20 // (150 * (24 * 32 + 1581))
         assert col.query_batch_size(3, rerank=150) > col.query_batch_size(3, rerank=600)
         calls.clear()
         list(col.query_batches(Q[:5], k=3, rerank=600))

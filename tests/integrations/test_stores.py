@@ -138,6 +138,24 @@ def test_faiss_file_is_atomic_and_approximate_index_cannot_replace(tmp_path):
         FaissStore(tmp_path, "bad")
 
 
+def test_faiss_store_keeps_the_index_it_was_made_with(tmp_path):
+    X = np.random.default_rng(0).standard_normal((50, 8))
+    with FaissStore(tmp_path, "half", factory="SQfp16") as s:
+        s.upsert([f"r{i}" for i in range(50)], X)
+        s.upsert(["r1"], X[2:3])  # half precision can replace ids
+    with FaissStore(tmp_path, "half", create=False) as s:  # no factory: the one it was made with
+        assert s.factory == s.info["factory"] == "SQfp16"
+        hits = s.search(X[2], k=2)[0]
+        assert {h.id for h in hits} == {"r1", "r2"}
+        assert all(abs(h.score - 1.0) < 2e-3 for h in hits)  # fp16 rounding only
+    with FaissStore(tmp_path, "half", factory="SQfp16", create=False) as s:
+        assert s.count() == 50
+    with pytest.raises(ValueError, match="was made with the index 'SQfp16', not 'Flat'"):
+        FaissStore(tmp_path, "half", factory="Flat")
+    with pytest.raises(ValueError, match="factory must be a FAISS index_factory string"):
+        FaissStore(tmp_path, "other", factory="")
+
+
 # ---- protected collections --------------------------------------------------------------------
 def _hit_rate(kind, path, X, Q, mech, k=1, **kw):
     ids = [f"r{i}" for i in range(X.shape[0])]

@@ -255,6 +255,16 @@ def index(
     basis: Basis = None,
     basis_epsilon: BasisEps = None,
     basis_delta: BasisDelta = None,
+    faiss_index: Annotated[
+        str | None,
+        typer.Option(
+            "--faiss-index",
+            help="FAISS index of a new FAISS store (an index_factory string): 'Flat' (the "
+            "default, exact float32 scan), 'SQfp16' (half-precision vectors: half the memory, "
+            "a faster scan, the candidates of a re-rank unchanged in practice), 'HNSW32' "
+            "(approximate). Only --store faiss.",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
@@ -271,6 +281,8 @@ def index(
     from .common import progress_callback
 
     check_input_format(input)  # embeddings or texts: the message lists both
+    if faiss_index is not None and store != "faiss":
+        raise ValueError(f"--faiss-index applies to --store faiss, not --store {store}.")
     key, rng = _randomness(key_file, seed)
     _basis_options(mechanism, basis, basis_epsilon, basis_delta)
     mech: Any = mechanism
@@ -313,6 +325,7 @@ def index(
             text_field=text_field,
             ids_from_content=ids_from_content,
             profile_queries=200 if profile_queries is None else profile_queries,
+            store_options=None if faiss_index is None else {"factory": faiss_index},
             on_start=set_total,
             on_batch=advance,
         )

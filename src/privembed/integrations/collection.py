@@ -604,43 +604,35 @@ class ProtectedCollection:
         if not blobs:
             return [[] for _ in fetched]
         current = self._current_releases(list(slot))
-        # opened one by one into a float64 matrix: only the vectors and texts outlive the loop
-        V: NDArray[np.float64] | None = None
-        texts: list[str | None] = []
-        for j, (rid, blob) in enumerate(zip(slot, blobs, strict=True)):
-            opened = self.codec.open(blob, record_id=rid, collection=self.store.collection)
-            allowed = current.get(rid)
-            if allowed is not None and opened.release not in allowed:
-                raise PayloadError(
-                    f"payload of record {rid!r} belongs to another release of the record than "
-                    "the ledger's current one (the store holds an older copy: a rollback).",
-                    cause="stale",
-                )
-            if V is None:
-                V = np.empty((len(blobs), opened.vector.size))
-            elif opened.vector.size != V.shape[1]:
-                raise PayloadError(
-                    f"payload of record {rid!r} holds a {opened.vector.size}-dimensional vector, "
-                    f"the others {V.shape[1]}.",
-                    cause="format",
-                )
-            V[j] = opened.vector
-            texts.append(opened.text)
-        assert V is not None
+        # one batch: the vectors stacked, texts parsed only for the hits kept
+        opened = self.codec.open_batch(blobs, ids=list(slot), collection=self.store.collection)
+        if current:
+            for rid, rel in zip(slot, opened.releases, strict=True):
+                allowed = current.get(rid)
+                if allowed is not None and rel not in allowed:
+                    raise PayloadError(
+                        f"payload of record {rid!r} belongs to another release of the record "
+                        "than the ledger's current one (the store holds an older copy: a "
+                        "rollback).",
+                        cause="stale",
+                    )
+        V = opened.vectors.astype(np.float64)
         V /= np.sqrt(np.einsum("ij,ij->i", V, V))[:, None]  # no (u, d) temporary
         Qn = np.asarray(clean, dtype=np.float64)
         Qn = Qn / np.linalg.norm(Qn, axis=1, keepdims=True)
         out: list[list[Hit]] = []
+        texts: dict[int, str | None] = {}
         for q, hits in zip(Qn, fetched, strict=True):
             rows = np.fromiter((slot[h.id] for h in hits), dtype=np.int64, count=len(hits))
             exact = V[rows] @ q
             order = np.argsort(-exact, kind="stable")[:k]
-            out.append(
-                [
-                    replace(hits[i], score=float(exact[i]), text=texts[rows[i]], payload=None)
-                    for i in order.tolist()
-                ]
-            )
+            kept = []
+            for i in order.tolist():
+                r = int(rows[i])
+                if r not in texts:
+                    texts[r] = opened.payload(r).text
+                kept.append(replace(hits[i], score=float(exact[i]), text=texts[r], payload=None))
+            out.append(kept)
         return out
 
     def _current_releases(self, ids: list[str]) -> dict[str, frozenset[bytes]]:
@@ -1147,6 +1139,7 @@ def index_file(
     ids_from_content: bool = False,
     profile_queries: Any = 200,
     profile_max_docs: int = 200_000,
+    store_options: dict[str, Any] | None = None,
     on_start: Any = None,
     on_batch: Any = None,
 ) -> dict[str, Any]:
@@ -1167,6 +1160,9 @@ def index_file(
     embeddings -- best -- or a number of documents to stand in for them, diluted into
     pseudo-queries (:func:`privembed.rerank.pseudo_queries`; documents as they are make ``k'``
     too small where queries and documents differ).
+
+    ``store_options`` go to the store (:func:`privembed.integrations.stores.open_store`), e.g.
+    ``{"factory": "SQfp16"}`` for a FAISS index of half-precision vectors.
 
     Returns
     -------
@@ -1263,6 +1259,7 @@ def index_file(
                 if mechanism is None
                 else None
             ),
+            store_options=store_options,
             key=key,
             rng=rng,
             embedding_model=emb_model,

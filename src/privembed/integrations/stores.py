@@ -882,10 +882,14 @@ class FaissStore(VectorStore):
 
     Parameters
     ----------
-    factory : str, default "Flat"
-        FAISS ``index_factory`` description of a new index (wrapped in ``IDMap2``): ``"Flat"``
-        searches exactly; ``"HNSW32"`` is approximate and faster on millions of vectors, but
-        cannot replace existing ids. For ``metric="cosine"`` vectors and queries are
+    factory : str, optional
+        FAISS ``index_factory`` description of a new index (wrapped in ``IDMap2``; default
+        ``"Flat"``): ``"Flat"`` searches exactly; ``"SQfp16"`` keeps the vectors in half
+        precision (half the memory, a faster scan; scores within about 1e-3 of float32's, so
+        the k' candidates of a re-rank are the same in practice: docs/benchmarks.md);
+        ``"HNSW32"`` is approximate and faster on millions of vectors, but cannot replace
+        existing ids. An existing store keeps the index it was made with (a different
+        ``factory`` for it is refused). For ``metric="cosine"`` vectors and queries are
         normalised and searched by inner product.
 
     Examples
@@ -912,14 +916,23 @@ class FaissStore(VectorStore):
         *,
         metric: str | None = None,
         create: bool = True,
-        factory: str = "Flat",
+        factory: str | None = None,
     ) -> None:
-        if not isinstance(factory, str) or not factory:
+        if factory is not None and (not isinstance(factory, str) or not factory):
             raise ValueError(
                 f"factory must be a FAISS index_factory string, got factory={factory!r}."
             )
-        self.factory = factory
+        self.factory = factory or "Flat"
         super().__init__(path, collection, metric=metric, create=create)
+        made = self._info.get("factory") if self._exists else None
+        if made is not None:
+            if factory is not None and factory != made:
+                self.close()
+                raise ValueError(
+                    f"FAISS store {self.file} was made with the index {made!r}, not "
+                    f"{factory!r}: a store keeps its index (make a new store for another)."
+                )
+            self.factory = str(made)
 
     @property
     def file(self) -> Path:
