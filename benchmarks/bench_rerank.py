@@ -17,10 +17,13 @@ Parts (``--parts``, default all):
 
 - ``latency``: one query at a time (``--latency-queries`` queries after the store is open,
   median and p90 in ms): plain search (k = 10) and search with exact re-rank at k' = 100 and
-  1,000, end to end through ``ProtectedCollection.query``; and for k' = 1,000 the breakdown --
-  the store's search (``FaissStore.search(..., with_payloads=False)``, on one FAISS thread as
-  the store runs a lone query, and on FAISS's default threads as before), the payload fetch by
-  id (``FaissStore.payloads``), decryption (``PayloadCodec.open_many``) and exact scoring.
+  1,000, end to end through ``ProtectedCollection.query``, over a store of each FAISS index of
+  ``--factories`` (default ``Flat`` and ``SQfp16``, half-precision vectors); and for k' =
+  1,000 the breakdown -- the store's search (``FaissStore.search(..., with_payloads=False)``,
+  on one FAISS thread as the store runs a lone query, and on FAISS's default threads as
+  before), the payload fetch by id (``FaissStore.payloads``), decryption one by one
+  (``PayloadCodec.open_many``, before) and as one batch (``PayloadCodec.open_batch``, now) and
+  exact scoring.
 - ``memory``: ``privembed search --query-embeddings Q.npy --rerank K' --json`` in a child
   process, for each number of queries (``--queries-list``) and k' (``--depths``): peak RSS
   (the child's ru_maxrss, started from a small launcher) and wall time; plus the RSS of opening the store alone.
@@ -60,14 +63,15 @@ KEY = bytes(range(32))
 MECH = get_mechanism("laplace", epsilon=200.0)
 
 
-def build(path: Path, X: np.ndarray, store: str = "faiss") -> float:
+def build(path: Path, X: np.ndarray, store: str = "faiss", factory: str | None = None) -> float:
     """Index ``X`` with payloads into ``path`` (skipped when it is there); seconds taken."""
     marker = path / ".complete"
     if marker.exists():
         return float(marker.read_text())
     t = time.perf_counter()
+    opts = None if factory is None else {"factory": factory}
     with ProtectedCollection.open(store, path, "bench", mechanism=MECH, key=KEY,
-                                  payloads=True) as col:  # fmt: skip
+                                  payloads=True, store_options=opts) as col:  # fmt: skip
         for s in range(0, X.shape[0], 8192):
             col.add([f"r{i}" for i in range(s, min(s + 8192, X.shape[0]))], X[s : s + 8192])
     took = time.perf_counter() - t
@@ -80,14 +84,17 @@ def _stats(times: list[float]) -> str:
     return f"{np.median(a):.1f} / {np.percentile(a, 90):.1f}"
 
 
-def latency(path: Path, Q: np.ndarray) -> None:
+def latency(paths: dict[str, Path], Q: np.ndarray) -> None:
+    """``paths``: FAISS index factory -> store folder (the first is the main one)."""
     import faiss
 
     nq = Q.shape[0]
-    with ProtectedCollection.open("faiss", path, "bench", key=KEY, create=False) as col:
-        store, codec = col.store, col.codec
-        assert codec is not None
-        col.query(Q[:2], k=10, rerank=1000)  # warm: the index and payload file in the cache
+    cols = {f: ProtectedCollection.open("faiss", p, "bench", key=KEY, create=False)
+            for f, p in paths.items()}  # fmt: skip
+    main = next(iter(cols))
+    try:
+        for col in cols.values():
+            col.query(Q[:2], k=10, rerank=1000)  # warm: the index and payload file in the cache
         rows: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
 
@@ -98,51 +105,69 @@ def latency(path: Path, Q: np.ndarray) -> None:
             cpu.setdefault(label, []).append(time.process_time() - c)
             return out
 
-        Qt = col.treatment.apply(Q)
+        Qt = cols[main].treatment.apply(Q)
         default_threads = faiss.omp_get_max_threads()
         for i in range(nq):  # every variant once per query, in turn: the same load for all
             q = Q[i : i + 1]
-            clock("plain k = 10", lambda q=q: col.query(q, k=10))
-            clock("re-rank k' = 100", lambda q=q: col.query(q, k=10, rerank=100))
-            clock("re-rank k' = 1,000", lambda q=q: col.query(q, k=10, rerank=1000))
-            hits = clock(
-                "  store search, 1 FAISS thread (now)",
-                lambda i=i: store.search(Qt[i : i + 1], 1000, with_payloads=False)[0],
-            )
+            col = cols[main]
+            clock("plain k = 10", lambda q=q, col=col: col.query(q, k=10))
+            clock("re-rank k' = 100", lambda q=q, col=col: col.query(q, k=10, rerank=100))
+            for f, c in cols.items():
+                clock(f"re-rank k' = 1,000, end to end ({f})",
+                      lambda q=q, c=c: c.query(q, k=10, rerank=1000))  # fmt: skip
+            for f, c in cols.items():
+                clock(
+                    f"  the store's search, 1 FAISS thread ({f})",
+                    lambda i=i, c=c: c.store.search(Qt[i : i + 1], 1000, with_payloads=False)[0],
+                )
+            store, codec = col.store, col.codec
+            assert codec is not None
             before = store_mod.FAISS_ONE_THREAD_BELOW
             store_mod.FAISS_ONE_THREAD_BELOW = 0  # the store as it was: FAISS's own threads
             try:
-                clock(
-                    f"  store search, {default_threads} FAISS threads (before)",
-                    lambda i=i: store.search(Qt[i : i + 1], 1000, with_payloads=False)[0],
+                hits = clock(
+                    f"  the store's search, {default_threads} FAISS threads (Flat, before)",
+                    lambda i=i, store=store: store.search(Qt[i : i + 1], 1000, with_payloads=False)[
+                        0
+                    ],
                 )
             finally:
                 store_mod.FAISS_ONE_THREAD_BELOW = before
             ids = [h.id for h in hits]
-            blobs = clock("  payload fetch by id", lambda ids=ids: store.payloads(ids))
+            blobs = clock("  payload fetch by id", lambda ids=ids, s=store: s.payloads(ids))
+            clock(
+                "  decryption and checks, one by one (before)",
+                lambda b=blobs, ids=ids, c=codec: c.open_many(b, ids=ids, collection="bench"),
+            )
             opened = clock(
-                "  decrypt (AES-256-GCM)",
-                lambda b=blobs, ids=ids: codec.open_many(b, ids=ids, collection="bench"),
+                "  decryption and checks, as one batch (now)",
+                lambda b=blobs, ids=ids, c=codec: c.open_batch(b, ids=ids, collection="bench"),
             )
 
             def score(opened=opened, q=q) -> object:
-                V = np.stack([o.vector for o in opened]).astype(np.float64)
+                V = opened.vectors.astype(np.float64)
                 V /= np.linalg.norm(V, axis=1, keepdims=True)
                 qn = q[0] / np.linalg.norm(q[0])
                 return np.argsort(-(V @ qn), kind="stable")[:10]
 
             clock("  exact scoring", score)
-        n = store.count()
-    print(f"\n## re-rank latency, one query at a time: FAISS flat, {n:,} records, {nq} queries\n")
+        n = cols[main].store.count()
+    finally:
+        for c in cols.values():
+            c.close()
+    print(f"\n## re-rank latency, one query at a time: FAISS, {n:,} records, {nq} queries\n")
     print("| step | wall ms, median / p90 | CPU ms of this process, median / p90 |")
     print("|---|---|---|")
     for label, times in rows.items():
         print(f"| {label} | {_stats(times)} | {_stats(cpu[label])} |")
-    parts = [k for k in rows if k.startswith("  ") and "(before)" not in k]
-    total = sum(float(np.median(rows[k])) for k in parts) * 1e3
-    total_cpu = sum(float(np.median(cpu[k])) for k in parts) * 1e3
+    for f in cols:
+        parts = [f"  the store's search, 1 FAISS thread ({f})", "  payload fetch by id",
+                 "  decryption and checks, as one batch (now)", "  exact scoring"]  # fmt: skip
+        total = sum(float(np.median(rows[k])) for k in parts) * 1e3
+        total_cpu = sum(float(np.median(cpu[k])) for k in parts) * 1e3
+        print(f"\nsum of the k' = 1,000 steps with the {f} index (medians): {total:.1f} ms wall, "
+              f"{total_cpu:.1f} ms CPU")  # fmt: skip
     print(
-        f"\nsum of the k' = 1,000 steps (medians): {total:.1f} ms wall, {total_cpu:.1f} ms CPU; "
         "the rest of the end-to-end time is building hits and the query treatment. A lone "
         "query runs on one thread, so its CPU time is what its wall time is on an idle core "
         "(on a shared machine the wall time also counts waiting for a core)."
@@ -305,6 +330,8 @@ def main() -> None:
     ap.add_argument("--store-n", type=int, default=10_000)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--baseline-src", type=Path, default=None, help="src of the code to compare")
+    ap.add_argument("--factories", nargs="+", default=["Flat", "SQfp16"],
+                    help="FAISS indexes to time the re-rank over (the first is the main store)")  # fmt: skip
     args = ap.parse_args()
     tmp = None
     if args.workdir is None:
@@ -330,7 +357,16 @@ def main() -> None:
         print(f"FAISS store with payloads: built in {took:.0f} s, {size / 2**20:.0f} MiB on disk "
               f"({size / (X.nbytes):.2f}x the float32 vectors)")  # fmt: skip
     if "latency" in args.parts:
-        latency(path, _synthetic.queries(X, args.latency_queries, seed=3))
+        paths = {}
+        for f in args.factories:
+            p = path if f == "Flat" else work / f"faiss-{args.n}-{f}"
+            if f != "Flat":
+                took = build(p, X, factory=f)
+                size = sum(q.stat().st_size for q in p.iterdir() if q.is_file())
+                print(f"FAISS store ({f}) with payloads: built in {took:.0f} s, "
+                      f"{size / 2**20:.0f} MiB on disk")  # fmt: skip
+            paths[f] = p
+        latency(paths, _synthetic.queries(X, args.latency_queries, seed=3))
     if "memory" in args.parts:
         memory(path, X, work, args.queries_list, args.depths)
     if "ab" in args.parts and args.baseline_src is not None:

@@ -627,8 +627,12 @@ class PayloadCodec:
                     _, _, flags, kc, _, length, nonce, rel = unpack(p)
                     if kc == key_check and len(p) == size + length + _TAG:
                         r = b"s:" + rid.encode("utf-8", "surrogatepass")
-                        try:
-                            pt = decrypt(nonce, p[size:], ad_prefix + pack32(len(r)) + r + p[:size])
+                        try:  # the ciphertext read in place (a memoryview), not copied
+                            pt = decrypt(
+                                nonce,
+                                memoryview(p)[size:],
+                                b"".join((ad_prefix, pack32(len(r)), r, p[:size])),
+                            )
                         except Exception:  # InvalidTag: open() below says which check failed
                             pt = b""
                         if len(pt) >= 4 and not flags & ~_KNOWN_FLAGS:

@@ -812,6 +812,21 @@ class _Strings:
             return iter(self._items)
         return (self[i] for i in range(len(self)))
 
+    def take(self, positions: Sequence[int]) -> list[str]:
+        """The strings at ``positions`` (valid indices), decoded in one pass: a search's hits
+        (``self[i]`` per hit costs a numpy scalar read and a bounds check each)."""
+        if self._items is not None:
+            items = self._items
+            return [items[i] for i in positions]
+        idx = np.asarray(positions, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self._off.size - 1):
+            raise IndexError(f"positions outside 0..{self._off.size - 2}")
+        raw = self._raw
+        return [
+            raw[a:b].decode("utf-8", "surrogatepass")
+            for a, b in zip(self._off[idx].tolist(), self._off[idx + 1].tolist(), strict=True)
+        ]
+
     def _list(self) -> list[str]:
         if self._items is None:
             self._items = _split_utf8(np.frombuffer(self._raw, dtype=np.uint8), self._off)
@@ -1203,20 +1218,22 @@ class FaissStore(VectorStore):
         if with_payloads:
             found = I[I >= 0].tolist()
             payload = dict(zip(found, self._read(found), strict=True))
-        ids, metas = self._ids, self._meta
         out: list[list[Hit]] = []
         for drow, irow in zip(D.tolist(), I.tolist(), strict=True):
-            hits = []
-            for score, lab in zip(drow, irow, strict=True):
-                if lab < 0:
-                    continue
-                vec = None
-                if with_vectors:
-                    vec = np.asarray(self._index.reconstruct(lab), dtype=np.float32)
-                m = metas[lab]
-                meta = {} if m == "{}" else json.loads(m)
-                hits.append(Hit(ids[lab], score, meta, vec, payload.get(lab)))
-            out.append(hits)
+            labels = [lab for lab in irow if lab >= 0]
+            scores = drow[: len(labels)] if len(labels) == len(irow) else [
+                sc for sc, lab in zip(drow, irow, strict=True) if lab >= 0
+            ]  # fmt: skip
+            ids = self._ids.take(labels)
+            metas = [{} if m == "{}" else json.loads(m) for m in self._meta.take(labels)]
+            vecs: list[NDArray[np.float32] | None] = [None] * len(labels)
+            if with_vectors:
+                vecs = [np.asarray(self._index.reconstruct(lab), np.float32) for lab in labels]
+            get = payload.get
+            out.append([
+                Hit(rid, sc, meta, vec, get(lab))
+                for rid, sc, meta, vec, lab in zip(ids, scores, metas, vecs, labels, strict=True)
+            ])  # fmt: skip
         return out
 
     def _count(self) -> int:
