@@ -24,6 +24,8 @@ Parts (``--parts``, default all):
   before), the payload fetch by id (``FaissStore.payloads``), decryption one by one
   (``PayloadCodec.open_many``, before) and as one batch (``PayloadCodec.open_batch``, now) and
   exact scoring.
+- ``e2e``: the end-to-end re-rank at k' = 1,000 alone over each index of ``--factories``,
+  alternating which goes first, and whether their re-ranked top 10 agree.
 - ``memory``: ``privembed search --query-embeddings Q.npy --rerank K' --json`` in a child
   process, for each number of queries (``--queries-list``) and k' (``--depths``): peak RSS
   (the child's ru_maxrss, started from a small launcher) and wall time; plus the RSS of opening the store alone.
@@ -172,6 +174,36 @@ def latency(paths: dict[str, Path], Q: np.ndarray) -> None:
         "query runs on one thread, so its CPU time is what its wall time is on an idle core "
         "(on a shared machine the wall time also counts waiting for a core)."
     )
+
+
+def end_to_end(paths: dict[str, Path], Q: np.ndarray) -> None:
+    """Re-rank at k' = 1,000 end to end over each store, nothing else timed between (no FAISS
+    threads left spinning by another variant), the stores alternating first; and whether their
+    re-ranked top 10 agree."""
+    nq = Q.shape[0]
+    cols = {f: ProtectedCollection.open("faiss", p, "bench", key=KEY, create=False)
+            for f, p in paths.items()}  # fmt: skip
+    try:
+        for c in cols.values():
+            c.query(Q[:2], k=10, rerank=1000)
+        times: dict[str, list[float]] = {f: [] for f in cols}
+        tops: dict[str, list[list[str]]] = {f: [] for f in cols}
+        for i in range(nq):
+            for f in list(cols) if i % 2 == 0 else list(cols)[::-1]:
+                t = time.perf_counter()
+                hits = cols[f].query(Q[i : i + 1], k=10, rerank=1000)[0]
+                times[f].append(time.perf_counter() - t)
+                tops[f].append([h.id for h in hits])
+    finally:
+        for c in cols.values():
+            c.close()
+    first = next(iter(cols))
+    print(f"\n## re-rank k' = 1,000 end to end, stores alternating, {nq} queries\n")
+    print(f"| FAISS index | wall ms, median / p90 | re-ranked top 10 identical to {first}'s |")
+    print("|---|---|---|")
+    for f in cols:
+        same = sum(a == b for a, b in zip(tops[f], tops[first], strict=True))
+        print(f"| {f} | {_stats(times[f])} | {same} of {nq} |")
 
 
 #: runs argv[2:] and writes its peak RSS (KiB) to argv[1]. A child forked from a large process
@@ -367,6 +399,11 @@ def main() -> None:
                       f"{size / 2**20:.0f} MiB on disk")  # fmt: skip
             paths[f] = p
         latency(paths, _synthetic.queries(X, args.latency_queries, seed=3))
+    if "e2e" in args.parts:
+        paths = {f: path if f == "Flat" else work / f"faiss-{args.n}-{f}" for f in args.factories}
+        for f, p in paths.items():
+            build(p, X, factory=None if f == "Flat" else f)
+        end_to_end(paths, _synthetic.queries(X, args.latency_queries, seed=5))
     if "memory" in args.parts:
         memory(path, X, work, args.queries_list, args.depths)
     if "ab" in args.parts and args.baseline_src is not None:
