@@ -55,8 +55,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
+## two worker processes (pytest-xdist), one test file per worker at a time (--dist loadfile:
+## a module's fixtures stay in one process); PYTEST_WORKERS=0 runs everything in this process
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile
 
 ## Every security claim fails its tests when it is broken (claims/claims.toml, tools/claims):
 ## each claim's mutation is applied to a copy of the source tree and one of its tests must fail.
