@@ -44,6 +44,7 @@ folder already holds it. Compare ratios measured in one run: the machine is shar
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import os
 import platform
@@ -51,8 +52,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import _synthetic
 import numpy as np
@@ -86,17 +89,28 @@ def _stats(times: list[float]) -> str:
     return f"{np.median(a):.1f} / {np.percentile(a, 90):.1f}"
 
 
+@contextlib.contextmanager
+def _warm_collections(paths: dict[str, Path], Q: np.ndarray) -> Iterator[dict[str, Any]]:
+    """The stores of ``paths`` (FAISS index factory -> folder) opened, each warmed by a re-rank
+    of two queries (its index and payload file in the page cache), closed afterwards."""
+    cols: dict[str, Any] = {}
+    try:
+        for f, p in paths.items():
+            cols[f] = ProtectedCollection.open("faiss", p, "bench", key=KEY, create=False)
+            cols[f].query(Q[:2], k=10, rerank=1000)
+        yield cols
+    finally:
+        for c in cols.values():
+            c.close()
+
+
 def latency(paths: dict[str, Path], Q: np.ndarray) -> None:
     """``paths``: FAISS index factory -> store folder (the first is the main one)."""
     import faiss
 
     nq = Q.shape[0]
-    cols = {f: ProtectedCollection.open("faiss", p, "bench", key=KEY, create=False)
-            for f, p in paths.items()}  # fmt: skip
-    main = next(iter(cols))
-    try:
-        for col in cols.values():
-            col.query(Q[:2], k=10, rerank=1000)  # warm: the index and payload file in the cache
+    with _warm_collections(paths, Q) as cols:
+        main = next(iter(cols))
         rows: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
 
@@ -154,9 +168,6 @@ def latency(paths: dict[str, Path], Q: np.ndarray) -> None:
 
             clock("  exact scoring", score)
         n = cols[main].store.count()
-    finally:
-        for c in cols.values():
-            c.close()
     print(f"\n## re-rank latency, one query at a time: FAISS, {n:,} records, {nq} queries\n")
     print("| step | wall ms, median / p90 | CPU ms of this process, median / p90 |")
     print("|---|---|---|")
@@ -181,11 +192,7 @@ def end_to_end(paths: dict[str, Path], Q: np.ndarray) -> None:
     threads left spinning by another variant), the stores alternating first; and whether their
     re-ranked top 10 agree."""
     nq = Q.shape[0]
-    cols = {f: ProtectedCollection.open("faiss", p, "bench", key=KEY, create=False)
-            for f, p in paths.items()}  # fmt: skip
-    try:
-        for c in cols.values():
-            c.query(Q[:2], k=10, rerank=1000)
+    with _warm_collections(paths, Q) as cols:
         times: dict[str, list[float]] = {f: [] for f in cols}
         tops: dict[str, list[list[str]]] = {f: [] for f in cols}
         for i in range(nq):
@@ -194,9 +201,6 @@ def end_to_end(paths: dict[str, Path], Q: np.ndarray) -> None:
                 hits = cols[f].query(Q[i : i + 1], k=10, rerank=1000)[0]
                 times[f].append(time.perf_counter() - t)
                 tops[f].append([h.id for h in hits])
-    finally:
-        for c in cols.values():
-            c.close()
     first = next(iter(cols))
     print(f"\n## re-rank k' = 1,000 end to end, stores alternating, {nq} queries\n")
     print(f"| FAISS index | wall ms, median / p90 | re-ranked top 10 identical to {first}'s |")

@@ -360,13 +360,14 @@ def _bad_payloads(codec, x):
 def test_open_batch_equals_open_on_every_payload(codec):
     rng = np.random.default_rng(3)
     X = rng.standard_normal((40, 24)).astype(np.float32)
-    ids: list = [f"d{i}" for i in range(39)] + [7]  # an integer id takes the one-by-one path
+    ids: list = [f"d{i}" for i in range(39)] + [7]  # typed ids: the int 7 is "i:7"
     rel = [rng.bytes(16) for _ in range(40)]
     rel[5] = None
     blobs = codec.seal_many(
         X, ids=ids, collection="c", texts=[f"t{i}" if i % 3 else None for i in range(40)],
         metadatas=[{"i": i} if i % 2 else None for i in range(40)], releases=rel,
     )  # fmt: skip
+    blobs[11] = bytearray(blobs[11])  # not bytes: takes the one-by-one path, as open() reads it
     got = codec.open_batch(blobs, ids=ids, collection="c")
     assert len(got) == 40 and got.vectors.dtype == np.float32
     np.testing.assert_array_equal(got.vectors, X)

@@ -176,6 +176,11 @@ def typed_id(record_id: Any) -> bytes:
     ...
     TypeError: record id must be an int or a string, got 1.0 (float).
     """
+    kind = type(record_id)
+    if kind is str:  # the common cases first: isinstance against numpy's types costs more
+        return b"s:" + record_id.encode("utf-8", errors="surrogatepass")
+    if kind is int:
+        return b"i:" + str(record_id).encode()
     if isinstance(record_id, int | np.integer) and not isinstance(record_id, bool | np.bool_):
         return b"i:" + str(int(record_id)).encode()
     if isinstance(record_id, str | np.str_):

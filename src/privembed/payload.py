@@ -83,7 +83,7 @@ import json
 import os
 import struct
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -314,10 +314,19 @@ class PayloadCodec:
         return got
 
     @staticmethod
-    def _ad_record(record_id: Any, collection: str) -> bytes:
+    def _ad_collection(collection: str) -> bytes:
+        """The first part of a payload's associated data: the domain and the collection."""
         c = collection.encode("utf-8")
+        return _AD_DOMAIN + _U32.pack(len(c)) + c
+
+    @staticmethod
+    def _ad_record(record_id: Any, collection: str, *, prefix: bytes | None = None) -> bytes:
+        """A payload's associated data without its header: domain, collection, typed record id
+        (``prefix``: :meth:`_ad_collection` of ``collection``, when the caller has it)."""
         r = typed_id(record_id)
-        return _AD_DOMAIN + _U32.pack(len(c)) + c + _U32.pack(len(r)) + r
+        if prefix is None:
+            prefix = PayloadCodec._ad_collection(collection)
+        return prefix + _U32.pack(len(r)) + r
 
     # ---- seal ------------------------------------------------------------------------------
 
@@ -611,45 +620,39 @@ class PayloadCodec:
         if len(payloads) == 0:
             raise DataError("payloads must be non-empty.")
         aes, _ = self._collection(collection)
-        c = collection.encode("utf-8")
-        ad_prefix = _AD_DOMAIN + _U32.pack(len(c)) + c
+        ad_prefix = self._ad_collection(collection)
         size, key_check = _HEADER.size, self._key_check
-        unpack, u32, pack32, decrypt = _HEADER.unpack_from, _U32.unpack_from, _U32.pack, aes.decrypt
-        entries: list[bytes | Payload] = []  # a plaintext (fast path) or an opened Payload
-        flags_of: list[int] = []
+        unpack, u32, decrypt = _HEADER.unpack_from, _U32.unpack_from, aes.decrypt
+        # per payload: its plaintext and flags (fast path) or the Payload open() returned
+        entries: list[tuple[bytes, int] | Payload] = []
         releases: list[bytes | None] = []
         buf = bytearray()  # every vector's bytes, back to back
         kinds: list[str] = []
         dims: set[int] = set()
         for p, rid in zip(payloads, ids, strict=True):
-            if type(rid) is str and type(p) is bytes and p[:4] == _HEADER_PREFIX_V2:
-                if len(p) >= size + _TAG:
-                    _, _, flags, kc, _, length, nonce, rel = unpack(p)
-                    if kc == key_check and len(p) == size + length + _TAG:
-                        r = b"s:" + rid.encode("utf-8", "surrogatepass")
-                        try:  # the ciphertext read in place (a memoryview), not copied
-                            pt = decrypt(
-                                nonce,
-                                memoryview(p)[size:],
-                                b"".join((ad_prefix, pack32(len(r)), r, p[:size])),
-                            )
-                        except Exception:  # InvalidTag: open() below says which check failed
-                            pt = b""
-                        if len(pt) >= 4 and not flags & ~_KNOWN_FLAGS:
-                            (d,) = u32(pt, 0)
-                            w = d * (2 if flags & _F16 else 4)
-                            if d > 0 and 4 + w <= len(pt):
-                                entries.append(pt)
-                                flags_of.append(flags)
-                                releases.append(None if rel == _NO_RELEASE else rel)
-                                buf += memoryview(pt)[4 : 4 + w]
-                                kinds.append("<f2" if flags & _F16 else "<f4")
-                                dims.add(d)
-                                continue
+            if type(p) is bytes and p[:4] == _HEADER_PREFIX_V2 and len(p) >= size + _TAG:
+                _, _, flags, kc, _, length, nonce, rel = unpack(p)
+                if kc == key_check and len(p) == size + length + _TAG:
+                    # open() builds the same associated data at this point (a bad id raises
+                    # its TypeError here as there)
+                    ad = self._ad_record(rid, collection, prefix=ad_prefix) + p[:size]
+                    try:  # the ciphertext read in place (a memoryview), not copied
+                        pt = decrypt(nonce, memoryview(p)[size:], ad)
+                    except Exception:  # InvalidTag: open() below says which check failed
+                        pt = b""
+                    if len(pt) >= 4 and not flags & ~_KNOWN_FLAGS:
+                        (d,) = u32(pt, 0)
+                        w = d * (2 if flags & _F16 else 4)
+                        if d > 0 and 4 + w <= len(pt):
+                            entries.append((pt, flags))
+                            releases.append(None if rel == _NO_RELEASE else rel)
+                            buf += memoryview(pt)[4 : 4 + w]
+                            kinds.append("<f2" if flags & _F16 else "<f4")
+                            dims.add(d)
+                            continue
             # anything unusual goes the one-by-one way
             opened = self.open(p, record_id=rid, collection=collection)
             entries.append(opened)
-            flags_of.append(-1)
             releases.append(opened.release)
             buf += opened.vector.astype("<f4").tobytes()
             kinds.append("<f4")
@@ -666,13 +669,14 @@ class PayloadCodec:
             for j, kind in enumerate(kinds):
                 V[j] = np.frombuffer(buf, dtype=kind, count=dim, offset=pos)
                 pos += dim * int(kind[-1])
-        return OpenedBatch(V, releases, list(ids), collection, entries, flags_of)
+        return OpenedBatch(V, releases, list(ids), collection, entries)
 
 
 #: the first 4 header bytes of every version-2 payload: magic and version (flags follow)
 _HEADER_PREFIX_V2 = _MAGIC + bytes([FORMAT_VERSION])
 
 
+@dataclass(frozen=True)
 class OpenedBatch:
     """Payloads opened by :meth:`PayloadCodec.open_batch`.
 
@@ -684,23 +688,12 @@ class OpenedBatch:
         Each payload's sealed :func:`release_digest` (``None``: sealed without one).
     """
 
-    __slots__ = ("_collection", "_entries", "_flags", "_ids", "releases", "vectors")
-
-    def __init__(
-        self,
-        vectors: NDArray[np.float32],
-        releases: list[bytes | None],
-        ids: list[Any],
-        collection: str,
-        entries: list[bytes | Payload],
-        flags: list[int],
-    ) -> None:
-        self.vectors = vectors
-        self.releases = releases
-        self._ids = ids
-        self._collection = collection
-        self._entries = entries
-        self._flags = flags
+    vectors: NDArray[np.float32]
+    releases: list[bytes | None]
+    ids: list[Any] = field(repr=False)
+    collection: str
+    #: per payload: its plaintext and flags, or the Payload that open() already returned
+    _entries: list[tuple[bytes, int] | Payload] = field(repr=False)
 
     def __len__(self) -> int:
         return len(self.releases)
@@ -712,7 +705,8 @@ class OpenedBatch:
         got = self._entries[i]
         if isinstance(got, Payload):
             return got
-        body = PayloadCodec._parse(got, self._flags[i], _describe(self._ids[i], self._collection))
+        plaintext, flags = got
+        body = PayloadCodec._parse(plaintext, flags, _describe(self.ids[i], self.collection))
         return Payload(body.vector, body.text, body.metadata, self.releases[i])
 
 

@@ -1220,10 +1220,8 @@ class FaissStore(VectorStore):
             payload = dict(zip(found, self._read(found), strict=True))
         out: list[list[Hit]] = []
         for drow, irow in zip(D.tolist(), I.tolist(), strict=True):
-            labels = [lab for lab in irow if lab >= 0]
-            scores = drow[: len(labels)] if len(labels) == len(irow) else [
-                sc for sc, lab in zip(drow, irow, strict=True) if lab >= 0
-            ]  # fmt: skip
+            labels = [lab for lab in irow if lab >= 0]  # FAISS pads short answers with -1
+            scores = [sc for sc, lab in zip(drow, irow, strict=True) if lab >= 0]
             ids = self._ids.take(labels)
             metas = [{} if m == "{}" else json.loads(m) for m in self._meta.take(labels)]
             vecs: list[NDArray[np.float32] | None] = [None] * len(labels)
