@@ -338,7 +338,8 @@ def test_inversion_with_the_transformer_decoder(tmp_path):
     args = ["attack", "inversion", str(tp), "--embeddings", str(ep), "--seed", "0"]
     args += ["--decoder", "transformer", "--pretrained", str(tmp_path / "pre")]
     args += ["--epochs", "2", "--lr", "3e-3", "--rounds", "0", "--candidates", "1"]
-    _ok(runner.invoke(app, [*args, "-m", "laplace", "--epsilon", "500", "-o", str(out)]))
+    _ok(runner.invoke(app, [*args, "-m", "laplace", "--epsilon", "500", "-o", str(out),
+                            "--device", "cpu"]))  # fmt: skip
     res = json.loads(out.read_text())
     clean, prot = res["results"]
     assert res["decoder"] == "transformer" and clean["target"] == "unprotected"
@@ -348,6 +349,8 @@ def test_inversion_with_the_transformer_decoder(tmp_path):
     # options of the transformer decoder alone are refused for the GRU, before any work
     r = runner.invoke(app, ["attack", "inversion", str(tp), "--save", str(tmp_path / "s")])
     assert r.exit_code == 2 and "--save need --decoder transformer" in r.output
+    r = runner.invoke(app, ["attack", "inversion", str(tp), "--device", "cuda"])
+    assert r.exit_code == 2 and "--device need --decoder transformer" in r.output
     r = runner.invoke(
         app, ["attack", "inversion", str(tp), "--decoder", "transformer", "--pretrained", "nope"]
     )

@@ -148,6 +148,31 @@ def test_save_load_round_trip(toy, fitted, tmp_path):
         TransformerInversionAttack.load(tmp_path / "m")
 
 
+def test_device_is_checked_and_is_not_saved(toy, fitted, tmp_path):
+    import json
+
+    import torch
+
+    texts, X = toy
+    with pytest.raises(TypeError, match="device must be a torch device name"):
+        TransformerInversionAttack(device="")
+    with pytest.raises(TypeError, match="device must be a torch device name"):
+        TransformerInversionAttack(device=0)  # type: ignore[arg-type]
+    assert fitted.get_params()["device"] == "cpu"
+    fitted.save(tmp_path / "m")
+    assert "device" not in json.loads((tmp_path / "m" / "config.json").read_text())["params"]
+    back = TransformerInversionAttack.load(tmp_path / "m", device="cpu")
+    assert back.reconstruct(X[320:330]) == fitted.reconstruct(X[320:330])
+    if not torch.cuda.is_available():
+        # asking for a GPU where there is none is one clear error, before any training
+        with pytest.raises(RuntimeError, match=r"device='cuda' but torch .* sees no CUDA device"):
+            TransformerInversionAttack(**{**TINY, "correction": 0}, device="cuda").fit(
+                texts[:16], X[:16], rng=0
+            )
+        with pytest.raises(RuntimeError, match="sees no CUDA device"):
+            TransformerInversionAttack.load(tmp_path / "m", device="cuda")
+
+
 def test_adaptive_fit_uses_fresh_noise_and_warm_start_keeps_the_vocabulary(toy, fitted):
     texts, X = toy
 

@@ -862,6 +862,13 @@ def inversion(
     save: Annotated[
         Path | None, typer.Option(help="Transformer: save the trained attack to this folder.")
     ] = None,
+    device: Annotated[
+        str,
+        typer.Option(
+            help="Transformer: torch device to train and decode on (cpu, cuda, cuda:1); "
+            "bfloat16 training on CUDA."
+        ),
+    ] = "cpu",
     vec2text: Annotated[
         Literal["gtr-base", "text-embedding-ada-002"] | None,
         typer.Option(
@@ -888,6 +895,7 @@ def inversion(
     if decoder != "transformer":
         given = {"--pretrained": pretrained, "--save": save}
         extra = [k for k, v in given.items() if v is not None]
+        extra += ["--device"] if device != "cpu" else []
         if extra:
             raise ValueError(f"{', '.join(extra)} need --decoder transformer.")
     elif vec2text is not None:
@@ -914,7 +922,7 @@ def inversion(
             tx, X, ids, sens, mech, key,
             train_texts=train_texts, train_embeddings=train_embeddings, model=model,
             aux_fraction=aux_fraction, seed=seed, epochs=epochs, lr=lr, pretrained=pretrained,
-            rounds=rounds, candidates=candidates, save=save, baseline=baseline,
+            rounds=rounds, candidates=candidates, save=save, baseline=baseline, device=device,
         )  # fmt: skip
     elif vec2text is not None:
         adapter = Vec2TextAdapter.from_pretrained(vec2text)
@@ -998,6 +1006,7 @@ def _transformer_inversion(
     candidates: int,
     save: Path | None,
     baseline: bool,
+    device: str = "cpu",
 ) -> list[dict[str, Any]]:
     """Train (or fine-tune) the transformer attack on the attacker's texts and score the rest."""
     from ..attacks import TransformerInversionAttack, score_against_blind, score_reconstructions
@@ -1018,13 +1027,15 @@ def _transformer_inversion(
 
     def attack(protect_with: Any) -> Any:
         if pretrained is not None:
-            a = TransformerInversionAttack.load(pretrained, rounds=rounds, candidates=candidates)
+            a = TransformerInversionAttack.load(
+                pretrained, rounds=rounds, candidates=candidates, device=device
+            )
             a.epochs, a.lr = epochs, lr
             a.correction = min(a.correction, len(aux_tx)) if a.has_corrector_ else 0
         else:
             a = TransformerInversionAttack(
                 epochs=epochs, lr=lr, rounds=rounds, candidates=candidates,
-                correction=min(1000, len(aux_tx)),
+                correction=min(1000, len(aux_tx)), device=device,
             )  # fmt: skip
         warm = pretrained is not None
         label = "training (protected)" if protect_with is not None else "training"

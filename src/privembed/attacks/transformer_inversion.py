@@ -260,18 +260,20 @@ def _network(torch: Any) -> Any:
                 self.cond[k](c).view(B, self.prefix, self.d_model) for k, c in enumerate(conds)
             ]
             pre = torch.cat(parts, 1)
-            segs = [torch.zeros(pre.shape[1], dtype=torch.long)]
-            keep = [torch.ones(B, pre.shape[1], dtype=torch.bool)]
+            dev = pre.device
+            segs = [torch.zeros(pre.shape[1], dtype=torch.long, device=dev)]
+            keep = [torch.ones(B, pre.shape[1], dtype=torch.bool, device=dev)]
             seq = [pre]
             if hyp is not None:
                 seq.append(self.tok(hyp))
-                segs.append(torch.ones(hyp.shape[1], dtype=torch.long))
+                segs.append(torch.ones(hyp.shape[1], dtype=torch.long, device=dev))
                 keep.append(hyp != PAD)
             return torch.cat(seq, 1), torch.cat(segs), torch.cat(keep, 1)
 
         def _run(self, x: Any, segs: Any, offset: int, mask: Any, caches: Any) -> Any:
             L = x.shape[1]
-            x = x + self.pos(torch.arange(offset, offset + L))[None] + self.seg(segs)[None]
+            pos = torch.arange(offset, offset + L, device=x.device)
+            x = x + self.pos(pos)[None] + self.seg(segs)[None]
             for b, blk in enumerate(self.blocks):
                 x = blk(x, mask, None if caches is None else caches[b])
             return self.out(self.norm(x))
@@ -280,10 +282,11 @@ def _network(torch: Any) -> Any:
             """Logits at the text positions (teacher forcing); ``conds``: 1 or 3 (B, d_in)."""
             ctx, segs, keep = self._context(conds, hyp)
             x = torch.cat([ctx, self.tok(text)], 1)
-            segs = torch.cat([segs, torch.full((text.shape[1],), 2, dtype=torch.long)])
+            dev = x.device
+            segs = torch.cat([segs, torch.full((text.shape[1],), 2, dtype=torch.long, device=dev)])
             keep = torch.cat([keep, torch.ones_like(text, dtype=torch.bool)], 1)
             L = x.shape[1]
-            causal = torch.ones(L, L, dtype=torch.bool).tril()
+            causal = torch.ones(L, L, dtype=torch.bool, device=dev).tril()
             mask = causal[None, None] & keep[:, None, None, :]
             return self._run(x, segs, 0, mask, None)[:, L - text.shape[1] :]
 
@@ -291,10 +294,11 @@ def _network(torch: Any) -> Any:
             """Decoding: run the context and ``<bos>``; returns (last logits, state)."""
             ctx, segs, keep = self._context(conds, hyp)
             x = torch.cat([ctx, self.tok(bos)], 1)
-            segs = torch.cat([segs, torch.full((1,), 2, dtype=torch.long)])
+            dev = x.device
+            segs = torch.cat([segs, torch.full((1,), 2, dtype=torch.long, device=dev)])
             keep = torch.cat([keep, torch.ones_like(bos, dtype=torch.bool)], 1)
             L = x.shape[1]
-            causal = torch.ones(L, L, dtype=torch.bool).tril()
+            causal = torch.ones(L, L, dtype=torch.bool, device=dev).tril()
             caches: list[list[Any]] = [[] for _ in self.blocks]
             logits = self._run(x, segs, 0, causal[None, None] & keep[:, None, None, :], caches)
             return logits[:, -1], (caches, keep, L)
@@ -302,8 +306,9 @@ def _network(torch: Any) -> Any:
         def step(self, tok: Any, state: Any) -> tuple[Any, Any]:
             """One more token for every row (cached keys and values); returns (logits, state)."""
             caches, keep, L = state
-            keep = torch.cat([keep, torch.ones(tok.shape[0], 1, dtype=torch.bool)], 1)
-            segs = torch.full((1,), 2, dtype=torch.long)
+            dev = tok.device
+            keep = torch.cat([keep, torch.ones(tok.shape[0], 1, dtype=torch.bool, device=dev)], 1)
+            segs = torch.full((1,), 2, dtype=torch.long, device=dev)
             logits = self._run(self.tok(tok[:, None]), segs, L, keep[:, None, None, :], caches)
             return logits[:, -1], (caches, keep, L + 1)
 
@@ -425,6 +430,10 @@ class TransformerInversionAttack:
         Z-score the conditioning embedding with the training statistics.
     num_threads : int or None, default None
         torch intra-op threads during training and decoding (None: torch's setting).
+    device : str, default "cpu"
+        torch device for training and decoding (``"cuda"``, ``"cuda:1"``). On a CUDA device the
+        training steps run under bfloat16 autocast. Not saved: :meth:`load` puts a model on the
+        CPU unless ``device=`` is passed to it.
 
     Examples
     --------
@@ -458,6 +467,7 @@ class TransformerInversionAttack:
         temperature: float = 0.7,
         standardize: bool = True,
         num_threads: int | None = None,
+        device: str = "cpu",
     ) -> None:
         self.d_model = check_int("d_model", d_model, ge=2)
         self.layers = check_int("layers", layers, ge=1)
@@ -488,6 +498,10 @@ class TransformerInversionAttack:
         self.num_threads = (
             None if num_threads is None else check_int("num_threads", num_threads, ge=1)
         )
+        if not isinstance(device, str) or not device.strip():
+            raise TypeError(f"device must be a torch device name such as 'cuda', got {device!r}.")
+        self.device = device
+        self._device: Any = None
         self._pieces = PieceTokenizer(self.tokenizer)
         self.vocabulary_: _Vocab | None = None
         self.model_: Any = None
@@ -510,7 +524,7 @@ class TransformerInversionAttack:
             "d_model", "layers", "heads", "prefix", "max_len", "tokenizer", "min_count",
             "max_vocabulary", "epochs", "batch_size", "lr", "dropout", "correction",
             "correction_epochs", "rounds", "candidates", "temperature", "standardize",
-            "num_threads",
+            "num_threads", "device",
         )  # fmt: skip
         return {k: getattr(self, k) for k in keys}
 
@@ -541,7 +555,15 @@ class TransformerInversionAttack:
         c = [torch.from_numpy(self._z(Y))]
         if H is not None:
             c += [torch.from_numpy(self._zc(H)), torch.from_numpy(self._zc(Y - H, center=False))]
-        return c
+        return [t.to(self._device) for t in c]
+
+    def _resolve_device(self, torch: Any) -> Any:
+        dev = torch.device(self.device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"device={self.device!r} but torch {torch.__version__} sees no CUDA device."
+            )
+        return dev
 
     # ---- training -----------------------------------------------------------------------------
 
@@ -554,6 +576,8 @@ class TransformerInversionAttack:
                 d_in, len(self.vocabulary_), self.d_model, self.layers, self.heads, self.prefix,
                 positions, self.dropout,
             )  # fmt: skip
+        self._device = self._resolve_device(torch)
+        self.model_.to(self._device)
         self._opt = torch.optim.Adam(self.model_.parameters(), lr=self.lr)
         self.steps_ = 0
         self._warmup = 1
@@ -562,10 +586,13 @@ class TransformerInversionAttack:
     def _step(self, torch: Any, conds: list[Any], hyp: Any | None, text: Any) -> float:
         for g in self._opt.param_groups:
             g["lr"] = self.lr * min(1.0, (self.steps_ - self._start + 1) / self._warmup)
-        logits = self.model_(conds, hyp, text[:, :-1])
+        # bfloat16 autocast on CUDA (no loss scaling needed); a no-op on the CPU
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=self._device.type == "cuda"):
+            logits = self.model_(conds, hyp, text[:, :-1])
         loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), text[:, 1:].reshape(-1), ignore_index=PAD
-        )
+            logits.float().reshape(-1, logits.shape[-1]), text[:, 1:].reshape(-1),
+            ignore_index=PAD,
+        )  # fmt: skip
         self._opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model_.parameters(), 1.0)
@@ -735,18 +762,20 @@ class TransformerInversionAttack:
             total, count = 0.0, 0
             for s in range(0, n, self.batch_size):
                 idx = order[s : s + self.batch_size]
-                text = torch.from_numpy(self._pad([ids[i] for i in idx], True))
+                text = torch.from_numpy(self._pad([ids[i] for i in idx], True)).to(self._device)
                 if H is None:
                     Y = X[idx] if protect is None else np.asarray(protect(X[idx], gen), np.float64)
                     loss = self._step(torch, self._conds(torch, Y, None), None, text)
                 else:
                     assert hyps is not None
-                    hyp = torch.from_numpy(self._pad([hyps[i] for i in idx], False))
+                    hyp = torch.from_numpy(self._pad([hyps[i] for i in idx], False)).to(
+                        self._device
+                    )
                     loss = self._step(torch, self._conds(torch, X[idx], H[idx]), hyp, text)
                     b_ids, b_X, b_prot = mixed
                     j = gen.integers(0, len(b_ids), size=len(idx))
                     Yb = b_X[j] if b_prot is None else np.asarray(b_prot(b_X[j], gen), np.float64)
-                    tb = torch.from_numpy(self._pad([b_ids[i] for i in j], True))
+                    tb = torch.from_numpy(self._pad([b_ids[i] for i in j], True)).to(self._device)
                     self._step(torch, self._conds(torch, Yb, None), None, tb)
                 total += loss * len(idx)
                 count += len(idx)
@@ -791,19 +820,21 @@ class TransformerInversionAttack:
     def _generate(
         self, torch: Any, Y: NDArray[np.float64], H: NDArray[np.float64] | None,
         hyps: list[list[int]] | None, *, greedy: bool, gen: np.random.Generator,
-        chunk: int = 256,
+        chunk: int | None = None,
     ) -> list[list[int]]:  # fmt: skip
+        dev = self._device
+        chunk = chunk or (256 if dev.type == "cpu" else 2048)
         out: list[list[int]] = []
         for s in range(0, Y.shape[0], chunk):
             sl = slice(s, s + chunk)
             conds = self._conds(torch, Y[sl], None if H is None else H[sl])
             hyp = None
             if hyps is not None:
-                hyp = torch.from_numpy(self._pad(hyps[sl], False))
+                hyp = torch.from_numpy(self._pad(hyps[sl], False)).to(dev)
             B = conds[0].shape[0]
-            text = torch.full((B, 1), BOS, dtype=torch.long)
-            done = torch.zeros(B, dtype=torch.bool)
-            g = torch.Generator().manual_seed(seed_from(gen))
+            text = torch.full((B, 1), BOS, dtype=torch.long, device=dev)
+            done = torch.zeros(B, dtype=torch.bool, device=dev)
+            g = torch.Generator(device=dev).manual_seed(seed_from(gen))
             with torch.no_grad():
                 logits, state = self.model_.start(conds, hyp, text)
                 for _ in range(self.max_len + 1):
@@ -929,9 +960,11 @@ class TransformerInversionAttack:
         torch = torch_module()
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
+        params = self.get_params()
+        del params["device"]  # where it runs is the loader's choice
         meta = {
             "format": "privembed-transformer-inversion-1",
-            "params": self.get_params(),
+            "params": params,
             "dim": self.dim_,
             "vocabulary": self.vocabulary_.pieces,
             "corrector": self.has_corrector_,
@@ -940,7 +973,7 @@ class TransformerInversionAttack:
             "correction_history": self.correction_history_,
         }
         tmp = folder / "weights.pt.tmp"
-        state = {k: v for k, v in self.model_.state_dict().items()}
+        state = {k: v.detach().cpu() for k, v in self.model_.state_dict().items()}
         for name, arr in (("mu", self._mu), ("sd", self._sd), ("mu_c", self._mu_c),
                           ("sd_c", self._sd_c)):  # fmt: skip
             state[f"_stats.{name}"] = torch.from_numpy(np.asarray(arr, dtype=np.float64))
@@ -952,7 +985,7 @@ class TransformerInversionAttack:
     @classmethod
     def load(cls, path: str | Path, **overrides: Any) -> TransformerInversionAttack:
         """A fitted attack from a folder written by :meth:`save` (``overrides``: decoding
-        settings such as ``rounds`` or ``num_threads``). Weights load with ``weights_only=True``
+        settings such as ``rounds``, ``num_threads`` or ``device``). Weights load with ``weights_only=True``
         (no pickled code runs)."""
         folder = Path(path)
         cfg_path = folder / "config.json"
@@ -966,7 +999,7 @@ class TransformerInversionAttack:
         params = {**meta["params"], **overrides}
         atk = cls(**params)
         torch = torch_module()
-        state = torch.load(folder / "weights.pt", weights_only=True)
+        state = torch.load(folder / "weights.pt", weights_only=True, map_location="cpu")
         stats = {
             k.split(".", 1)[1]: state.pop(k).numpy() for k in list(state) if k.startswith("_stats.")
         }

