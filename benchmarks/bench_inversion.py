@@ -95,6 +95,12 @@ def main() -> None:
         help="load the saved model NAME (e.g. a checkpoint of a stopped --full run) and train "
         "only its correction mode on --correction corpus texts",
     )
+    ap.add_argument(
+        "--device",
+        default="cpu",
+        help="torch device (cuda: bfloat16 training; the GPU-sized run of the experiments is "
+        "docs/experiments/inversion_gpu.py)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     import torch
@@ -117,11 +123,11 @@ def main() -> None:
     if args.corrector_only:
         atk = TransformerInversionAttack.load(
             cache_dir("inversion", "models", args.name), num_threads=args.threads,
-            correction=args.correction,
+            correction=args.correction, device=args.device,
             correction_epochs=args.correction_epochs,
         )  # fmt: skip
     else:
-        atk = TransformerInversionAttack(**params, num_threads=args.threads)
+        atk = TransformerInversionAttack(**params, num_threads=args.threads, device=args.device)
     embedder = Embedder() if args.full or args.corrector_only else None
     t0, c0 = time.time(), time.process_time()
     marks: list[tuple[int, float, float, float]] = []
@@ -165,7 +171,7 @@ def main() -> None:
     print(
         f"machine: {cpu_model()}, {os.cpu_count()} cores (shared with other jobs; load average "
         f"{os.getloadavg()[0]:.1f} at the end), torch {torch.__version__}, "
-        f"{args.threads} threads, python {platform.python_version()}"
+        f"{args.threads} threads, python {platform.python_version()}, device {args.device}"
     )
     print(f"corpus: {source}; vocabulary {len(atk.vocabulary_)} pieces; {n_params:,} parameters")
     print()
