@@ -180,3 +180,68 @@ def test_the_mechanism_choice_is_the_registry():
     for name in ("protect", "audit", "index"):
         (p,) = [p for p in _commands()[name].params if p.name == "mechanism"]
         assert set(MECHANISMS) <= set(p.type_descriptor.choices), name
+
+
+# ---- shared flags: declared once in _cli/options.py (issue 25.4) ---------------------------
+
+
+def test_no_command_module_spells_a_shared_flag_itself():
+    import re
+
+    import privembed.cli
+    from privembed._cli import options
+
+    src = Path(privembed.cli.__file__).parent
+    offenders = []
+    for f in [src / "cli.py", *sorted((src / "_cli").glob("*.py"))]:
+        if f.name == "options.py":
+            continue
+        text = f.read_text(encoding="utf-8")
+        for flag in options.SHARED:
+            spelled = r'typer\.Option\(\s*(?:"-[a-z]",\s*)?"' + re.escape(flag) + r'"'
+            for _ in re.finditer(spelled, text):
+                offenders.append(f"{f.name}: {flag}")
+    # spelled on purpose where the same flag means another thing (options.OTHER_MEANING)
+    assert sorted(offenders) == ["stores.py: --k", "text.py: --mechanisms"], offenders
+    assert {("search", "--k"), ("text analyze", "--mechanisms")} <= set(options.OTHER_MEANING)
+
+
+def test_every_command_spells_and_types_a_shared_flag_alike():
+    from privembed._cli.options import OTHER_MEANING, SHARED
+
+    booleans = {"--json", "--overwrite", "--quiet", "--allow-reprotect", "--ids-from-content"}
+    seen: dict[str, int] = {}
+    for name, cmd in _commands().items():
+        opts_of: dict[str, str] = {}
+        for p in cmd.params:
+            for o in [*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())]:
+                # one spelling, one parameter: a shared short alias cannot collide
+                assert o not in opts_of, f"{name}: {o} is both {opts_of[o]} and {p.name}"
+                opts_of[o] = p.name
+            for flag, (short, _factory) in SHARED.items():
+                if flag not in getattr(p, "opts", ()) or (name, flag) in OTHER_MEANING:
+                    continue
+                seen[flag] = seen.get(flag, 0) + 1
+                want = {flag} if short is None else {flag, short}
+                assert set(p.opts) == want, f"{name}: {flag} spelled {p.opts}"
+                if flag in booleans:
+                    assert p.is_flag and p.default is False, f"{name}: {flag} is not an off flag"
+                if flag == "--texts":
+                    assert p.hidden, f"{name}: the deprecated --texts shows in --help"
+    # the contract is exercised: every shared flag is used by some command
+    assert set(seen) == set(SHARED), set(SHARED) - set(seen)
+    assert seen["--json"] >= 10
+
+
+def test_a_shared_flag_keeps_each_commands_own_help():
+    cmds = _commands()
+    helps = {n: _option_help(c, "--json") for n, c in cmds.items() if _option_help(c, "--json")}
+    assert len(set(helps.values())) > 1  # worded per command, spelled once
+    assert "JSON" in helps["protect"]
+
+
+def _option_help(cmd: Any, flag: str) -> str | None:
+    for p in cmd.params:
+        if flag in getattr(p, "opts", ()):
+            return str(p.help)
+    return None

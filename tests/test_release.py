@@ -111,9 +111,9 @@ def test_repeated_ids_are_refused_across_batches_in_memory_and_after_spilling(sp
     """The duplicate check of a keyed release without a ledger: a repeat within a batch or
     of an earlier batch refuses the whole batch (nothing of it is remembered), before and
     after the set spills to disk."""
-    from privembed.release import DuplicateIds, _IdSet
+    from privembed.release import DuplicateIds, ReleasedIds
 
-    seen = _IdSet(spill=spill)
+    seen = ReleasedIds(spill=spill)
     seen.add(["a", "b"])
     with pytest.raises(DuplicateIds, match="repeated: c "):
         seen.add(["c", "c"])

@@ -27,26 +27,43 @@ def long_functions(limit: int = 100) -> list[tuple[str, int]]:
 
 
 def option_declarations() -> tuple[int, int, Counter[str]]:
+    """typer.Option calls in the CLI modules, and how often each flag is declared: spelled out
+    (``typer.Option("--json"``, ``typer.Option("-o", "--output"``) or taken from the parameter's
+    name (``seed: Annotated[int, typer.Option(help=...)]``)."""
     names: Counter[str] = Counter()
+    spelled = re.compile(r'typer\.Option\(\s*(?:"-[a-z]",\s*)?"(--[a-z0-9-]+)"')
+    from_name = re.compile(r"\b([a-z_0-9]+): Annotated\[[^=]*?typer\.Option\(\s*(?:help=|\))")
+    total = 0
     for f in [SRC / "cli.py", *sorted((SRC / "_cli").glob("*.py"))]:
         text = f.read_text(encoding="utf-8")
-        for m in re.finditer(r"typer\.Option\(\s*\"(--[a-z0-9-]+)\"", text):
+        total += len(re.findall(r"typer\.Option\(", text))
+        for m in spelled.finditer(text):
             names[m.group(1)] += 1
-    total = sum(
-        len(re.findall(r"typer\.Option\(", f.read_text(encoding="utf-8")))
-        for f in [SRC / "cli.py", *sorted((SRC / "_cli").glob("*.py"))]
-    )
+        for m in from_name.finditer(text):
+            names["--" + m.group(1).replace("_", "-")] += 1
     repeats = sum(n - 1 for n in names.values() if n > 1)
     return total, repeats, names
+
+
+def shared_flag_uses() -> Counter[str]:
+    """Uses of the shared flags of ``_cli/options.py`` (declared there once) by the commands."""
+    uses: Counter[str] = Counter()
+    for f in [SRC / "cli.py", *sorted((SRC / "_cli").glob("*.py"))]:
+        if f.name == "options.py":
+            continue
+        for m in re.finditer(r"\b([a-z_]+_flag)\(", f.read_text(encoding="utf-8")):
+            uses[m.group(1)] += 1
+    return uses
 
 
 def policy_copies() -> dict[str, list[str]]:
     """Places outside the release path that spell a release rule themselves."""
     rules = {
-        "refuse already-protected input": r"is already protected \(",
+        # an error message (a string on the line), not a docstring mentioning the rule
+        "refuse already-protected input": r"\"[^\"\n]*is already protected \(",
         "seed or key, not both": r"give a seed or a key, not both|give --seed or --key-file",
         "open a ledger": r"\bLedger\(|ledger_for_command\(",
-        "private id set": r"\b_IdSet\b",
+        "private id set": r"\b_IdSet\b|\brecord_key\(i\) for i in ids",
         "HMAC domain literal": r"b[\"']privembed/",
     }
     out: dict[str, list[str]] = {}
@@ -70,6 +87,11 @@ def main() -> None:
         print(f"  {n:5d}  {name}")
     print(f"typer.Option declarations: {total}; repeats of a named flag: {repeats}")
     print("  most repeated: " + ", ".join(f"{k} x{v}" for k, v in names.most_common(6)))
+    uses = shared_flag_uses()
+    print(
+        f"shared flags (declared once in _cli/options.py): {len(uses)}, used {sum(uses.values())} "
+        "times: " + ", ".join(f"{k} x{v}" for k, v in uses.most_common(6))
+    )
     print("release policy outside the release path:")
     for rule, where in policy_copies().items():
         print(f"  {rule}: {len(where)} {where}")

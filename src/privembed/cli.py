@@ -38,6 +38,27 @@ from ._cli.common import (
     fail,
     user_errors,
 )
+from ._cli.options import (
+    allow_reprotect_flag,
+    backend_flag,
+    basis_epsilon_flag,
+    basis_flag,
+    batch_rows_flag,
+    column_flag,
+    id_field_flag,
+    ids_from_content_flag,
+    json_flag,
+    keep_field_flag,
+    ledger_flag,
+    mechanism_flag,
+    model_flag,
+    n_flag,
+    output_flag,
+    overwrite_flag,
+    quiet_flag,
+    seed_flag,
+    text_field_flag,
+)
 
 app = typer.Typer(
     name="privembed",
@@ -82,30 +103,26 @@ def embed(
             "text per line)."
         ),
     ],
-    output: Annotated[
-        Path, typer.Option("-o", "--output", help="Output (.parquet/.npz/.npy/.jsonl).")
-    ],
-    text_field: Annotated[str, typer.Option(help="Field or column holding the texts.")] = "text",
+    output: Annotated[Path, output_flag(help="Output (.parquet/.npz/.npy/.jsonl).")],
+    text_field: Annotated[str, text_field_flag(help="Field or column holding the texts.")] = "text",
     id_field: Annotated[
         str | None,
-        typer.Option(help="Field or column holding the record ids (default: 'id' if present)."),
+        id_field_flag(help="Field or column holding the record ids (default: 'id' if present)."),
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="Model name or folder (default: offline all-MiniLM-L6-v2).")
+        str | None, model_flag(help="Model name or folder (default: offline all-MiniLM-L6-v2).")
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Texts per model call.")] = 64,
     backend: Annotated[
         EmbedBackend | None,
-        typer.Option(
+        backend_flag(
             help="Model runtime (default: $PRIVEMBED_EMBED_BACKEND, else auto: ONNX Runtime "
             "when installed; onnx-int8 is faster and its vectors differ slightly)."
         ),
     ] = None,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an existing output file.")
-    ] = False,
+    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing output file.")] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
+        bool, json_flag(help="Print a JSON summary (stdout) instead of text.")
     ] = False,
 ) -> None:
     """Embed texts with a sentence-transformers model (offline by default).
@@ -188,12 +205,10 @@ def protect(
             help="Embeddings (.parquet/.npy/.npz/.jsonl) or texts (.jsonl/.csv/.parquet/.txt)."
         ),
     ],
-    output: Annotated[
-        Path, typer.Option("-o", "--output", help="Output file (written atomically).")
-    ],
+    output: Annotated[Path, output_flag(help="Output file (written atomically).")],
     mechanism: Annotated[
         MechanismName,
-        typer.Option("--mechanism", "-m", help="The privacy mechanism (see the README)."),
+        mechanism_flag(help="The privacy mechanism (see the README)."),
     ],
     epsilon: OptEpsilon = None,
     delta: OptDelta = None,
@@ -206,13 +221,13 @@ def protect(
     k: OptK = None,
     basis: Annotated[
         str | None,
-        typer.Option(
+        basis_flag(
             help="Subspace basis (subspace): public data (embeddings or texts; exact PCA), a "
             "saved basis, or 'dp-pca' (DP-PCA of INPUT, charged to every record in --ledger).",
         ),
     ] = None,
     basis_epsilon: Annotated[
-        float | None, typer.Option(help="epsilon of a DP-PCA basis (central).")
+        float | None, basis_epsilon_flag(help="epsilon of a DP-PCA basis (central).")
     ] = None,
     basis_delta: Annotated[float | None, typer.Option(help="delta of a DP-PCA basis.")] = None,
     noise: Annotated[
@@ -225,28 +240,26 @@ def protect(
     input_norm: OptInputNorm = None,
     renormalize: OptRenormalize = None,
     seed: Annotated[
-        int | None, typer.Option(help="Seed for reproducible experiments (omit in production).")
+        int | None, seed_flag(help="Seed for reproducible experiments (omit in production).")
     ] = None,
-    column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
+    column: Annotated[str | None, column_flag(help="Embedding column (Parquet).")] = None,
     id_column: Annotated[
         str | None,
-        typer.Option("--id-field", help="Field or column holding the record ids (default: id)."),
+        id_field_flag(),
     ] = None,
     text_field: Annotated[
-        str, typer.Option(help="Field or column holding the texts (text input).")
+        str, text_field_flag(help="Field or column holding the texts (text input).")
     ] = "text",
     keep_column: Annotated[
         list[str] | None,
-        typer.Option(
-            "--keep-field",
+        keep_field_flag(
             help="Copy this other field or column into the output as it is, unprotected "
             "(repeatable; others are dropped).",
         ),
     ] = None,
     ids_from_content: Annotated[
         bool,
-        typer.Option(
-            "--ids-from-content",
+        ids_from_content_flag(
             help="Derive record ids from the content (texts or vectors without ids).",
         ),
     ] = False,
@@ -257,16 +270,16 @@ def protect(
             "(or its .eraser.npz). LEACE; no guarantee of its own.",
         ),
     ] = None,
-    model: Annotated[str | None, typer.Option(help="Embedding model for text input.")] = None,
+    model: Annotated[str | None, model_flag(help="Embedding model for text input.")] = None,
     backend: Annotated[
         EmbedBackend | None,
-        typer.Option(
+        backend_flag(
             help="Model runtime for text input (default: $PRIVEMBED_EMBED_BACKEND, else auto)."
         ),
     ] = None,
-    batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 4096,
+    batch_rows: Annotated[int, batch_rows_flag(help="Rows per batch (bounds memory).")] = 4096,
     allow_reprotect: Annotated[
-        bool, typer.Option("--allow-reprotect", help="Protect a file that is already protected.")
+        bool, allow_reprotect_flag(help="Protect a file that is already protected.")
     ] = False,
     key_file: Annotated[
         Path | None, typer.Option(help="Secret key (privembed keygen): keyed, repeat-safe noise.")
@@ -281,7 +294,7 @@ def protect(
     ] = None,
     ledger: Annotated[
         str | None,
-        typer.Option(
+        ledger_flag(
             help="Privacy ledger that records and checks releases: an SQLite file, or a "
             "postgresql:// URL shared by several processes (password from PGPASSWORD or "
             "~/.pgpass)."
@@ -316,12 +329,10 @@ def protect(
     ledger_timeout: Annotated[
         float, typer.Option(help="Seconds to wait for another process's ledger lock.")
     ] = 60.0,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an existing output file.")
-    ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing output file.")] = False,
+    quiet: Annotated[bool, quiet_flag()] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
+        bool, json_flag(help="Print a JSON summary (stdout) instead of text.")
     ] = False,
 ) -> None:
     """Protect embeddings with a privacy mechanism (texts are embedded first).
@@ -338,11 +349,11 @@ def protect(
     _basis_options(mechanism, basis, basis_epsilon, basis_delta)
     basis_obj = None
     if basis is not None:
-        from .ledger import ledger_for_command
         from .mechanisms.subspace import basis_from
+        from .release import open_ledger
 
         with contextlib.ExitStack() as stack:
-            led = None if ledger is None else stack.enter_context(ledger_for_command(ledger))
+            led = stack.enter_context(open_ledger(ledger))
             basis_obj = basis_from(
                 basis, corpus=input, column=column, id_column=id_column, model=model,
                 epsilon=basis_epsilon, delta=basis_delta, ledger=led,
@@ -493,10 +504,8 @@ def _print_guarantee(mech: Any) -> None:
 @user_errors
 def info(
     file: Annotated[Path, typer.Argument(help="An embeddings file.")],
-    column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the full record as JSON (stdout).")
-    ] = False,
+    column: Annotated[str | None, column_flag(help="Embedding column (Parquet).")] = None,
+    as_json: Annotated[bool, json_flag(help="Print the full record as JSON (stdout).")] = False,
 ) -> None:
     """What an embeddings file holds: rows, dimension, norms, model, and for a protected file
     the mechanism, its parameters, its guarantee and the key id."""
@@ -623,17 +632,13 @@ def _plain(v: Any) -> str:
 @app.command()
 @user_errors
 def demo(
-    n: Annotated[int, typer.Option(help="Number of synthetic notes.")] = 300,
-    seed: Annotated[int, typer.Option(help="Seed of the corpus and the noise.")] = 0,
-    model: Annotated[str | None, typer.Option(help="Embedding model.")] = None,
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="Also write the summary as JSON.")
-    ] = None,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an existing --output file.")
-    ] = False,
+    n: Annotated[int, n_flag(help="Number of synthetic notes.")] = 300,
+    seed: Annotated[int, seed_flag(help="Seed of the corpus and the noise.")] = 0,
+    model: Annotated[str | None, model_flag(help="Embedding model.")] = None,
+    output: Annotated[Path | None, output_flag(help="Also write the summary as JSON.")] = None,
+    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing --output file.")] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the summary as JSON (stdout) instead of tables.")
+        bool, json_flag(help="Print the summary as JSON (stdout) instead of tables.")
     ] = False,
 ) -> None:
     """The main job on a bundled sample: synthetic clinical notes, embedded, protected, measured."""
@@ -705,12 +710,10 @@ def _print_path(path: dict[str, Any]) -> None:
 @app.command()
 @user_errors
 def keygen(
-    output: Annotated[Path, typer.Option("-o", "--output", help="Key file to create (mode 0600).")],
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an existing key file.")
-    ] = False,
+    output: Annotated[Path, output_flag(help="Key file to create (mode 0600).")],
+    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing key file.")] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the key file and key id as JSON (stdout).")
+        bool, json_flag(help="Print the key file and key id as JSON (stdout).")
     ] = False,
 ) -> None:
     """Create a 256-bit secret key for keyed (repeat-safe) noise."""

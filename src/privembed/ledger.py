@@ -92,6 +92,7 @@ __all__ = [
     "is_postgres_url",
     "key_value",
     "ledger_for_command",
+    "open_existing",
     "record_key",
     "redact_url",
 ]
@@ -278,6 +279,14 @@ def key_value(key: str) -> Any:
     if kind == "s":
         return rest
     return key
+
+
+def open_existing(path: str | Path) -> Ledger:
+    """An existing ledger, read-only (``ledger show``, a search checking payloads against the
+    releases it recorded): a missing file is an error, never a new empty ledger."""
+    if not is_postgres_url(path) and not Path(path).exists():
+        raise FileNotFoundError(f"ledger not found: {path}")
+    return Ledger(path, readonly=True)
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ import hashlib
 import inspect
 import math
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,12 +77,15 @@ __all__ = [
     "PROTECTION_KEYS",
     "Release",
     "ReleaseSummary",
+    "ReleasedIds",
     "charge_text",
     "check_randomness",
     "content_ids",
+    "open_ledger",
     "protect",
     "protect_file",
     "refuse_protected",
+    "release_metadata",
 ]
 
 #: the entries of file metadata that describe a protection
@@ -172,6 +175,28 @@ def refuse_protected(
         )
 
 
+def release_metadata(meta_in: Mapping[str, Any], protection: Mapping[str, Any]) -> dict[str, Any]:
+    """File metadata of a release: the input's own entries without those of any earlier
+    protection (:data:`PROTECTION_KEYS`: an earlier key id or projection must not describe this
+    release), then this release's ``protection``, and ``previous_protection`` (mechanism and
+    guarantee) when the input was already protected.
+
+    Examples
+    --------
+    >>> old = {"source": "notes", "protected": True, "mechanism": "laplace", "key_id": "k1"}
+    >>> out = release_metadata(old, {"protected": True, "mechanism": "gaussian"})
+    >>> sorted(out), out["previous_protection"]
+    (['mechanism', 'previous_protection', 'protected', 'source'], {'mechanism': 'laplace'})
+    """
+    out = {k: v for k, v in meta_in.items() if k not in PROTECTION_KEYS}
+    out.update(protection)
+    if meta_in.get("protected"):
+        out["previous_protection"] = {
+            k: meta_in[k] for k in ("mechanism", "guarantee") if k in meta_in
+        }
+    return out
+
+
 def check_randomness(key: Any, rng: Any, *, key_name: str = "key", rng_name: str = "seed") -> None:
     """The one rule on a release's randomness: a key (keyed noise, deterministic per record) or
     a seed (reproducible experiments), never both -- a seed would silently lose to the key or
@@ -219,9 +244,23 @@ def charge_text(mechanism: Mechanism) -> str:
     return f"charged {g.short()} per record"
 
 
-class _IdSet:
-    """Duplicate detection for a release without a ledger, in bounded memory: a set in memory
-    up to ``spill`` ids, then a temporary SQLite file."""
+class ReleasedIds:
+    """The record ids a run of releases has drawn noise for, to refuse a repeated one (equal
+    ids would release one record twice). In bounded memory: a set up to ``spill`` ids, then a
+    private temporary SQLite file. A :class:`Release` keeps one for itself; a front end whose
+    run spans several releases or stores (``protect-stream``'s batches, ``index``) keeps one for
+    the run and gives it every batch's ids with :meth:`add_ids`.
+
+    Examples
+    --------
+    >>> seen = ReleasedIds()
+    >>> seen.add_ids(["a", 1], where="batch 1")
+    >>> seen.add_ids(["1"], where="batch 2")     # the string "1" is another id than the int 1
+    >>> seen.add_ids(["a"], where="batch 3")
+    Traceback (most recent call last):
+    ...
+    privembed.ledger.DuplicateIds: record ids must be unique within one release; repeated: 'a' (equal ids would release one record twice).
+    """
 
     def __init__(self, spill: int = 1_000_000) -> None:
         self.spill = spill
@@ -238,7 +277,17 @@ class _IdSet:
         self._mem = None
         return db
 
+    def add_ids(self, ids: Sequence[Any], *, where: str) -> None:
+        """Take a batch's ids (as :func:`privembed.ledger.record_key` types them) or refuse the
+        whole batch: an id of no supported type is a :class:`DataError` naming ``where``."""
+        try:
+            keys = [record_key(i) for i in ids]
+        except TypeError as exc:
+            raise DataError(f"{where}: {exc}") from None
+        self.add(keys)
+
     def add(self, keys: list[str]) -> None:
+        """Take typed keys (``record_key``'s strings) or raise :class:`DuplicateIds`."""
         if self._mem is not None and len(self._mem) + len(keys) > self.spill:
             self._db = self._to_disk()
         if self._mem is not None:
@@ -377,7 +426,7 @@ class Release:
             self.staged = ledger.stage(
                 mechanism, key_id=self.key_id, subject=subject, destination=destination
             )
-        self._ids = _IdSet() if self.key is not None and ledger is None else None
+        self._ids = ReleasedIds() if self.key is not None and ledger is None else None
         self.summary = ReleaseSummary(
             destination=destination,
             guarantee=mechanism.guarantee.describe(),
@@ -638,7 +687,7 @@ class Release:
         if self.key is None:
             self._root = np.random.SeedSequence()  # each copy draws its own fresh entropy
         else:
-            self._ids = _IdSet()
+            self._ids = ReleasedIds()
 
     def worker_copy(self) -> Release:
         """A copy without the ledger, for workers that draw the noise of this release."""
@@ -647,7 +696,7 @@ class Release:
         state.update(ledger=None, staged=None, _ids=None, needs_ids=self.keyed)
         other.__dict__.update(state)
         if self.key is not None:
-            other._ids = _IdSet()
+            other._ids = ReleasedIds()
         return other
 
     def expect_rows(self, n: int) -> None:
@@ -744,17 +793,31 @@ def protect(
 
 
 @contextlib.contextmanager
-def _open_ledger(
+def open_ledger(
     path: str | Path | Ledger | None,
-    budget_epsilon: float | None,
-    budget_delta: float | None,
-    on_wait: Callable[[Path], None] | None,
-    timeout: float,
+    *,
+    budget_epsilon: float | None = None,
+    budget_delta: float | None = None,
     subject_budget: tuple[float | None, float | None] = (None, None),
+    on_wait: Callable[[Path], None] | None = None,
+    timeout: float = 60.0,
 ) -> Iterator[Ledger | None]:
+    """The one way a release path opens its privacy ledger (the CLI, the stores, shards and the
+    server all come here).
+
+    ``path`` None: no ledger, and then no budget may be given (a budget nobody enforces would be
+    a false promise). A path or ``postgresql://`` URL is opened for this one use
+    (:func:`privembed.ledger.ledger_for_command`: a ledger file this use created is removed again
+    if it fails before committing anything), an open :class:`Ledger` is used as it is. The
+    budgets may set a first budget or confirm or lower the stored one, never raise it
+    (:meth:`Ledger.confirm_budget`; raising is ``privembed ledger budget --raise``).
+    """
     if path is None:
         if any(b is not None for b in (budget_epsilon, budget_delta, *subject_budget)):
-            raise ValueError("a budget needs a ledger (--ledger).")
+            raise ValueError(
+                "a budget (--budget-epsilon/--budget-delta, --subject-budget-*) needs a ledger: "
+                "give --ledger."
+            )
         yield None
         return
     if isinstance(path, Ledger):
@@ -893,8 +956,13 @@ def protect_file(
         or meta_in.get("model")
     )
     with (
-        _open_ledger(
-            ledger, budget_epsilon, budget_delta, on_wait, ledger_timeout, subject_budget
+        open_ledger(
+            ledger,
+            budget_epsilon=budget_epsilon,
+            budget_delta=budget_delta,
+            subject_budget=subject_budget,
+            on_wait=on_wait,
+            timeout=ledger_timeout,
         ) as led,
         Release(
             mechanism,
@@ -922,13 +990,10 @@ def protect_file(
             return rel.protect(X, ids, row_offset=batch.start, subjects=subjects)
 
         def meta(m: dict[str, Any]) -> dict[str, Any]:
-            out = {k: v for k, v in m.items() if k not in PROTECTION_KEYS}
             _n, dim, _, _ = io.iter_batches(src, batch_rows=1, column=column, id_column=id_column)
-            out.update(rel.metadata(dim if dim > 0 else None))
+            out = release_metadata(m, rel.metadata(dim if dim > 0 else None))
             if erase is not None:
                 out["concept_erasure"] = _erasure_metadata(erase)
-            if m.get("protected"):
-                out["previous_protection"] = {k: m[k] for k in ("mechanism", "guarantee") if k in m}
             return out
 
         def started(n: int) -> None:
@@ -1098,8 +1163,13 @@ def _protect_texts_file(
         None if subject_column is None else _column_values(table.columns, subject_column, src.name)
     )
     with (
-        _open_ledger(
-            ledger, budget_epsilon, budget_delta, on_wait, ledger_timeout, subject_budget
+        open_ledger(
+            ledger,
+            budget_epsilon=budget_epsilon,
+            budget_delta=budget_delta,
+            subject_budget=subject_budget,
+            on_wait=on_wait,
+            timeout=ledger_timeout,
         ) as led,
         Release(
             mechanism,

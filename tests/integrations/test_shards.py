@@ -87,6 +87,23 @@ def test_projection_shards_record_the_public_matrix(tmp_path):
     assert read_embeddings(tmp_path / "out" / "s1.parquet").X.shape == (20, 4)
 
 
+def test_reprotected_shards_describe_only_this_release(tmp_path):
+    """Re-protecting keyed, projected shards with seeded noise: the output's metadata is this
+    release's (as ``protect`` writes it), not a mix with the earlier key id and projection."""
+    _shards(tmp_path / "in", d=16)
+    proj = get_mechanism("projection", k=8, epsilon=5.0, delta=1e-5)
+    protect_shards(tmp_path / "in", tmp_path / "once", proj, key=KEY)
+    first = read_metadata(tmp_path / "once" / "s0.parquet")
+    assert first["key_id"] and first["projection"]["k"] == 8
+    lap = get_mechanism("laplace", epsilon=50.0)
+    protect_shards(tmp_path / "once", tmp_path / "twice", lap, rng=1, allow_reprotect=True)
+    meta = read_metadata(tmp_path / "twice" / "s0.parquet")
+    assert meta["mechanism"]["mechanism"] == "laplace" and meta["randomness"].startswith("seeded")
+    assert "key_id" not in meta and "projection" not in meta, meta
+    assert meta["previous_protection"]["mechanism"]["mechanism"] == "projection"
+    assert meta["src"] == 0  # the input's own metadata is kept
+
+
 def test_checks_before_any_work(tmp_path):
     mech = get_mechanism("laplace", epsilon=5.0)
     _shards(tmp_path / "dup", sizes=(5, 5), start=0)

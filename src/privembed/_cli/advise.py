@@ -31,6 +31,25 @@ from .common import (
     show_progress,
     user_errors,
 )
+from .options import (
+    attack_epochs_flag,
+    attack_lr_flag,
+    aux_fraction_flag,
+    basis_epsilon_flag,
+    basis_flag,
+    ceiling_flag,
+    column_flag,
+    delta_flag,
+    json_flag,
+    mechanisms_flag,
+    min_cosine_flag,
+    min_overlap_flag,
+    model_flag,
+    n_queries_flag,
+    profile_flag,
+    reid_multiple_flag,
+    seed_flag,
+)
 
 __all__ = ["advise", "register"]
 
@@ -63,18 +82,18 @@ def advise(
         ),
     ],
     min_cosine: Annotated[
-        float | None, typer.Option(help="Utility target: mean cosine to the original.")
+        float | None, min_cosine_flag(help="Utility target: mean cosine to the original.")
     ] = None,
     min_overlap: Annotated[
         float | None,
-        typer.Option(help="Utility target: knn_overlap@10 (10 nearest neighbours kept)."),
+        min_overlap_flag(help="Utility target: knn_overlap@10 (10 nearest neighbours kept)."),
     ] = None,
     target: Annotated[
         str | None, typer.Option(help="Utility target as 'metric>=value', e.g. 'ndcg@10>=0.4'.")
     ] = None,
     mechanisms: Annotated[
         str,
-        typer.Option(
+        mechanisms_flag(
             help=f"Comma-separated mechanisms, any of: {_MECHANISMS} (mahalanobis needs --profile)."
         ),
     ] = "gaussian,laplace,purkayastha",
@@ -85,31 +104,32 @@ def advise(
             "inference attack."
         ),
     ] = None,
-    profile: Annotated[Path | None, typer.Option(help="Concept profile for mahalanobis.")] = None,
-    delta: Annotated[float, typer.Option(help="delta of the Gaussian mechanism.")] = 1e-5,
+    profile: Annotated[Path | None, profile_flag(help="Concept profile for mahalanobis.")] = None,
+    delta: Annotated[float, delta_flag(help="delta of the Gaussian mechanism.")] = 1e-5,
     ceiling: Annotated[
         list[str] | None,
-        typer.Option(help="Attack ceilings instead of the defaults, e.g. 'reid@1<=0.05'."),
+        ceiling_flag(help="Attack ceilings instead of the defaults, e.g. 'reid@1<=0.05'."),
     ] = None,
     reid_multiple: Annotated[
-        float, typer.Option(help="Default linkage ceiling: reid@1 at most this multiple of chance.")
+        float,
+        reid_multiple_flag(help="Default linkage ceiling: reid@1 at most this multiple of chance."),
     ] = 5.0,
     linkage: Annotated[
         bool, typer.Option("--linkage/--no-linkage", help="Run the re-identification attack.")
     ] = True,
     aux_fraction: Annotated[
-        float, typer.Option(help="Share of the records the token attacker owns.")
+        float, aux_fraction_flag(help="Share of the records the token attacker owns.")
     ] = 0.5,
-    attack_epochs: Annotated[int | None, typer.Option(help="Token attack epochs.")] = None,
-    attack_lr: Annotated[float | None, typer.Option(help="Token attack learning rate.")] = None,
+    attack_epochs: Annotated[int | None, attack_epochs_flag(help="Token attack epochs.")] = None,
+    attack_lr: Annotated[float | None, attack_lr_flag(help="Token attack learning rate.")] = None,
     runs: Annotated[int, typer.Option(help="Releases averaged at every reported point.")] = 3,
-    seed: Annotated[int, typer.Option(help="Seed of every release and attack.")] = 0,
+    seed: Annotated[int, seed_flag(help="Seed of every release and attack.")] = 0,
     n_queries: Annotated[
-        int | None, typer.Option(help="Queries of the ranking metrics (default 2000; 0 = all).")
+        int | None, n_queries_flag(help="Queries of the ranking metrics (default 2000; 0 = all).")
     ] = 2000,
-    column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
+    column: Annotated[str | None, column_flag(help="Embedding column (Parquet).")] = None,
     model: Annotated[
-        str | None, typer.Option(help="Embedding model for text input (default: offline MiniLM).")
+        str | None, model_flag(help="Embedding model for text input (default: offline MiniLM).")
     ] = None,
     modes: Annotated[
         str,
@@ -133,13 +153,13 @@ def advise(
     ] = None,
     basis: Annotated[
         Path | None,
-        typer.Option(
+        basis_flag(
             help="Public embeddings (or a saved basis) for the subspace mode; without it the "
             "basis is DP-PCA of the data, charged to every record."
         ),
     ] = None,
     basis_epsilon: Annotated[
-        float, typer.Option(help="Central epsilon of the DP-PCA basis (no --basis).")
+        float, basis_epsilon_flag(help="Central epsilon of the DP-PCA basis (no --basis).")
     ] = 1.0,
     max_ldp_epsilon: Annotated[
         float | None,
@@ -153,7 +173,7 @@ def advise(
             "(--target, --min-overlap and --ceiling need it).",
         ),
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (for scripts).")] = False,
+    as_json: Annotated[bool, json_flag(help="Print JSON (for scripts).")] = False,
 ) -> None:
     """Per deployment mode, the smallest epsilon at which search stays useful, its cost and the
     threats it defends against."""

@@ -30,6 +30,27 @@ from .common import (
     progress_done,
     user_errors,
 )
+from .options import (
+    aux_fraction_flag,
+    copies_flag,
+    delta_flag,
+    epochs_flag,
+    epsilon_flag,
+    json_flag,
+    lr_flag,
+    mechanism_flag,
+    model_flag,
+    n_flag,
+    output_flag,
+    overwrite_flag,
+    profile_flag,
+    release_flag,
+    seed_flag,
+    sensitive_flag,
+    texts_flag,
+    train_embeddings_flag,
+    train_texts_flag,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -37,30 +58,26 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_
 
 Mechanism = Annotated[
     MechanismName | None,
-    typer.Option(
-        "--mechanism",
-        "-m",
+    mechanism_flag(
         help="Protect internally with this mechanism; omit to attack the given files as they are.",
     ),
 ]
-Epsilon = Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")]
-Delta = Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")]
+Epsilon = Annotated[float | None, epsilon_flag(help="Privacy parameter epsilon.")]
+Delta = Annotated[float | None, delta_flag(help="delta (Gaussian, projection).")]
 Sigma = Annotated[float | None, typer.Option(help="Noise scale (empirical).")]
 MaskOpt = Annotated[
     Path | None, typer.Option("--mask", help="Concept mask .npy or profile (Mahalanobis).")
 ]
 MaskDelta = Annotated[float | None, typer.Option(help="delta added to the mask (Mahalanobis).")]
 Smoothing = Annotated[float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")]
-Seed = Annotated[int | None, typer.Option(help="Seed (data split, noise, training).")]
+Seed = Annotated[int | None, seed_flag(help="Seed (data split, noise, training).")]
 KeyFile = Annotated[
     Path | None, typer.Option(help="Secret key file: protect with keyed (repeat-safe) noise.")
 ]
-Output = Annotated[Path | None, typer.Option("-o", "--output", help="Write the results as JSON.")]
-AsJson = Annotated[
-    bool, typer.Option("--json", help="Print the results as JSON (stdout) instead of tables.")
-]
-Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace an existing --output file.")]
-Model = Annotated[str | None, typer.Option(help="Embedding model for texts (default: offline).")]
+Output = Annotated[Path | None, output_flag(help="Write the results as JSON.")]
+AsJson = Annotated[bool, json_flag(help="Print the results as JSON (stdout) instead of tables.")]
+Overwrite = Annotated[bool, overwrite_flag(help="Replace an existing --output file.")]
+Model = Annotated[str | None, model_flag(help="Embedding model for texts (default: offline).")]
 TextsInput = Annotated[
     Path | None,
     typer.Argument(
@@ -74,9 +91,7 @@ AlignedEmbeddings = Annotated[
     typer.Option(help="Embeddings of INPUT's texts, row by row (default: embed them)."),
 ]
 # earlier spellings of the positional INPUT, kept working (hidden)
-OldTexts = Annotated[
-    Path | None, typer.Option("--texts", hidden=True, help="Deprecated: give INPUT.")
-]
+OldTexts = Annotated[Path | None, texts_flag()]
 OldEmbeddings = Annotated[
     Path | None, typer.Option("--embeddings", hidden=True, help="Deprecated: give INPUT.")
 ]
@@ -304,16 +319,17 @@ def token(
     input: TextsInput = None,
     embeddings: AlignedEmbeddings = None,
     train_texts: Annotated[
-        Path | None, typer.Option(help="Attacker's auxiliary texts (default: split --texts).")
+        Path | None, train_texts_flag(help="Attacker's auxiliary texts (default: split --texts).")
     ] = None,
     train_embeddings: Annotated[
-        Path | None, typer.Option(help="Embeddings of --train-texts (as the attacker has them).")
+        Path | None,
+        train_embeddings_flag(help="Embeddings of --train-texts (as the attacker has them)."),
     ] = None,
     sensitive: Annotated[
         Path | None,
-        typer.Option(help="Sensitive tokens (.txt/.json/.jsonl); default: every token."),
+        sensitive_flag(help="Sensitive tokens (.txt/.json/.jsonl); default: every token."),
     ] = None,
-    n: Annotated[int, typer.Option(help="Notes of the built-in PII corpus (no --texts).")] = 1000,
+    n: Annotated[int, n_flag(help="Notes of the built-in PII corpus (no --texts).")] = 1000,
     mechanism: Mechanism = None,
     epsilon: Epsilon = None,
     delta: Delta = None,
@@ -321,8 +337,10 @@ def token(
     mask: MaskOpt = None,
     mask_delta: MaskDelta = None,
     smoothing: Smoothing = None,
-    aux_fraction: Annotated[float, typer.Option(help="Share of texts the attacker owns.")] = 0.5,
-    copies: Annotated[int, typer.Option(help="Protected copies per auxiliary text.")] = 1,
+    aux_fraction: Annotated[
+        float, aux_fraction_flag(help="Share of texts the attacker owns.")
+    ] = 0.5,
+    copies: Annotated[int, copies_flag(help="Protected copies per auxiliary text.")] = 1,
     settings: Annotated[
         Literal["audit", "t26"],
         typer.Option(
@@ -332,10 +350,10 @@ def token(
         ),
     ] = "audit",
     epochs: Annotated[
-        int | None, typer.Option(help="Training epochs (default: from --settings).")
+        int | None, epochs_flag(help="Training epochs (default: from --settings).")
     ] = None,
     lr: Annotated[
-        float | None, typer.Option(help="Adam learning rate (default: from --settings).")
+        float | None, lr_flag(help="Adam learning rate (default: from --settings).")
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Minibatch size.")] = 64,
     min_count: Annotated[int, typer.Option(help="Vocabulary: texts a token must occur in.")] = 2,
@@ -470,7 +488,7 @@ def token(
 def fingerprint(
     profile: Annotated[
         list[Path],
-        typer.Option(help="Candidate concept profile or mask .npy (repeat, one per concept)."),
+        profile_flag(help="Candidate concept profile or mask .npy (repeat, one per concept)."),
     ],
     input: Annotated[
         Path | None,
@@ -481,9 +499,9 @@ def fingerprint(
     ] = None,
     release: Annotated[
         list[Path] | None,
-        typer.Option(help="A release of the same records (repeat, one file per release)."),
+        release_flag(help="A release of the same records (repeat, one file per release)."),
     ] = None,
-    epsilon: Annotated[float, typer.Option(help="epsilon of the simulated mechanism.")] = 10.0,
+    epsilon: Annotated[float, epsilon_flag(help="epsilon of the simulated mechanism.")] = 10.0,
     smoothing: Annotated[float, typer.Option(help="Covariance smoothing lambda.")] = 0.0,
     mask_delta: Annotated[
         float, typer.Option(help="delta added to the masks (the mechanism's default).")
@@ -632,7 +650,7 @@ def averaging(
     ] = None,
     release: Annotated[
         list[Path] | None,
-        typer.Option(help="A release of the same records (repeat, one file per release)."),
+        release_flag(help="A release of the same records (repeat, one file per release)."),
     ] = None,
     mechanism: Mechanism = None,
     epsilon: Epsilon = None,
@@ -816,16 +834,16 @@ def inversion(
     input: TextsInput = None,
     embeddings: AlignedEmbeddings = None,
     train_texts: Annotated[
-        Path | None, typer.Option(help="Attacker's auxiliary texts (default: split --texts).")
+        Path | None, train_texts_flag(help="Attacker's auxiliary texts (default: split --texts).")
     ] = None,
     train_embeddings: Annotated[
-        Path | None, typer.Option(help="Embeddings of --train-texts.")
+        Path | None, train_embeddings_flag(help="Embeddings of --train-texts.")
     ] = None,
     sensitive: Annotated[
         Path | None,
-        typer.Option(help="Sensitive tokens (.txt/.json/.jsonl); default: every token."),
+        sensitive_flag(help="Sensitive tokens (.txt/.json/.jsonl); default: every token."),
     ] = None,
-    n: Annotated[int, typer.Option(help="Notes of the built-in PII corpus (no --texts).")] = 1000,
+    n: Annotated[int, n_flag(help="Notes of the built-in PII corpus (no --texts).")] = 1000,
     mechanism: Mechanism = None,
     epsilon: Epsilon = None,
     delta: Delta = None,
@@ -833,10 +851,12 @@ def inversion(
     mask: MaskOpt = None,
     mask_delta: MaskDelta = None,
     smoothing: Smoothing = None,
-    aux_fraction: Annotated[float, typer.Option(help="Share of texts the attacker owns.")] = 0.5,
-    epochs: Annotated[int, typer.Option(help="Decoder training epochs.")] = 20,
+    aux_fraction: Annotated[
+        float, aux_fraction_flag(help="Share of texts the attacker owns.")
+    ] = 0.5,
+    epochs: Annotated[int, epochs_flag(help="Decoder training epochs.")] = 20,
     hidden: Annotated[int, typer.Option(help="GRU state size.")] = 256,
-    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-3,
+    lr: Annotated[float, lr_flag(help="Adam learning rate.")] = 1e-3,
     beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).")] = 1,
     decoder: Annotated[
         Literal["gru", "transformer"],
@@ -1132,7 +1152,7 @@ def attribute(
     probe: Annotated[
         Literal["linear", "mlp"], typer.Option(help="Logistic regression or an MLP.")
     ] = "linear",
-    copies: Annotated[int, typer.Option(help="Protected copies per training text (adaptive).")] = 2,
+    copies: Annotated[int, copies_flag(help="Protected copies per training text (adaptive).")] = 2,
     test_fraction: Annotated[float, typer.Option(help="Share of texts held out as victims.")] = 0.3,
     seed: Seed = None,
     key_file: KeyFile = None,

@@ -45,6 +45,7 @@ from .common import (
     print_json,
     user_errors,
 )
+from .options import json_flag, mechanism_flag, seed_flag
 
 __all__ = ["EXIT_INCONCLUSIVE", "EXIT_VIOLATION", "audit", "register"]
 
@@ -158,7 +159,7 @@ def _print(result: Any) -> None:
 def audit(
     mechanism: Annotated[
         MechanismName | None,
-        typer.Option("--mechanism", "-m", help="The mechanism to audit."),
+        mechanism_flag(help="The mechanism to audit."),
     ] = None,
     epsilon: OptEpsilon = None,
     delta: OptDelta = None,
@@ -214,7 +215,7 @@ def audit(
             help="'consistent' needs the privacy the noise gives bounded by this x the claim."
         ),
     ] = 1.25,
-    seed: Annotated[int | None, typer.Option(help="Seed (reproducible audit).")] = None,
+    seed: Annotated[int | None, seed_flag(help="Seed (reproducible audit).")] = None,
     fresh_noise: Annotated[
         bool,
         typer.Option(
@@ -233,7 +234,7 @@ def audit(
         Literal["philox", "aes", "both"],
         typer.Option(help="Keyed generator(s) audited with --keyed (both: one audit each)."),
     ] = "both",
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: Annotated[bool, json_flag(help="Print JSON.")] = False,
     fail_on_violation: Annotated[
         bool,
         typer.Option(

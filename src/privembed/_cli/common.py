@@ -28,6 +28,7 @@ from typer.core import TyperGroup
 from .._validation import DataError
 from ..cancel import Cancelled
 from ..mechanisms import MECHANISMS
+from .options import delta_flag, epsilon_flag, k_flag
 
 __all__ = [
     "USER_ERRORS",
@@ -83,9 +84,9 @@ KeyedGenerator = Literal["philox", "aes"]
 
 # ---- the mechanism options, declared once (protect, audit) -----------------------------------
 #: ``--epsilon``
-OptEpsilon = Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")]
+OptEpsilon = Annotated[float | None, epsilon_flag(help="Privacy parameter epsilon.")]
 #: ``--delta``
-OptDelta = Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")]
+OptDelta = Annotated[float | None, delta_flag(help="delta (Gaussian, projection).")]
 #: ``--sigma``
 OptSigma = Annotated[float | None, typer.Option(help="Noise scale (empirical).")]
 #: ``--calibration``
@@ -105,7 +106,7 @@ OptMaskDelta = Annotated[float | None, typer.Option(help="delta added to the mas
 #: ``--smoothing``
 OptSmoothing = Annotated[float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")]
 #: ``--k``
-OptK = Annotated[int | None, typer.Option("--k", help="Output dimension (projection, subspace).")]
+OptK = Annotated[int | None, k_flag(help="Output dimension (projection, subspace).")]
 #: ``--kind``
 OptKind = Annotated[ProjectionKind | None, typer.Option(help="Public matrix kind (projection).")]
 #: ``--projection-seed``

@@ -10,6 +10,17 @@ import typer
 from rich.table import Table
 
 from .common import console, err_console, print_json, user_errors
+from .options import (
+    epochs_flag,
+    json_flag,
+    lr_flag,
+    model_flag,
+    n_flag,
+    output_flag,
+    overwrite_flag,
+    seed_flag,
+    texts_flag,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -42,7 +53,7 @@ def learn(
             "drug, gender) or your own (then give --tokens, --entity or --pattern).",
         ),
     ],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Profile file to write.")],
+    output: Annotated[Path, output_flag(help="Profile file to write.")],
     input: Annotated[
         Path | None,
         typer.Argument(
@@ -68,12 +79,12 @@ def learn(
             "--case-sensitive/--ignore-case", help="How tokens match (default: concept's)."
         ),
     ] = None,
-    n: Annotated[int, typer.Option(help="Sentences to generate when no --texts is given.")] = 2000,
-    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 100,
+    n: Annotated[int, n_flag(help="Sentences to generate when no --texts is given.")] = 2000,
+    epochs: Annotated[int, epochs_flag(help="Training epochs.")] = 100,
     lam: Annotated[
         float, typer.Option("--lambda", help="Weight of the expected-L0 penalty (eq. 5).")
     ] = 1e-3,
-    lr: Annotated[float, typer.Option(help="Adam learning rate.")] = 1e-4,
+    lr: Annotated[float, lr_flag(help="Adam learning rate.")] = 1e-4,
     batch_size: Annotated[int, typer.Option(help="Examples per step.")] = 64,
     val_fraction: Annotated[float, typer.Option(help="Share of pairs held out.")] = 0.1,
     patience: Annotated[
@@ -81,27 +92,23 @@ def learn(
     ] = None,
     threads: Annotated[int, typer.Option(help="torch threads for training.")] = 1,
     seed: Annotated[
-        int | None, typer.Option(help="Seed (sentences, split, initialisation, gate noise).")
+        int | None, seed_flag(help="Seed (sentences, split, initialisation, gate noise).")
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="Embedding model (default: offline all-MiniLM-L6-v2).")
+        str | None, model_flag(help="Embedding model (default: offline all-MiniLM-L6-v2).")
     ] = None,
     cache_dir: Annotated[
         Path | None, typer.Option(help="Embedding cache folder (default ~/.cache/privembed).")
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache embeddings.")] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the profile summary as JSON.")
-    ] = False,
+    as_json: Annotated[bool, json_flag(help="Print the profile summary as JSON.")] = False,
     force: Annotated[
         bool,
         typer.Option(
             "--force", help="Write the profile even when the learned mask is uninformative."
         ),
     ] = False,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an existing profile file.")
-    ] = False,
+    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing profile file.")] = False,
     eraser: Annotated[
         bool,
         typer.Option(
@@ -130,9 +137,7 @@ def learn(
             "released rows is near chance; leace: one LEACE fit (rank 1 for two classes)."
         ),
     ] = "iterative",
-    texts: Annotated[
-        Path | None, typer.Option("--texts", hidden=True, help="Deprecated: give INPUT.")
-    ] = None,
+    texts: Annotated[Path | None, texts_flag()] = None,
 ) -> None:
     """Learn which embedding dimensions carry a concept and save them as a concept profile.
 
@@ -293,7 +298,7 @@ def _step_budget_warning(meta: dict[str, Any]) -> str | None:
 def show(
     profile: Annotated[Path, typer.Argument(help="A concept profile.")],
     top: Annotated[int, typer.Option(help="How many top dimensions to list.")] = 10,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: Annotated[bool, json_flag(help="Print JSON.")] = False,
 ) -> None:
     """Sparsity, top dimensions and probe accuracy of a concept profile."""
     from ..concepts import ConceptProfile
@@ -344,13 +349,11 @@ def _show(p: Any, *, top: int, as_json: bool, title: str | None = None) -> None:
 @user_errors
 def combine(
     profiles: Annotated[list[Path], typer.Argument(help="Profiles to combine.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Combined profile to write.")],
+    output: Annotated[Path, output_flag(help="Combined profile to write.")],
     rule: Annotated[
         Literal["max", "mean"], typer.Option(help="Element-wise maximum or mean of the masks.")
     ] = "max",
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an existing profile file.")
-    ] = False,
+    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing profile file.")] = False,
 ) -> None:
     """Combine several concept profiles into one (element-wise maximum of the masks)."""
     from ..concepts import ConceptProfile

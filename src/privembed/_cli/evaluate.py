@@ -28,6 +28,25 @@ from .common import (
     progress_callback,
     user_errors,
 )
+from .options import (
+    attack_epochs_flag,
+    attack_lr_flag,
+    aux_fraction_flag,
+    ceiling_flag,
+    column_flag,
+    delta_flag,
+    epsilon_flag,
+    k_flag,
+    mechanisms_flag,
+    min_cosine_flag,
+    min_overlap_flag,
+    model_flag,
+    n_queries_flag,
+    output_flag,
+    profile_flag,
+    reid_multiple_flag,
+    seed_flag,
+)
 
 __all__ = ["evaluate", "print_attack_checks", "print_recommendation", "register"]
 
@@ -52,7 +71,7 @@ def _names(text: str) -> list[str]:
 
 @user_errors
 def evaluate(
-    output: Annotated[Path, typer.Option("-o", "--output", help="Report folder.")],
+    output: Annotated[Path, output_flag(help="Report folder.")],
     input: Annotated[
         Path | None,
         typer.Argument(help="Embeddings (.parquet/.npy/.npz/.jsonl); or give --task."),
@@ -80,21 +99,21 @@ def evaluate(
     ] = 20_000,
     task_queries: Annotated[int, typer.Option(help="Queries of the task (a fixed sample).")] = 500,
     model: Annotated[
-        str | None, typer.Option(help="Embedding model of --task (default: the offline one).")
+        str | None, model_flag(help="Embedding model of --task (default: the offline one).")
     ] = None,
     mechanisms: Annotated[
-        str, typer.Option(help=f"Comma-separated mechanisms, any of: {_MECHANISMS}.")
+        str, mechanisms_flag(help=f"Comma-separated mechanisms, any of: {_MECHANISMS}.")
     ] = "gaussian,laplace,mahalanobis,purkayastha",
     epsilon: Annotated[
         str | None,
-        typer.Option(
+        epsilon_flag(
             help="Comma-separated epsilons (default: per mechanism, from theory: where the "
             "expected mean cosine is 0.1, 0.3, 0.5, 0.7, 0.9 for the data's dimension)."
         ),
     ] = None,
     runs: Annotated[int, typer.Option(help="Independent releases per configuration.")] = 5,
-    seed: Annotated[int, typer.Option(help="Seed of the sweep (every cell reproducible).")] = 0,
-    delta: Annotated[float, typer.Option(help="delta of gaussian/projection.")] = 1e-5,
+    seed: Annotated[int, seed_flag(help="Seed of the sweep (every cell reproducible).")] = 0,
+    delta: Annotated[float, delta_flag(help="delta of gaussian/projection.")] = 1e-5,
     sigma: Annotated[
         str | None,
         typer.Option(help="Comma-separated sigmas of the empirical mechanism (default: theory)."),
@@ -102,12 +121,10 @@ def evaluate(
     calibration: Annotated[
         str, typer.Option(help="Gaussian calibrations, comma-separated, any of: analytic, classic.")
     ] = "analytic",
-    k: Annotated[
-        str | None, typer.Option("--k", help="Projection output dimensions, comma-separated.")
-    ] = None,
+    k: Annotated[str | None, k_flag(help="Projection output dimensions, comma-separated.")] = None,
     profile: Annotated[
         Path | None,
-        typer.Option(help="Concept profile / mask for mahalanobis (default: Sigma = I)."),
+        profile_flag(help="Concept profile / mask for mahalanobis (default: Sigma = I)."),
     ] = None,
     smoothing: Annotated[
         str | None, typer.Option(help="Mahalanobis covariance smoothing values, comma-separated.")
@@ -121,13 +138,13 @@ def evaluate(
     ] = None,
     min_overlap: Annotated[
         float | None,
-        typer.Option(
+        min_overlap_flag(
             help="Utility floor on knn_overlap@10 (share of each record's 10 nearest neighbours "
             "kept; default floor 0.5 when no other utility floor is given)."
         ),
     ] = None,
     min_cosine: Annotated[
-        float | None, typer.Option(help="Utility floor on the mean cosine.")
+        float | None, min_cosine_flag(help="Utility floor on the mean cosine.")
     ] = None,
     min_top1: Annotated[
         float | None,
@@ -145,13 +162,13 @@ def evaluate(
     ] = None,
     ceiling: Annotated[
         list[str] | None,
-        typer.Option(
+        ceiling_flag(
             help="Attack ceilings instead of the defaults, e.g. 'reid@1<=0.05' (repeatable)."
         ),
     ] = None,
     reid_multiple: Annotated[
         float,
-        typer.Option(help="Default linkage ceiling: reid@1 at most this multiple of chance."),
+        reid_multiple_flag(help="Default linkage ceiling: reid@1 at most this multiple of chance."),
     ] = 5.0,
     texts: Annotated[
         Path | None,
@@ -161,23 +178,24 @@ def evaluate(
         ),
     ] = None,
     aux_fraction: Annotated[
-        float, typer.Option(help="Share of the records the token attacker owns (its training set).")
+        float,
+        aux_fraction_flag(help="Share of the records the token attacker owns (its training set)."),
     ] = 0.5,
     attack_epochs: Annotated[
-        int | None, typer.Option(help=f"Epochs of the token attack ({_AUDIT}; T26: 20).")
+        int | None, attack_epochs_flag(help=f"Epochs of the token attack ({_AUDIT}; T26: 20).")
     ] = None,
     attack_lr: Annotated[
         float | None,
-        typer.Option(help=f"Adam learning rate of the token attack ({_AUDIT}; T26: 1e-4)."),
+        attack_lr_flag(help=f"Adam learning rate of the token attack ({_AUDIT}; T26: 1e-4)."),
     ] = None,
     linkage: Annotated[
         bool, typer.Option("--linkage/--no-linkage", help="Run the re-identification attack.")
     ] = True,
     n_queries: Annotated[
-        int | None, typer.Option(help="Queries of the ranking metrics (default 2000; 0 = all).")
+        int | None, n_queries_flag(help="Queries of the ranking metrics (default 2000; 0 = all).")
     ] = 2000,
     restart: Annotated[bool, typer.Option(help="Ignore results of an earlier run.")] = False,
-    column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
+    column: Annotated[str | None, column_flag(help="Embedding column (Parquet).")] = None,
     title: Annotated[str | None, typer.Option(help="Report title.")] = None,
 ) -> None:
     """Measure privacy-utility trade-offs on your embeddings and write an HTML report."""

@@ -12,15 +12,15 @@ from __future__ import annotations
 import csv
 import datetime as _dt
 import sys
-from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
 from rich.padding import Padding
 from rich.table import Table
 
-from ..ledger import Ledger, display_key, is_postgres_url, key_value
+from ..ledger import Ledger, display_key, key_value, open_existing
 from .common import console, err_console, mechanism_text, print_json, user_errors
+from .options import delta_flag, epsilon_flag, json_flag
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -30,9 +30,7 @@ LEDGER_HELP = "Ledger file, or a postgresql:// URL (password from PGPASSWORD or 
 
 
 def _open(path: str) -> Ledger:
-    if not is_postgres_url(path) and not Path(path).exists():
-        raise FileNotFoundError(f"ledger not found: {path}")
-    return Ledger(path, readonly=True)
+    return open_existing(path)
 
 
 def _when(t: float | None) -> str:
@@ -57,9 +55,7 @@ def _guarantee_text(g: object) -> str:
 @user_errors
 def show(
     ledger: Annotated[str, typer.Argument(help=LEDGER_HELP)],
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the full summary as JSON.")
-    ] = False,
+    as_json: Annotated[bool, json_flag(help="Print the full summary as JSON.")] = False,
 ) -> None:
     """Budgets, and per configuration: mechanism, guarantee, key id, releases; unpublished
     releases; budget changes."""
@@ -140,7 +136,7 @@ def spent(
     subject: Annotated[
         str | None, typer.Option(help="Show a subject's spend over all its records.")
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: Annotated[bool, json_flag(help="Print JSON.")] = False,
     top: Annotated[int, typer.Option(help="Show the N records that spent most.")] = 20,
 ) -> None:
     """Composed (epsilon, delta) spent per record (or per subject)."""
@@ -205,8 +201,8 @@ def export(
 @user_errors
 def budget(
     ledger: Annotated[str, typer.Argument(help=LEDGER_HELP + " Created if missing.")],
-    epsilon: Annotated[float | None, typer.Option(help="epsilon budget.")] = None,
-    delta: Annotated[float | None, typer.Option(help="delta budget.")] = None,
+    epsilon: Annotated[float | None, epsilon_flag(help="epsilon budget.")] = None,
+    delta: Annotated[float | None, delta_flag(help="delta budget.")] = None,
     subject: Annotated[
         bool, typer.Option("--subject", help="Set the per-subject budget (not per record).")
     ] = False,

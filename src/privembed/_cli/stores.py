@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
@@ -27,21 +26,36 @@ from .common import (
 from .common import (
     StoreKind as StoreName,
 )
+from .options import (
+    allow_reprotect_flag,
+    batch_rows_flag,
+    column_flag,
+    delta_flag,
+    epsilon_flag,
+    id_field_flag,
+    ids_from_content_flag,
+    json_flag,
+    keep_field_flag,
+    ledger_flag,
+    mechanism_flag,
+    model_flag,
+    output_flag,
+    overwrite_flag,
+    quiet_flag,
+    seed_flag,
+    text_field_flag,
+)
 
 __all__ = ["register"]
 
 # ---- shared options ---------------------------------------------------------------------------
-Mechanism = Annotated[
-    MechanismName | None, typer.Option("--mechanism", "-m", help="The privacy mechanism.")
-]
+Mechanism = Annotated[MechanismName | None, mechanism_flag(help="The privacy mechanism.")]
 IndexMechanism = Annotated[
     IndexMechanismName | None,
-    typer.Option(
-        "--mechanism", "-m", help="The privacy mechanism ('none': the vectors are protected)."
-    ),
+    mechanism_flag(help="The privacy mechanism ('none': the vectors are protected)."),
 ]
-Epsilon = Annotated[float | None, typer.Option(help="Privacy parameter epsilon.")]
-Delta = Annotated[float | None, typer.Option(help="delta (Gaussian, projection).")]
+Epsilon = Annotated[float | None, epsilon_flag(help="Privacy parameter epsilon.")]
+Delta = Annotated[float | None, delta_flag(help="delta (Gaussian, projection).")]
 Sigma = Annotated[float | None, typer.Option(help="Noise scale (empirical).")]
 Params = Annotated[
     list[str] | None,
@@ -57,14 +71,11 @@ KeyFile = Annotated[
     Path | None, typer.Option(help="Secret key (privembed keygen): keyed, repeat-safe noise.")
 ]
 Seed = Annotated[
-    int | None, typer.Option(help="Seed for reproducible experiments (omit in production).")
+    int | None, seed_flag(help="Seed for reproducible experiments (omit in production).")
 ]
 LedgerOpt = Annotated[
     str | None,
-    typer.Option(
-        "--ledger",
-        help="Privacy ledger that records releases: an SQLite file or a postgresql:// URL.",
-    ),
+    ledger_flag(),
 ]
 BudgetEps = Annotated[float | None, typer.Option(help="Per-record epsilon budget (ledger).")]
 BudgetDelta = Annotated[float | None, typer.Option(help="Per-record delta budget (ledger).")]
@@ -142,8 +153,9 @@ def _basis_options(
 
 
 def _randomness(key_file: Path | None, seed: int | None) -> tuple[bytes | None, int | None]:
-    if key_file is not None and seed is not None:
-        raise ValueError("give --seed or --key-file, not both (keyed noise is deterministic).")
+    from ..release import check_randomness
+
+    check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")  # before reading
     if key_file is None:
         return None, seed
     from ..keyed import load_key
@@ -151,25 +163,18 @@ def _randomness(key_file: Path | None, seed: int | None) -> tuple[bytes | None, 
     return load_key(key_file), None
 
 
-@contextlib.contextmanager
-def _open_ledger(
-    path: str | None, budget_epsilon: float | None, budget_delta: float | None
-) -> Iterator[Any]:
-    if (budget_epsilon is not None or budget_delta is not None) and path is None:
-        raise ValueError("--budget-epsilon/--budget-delta need --ledger.")
-    if path is None:
-        yield None
-        return
-    from ..ledger import ledger_for_command
+def _open_ledger(path: str | None, budget_epsilon: float | None, budget_delta: float | None) -> Any:
+    """:func:`privembed.release.open_ledger`, saying on stderr when another process holds it."""
+    from ..release import open_ledger
 
-    with ledger_for_command(
+    return open_ledger(
         path,
+        budget_epsilon=budget_epsilon,
+        budget_delta=budget_delta,
         on_wait=lambda p: err_console.print(
             f"waiting for the ledger {p} (locked by another process)...", highlight=False
         ),
-    ) as led:
-        led.confirm_budget(budget_epsilon, budget_delta)
-        yield led
+    )
 
 
 # ---- index ------------------------------------------------------------------------------------
@@ -188,10 +193,10 @@ def index(
     mask: Mask = None,
     key_file: KeyFile = None,
     seed: Seed = None,
-    column: Annotated[str | None, typer.Option(help="Embedding column (Parquet).")] = None,
+    column: Annotated[str | None, column_flag(help="Embedding column (Parquet).")] = None,
     id_column: Annotated[
         str | None,
-        typer.Option("--id-field", help="Field or column holding the record ids (default: id)."),
+        id_field_flag(),
     ] = None,
     metadata_column: Annotated[
         list[str] | None,
@@ -202,11 +207,11 @@ def index(
         ),
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="Embedding model, if the file does not record it.")
+        str | None, model_flag(help="Embedding model, if the file does not record it.")
     ] = None,
-    batch_rows: Annotated[int, typer.Option(help="Rows per batch (bounds memory).")] = 4096,
+    batch_rows: Annotated[int, batch_rows_flag(help="Rows per batch (bounds memory).")] = 4096,
     allow_reprotect: Annotated[
-        bool, typer.Option("--allow-reprotect", help="Protect a file that is already protected.")
+        bool, allow_reprotect_flag(help="Protect a file that is already protected.")
     ] = False,
     ledger: LedgerOpt = None,
     budget_epsilon: BudgetEps = None,
@@ -236,13 +241,11 @@ def index(
         typer.Option("--store-text", help="Also seal each text in its payload (texts as input)."),
     ] = False,
     text_field: Annotated[
-        str, typer.Option(help="Field or column holding the texts (text input).")
+        str, text_field_flag(help="Field or column holding the texts (text input).")
     ] = "text",
     ids_from_content: Annotated[
         bool,
-        typer.Option(
-            "--ids-from-content", help="Derive record ids from the texts (inputs without ids)."
-        ),
+        ids_from_content_flag(help="Derive record ids from the texts (inputs without ids)."),
     ] = False,
     profile_queries: Annotated[
         Path | None,
@@ -265,9 +268,9 @@ def index(
             "(approximate). Only --store faiss.",
         ),
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors.")] = False,
+    quiet: Annotated[bool, quiet_flag()] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print a JSON summary (stdout) instead of text.")
+        bool, json_flag(help="Print a JSON summary (stdout) instead of text.")
     ] = False,
 ) -> None:
     """Protect embeddings -- or texts, embedded first -- and upsert them into a vector store
@@ -388,7 +391,7 @@ def search(
         Path | None, typer.Option(help="A file of queries, one per line (or '-' for stdin).")
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="Embedding model (default: the collection's).")
+        str | None, model_flag(help="Embedding model (default: the collection's).")
     ] = None,
     query_embeddings: Annotated[
         Path | None,
@@ -427,11 +430,11 @@ def search(
         ),
     ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print JSON Lines: one object per query, one per line.")
+        bool, json_flag(help="Print JSON Lines: one object per query, one per line.")
     ] = False,
     ledger: Annotated[
         str | None,
-        typer.Option(
+        ledger_flag(
             help="The ledger the collection was indexed under (read only): re-ranking refuses "
             "a payload of an older release of its record (a store that rolled it back)."
         ),
@@ -474,11 +477,9 @@ def search(
     opts: dict[str, Any] = {"rerank": rerank, "recall": recall, "protect_query": qmech}
     led = None
     if ledger is not None:
-        from ..ledger import Ledger
+        from ..ledger import open_existing
 
-        if "://" not in ledger and not Path(ledger).exists():
-            raise FileNotFoundError(f"ledger not found: {ledger}")
-        led = Ledger(ledger, readonly=True)
+        led = open_existing(ledger)
     with (
         contextlib.closing(led) if led is not None else contextlib.nullcontext(),
         Searcher(store, path, collection, key=key, model=model, texts=texts, ledger=led) as s,
@@ -585,17 +586,14 @@ def protect_stream(
     input: Annotated[
         Path | None, typer.Option("--input", "-i", help="Read this file instead of stdin.")
     ] = None,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write this file instead of stdout.")
-    ] = None,
-    batch_rows: Annotated[int, typer.Option(help="Rows per batch.")] = 1024,
+    output: Annotated[Path | None, output_flag()] = None,
+    batch_rows: Annotated[int, batch_rows_flag(help="Rows per batch.")] = 1024,
     ledger: LedgerOpt = None,
     budget_epsilon: BudgetEps = None,
     budget_delta: BudgetDelta = None,
     keep_field: Annotated[
         list[str] | None,
-        typer.Option(
-            "--keep-field",
+        keep_field_flag(
             help="Copy this other JSONL field into the output as it is, unprotected "
             "(repeatable; other fields besides id are dropped).",
         ),
@@ -651,7 +649,7 @@ def protect_shards(
     inputs: Annotated[
         list[str], typer.Argument(help="Parquet shards: folder(s), glob pattern(s) or files.")
     ],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Output folder.")],
+    output: Annotated[Path, output_flag(help="Output folder.")],
     mechanism: Mechanism = None,
     epsilon: Epsilon = None,
     delta: Delta = None,
@@ -659,7 +657,7 @@ def protect_shards(
     param: Params = None,
     mask: Mask = None,
     key_file: KeyFile = None,
-    seed: Annotated[int | None, typer.Option(help="Seed (local engine only; experiments).")] = None,
+    seed: Annotated[int | None, seed_flag(help="Seed (local engine only; experiments).")] = None,
     engine: Annotated[
         Literal["local", "ray"], typer.Option(help="One process, or Ray Data.")
     ] = "local",
@@ -669,21 +667,18 @@ def protect_shards(
     num_cpus: Annotated[
         int | None, typer.Option(help="CPUs for a local Ray instance (default: all).")
     ] = None,
-    batch_rows: Annotated[int, typer.Option(help="Rows per batch.")] = 4096,
-    column: Annotated[str | None, typer.Option(help="Embedding column.")] = None,
+    batch_rows: Annotated[int, batch_rows_flag(help="Rows per batch.")] = 4096,
+    column: Annotated[str | None, column_flag(help="Embedding column.")] = None,
     id_column: Annotated[
-        str | None, typer.Option("--id-field", help="Column holding the record ids (default: id).")
+        str | None, id_field_flag(help="Column holding the record ids (default: id).")
     ] = None,
     allow_reprotect: Annotated[
-        bool, typer.Option("--allow-reprotect", help="Protect shards that are already protected.")
+        bool, allow_reprotect_flag(help="Protect shards that are already protected.")
     ] = False,
-    overwrite: Annotated[
-        bool, typer.Option("--overwrite", help="Replace an existing output folder.")
-    ] = False,
+    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing output folder.")] = False,
     keep_column: Annotated[
         list[str] | None,
-        typer.Option(
-            "--keep-field",
+        keep_field_flag(
             help="Copy this other column into the output as it is, unprotected (repeatable; "
             "other columns are dropped).",
         ),

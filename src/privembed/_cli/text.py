@@ -16,6 +16,15 @@ from .common import (
     show_progress,
     user_errors,
 )
+from .options import (
+    c_flag,
+    epsilon_flag,
+    json_flag,
+    mechanism_flag,
+    output_flag,
+    overwrite_flag,
+    seed_flag,
+)
 
 app = typer.Typer(
     help="Word-level text sanitisation with d_X privacy (multivariate Laplace + nearest word, "
@@ -67,17 +76,15 @@ def sanitize(
         Path | None, typer.Option("--file", "-f", help="A text file: each line is sanitised.")
     ] = None,
     epsilon: Annotated[
-        float | None, typer.Option("--epsilon", "-e", help="Privacy per unit of l2 (required).")
+        float | None, epsilon_flag(help="Privacy per unit of l2 (required).")
     ] = None,
     post: Annotated[
         Literal["nearest", "rank"],
         typer.Option("--post", help="nearest ([A26] eq. 3) or rank (the [A26] §7 fix)."),
     ] = "nearest",
-    c: Annotated[
-        float | None, typer.Option("--c", help="Rank temperature for --post rank (e.g. 0.04).")
-    ] = None,
+    c: Annotated[float | None, c_flag(help="Rank temperature for --post rank (e.g. 0.04).")] = None,
     seed: Annotated[
-        int | None, typer.Option("--seed", help="Seed (reproducible noise; experiments only).")
+        int | None, seed_flag(help="Seed (reproducible noise; experiments only).")
     ] = None,
     oov: Annotated[
         Literal["keep", "replace"],
@@ -87,7 +94,7 @@ def sanitize(
     ] = "keep",
     mechanism: Annotated[
         Literal["laplace", "exponential"],
-        typer.Option("--mechanism", help="laplace (with --post) or exponential (SanText)."),
+        mechanism_flag(help="laplace (with --post) or exponential (SanText)."),
     ] = "laplace",
     index: IndexOpt = "exact",
     index_cache: IndexCacheOpt = None,
@@ -96,7 +103,7 @@ def sanitize(
     limit: LimitOpt = None,
     as_json: Annotated[
         bool,
-        typer.Option("--json", help="Print the guarantee and each text with its sanitised form."),
+        json_flag(help="Print the guarantee and each text with its sanitised form."),
     ] = False,
 ) -> None:
     """Sanitise text word by word; punctuation, spacing and capitalisation are kept."""
@@ -144,31 +151,25 @@ def sanitize(
 @app.command()
 @user_errors
 def analyze(
-    epsilon: Annotated[
-        str, typer.Option("--epsilon", "-e", help="Comma-separated epsilons.")
-    ] = "1,5,10,20,40",
+    epsilon: Annotated[str, epsilon_flag(help="Comma-separated epsilons.")] = "1,5,10,20,40",
     words: Annotated[int, typer.Option("--words", help="Random words per epsilon.")] = 5000,
-    output: Annotated[Path, typer.Option("--output", "-o", help="Output directory.")] = Path(
-        "text-analysis"
-    ),
+    output: Annotated[Path, output_flag(help="Output directory.")] = Path("text-analysis"),
     mechanisms: Annotated[
         str,
         typer.Option("--mechanisms", help="Comma-separated, any of: nearest, rank, exponential."),
     ] = "nearest,rank,exponential",
-    c: Annotated[str, typer.Option("--c", help="Rank temperature(s), comma-separated.")] = "0.04",
+    c: Annotated[str, c_flag(help="Rank temperature(s), comma-separated.")] = "0.04",
     neighbours: Annotated[
         int, typer.Option("--neighbours", help="Neighbours counted as close (100 in [A26]).")
     ] = 100,
     mc: Annotated[
         int, typer.Option("--mc", help="Monte Carlo draws for the dot-product checks (0: none).")
     ] = 50_000,
-    seed: Annotated[int | None, typer.Option("--seed", help="Seed for reproducible runs.")] = None,
+    seed: Annotated[int | None, seed_flag(help="Seed for reproducible runs.")] = None,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG figures.")] = True,
     overwrite: Annotated[
         bool,
-        typer.Option(
-            "--overwrite", help="Replace the files of an earlier analysis in the output folder."
-        ),
+        overwrite_flag(help="Replace the files of an earlier analysis in the output folder."),
     ] = False,
     index: IndexOpt = "exact",
     index_cache: IndexCacheOpt = None,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .._validation import DataError
-from ..release import refuse_protected
+from ..release import refuse_protected, release_metadata
 
 __all__ = ["PARQUET_SUFFIXES", "ShardPlan", "output_metadata", "plan_shards", "resolve_shards"]
 
@@ -152,10 +152,6 @@ def plan_shards(
 
 
 def output_metadata(meta_in: dict[str, Any], protection: dict[str, Any]) -> dict[str, Any]:
-    """File metadata of a protected shard: input metadata + protection (as ``protect`` does)."""
-    out = {**meta_in, **protection}
-    if meta_in.get("protected"):
-        out["previous_protection"] = {
-            k: meta_in[k] for k in ("mechanism", "guarantee") if k in meta_in
-        }
-    return out
+    """File metadata of a protected shard: :func:`privembed.release.release_metadata`, the
+    rule ``protect`` follows (an earlier protection's key id or projection is not kept)."""
+    return release_metadata(meta_in, protection)

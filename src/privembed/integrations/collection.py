@@ -1171,8 +1171,7 @@ def index_file(
         ``guarantee``, ``payloads``.
     """
     from ..io import iter_batches
-    from ..ledger import record_key
-    from ..release import PROTECTION_KEYS, _IdSet, is_text_file, refuse_protected
+    from ..release import PROTECTION_KEYS, ReleasedIds, is_text_file, refuse_protected
 
     input = Path(input)
     if not input.exists():
@@ -1242,7 +1241,7 @@ def index_file(
         real_queries = _profile_query_vectors(profile_queries, emb_model)
     elif not isinstance(profile_queries, int) or isinstance(profile_queries, bool):
         raise ValueError("profile queries apply to a collection with payloads (--payloads).")
-    seen = _IdSet() if needs_ids else None
+    seen = ReleasedIds() if needs_ids else None
     rows = 0
     dim: int | None = _dim if _dim > 0 else None
     store_path = Path(path)
@@ -1284,10 +1283,7 @@ def index_file(
                 else:
                     ids = list(range(start, start + nb))
                 if seen is not None:
-                    try:
-                        seen.add([record_key(i) for i in ids])
-                    except TypeError as exc:
-                        raise DataError(f"{input}: {exc}") from None
+                    seen.add_ids(ids, where=str(input))
                 metas = None
                 if wanted:
                     have = [] if extra is None else list(extra.schema.names)

@@ -41,7 +41,7 @@ from typing import Any
 
 from .._validation import check_choice, check_int
 from ..mechanisms import Mechanism
-from ..release import Release
+from ..release import Release, open_ledger
 from ._shardplan import (
     PARQUET_SUFFIXES,
     ShardPlan,
@@ -199,12 +199,9 @@ def protect_shards(
     model = plan.metadata.get("embedding_model")
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        led = None
-        if ledger is not None:
-            from ..ledger import Ledger
-
-            led = stack.enter_context(Ledger(ledger))
-            led.confirm_budget(budget_epsilon, budget_delta)
+        led = stack.enter_context(
+            open_ledger(ledger, budget_epsilon=budget_epsilon, budget_delta=budget_delta)
+        )
         rel = stack.enter_context(
             Release(
                 mechanism,

@@ -43,9 +43,8 @@ from numpy.typing import NDArray
 
 from .._validation import DataError, check_choice, check_int
 from ..cancel import checkpoint, cooperative
-from ..ledger import record_key
 from ..mechanisms import Mechanism
-from ..release import Release, _IdSet, check_randomness
+from ..release import Release, ReleasedIds, check_randomness
 
 __all__ = ["FORMATS", "protect_stream"]
 
@@ -229,7 +228,7 @@ def protect_stream(
     dim_in = dim_out = None
     count = fresh = free = 0
     buffered: list[NDArray[Any]] = []
-    seen = _IdSet() if needs_ids else None
+    seen = ReleasedIds() if needs_ids else None
     try:
         for X, recs, first in batches:
             checkpoint("batch.read")
@@ -243,10 +242,7 @@ def protect_stream(
                     )
                 ids = [r["id"] for r in recs]
                 assert seen is not None
-                try:
-                    seen.add([record_key(i) for i in ids])
-                except TypeError as exc:
-                    raise DataError(f"stdin:{first}: {exc}") from None
+                seen.add_ids(ids, where=f"stdin:{first}")
             with Release(
                 mechanism,
                 key=key,

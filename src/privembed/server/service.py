@@ -76,6 +76,7 @@ the ledger again.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import time
 from collections import OrderedDict
@@ -219,6 +220,7 @@ class Service:
         self._ledger_thread = ThreadPoolExecutor(1, thread_name_prefix="privembed-ledger")
         self._compute = ThreadPoolExecutor(1, thread_name_prefix="privembed-protect")
         self._ledger: Any = None
+        self._ledger_stack = contextlib.ExitStack()
         self.ledger_health = LedgerHealth(state="none" if s.ledger is None else "ok")
         self._cache: OrderedDict[tuple[Any, ...], tuple[NDArray[np.float32], int]]
         self._cache = OrderedDict()
@@ -259,26 +261,24 @@ class Service:
     def _open_ledger(self) -> Any:
         """Open the ledger; the configured budgets may set a first budget or confirm/lower one
         (never raise it: that is ``privembed ledger budget --raise``)."""
-        from ..ledger import Ledger
+        from ..release import open_ledger
 
         s = self.config.server
         assert s.ledger is not None
-        led = Ledger(s.ledger, timeout=s.ledger_timeout_s)
-        try:
-            led.confirm_budget(s.budget_epsilon, s.budget_delta)
-            if s.subject_budget_epsilon is not None or s.subject_budget_delta is not None:
-                old = led.subject_budget
-                eps = s.subject_budget_epsilon
-                dlt = s.subject_budget_delta
-                led.set_budget(
-                    epsilon=float(eps if eps is not None else (old.epsilon if old else "inf")),
-                    delta=float(dlt if dlt is not None else (old.delta if old else 1e-5)),
-                    subject=True,
+        # the release path's one way to open a ledger; a failure here leaves no empty ledger
+        with contextlib.ExitStack() as stack:
+            led = stack.enter_context(
+                open_ledger(
+                    s.ledger,
+                    budget_epsilon=s.budget_epsilon,
+                    budget_delta=s.budget_delta,
+                    subject_budget=(s.subject_budget_epsilon, s.subject_budget_delta),
+                    timeout=s.ledger_timeout_s,
                 )
+            )
+            assert led is not None
             legacy = [x for x in led.subjects() if not x.startswith(("key:", "unauthenticated"))]
-        except BaseException:
-            led.close()
-            raise
+            self._ledger_stack = stack.pop_all()
         if legacy:  # a count only: subject names can be user names
             from .logs import logger
 
@@ -345,7 +345,7 @@ class Service:
             await backend.close()
         loop = asyncio.get_running_loop()
         if self._ledger is not None:
-            await loop.run_in_executor(self._ledger_thread, self._ledger.close)
+            await loop.run_in_executor(self._ledger_thread, self._ledger_stack.close)
         self._ledger_thread.shutdown(wait=True)
         self._compute.shutdown(wait=True)
 

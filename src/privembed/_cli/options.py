@@ -1,0 +1,96 @@
+"""Options that several commands share, each declared once (issue 25.4).
+
+A flag's spelling, its short alias and its default help live here; a command writes
+``as_json: Annotated[bool, json_flag("Print the summary as JSON.")] = False`` and may word the
+help for what the flag does there, but cannot spell the flag differently, give it another short
+alias, or forget one. ``tests/test_cli_names.py`` checks that no command module declares one of
+these flags itself and that every command spells and types them alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+#: flag -> (short alias or None, the factory's name): the contract the tests read
+SHARED: dict[str, tuple[str | None, str]] = {}
+
+
+def _shared(flag: str, short: str | None, default_help: str, **fixed: Any) -> Any:
+    def factory(help: str = default_help, **kw: Any) -> Any:
+        names = (flag,) if short is None else (flag, short)
+        return typer.Option(*names, help=help, **{**fixed, **kw})
+
+    factory.__name__ = flag.lstrip("-").replace("-", "_") + "_flag"
+    factory.__doc__ = f"``{flag}``{f' / ``{short}``' if short else ''}: {default_help}"
+    SHARED[flag] = (short, factory.__name__)
+    return factory
+
+
+json_flag = _shared("--json", None, "Print JSON (stdout) instead of text.")
+overwrite_flag = _shared("--overwrite", None, "Replace an existing output.")
+quiet_flag = _shared("--quiet", "-q", "Print nothing but errors.")
+output_flag = _shared("--output", "-o", "Write this file instead of stdout.")
+mechanism_flag = _shared("--mechanism", "-m", "The privacy mechanism.")
+epsilon_flag = _shared("--epsilon", "-e", "Privacy parameter epsilon.")
+seed_flag = _shared("--seed", None, "Seed for reproducible runs.")
+k_flag = _shared("--k", None, "Output dimension (projection, subspace).")
+c_flag = _shared("--c", None, "Rank temperature.")
+id_field_flag = _shared("--id-field", None, "Field or column holding the record ids (default: id).")
+keep_field_flag = _shared(
+    "--keep-field", None, "Copy this other field into the output as it is, unprotected."
+)
+allow_reprotect_flag = _shared(
+    "--allow-reprotect", None, "Protect an input that is already protected."
+)
+ids_from_content_flag = _shared(
+    "--ids-from-content", None, "Derive record ids from the content (inputs without ids)."
+)
+model_flag = _shared("--model", None, "Embedding model (default: offline all-MiniLM-L6-v2).")
+column_flag = _shared("--column", None, "Embedding column (Parquet).")
+batch_rows_flag = _shared("--batch-rows", None, "Rows per batch (bounds memory).")
+text_field_flag = _shared("--text-field", None, "Field or column holding the texts.")
+ledger_flag = _shared(
+    "--ledger", None, "Privacy ledger that records releases: an SQLite file or a postgresql:// URL."
+)
+delta_flag = _shared("--delta", None, "delta (Gaussian, projection).")
+profile_flag = _shared("--profile", None, "Concept profile (mahalanobis).")
+n_flag = _shared("--n", None, "Notes of the built-in PII corpus.")
+backend_flag = _shared("--backend", None, "Model runtime (default: $PRIVEMBED_EMBED_BACKEND).")
+basis_flag = _shared("--basis", None, "Subspace basis: public embeddings or a saved basis.")
+basis_epsilon_flag = _shared("--basis-epsilon", None, "Central epsilon of a DP-PCA basis.")
+# the attacks' training knobs
+aux_fraction_flag = _shared("--aux-fraction", None, "Share of the records the attacker owns.")
+epochs_flag = _shared("--epochs", None, "Training epochs.")
+lr_flag = _shared("--lr", None, "Adam learning rate.")
+copies_flag = _shared("--copies", None, "Protected copies per training text (adaptive).")
+train_texts_flag = _shared("--train-texts", None, "Attacker's auxiliary texts.")
+train_embeddings_flag = _shared("--train-embeddings", None, "Embeddings of --train-texts.")
+sensitive_flag = _shared(
+    "--sensitive", None, "Sensitive tokens (.txt/.json/.jsonl); default: every token."
+)
+release_flag = _shared("--release", None, "A release of the same records (repeatable).")
+# what advise and evaluate judge a setting by
+ceiling_flag = _shared("--ceiling", None, "Attack ceilings instead of the defaults.")
+reid_multiple_flag = _shared(
+    "--reid-multiple", None, "Default linkage ceiling: reid@1 at most this multiple of chance."
+)
+n_queries_flag = _shared("--n-queries", None, "Queries of the ranking metrics (0 = all).")
+min_cosine_flag = _shared("--min-cosine", None, "Utility floor on the mean cosine.")
+min_overlap_flag = _shared("--min-overlap", None, "Utility floor on knn_overlap@10.")
+mechanisms_flag = _shared("--mechanisms", None, "Comma-separated vector mechanisms.")
+attack_epochs_flag = _shared("--attack-epochs", None, "Epochs of the token attack.")
+attack_lr_flag = _shared("--attack-lr", None, "Adam learning rate of the token attack.")
+#: the old spelling of a command's INPUT argument: parsed, hidden from --help (advise, evaluate
+#: and search have a live ``--texts`` of their own: the texts behind the vectors)
+texts_flag = _shared("--texts", None, "Deprecated: give INPUT.", hidden=True)
+
+#: (command, flag) where the same spelling names another thing, kept apart on purpose
+OTHER_MEANING: dict[tuple[str, str], str] = {
+    ("search", "--k"): "hits per query (-k), not an output dimension",
+    ("advise", "--texts"): "the texts behind the vectors, for the token attack",
+    ("evaluate", "--texts"): "the texts behind the vectors, for the token attack",
+    ("search", "--texts"): "the texts behind the hits, kept locally",
+    ("text analyze", "--mechanisms"): "word-level mechanisms (nearest, rank, exponential)",
+}
