@@ -245,3 +245,24 @@ def _option_help(cmd: Any, flag: str) -> str | None:
         if flag in getattr(p, "opts", ()):
             return str(p.help)
     return None
+
+
+def test_every_command_module_registers_one_way():
+    """One way to attach commands: cli.COMMAND_MODULES, each module's register(app)."""
+    import importlib
+    import pkgutil
+
+    import privembed._cli as pkg
+    import privembed.cli as cli
+
+    modules = {m.name for m in pkgutil.iter_modules(pkg.__path__)} - {"common", "options"}
+    assert set(cli.COMMAND_MODULES) == modules
+    for name in modules:
+        assert callable(getattr(importlib.import_module(f"privembed._cli.{name}"), "register"))
+    text = Path(cli.__file__).read_text(encoding="utf-8")
+    for other_way in ("__import__(", "add_typer(", "import register"):
+        assert other_way not in text, other_way
+    # every registered command is reachable from the top-level app
+    names = set(_commands())
+    for expected in ("serve", "advise", "evaluate", "index", "ledger show", "attack linkage"):
+        assert expected in names, expected

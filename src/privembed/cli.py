@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from rich.table import Table
 
@@ -71,26 +69,12 @@ app = typer.Typer(
 )
 
 
-def _register_subapps() -> None:
-    """Attach optional command groups (each lives in privembed._cli.<name>)."""
-    import importlib
-
-    app.command(name="serve")(importlib.import_module("privembed._cli.serve").serve)
-    for name in ("advise", "audit"):
-        importlib.import_module(f"privembed._cli.{name}").register(app)
-    for name, help_text in (
-        ("text", "Word-level text sanitisation (d_X privacy) and its analysis."),
-        ("concept", "Learn and inspect concept profiles (which dimensions carry a concept)."),
-        ("attack", "Run privacy attacks that audit protected embeddings."),
-        ("ledger", "Inspect the privacy ledger."),
-    ):
-        try:
-            mod = importlib.import_module(f"privembed._cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"privembed._cli.{name}":
-                continue
-            raise
-        app.add_typer(mod.app, name=name, help=help_text)
+#: the command modules, in the order of ``--help``: each ``privembed._cli.<name>`` has one
+#: ``register(app)`` that attaches its commands or its command group (the commands written in
+#: this file -- embed, protect, info, demo, keygen, version -- come first)
+COMMAND_MODULES = (
+    "evaluate", "serve", "advise", "audit", "text", "concept", "attack", "ledger", "stores",
+)  # fmt: skip
 
 
 @app.command()
@@ -509,38 +493,9 @@ def info(
 ) -> None:
     """What an embeddings file holds: rows, dimension, norms, model, and for a protected file
     the mechanism, its parameters, its guarantee and the key id."""
-    from .io import iter_batches
+    from .io import describe_file
 
-    _n, dim, meta, batches = iter_batches(file, column=column)
-    norms_min, norms_max, norms_sum, bad, zero, dtype, rows = math.inf, 0.0, 0.0, 0, 0, None, 0
-    has_ids = False
-    for b in batches:
-        X = np.asarray(b.X, dtype=np.float64)
-        dtype = dtype or str(b.X.dtype)
-        has_ids = has_ids or b.ids is not None
-        finite = np.isfinite(X).all(axis=1)
-        bad += int((~finite).sum())
-        nr = np.linalg.norm(X[finite], axis=1)
-        zero += int((nr == 0).sum())
-        if nr.size:
-            norms_min, norms_max = min(norms_min, float(nr.min())), max(norms_max, float(nr.max()))
-            norms_sum += float(nr.sum())
-        rows += X.shape[0]
-        dim = X.shape[1]
-    good = rows - bad
-    report = {
-        "file": str(file),
-        "rows": rows,
-        "dim": dim,
-        "dtype": dtype,
-        "ids": has_ids,
-        "norm_min": norms_min if good else None,
-        "norm_mean": norms_sum / good if good else None,
-        "norm_max": norms_max if good else None,
-        "nonfinite_rows": bad,
-        "zero_rows": zero,
-        "metadata": meta,
-    }
+    report = describe_file(file, column=column)
     if as_json:
         from ._cli.common import print_json
 
@@ -758,12 +713,14 @@ def version() -> None:
     _print_version(True)
 
 
-__import__("privembed._cli.evaluate", fromlist=["register"]).register(app)
-_register_subapps()
+def _register_commands() -> None:
+    import importlib
 
-from ._cli.stores import register as _register_stores  # noqa: E402 - after the app exists
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"privembed._cli.{name}").register(app)
 
-_register_stores(app)
+
+_register_commands()
 
 
 def _terminated(signum: int, frame: Any) -> None:

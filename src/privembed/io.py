@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import secrets
@@ -47,6 +48,7 @@ __all__ = [
     "TextTable",
     "atomic_output",
     "check_input_format",
+    "describe_file",
     "detect_format",
     "detect_text_format",
     "holds_texts",
@@ -1165,3 +1167,51 @@ def _write_plain(
             else:
                 for i, row, more in zip(ids, X.tolist(), others, strict=True):
                     fh.write(json.dumps({"id": i, **more, "embedding": row}, default=str) + "\n")
+
+
+def describe_file(path: str | Path, *, column: str | None = None) -> dict[str, Any]:
+    """What an embeddings file holds (``privembed info``), read in bounded-memory batches: rows,
+    dimension, dtype, whether it has ids, the l2 norms of its finite rows (min, mean, max), how
+    many rows are not finite or are zero, and its metadata (the protection, for a release).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "x.npy"
+    >>> np.save(f, np.array([[3.0, 4.0], [0.0, 0.0], [np.nan, 1.0]]))
+    >>> r = describe_file(f)
+    >>> (r["rows"], r["dim"], r["norm_max"], r["zero_rows"], r["nonfinite_rows"])
+    (3, 2, 5.0, 1, 1)
+    """
+    _n, dim, meta, batches = iter_batches(path, column=column)
+    norms_min, norms_max, norms_sum = math.inf, 0.0, 0.0
+    bad = zero = rows = 0
+    dtype: str | None = None
+    has_ids = False
+    for b in batches:
+        X = np.asarray(b.X, dtype=np.float64)
+        dtype = dtype or str(b.X.dtype)
+        has_ids = has_ids or b.ids is not None
+        finite = np.isfinite(X).all(axis=1)
+        bad += int((~finite).sum())
+        nr = np.linalg.norm(X[finite], axis=1)
+        zero += int((nr == 0).sum())
+        if nr.size:
+            norms_min, norms_max = min(norms_min, float(nr.min())), max(norms_max, float(nr.max()))
+            norms_sum += float(nr.sum())
+        rows += X.shape[0]
+        dim = X.shape[1]
+    good = rows - bad
+    return {
+        "file": str(path),
+        "rows": rows,
+        "dim": dim,
+        "dtype": dtype,
+        "ids": has_ids,
+        "norm_min": norms_min if good else None,
+        "norm_mean": norms_sum / good if good else None,
+        "norm_max": norms_max if good else None,
+        "nonfinite_rows": bad,
+        "zero_rows": zero,
+        "metadata": meta,
+    }

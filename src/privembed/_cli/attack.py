@@ -1229,3 +1229,8 @@ def attribute(
         overwrite,
         as_json,
     )
+
+
+def register(main: typer.Typer) -> None:
+    """Attach the ``attack`` command group to the main app."""
+    main.add_typer(app, name="attack", help="Run privacy attacks that audit protected embeddings.")

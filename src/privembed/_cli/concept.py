@@ -369,3 +369,12 @@ def combine(
 
 
 __all__ = ["app", "combine", "learn", "show"]
+
+
+def register(main: typer.Typer) -> None:
+    """Attach the ``concept`` command group to the main app."""
+    main.add_typer(
+        app,
+        name="concept",
+        help="Learn and inspect concept profiles (which dimensions carry a concept).",
+    )

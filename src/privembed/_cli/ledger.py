@@ -227,3 +227,8 @@ def budget(
         )
         where = led.path
     err_console.print(f"ledger {where}: {msg}", highlight=False)
+
+
+def register(main: typer.Typer) -> None:
+    """Attach the ``ledger`` command group to the main app."""
+    main.add_typer(app, name="ledger", help="Inspect the privacy ledger.")

@@ -113,3 +113,8 @@ def serve(
 
     err_console.print(f"privembed serve: http://{h}:{p}/v1 (models: {', '.join(cfg.models)})")
     serve_forever(create_app(cfg), host=h, port=p)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``serve`` command to the main app."""
+    app.command(name="serve")(serve)

@@ -243,3 +243,10 @@ def analyze(
     ):
         sys.stdout.write(f"\n{title}\n\n{table.to_markdown()}\n")
     sys.stdout.write("\nwrote: " + ", ".join(str(p) for p in written) + "\n")
+
+
+def register(main: typer.Typer) -> None:
+    """Attach the ``text`` command group to the main app."""
+    main.add_typer(
+        app, name="text", help="Word-level text sanitisation (d_X privacy) and its analysis."
+    )
