@@ -93,25 +93,17 @@ StorePath = Annotated[Path, typer.Option("--path", help="Database folder.")]
 Collection = Annotated[str, typer.Option(help="Collection name.")]
 
 
-def _parse_value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    for conv in (int, float):
-        try:
-            return conv(text)
-        except ValueError:
-            pass
-    return text
+def _parse_params(mechanism: str, items: list[str] | None) -> dict[str, Any]:
+    """``-p NAME=VALUE`` items, each value converted by the type the mechanism declares."""
+    from ..mechanisms import parse_parameter
 
-
-def _parse_params(items: list[str] | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items or []:
         name, sep, value = item.partition("=")
         if not sep or not name.strip():
             raise ValueError(f"--param must look like NAME=VALUE, got --param={item!r}.")
-        out[name.strip().replace("-", "_")] = _parse_value(value.strip())
+        key = name.strip().replace("-", "_")
+        out[key] = parse_parameter(mechanism, key, value.strip())
     return out
 
 
@@ -128,7 +120,7 @@ def cli_mechanism(
     """A mechanism from command-line options (``-p`` parameters are passed through)."""
     from ..mechanisms import build_mechanism
 
-    kw = _parse_params(params)
+    kw = _parse_params(name, params)
     for k, v in (
         ("epsilon", epsilon), ("delta", delta), ("sigma", sigma), ("mask", mask), ("basis", basis)
     ):  # fmt: skip

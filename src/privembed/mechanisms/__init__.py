@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from os import PathLike
 from pathlib import Path
+from types import UnionType as _UnionType
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,7 @@ __all__ = [
     "SubspaceMechanism",
     "build_mechanism",
     "get_mechanism",
+    "parse_parameter",
     "register_mechanism",
 ]
 
@@ -153,6 +155,86 @@ def build_mechanism(name: str | None = None, /, **params: Any) -> Mechanism:
         if k in clean:
             clean[k] = _load_array(name, k, clean[k])
     return cls(**clean)
+
+
+def parse_parameter(mechanism: str, name: str, text: str) -> Any:
+    """A mechanism parameter given as text (``-p NAME=VALUE``), converted by the type its
+    constructor declares -- not guessed from the text: ``"nan"`` for a ``str`` parameter stays a
+    string, ``"5"`` for a ``float`` is 5.0, a ``bool`` takes only true/false (1/0, yes/no), a
+    choice (``Literal``) only its values, and ``none`` is None where the type allows it.
+
+    Examples
+    --------
+    >>> parse_parameter("projection", "k", "64"), parse_parameter("projection", "kind", "srht")
+    (64, 'srht')
+    >>> parse_parameter("laplace", "renormalize", "False")
+    False
+    >>> parse_parameter("projection", "k", "6.5")
+    Traceback (most recent call last):
+    ...
+    ValueError: mechanism 'projection': k (-p k=...) must be an int, got '6.5'.
+    """
+    import typing
+
+    if mechanism not in MECHANISMS:
+        opts = ", ".join(repr(k) for k in sorted(MECHANISMS))
+        raise ValueError(f"mechanism must be one of {opts}, got mechanism={mechanism!r}.")
+    cls = MECHANISMS[mechanism]
+    allowed = cls.parameter_names()
+    if name not in allowed:
+        raise ValueError(
+            f"mechanism {mechanism!r} does not take {_user_terms([name])}; it takes "
+            f"{', '.join(allowed)}."
+        )
+    hint = typing.get_type_hints(cls.__init__).get(name, str)
+    options = (
+        typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, _UnionType) else (hint,)
+    )
+    if type(None) in options and text.strip().lower() == "none":
+        return None
+    wanted = [t for t in options if t is not type(None)]
+    for t in wanted:
+        try:
+            return _convert(t, text)
+        except ValueError:
+            continue
+    names = " or ".join(_type_name(t) for t in wanted)
+    raise ValueError(
+        f"mechanism {mechanism!r}: {name} (-p {name}=...) must be {names}, got {text!r}."
+    )
+
+
+def _type_name(t: Any) -> str:
+    import typing
+
+    if typing.get_origin(t) is typing.Literal:
+        return "one of " + ", ".join(repr(v) for v in typing.get_args(t))
+    name = getattr(t, "__name__", str(t))
+    return ("an " if name[:1] in "aeiou" else "a ") + name
+
+
+def _convert(t: Any, text: str) -> Any:
+    import typing
+
+    if typing.get_origin(t) is typing.Literal:
+        for v in typing.get_args(t):
+            if str(v) == text:
+                return v
+        raise ValueError(text)
+    if t is bool:
+        low = text.strip().lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise ValueError(text)
+    if t is int:
+        return int(text)
+    if t is float:
+        return float(text)
+    if t is str:
+        return text
+    return text  # arrays and paths: build_mechanism loads them from the text
 
 
 def get_mechanism(name: str, **params: Any) -> Mechanism:
