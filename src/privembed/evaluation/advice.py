@@ -260,7 +260,16 @@ def setting_note(mechanism: Mechanism, dim: int) -> SettingNote:
 
 
 def _x_param(name: str) -> str:
-    return "sigma" if name == "empirical" else "epsilon"
+    return _mechanism_class(name).privacy_parameter
+
+
+def _mechanism_class(name: str) -> Any:
+    from ..mechanisms import MECHANISMS
+
+    if name not in MECHANISMS:
+        opts = ", ".join(repr(k) for k in sorted(MECHANISMS))
+        raise ValueError(f"mechanism must be one of {opts}, got mechanism={name!r}.")
+    return MECHANISMS[name]
 
 
 def _bisect_log(
@@ -320,7 +329,7 @@ def epsilon_for_cosine(
     target = check_real("target", target, gt=0, lt=1)
     dim = check_int("dim", dim, ge=2)
     extra = dict(params or {})
-    if mechanism in ("gaussian", "projection"):
+    if _mechanism_class(mechanism).needs("delta"):
         extra.setdefault("delta", 1e-5)
     xp = _x_param(mechanism)
 
@@ -729,7 +738,7 @@ def advise(
     d = A.shape[1]
     for name in mechanisms:
         p = dict(extra.get(name, {}))
-        if name in ("gaussian", "projection"):
+        if _mechanism_class(name).needs("delta"):
             p.setdefault("delta", 1e-5)
         xp = _x_param(name)
         say(f"{name}: searching the smallest {xp} with {target.text()}")

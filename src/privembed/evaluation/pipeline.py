@@ -147,6 +147,12 @@ def build_configs(
     """
     if isinstance(mechanisms, str) or not mechanisms:
         raise ValueError(f"mechanisms must be a non-empty list of names, got {mechanisms!r}.")
+    from ..mechanisms import MECHANISMS
+
+    unknown = [m for m in mechanisms if m not in MECHANISMS]
+    if unknown:
+        opts = ", ".join(repr(k) for k in sorted(MECHANISMS))
+        raise ValueError(f"mechanism must be one of {opts}, got mechanism={unknown[0]!r}.")
     notes: list[str] = []
     configs: list[SweepConfig] = []
     for name in mechanisms:
@@ -177,11 +183,12 @@ def build_configs(
             p: v[0] for p, v in extra.items() if isinstance(v, list) and v and p != "calibration"
         }
         theory_params.update({p: v for p, v in extra.items() if isinstance(v, str)})
-        if name in ("gaussian", "projection"):
+        cls = MECHANISMS[name]
+        if cls.needs("delta"):
             theory_params["delta"] = delta
-        if name == "empirical" and sig is None:
+        if cls.privacy_parameter == "sigma" and sig is None:
             sig = theory_grid(name, dim, cosines=cosines, params=theory_params, X=X, seed=seed)
-        elif name != "empirical" and eps is None:
+        elif cls.privacy_parameter == "epsilon" and eps is None:
             eps = theory_grid(name, dim, cosines=cosines, params=theory_params, X=X, seed=seed)
         configs += grid(
             [name],

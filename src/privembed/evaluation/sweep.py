@@ -243,13 +243,14 @@ def grid(
             opts = ", ".join(repr(k) for k in sorted(MECHANISMS))
             raise ValueError(f"mechanism must be one of {opts}, got mechanism={name!r}.")
         base: dict[str, list[Any]] = {}
-        if name == "empirical":
+        cls = MECHANISMS[name]
+        if cls.privacy_parameter == "sigma":
             base["sigma"] = [
                 float(s) for s in (sigma if sigma is not None else (0.05, 0.1, 0.2, 0.5))
             ]
         else:
             base["epsilon"] = eps
-        if name in ("gaussian", "projection"):
+        if cls.needs("delta"):
             base["delta"] = [float(delta)]
         for k, v in extra.get(name, {}).items():
             base[k] = [v] if isinstance(v, str | int | float) else list(v)

@@ -199,6 +199,8 @@ class Mechanism(abc.ABC):
     has_public_transform: ClassVar[bool] = False
     #: the constructor parameter that sets the output dimension (``None``: output = input)
     output_dim_param: ClassVar[str | None] = None
+    #: the parameter that trades privacy for utility: what sweeps vary and ``advise`` searches
+    privacy_parameter: ClassVar[str] = "epsilon"
 
     input_norm: str
     renormalize: bool
@@ -237,6 +239,13 @@ class Mechanism(abc.ABC):
         return tuple(
             n for n, p in sig.parameters.items() if n != "self" and p.kind is p.KEYWORD_ONLY
         )
+
+    @classmethod
+    def needs(cls, parameter: str) -> bool:
+        """Whether the constructor requires ``parameter`` (e.g. ``delta`` for an (epsilon,
+        delta) guarantee): front ends supply a default or ask for it from this, not a list
+        of mechanism names."""
+        return parameter in cls.required_parameters()
 
     @classmethod
     def required_parameters(cls) -> tuple[str, ...]:

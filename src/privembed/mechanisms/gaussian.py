@@ -198,6 +198,7 @@ class EmpiricalGaussianMechanism(_IsotropicGaussian):
     """
 
     name = "empirical"
+    privacy_parameter = "sigma"
     allowed_input_norms = ("normalize", "clip")
     sensitivity = 2.0
 

@@ -1,0 +1,48 @@
+"""What front ends read from a mechanism class instead of lists of names (issue 25.2).
+
+A sweep, ``evaluate`` and ``advise`` ask the class which parameter trades privacy for utility
+(``privacy_parameter``) and whether it needs ``delta`` (``needs("delta")``, from its
+constructor); a new mechanism gets both from its own definition.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import privembed
+from privembed.mechanisms import MECHANISMS
+from privembed.mechanisms.base import Mechanism
+
+
+def test_the_privacy_parameter_is_a_constructor_parameter():
+    for name, cls in MECHANISMS.items():
+        assert cls.privacy_parameter in cls.parameter_names(), name
+    assert MECHANISMS["empirical"].privacy_parameter == "sigma"
+    assert MECHANISMS["laplace"].privacy_parameter == "epsilon"
+
+
+def test_needs_reads_the_constructor():
+    needs_delta = {n for n, c in MECHANISMS.items() if c.needs("delta")}
+    assert needs_delta == {"gaussian", "projection"}
+    assert all(c.needs(c.privacy_parameter) for n, c in MECHANISMS.items())
+
+    class Extra(Mechanism):  # a new mechanism: what it requires is what it declares
+        name = "extra"
+
+        def __init__(self, *, epsilon: float, delta: float, width: int = 3) -> None:
+            self.epsilon, self.delta, self.width = epsilon, delta, width
+
+    assert Extra.needs("delta") and not Extra.needs("width") and Extra.privacy_parameter == "epsilon"
+
+
+def test_evaluation_does_not_list_mechanism_names_for_these_decisions():
+    src = Path(privembed.__file__).parent / "evaluation"
+    spelled = re.compile(r'in \("gaussian", "projection"\)|[!=]= "empirical"')
+    offenders = [
+        f"{f.name}:{i}"
+        for f in sorted(src.glob("*.py"))
+        for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+        if spelled.search(line)
+    ]
+    assert not offenders, offenders
