@@ -54,3 +54,37 @@ def test_results_become_threat_evidence_and_a_weak_clean_attack_is_no_evidence()
 def test_a_result_with_a_reversed_interval_is_refused():
     with pytest.raises(ValueError, match="excess_low must be <= excess_high"):
         AttackResult("linkage", "reid@1", 0.5, 0.0, 0.6, 0.4)
+
+
+def test_reconstruction_result_is_token_f1_against_the_blind_pairing():
+    from privembed.attacks.reconstruction import score_against_blind
+
+    texts = [f"patient {n} has {d}" for n, d in zip("abcdefgh", ["flu", "gout"] * 4, strict=True)]
+    rep = score_against_blind(texts, texts, rng=0)  # perfect reconstructions
+    assert isinstance(rep, ScoredReport)
+    r = rep.result()
+    assert (r.attack, r.statistic, r.value, r.blind) == (
+        "inversion", "token_f1", rep.token_f1, rep.token_f1_blind,
+    )  # fmt: skip
+    assert (r.excess_low, r.excess_high) == rep.token_f1_excess_interval
+    assert r.beats_blind == rep.beats_blind() is True
+    # a generic sentence for every vector: exactly blind, whatever it writes
+    same = score_against_blind(texts, ["patient a has flu"] * len(texts), rng=0).result()
+    assert same.value == pytest.approx(same.blind) and not same.beats_blind
+
+
+def test_an_attack_refuses_row_numbers_as_ids_for_keyed_noise():
+    """Attempt: simulate a keyed release with ids 0..n-1 (what the release path forbids); the
+    auditor must release exactly as the release path does, so it refuses too."""
+    from privembed import DataError
+    from privembed.attacks import protect
+    from privembed.mechanisms import LaplaceMechanism
+
+    X = np.random.default_rng(0).standard_normal((4, 8))
+    mech = LaplaceMechanism(epsilon=10.0)
+    with pytest.raises(DataError, match="keyed noise needs record ids"):
+        protect(mech, X, key=b"k" * 32)
+    Y = protect(mech, X, key=b"k" * 32, ids=["a", "b", "c", "d"])
+    from privembed.release import protect as release
+
+    np.testing.assert_array_equal(Y, release(X, mech, ids=["a", "b", "c", "d"], key=b"k" * 32))

@@ -272,11 +272,9 @@ def _attacker_texts(
 
 
 def _protect(mech: Any, X: np.ndarray, ids: list[Any], seed: int | None, key: bytes | None) -> Any:
-    if key is not None:
-        from ..release import protect
+    from ..attacks import protect
 
-        return protect(X, mech, ids=ids, key=key)
-    return mech.privatize(X, rng=seed)
+    return protect(mech, X, rng=seed, key=key, ids=ids)
 
 
 def _console(as_json: bool) -> Console:

@@ -171,12 +171,18 @@ def protect(
     key: bytes | None = None,
     ids: Any = None,
 ) -> NDArray[Any]:
-    """One release of ``X`` through ``mechanism`` (fresh noise from ``rng``, or keyed noise)."""
+    """One release of ``X`` through ``mechanism`` (fresh noise from ``rng``, or keyed noise by
+    ``key`` and the records' ``ids``, through the release path: an attack simulates exactly the
+    release it audits). Keyed noise without ids is refused as :class:`privembed.release.Release`
+    refuses it: row numbers are not record ids."""
     if key is not None:
         from ..release import protect as release
 
         if ids is None:
-            ids = list(range(np.asarray(X).shape[0]))
+            raise DataError(
+                "keyed noise needs record ids (row numbers are not ids: another file's row 5 "
+                "is another record); pass ids=..."
+            )
         return release(X, mechanism, ids=ids, key=key)
     return mechanism.privatize(X, rng=rng)
 

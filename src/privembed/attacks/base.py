@@ -12,6 +12,8 @@ report                        statistic        blind baseline (interval of the e
 ``LinkageReport``             ``reid@k``       ``k / candidates`` (Wilson interval)
 ``TokenInferenceReport``      ``leakage``      token-frequency attacker (paired bootstrap)
 ``AttributeReport``           ``auc``          0.5 (DeLong interval)
+``ReconstructionReport``      ``token_f1``     reconstructions paired with other texts
+                                               (paired bootstrap): the inversion attacks
 ============================  ===============  =============================================
 
 The strength check of an attack is then one rule for all: run it on *unprotected* vectors; it

@@ -45,6 +45,7 @@ from numpy.typing import NDArray
 from .._validation import DataError, check_int, check_real
 from ..rng import as_generator
 from ._common import word_tokens
+from .base import AttackResult
 
 __all__ = [
     "EntityScore",
@@ -206,6 +207,15 @@ class ReconstructionReport:
     def beats_blind(self, *, min_excess: float = 0.0) -> bool:
         """Whether the token-F1 excess over blind is above ``min_excess`` with 95% confidence."""
         return bool(self.token_f1_excess_interval[0] > min_excess)
+
+    def result(self, attack: str = "inversion") -> AttackResult:
+        """The headline as :class:`~privembed.attacks.base.AttackResult`: per-text token F1
+        against the same reconstructions paired with other texts (paired bootstrap)."""
+        lo, hi = self.token_f1_excess_interval
+        return AttackResult(
+            attack, "token_f1", self.token_f1, self.token_f1_blind, lo, hi,
+            "paired bootstrap over texts; blind = the reconstructions paired with other texts",
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
