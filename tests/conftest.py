@@ -1,8 +1,9 @@
 """Suite-wide settings: no test writes into the source tree.
 
 Hypothesis keeps its example database in a temporary folder (not ``.hypothesis/`` in the
-checkout), and a session fixture fails the run if any test left a new file or folder at the top
-of the repository (``artifacts/``, ``.hypothesis/``, reports ...).
+checkout), and a session fixture fails the run if any test created, changed or removed a file
+anywhere in the checkout (``artifacts/``, ``.hypothesis/``, a report next to its input, an
+edited fixture ...), tool caches and bytecode aside.
 """
 
 from __future__ import annotations
@@ -24,16 +25,41 @@ if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
     atexit.register(shutil.rmtree, _hypothesis_dir, ignore_errors=True)
 
 REPO = Path(__file__).resolve().parents[1]
-#: what a checkout may gain while tests run (tool caches, never test output)
-_ALLOWED = {".venv", ".venv-langchain", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
+#: folders a checkout may gain or change while tests run (tool caches, environments, bytecode,
+#: build output of an install; never test output)
+_ALLOWED = {
+    ".git", ".venv", ".venv-langchain", ".mypy_cache", ".ruff_cache", ".pytest_cache",
+    "__pycache__", "build", "dist",
+}  # fmt: skip
+
+
+def _tree(top: Path = REPO) -> dict[str, tuple[int, int]]:
+    """Every file under ``top`` outside the allowed folders: path -> (size, mtime in ns)."""
+    out: dict[str, tuple[int, int]] = {}
+    for root, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if d not in _ALLOWED and not d.endswith(".egg-info")]
+        for f in files:
+            p = os.path.join(root, f)
+            try:
+                st = os.stat(p)
+            except FileNotFoundError:  # removed between the listing and the stat
+                continue
+            out[os.path.relpath(p, top)] = (st.st_size, st.st_mtime_ns)
+    return out
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _source_tree_untouched() -> Iterator[None]:
-    before = {p.name for p in REPO.iterdir()}
+    before = _tree()
     yield
-    new = {p.name for p in REPO.iterdir()} - before - _ALLOWED
-    assert not new, f"tests wrote into the source tree: {sorted(new)}"
+    after = _tree()
+    new = sorted(set(after) - set(before))
+    gone = sorted(set(before) - set(after))
+    changed = sorted(k for k in set(before) & set(after) if before[k] != after[k])
+    assert not (new or gone or changed), (
+        f"tests wrote into the source tree: new {new[:10]}, changed {changed[:10]}, "
+        f"removed {gone[:10]}"
+    )
 
 
 #: a real PostgreSQL (pgserver) for the ledger's and the pgvector store's tests

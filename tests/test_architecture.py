@@ -210,3 +210,25 @@ def test_the_documented_layers_are_the_contract():
         for m in row:
             short = m.removeprefix("privembed.")
             assert f"`{short}" in first, f"{m} is not in the architecture row {first.strip()!r}"
+
+
+def test_the_source_tree_guard_sees_nested_new_and_changed_files(tmp_path):
+    """The suite's guard (tests/conftest.py) compares every file, not only top-level names."""
+    import os
+    import time
+
+    from tests.conftest import _tree
+
+    (tmp_path / "docs" / "experiments").mkdir(parents=True)
+    f = tmp_path / "docs" / "experiments" / "table.csv"
+    f.write_text("a\n")
+    (tmp_path / ".venv").mkdir()
+    before = _tree(tmp_path)
+    (tmp_path / "docs" / "experiments" / "new.png").write_bytes(b"x")
+    f.write_text("b\n")
+    os.utime(f, ns=(time.time_ns(), time.time_ns() + 10**9))
+    (tmp_path / ".venv" / "ignored.txt").write_text("tool state")
+    after = _tree(tmp_path)
+    assert set(after) - set(before) == {os.path.join("docs", "experiments", "new.png")}
+    key = os.path.join("docs", "experiments", "table.csv")
+    assert before[key] != after[key]

@@ -258,7 +258,7 @@ def test_every_command_module_registers_one_way():
     modules = {m.name for m in pkgutil.iter_modules(pkg.__path__)} - {"common", "options"}
     assert set(cli.COMMAND_MODULES) == modules
     for name in modules:
-        assert callable(getattr(importlib.import_module(f"privembed._cli.{name}"), "register"))
+        assert callable(importlib.import_module(f"privembed._cli.{name}").register)
     text = Path(cli.__file__).read_text(encoding="utf-8")
     for other_way in ("__import__(", "add_typer(", "import register"):
         assert other_way not in text, other_way

@@ -262,7 +262,10 @@ def test_estimated_cosines_are_labelled_and_stay_in_range(tmp_path, emb_file, ke
         (["-m", "laplace", "--epsilon", "5", "--collection", "a/b"], "collection must be 3-512"),
         (["-m", "laplace", "--epsilon", "5", "--metadata-column", "nope"], "no column(s) ['nope']"),
         (["-m", "laplace", "--epsilon", "5", "--seed", "1", "--key-file", "k"], "not both"),
-        (["-m", "laplace", "--epsilon", "5", "--budget-epsilon", "1"], "needs a ledger: give --ledger"),
+        (
+            ["-m", "laplace", "--epsilon", "5", "--budget-epsilon", "1"],
+            "needs a ledger: give --ledger",
+        ),
     ],
 )
 def test_index_bad_input(tmp_path, emb_file, extra, pattern):

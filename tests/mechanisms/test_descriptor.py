@@ -33,7 +33,9 @@ def test_needs_reads_the_constructor():
         def __init__(self, *, epsilon: float, delta: float, width: int = 3) -> None:
             self.epsilon, self.delta, self.width = epsilon, delta, width
 
-    assert Extra.needs("delta") and not Extra.needs("width") and Extra.privacy_parameter == "epsilon"
+    assert (
+        Extra.needs("delta") and not Extra.needs("width") and Extra.privacy_parameter == "epsilon"
+    )
 
 
 def test_evaluation_does_not_list_mechanism_names_for_these_decisions():
@@ -46,3 +48,13 @@ def test_evaluation_does_not_list_mechanism_names_for_these_decisions():
         if spelled.search(line)
     ]
     assert not offenders, offenders
+
+
+def test_every_registered_mechanism_has_its_family_auditor():
+    """A mechanism registered without its family auditor fails here (the generic black-box
+    auditor is the fallback for mechanisms users register; the contract row is checked by
+    tests/mechanisms/test_contract.py::test_every_registered_mechanism_has_a_case)."""
+    from privembed.audit._families import AUDITORS, Family
+
+    for name in MECHANISMS:
+        assert name in AUDITORS and type(AUDITORS[name]) is not Family, f"{name}: no auditor"
