@@ -351,6 +351,9 @@ def test_inversion_with_the_transformer_decoder(tmp_path):
     assert r.exit_code == 2 and "--save need --decoder transformer" in r.output
     r = runner.invoke(app, ["attack", "inversion", str(tp), "--device", "cuda"])
     assert r.exit_code == 2 and "--device need --decoder transformer" in r.output
+    r = runner.invoke(app, ["attack", "inversion", str(tp), "--decoder", "transformer",
+                            "--device", "gpu0"])  # fmt: skip
+    assert r.exit_code == 2 and "device must be a torch device" in r.output
     r = runner.invoke(
         app, ["attack", "inversion", str(tp), "--decoder", "transformer", "--pretrained", "nope"]
     )

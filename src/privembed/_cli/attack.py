@@ -920,6 +920,10 @@ def inversion(
         raise ValueError("give --vec2text or --decoder transformer, not both.")
     if pretrained is not None and not pretrained.is_dir():
         raise FileNotFoundError(f"--pretrained: no such folder: {pretrained}")
+    if decoder == "transformer" and device != "cpu":
+        from ..attacks.transformer_inversion import resolve_device
+
+        resolve_device(device)  # a GPU that is not there is refused before any work
     if save is not None and save.exists() and not overwrite:
         raise FileExistsError(f"--save exists: {save} (pass --overwrite to replace it).")
     out = _console(as_json)

@@ -64,6 +64,7 @@ __all__ = [
     "StrengthCheck",
     "TransformerInversionAttack",
     "minilm_tokenizer",
+    "resolve_device",
 ]
 
 #: an embedder the attacker can run: texts -> (n, d) array (e.g. ``Embedder().encode``)
@@ -391,6 +392,19 @@ def _unit(X: NDArray[np.float64]) -> NDArray[np.float64]:
     return X / np.where(n > 0, n, 1.0)
 
 
+def resolve_device(device: str) -> Any:
+    """The torch device named ``device``, refused at once where it does not exist (a front end
+    calls this before any work)."""
+    torch = torch_module()
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device must be a torch device such as 'cuda', got {device!r}.") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device={device!r} but torch {torch.__version__} sees no CUDA device.")
+    return dev
+
+
 class TransformerInversionAttack:
     """Embedding -> soft-prefix transformer decoder with iterative correction (see the module).
 
@@ -558,12 +572,7 @@ class TransformerInversionAttack:
         return [t.to(self._device) for t in c]
 
     def _resolve_device(self, torch: Any) -> Any:
-        dev = torch.device(self.device)
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(
-                f"device={self.device!r} but torch {torch.__version__} sees no CUDA device."
-            )
-        return dev
+        return resolve_device(self.device)
 
     # ---- training -----------------------------------------------------------------------------
 
