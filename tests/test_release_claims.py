@@ -162,7 +162,9 @@ def test_duplicate_checks_across_batches_hold_bounded_memory(monkeypatch):
     go by, and a repeat of the first batch's id is still refused by name."""
     import privembed.release as release_mod
 
-    monkeypatch.setattr(release_mod, "_IdSet", functools.partial(release_mod._IdSet, spill=2_000))
+    monkeypatch.setattr(
+        release_mod, "ReleasedIds", functools.partial(release_mod.ReleasedIds, spill=2_000)
+    )
     m = LaplaceMechanism(epsilon=20.0)
     X = np.random.default_rng(0).standard_normal((1000, 2))
     with Release(m, key=KEY) as rel:
