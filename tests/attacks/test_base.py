@@ -88,3 +88,16 @@ def test_an_attack_refuses_row_numbers_as_ids_for_keyed_noise():
     from privembed.release import protect as release
 
     np.testing.assert_array_equal(Y, release(X, mech, ids=["a", "b", "c", "d"], key=b"k" * 32))
+
+
+def test_fingerprint_result_is_accuracy_against_the_most_common_concept():
+    from privembed.attacks.fingerprint import _report
+
+    y = ["a"] * 30 + ["b"] * 10
+    rep = _report(y, ["a"] * 40, ["a", "b"])  # always the majority: exactly blind
+    assert isinstance(rep, ScoredReport)
+    r = rep.result()
+    assert (r.attack, r.statistic, r.value, r.blind) == ("fingerprint", "accuracy", 0.75, 0.75)
+    assert r.excess_low < 0 < r.excess_high and not r.beats_blind
+    good = _report(y, y, ["a", "b"]).result()  # names every concept
+    assert good.value == 1.0 and good.beats_blind and good.excess_high == pytest.approx(0.25)

@@ -12,6 +12,7 @@ report                        statistic        blind baseline (interval of the e
 ``LinkageReport``             ``reid@k``       ``k / candidates`` (Wilson interval)
 ``TokenInferenceReport``      ``leakage``      token-frequency attacker (paired bootstrap)
 ``AttributeReport``           ``auc``          0.5 (DeLong interval)
+``FingerprintReport``         ``accuracy``     the most common concept (Wilson interval)
 ``ReconstructionReport``      ``token_f1``     reconstructions paired with other texts
                                                (paired bootstrap): the inversion attacks
 ============================  ===============  =============================================

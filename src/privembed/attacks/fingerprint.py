@@ -65,6 +65,7 @@ from ._common import (
     torch_threads,
     train_minibatch,
 )
+from .base import AttackResult
 
 __all__ = [
     "FingerprintClassifier",
@@ -207,6 +208,19 @@ class FingerprintReport:
     n_groups: int
     labels: list[str]
     confusion: list[list[int]] = field(repr=False)
+
+    def result(self) -> AttackResult:
+        """The accuracy against the blind attacker that always names the most common concept
+        (``chance``), with the Wilson interval of the accuracy over the groups."""
+        from .linkage import rate_interval
+
+        hits = round(float(self.accuracy) * self.n_groups)
+        lo, hi = rate_interval(hits, self.n_groups)
+        return AttackResult(
+            "fingerprint", "accuracy", self.accuracy, self.chance,
+            min(lo, self.accuracy) - self.chance, max(hi, self.accuracy) - self.chance,
+            f"Wilson interval over {self.n_groups} groups; blind = the most common concept",
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
