@@ -571,9 +571,6 @@ class TransformerInversionAttack:
             c += [torch.from_numpy(self._zc(H)), torch.from_numpy(self._zc(Y - H, center=False))]
         return [t.to(self._device) for t in c]
 
-    def _resolve_device(self, torch: Any) -> Any:
-        return resolve_device(self.device)
-
     # ---- training -----------------------------------------------------------------------------
 
     def _new_model(self, torch: Any, d_in: int, gen: np.random.Generator) -> None:
@@ -585,7 +582,7 @@ class TransformerInversionAttack:
                 d_in, len(self.vocabulary_), self.d_model, self.layers, self.heads, self.prefix,
                 positions, self.dropout,
             )  # fmt: skip
-        self._device = self._resolve_device(torch)
+        self._device = resolve_device(self.device)
         self.model_.to(self._device)
         self._opt = torch.optim.Adam(self.model_.parameters(), lr=self.lr)
         self.steps_ = 0

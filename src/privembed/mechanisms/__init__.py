@@ -5,6 +5,7 @@ Use :func:`build_mechanism` to build one by name (every front end does).
 
 from __future__ import annotations
 
+import typing
 from os import PathLike
 from pathlib import Path
 from types import UnionType as _UnionType
@@ -174,8 +175,6 @@ def parse_parameter(mechanism: str, name: str, text: str) -> Any:
     ...
     ValueError: mechanism 'projection': k (-p k=...) must be an int, got '6.5'.
     """
-    import typing
-
     if mechanism not in MECHANISMS:
         opts = ", ".join(repr(k) for k in sorted(MECHANISMS))
         raise ValueError(f"mechanism must be one of {opts}, got mechanism={mechanism!r}.")
@@ -205,8 +204,6 @@ def parse_parameter(mechanism: str, name: str, text: str) -> Any:
 
 
 def _type_name(t: Any) -> str:
-    import typing
-
     if typing.get_origin(t) is typing.Literal:
         return "one of " + ", ".join(repr(v) for v in typing.get_args(t))
     name = getattr(t, "__name__", str(t))
@@ -214,8 +211,6 @@ def _type_name(t: Any) -> str:
 
 
 def _convert(t: Any, text: str) -> Any:
-    import typing
-
     if typing.get_origin(t) is typing.Literal:
         for v in typing.get_args(t):
             if str(v) == text:
