@@ -103,6 +103,34 @@ def write_csv(path: Path, rows: list[dict]) -> None:
             w.writerow({k: fmt(r.get(k, "")) for k in cols})
 
 
+def score_fields(rep) -> dict:
+    """A :class:`ReconstructionReport`'s scores as CSV columns (this script and inversion_gpu.py)."""
+    return {
+        "bleu": rep.bleu,
+        "bleu_blind": rep.bleu_blind,
+        "token_f1": rep.token_f1,
+        "token_f1_blind": rep.token_f1_blind,
+        "f1_excess_lo": rep.token_f1_excess_interval[0],
+        "f1_excess_hi": rep.token_f1_excess_interval[1],
+        "entity_recovery": rep.entity_recovery,
+        "entity_blind": rep.entity_recovery_blind,
+        "entity_excess_lo": rep.entity_excess_interval[0],
+        "entity_excess_hi": rep.entity_excess_interval[1],
+        "n_texts": rep.n_texts,
+        "n_entities": rep.n_entities,
+    }
+
+
+def entity_fields(rep) -> dict:
+    """Recovery of each entity type, with its blind level and count, as CSV columns."""
+    out = {}
+    for typ, es in rep.entities.items():
+        out[f"{typ.lower()}_recovered"] = es.recovered
+        out[f"{typ.lower()}_blind"] = es.blind
+        out[f"{typ.lower()}_n"] = es.n
+    return out
+
+
 def inversion(args, embedder, mechs) -> tuple[list[dict], list[str]]:
     from gcide_embed import embed_cached
     from inversion_corpus import load_available
@@ -148,25 +176,11 @@ def inversion(args, embedder, mechs) -> tuple[list[dict], list[str]]:
                 "mechanism": "none" if mech is None else "laplace",
                 "epsilon": "" if mech is None else mech.epsilon,
                 "evidence": verdict.get(src, "not checked"),
-                "bleu": rep.bleu,
-                "bleu_blind": rep.bleu_blind,
-                "token_f1": rep.token_f1,
-                "token_f1_blind": rep.token_f1_blind,
-                "f1_excess_lo": rep.token_f1_excess_interval[0],
-                "f1_excess_hi": rep.token_f1_excess_interval[1],
-                "entity_recovery": rep.entity_recovery,
-                "entity_blind": rep.entity_recovery_blind,
-                "entity_excess_lo": rep.entity_excess_interval[0],
-                "entity_excess_hi": rep.entity_excess_interval[1],
-                "n_texts": rep.n_texts,
-                "n_entities": rep.n_entities,
+                **score_fields(rep),
                 "fit_s": round(t_fit),
                 "total_s": round(time.time() - t0),
+                **entity_fields(rep),
             }
-            for typ, es in rep.entities.items():
-                row[f"{typ.lower()}_recovered"] = es.recovered
-                row[f"{typ.lower()}_blind"] = es.blind
-                row[f"{typ.lower()}_n"] = es.n
             rows.append(row)
             examples.append(f"== {src} {name}")
             examples += [f"  {t}\n  -> {r}" for t, r in list(zip(tx, recs, strict=True))[:4]]
@@ -270,25 +284,19 @@ def _entity_cell(r: dict):
     return cell
 
 
-def markdown(inv: list[dict], attr: list[dict], args) -> str:
+def inversion_table(rows: list[dict]) -> list[str]:
+    """The inversion rows as a Markdown table (this script and inversion_gpu.py). A row's
+    epsilon is "" or "clean" for unprotected vectors; "beats blind" / "at blind" at an epsilon
+    only once the clean row of its source passed the strength check."""
     out = [
-        f"Laplace (renormalised), d = 384, all-MiniLM-L6-v2; {args.targets} held-out targets per "
-        f"source; model `{args.model}`; adaptive fine-tuning on {args.adapt_texts} corpus "
-        f"sentences per epsilon; {args.rounds} correction round(s), {args.candidates} "
-        f"candidates; seed {args.seed}.",
-        "",
-        "**Inversion** (blind = the same reconstructions paired with other texts; "
-        "excess = 95% bootstrap interval of token F1 minus blind):",
-        "",
         "| target | epsilon | BLEU (blind) | token F1 (blind) | F1 excess 95% | entities (blind) "
         "| names | ages | diagnoses | places | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in inv:
+    for r in rows:
         ent = _entity_cell(r)
-
         ver = r["evidence"]
-        if ver == "evidence" and r["epsilon"] != "":
+        if ver == "evidence" and r["epsilon"] not in ("", "clean"):
             ver = "beats blind" if r["f1_excess_lo"] > 0 else "at blind"
         elif ver != "evidence":
             ver = "no evidence"
@@ -299,6 +307,21 @@ def markdown(inv: list[dict], attr: list[dict], args) -> str:
             f"{fmt(r['entity_recovery'])} ({fmt(r['entity_blind'])}) | {ent('person')} | "
             f"{ent('age')} | {ent('disease')} | {ent('place')} | {ver} |"
         )
+    return out
+
+
+def markdown(inv: list[dict], attr: list[dict], args) -> str:
+    out = [
+        f"Laplace (renormalised), d = 384, all-MiniLM-L6-v2; {args.targets} held-out targets per "
+        f"source; model `{args.model}`; adaptive fine-tuning on {args.adapt_texts} corpus "
+        f"sentences per epsilon; {args.rounds} correction round(s), {args.candidates} "
+        f"candidates; seed {args.seed}.",
+        "",
+        "**Inversion** (blind = the same reconstructions paired with other texts; "
+        "excess = 95% bootstrap interval of token F1 minus blind):",
+        "",
+        *inversion_table(inv),
+    ]
     out += [
         "",
         "**Attribute inference** (ROC AUC, DeLong 95% interval; blind 0.5):",

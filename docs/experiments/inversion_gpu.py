@@ -124,33 +124,16 @@ class Embed:
 
 
 def row_of(src: str, setting: str, rep, verdict: str, extra: dict) -> dict:
-    r = {
-        "target": src,
-        "epsilon": setting,
-        "evidence": verdict,
-        "bleu": rep.bleu,
-        "bleu_blind": rep.bleu_blind,
-        "token_f1": rep.token_f1,
-        "token_f1_blind": rep.token_f1_blind,
-        "f1_excess_lo": rep.token_f1_excess_interval[0],
-        "f1_excess_hi": rep.token_f1_excess_interval[1],
-        "entity_recovery": rep.entity_recovery,
-        "entity_blind": rep.entity_recovery_blind,
-        "entity_excess_lo": rep.entity_excess_interval[0],
-        "entity_excess_hi": rep.entity_excess_interval[1],
-        "n_texts": rep.n_texts,
-        "n_entities": rep.n_entities,
-    }
-    for typ, es in rep.entities.items():
-        r[f"{typ.lower()}_recovered"] = es.recovered
-        r[f"{typ.lower()}_blind"] = es.blind
-        r[f"{typ.lower()}_n"] = es.n
-    r.update(extra)
-    return r
+    from attack_inversion_evidence import entity_fields, score_fields
+
+    return {
+        "target": src, "epsilon": setting, "evidence": verdict, **score_fields(rep),
+        **entity_fields(rep), **extra,
+    }  # fmt: skip
 
 
 def markdown(rows: list[dict], info: dict) -> str:
-    from attack_inversion_evidence import _entity_cell, fmt
+    from attack_inversion_evidence import inversion_table
 
     out = [
         f"{info.get('gpu', '?')}, torch {info.get('torch', '?')}; decoder {info.get('model', '?')}; "
@@ -162,24 +145,8 @@ def markdown(rows: list[dict], info: dict) -> str:
         f"round(s) x {info.get('candidates', '?')} candidates at inference; "
         f"{info.get('targets', '?')} held-out targets per source.",
         "",
-        "| target | epsilon | BLEU (blind) | token F1 (blind) | F1 excess 95% | entities (blind) "
-        "| names | ages | diagnoses | places | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *inversion_table(rows),
     ]
-    for r in rows:
-        ent = _entity_cell(r)
-        ver = r["evidence"]
-        if ver == "evidence" and r["epsilon"] != "clean":
-            ver = "beats blind" if r["f1_excess_lo"] > 0 else "at blind"
-        elif ver != "evidence":
-            ver = "no evidence"
-        out.append(
-            f"| {r['target']} | {r['epsilon']} | {fmt(r['bleu'])} ({fmt(r['bleu_blind'])}) "
-            f"| {fmt(r['token_f1'])} ({fmt(r['token_f1_blind'])}) | "
-            f"[{fmt(r['f1_excess_lo'])}, {fmt(r['f1_excess_hi'])}] | "
-            f"{fmt(r['entity_recovery'])} ({fmt(r['entity_blind'])}) | {ent('person')} | "
-            f"{ent('age')} | {ent('disease')} | {ent('place')} | {ver} |"
-        )
     return "\n".join(out) + "\n"
 
 
