@@ -197,7 +197,8 @@ class _Vocab:
 # ---------------------------------------------------------------------------------------------
 
 
-def _network(torch: Any) -> Any:
+def _block(torch: Any) -> Any:
+    """The transformer block class of :func:`_network` (made here: torch is imported lazily)."""
     nn = torch.nn
     F = torch.nn.functional
 
@@ -226,6 +227,14 @@ def _network(torch: Any) -> Any:
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             x = x + self.drop(self.proj(a.transpose(1, 2).reshape(B, L, D)))
             return x + self.drop(self.ff(self.n2(x)))
+
+    return Block
+
+
+def _network(torch: Any) -> Any:
+    """The decoder class (a ``torch.nn.Module``): soft prefix, hypothesis tokens, text."""
+    nn = torch.nn
+    Block = _block(torch)
 
     class PrefixDecoder(nn.Module):  # type: ignore[name-defined]
         """Causal transformer over [soft prefix | hypothesis tokens | <bos> text <eos>]."""
@@ -281,28 +290,15 @@ def _network(torch: Any) -> Any:
 
         def forward(self, conds: list[Any], hyp: Any | None, text: Any) -> Any:
             """Logits at the text positions (teacher forcing); ``conds``: 1 or 3 (B, d_in)."""
-            ctx, segs, keep = self._context(conds, hyp)
-            x = torch.cat([ctx, self.tok(text)], 1)
-            dev = x.device
-            segs = torch.cat([segs, torch.full((text.shape[1],), 2, dtype=torch.long, device=dev)])
-            keep = torch.cat([keep, torch.ones_like(text, dtype=torch.bool)], 1)
-            L = x.shape[1]
-            causal = torch.ones(L, L, dtype=torch.bool, device=dev).tril()
-            mask = causal[None, None] & keep[:, None, None, :]
-            return self._run(x, segs, 0, mask, None)[:, L - text.shape[1] :]
+            x, segs, _, mask = _with_text(torch, *self._context(conds, hyp), self.tok(text), text)
+            return self._run(x, segs, 0, mask, None)[:, x.shape[1] - text.shape[1] :]
 
         def start(self, conds: list[Any], hyp: Any | None, bos: Any) -> tuple[Any, Any]:
             """Decoding: run the context and ``<bos>``; returns (last logits, state)."""
-            ctx, segs, keep = self._context(conds, hyp)
-            x = torch.cat([ctx, self.tok(bos)], 1)
-            dev = x.device
-            segs = torch.cat([segs, torch.full((1,), 2, dtype=torch.long, device=dev)])
-            keep = torch.cat([keep, torch.ones_like(bos, dtype=torch.bool)], 1)
-            L = x.shape[1]
-            causal = torch.ones(L, L, dtype=torch.bool, device=dev).tril()
+            x, segs, keep, mask = _with_text(torch, *self._context(conds, hyp), self.tok(bos), bos)
             caches: list[list[Any]] = [[] for _ in self.blocks]
-            logits = self._run(x, segs, 0, causal[None, None] & keep[:, None, None, :], caches)
-            return logits[:, -1], (caches, keep, L)
+            logits = self._run(x, segs, 0, mask, caches)
+            return logits[:, -1], (caches, keep, x.shape[1])
 
         def step(self, tok: Any, state: Any) -> tuple[Any, Any]:
             """One more token for every row (cached keys and values); returns (logits, state)."""
@@ -314,6 +310,19 @@ def _network(torch: Any) -> Any:
             return logits[:, -1], (caches, keep, L + 1)
 
     return PrefixDecoder
+
+
+def _with_text(
+    torch: Any, ctx: Any, segs: Any, keep: Any, embedded: Any, text: Any
+) -> tuple[Any, Any, Any, Any]:
+    """The context followed by the text: inputs, segments, kept positions, causal mask."""
+    x = torch.cat([ctx, embedded], 1)
+    dev = x.device
+    segs = torch.cat([segs, torch.full((text.shape[1],), 2, dtype=torch.long, device=dev)])
+    keep = torch.cat([keep, torch.ones_like(text, dtype=torch.bool)], 1)
+    L = x.shape[1]
+    causal = torch.ones(L, L, dtype=torch.bool, device=dev).tril()
+    return x, segs, keep, causal[None, None] & keep[:, None, None, :]
 
 
 # ---------------------------------------------------------------------------------------------
