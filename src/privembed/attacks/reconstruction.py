@@ -229,6 +229,55 @@ def _boot(diff: NDArray[np.float64], weight: NDArray[np.float64], idx: NDArray[n
     return diff[idx].sum(axis=1) / np.where(den > 0, den, 1.0)
 
 
+def _check_pairs(
+    texts: Sequence[str], reconstructions: Sequence[str]
+) -> tuple[list[str], list[str]]:
+    """The texts and their reconstructions as lists of str, equally many and at least 2."""
+    texts, recs = list(texts), list(reconstructions)
+    n = len(texts)
+    if len(recs) != n:
+        raise DataError(f"texts has {n} entries but reconstructions has {len(recs)}.")
+    if n < 2:
+        raise DataError(f"scoring against a blind pairing needs >= 2 texts, got {n}.")
+    for name, seq in (("texts", texts), ("reconstructions", recs)):
+        bad = next((i for i, s in enumerate(seq) if not isinstance(s, str)), None)
+        if bad is not None:
+            raise TypeError(f"{name}[{bad}] must be a str, got {seq[bad]!r}.")
+    return texts, recs
+
+
+def _hits_where(hits: list[list[bool]], mask: list[list[bool]]) -> list[int]:
+    """Per text, how many of its entities that ``mask`` selects were recovered."""
+    return [
+        sum(h for h, m in zip(hs, ms, strict=True) if m) for hs, ms in zip(hits, mask, strict=True)
+    ]
+
+
+def _entity_types(
+    ents: list[list[tuple[str, str]]],
+    hits: list[list[bool]],
+    blind_hits: list[list[list[bool]]],
+    idx: NDArray[np.int64],
+    q: list[float],
+) -> dict[str, EntityScore]:
+    """Recovery, blind recovery and the bootstrap interval of the excess, per entity type."""
+    per_type: dict[str, EntityScore] = {}
+    for typ in sorted({str(t) for es in ents for t, _ in es}):
+        mask = [[str(t) == typ for t, _ in es] for es in ents]
+        c_t = np.array([sum(m) for m in mask], dtype=np.float64)
+        o_t = np.array(_hits_where(hits, mask), dtype=np.float64)
+        b_t = np.mean([_hits_where(bh, mask) for bh in blind_hits], axis=0)
+        lo, hi = np.quantile(_boot(o_t - b_t, c_t, idx), q)
+        per_type[typ] = EntityScore(
+            n=int(c_t.sum()),
+            recovered=float(o_t.sum() / c_t.sum()),
+            blind=float(b_t.sum() / c_t.sum()),
+            excess_low=float(lo),
+            excess_high=float(hi),
+        )
+    return per_type
+
+
 def score_against_blind(
     texts: Sequence[str],
     reconstructions: Sequence[str],
@@ -263,16 +312,8 @@ def score_against_blind(
     >>> r.token_f1, r.entity_recovery, r.entity_recovery_blind
     (1.0, 1.0, 0.0)
     """
-    texts, recs = list(texts), list(reconstructions)
+    texts, recs = _check_pairs(texts, reconstructions)
     n = len(texts)
-    if len(recs) != n:
-        raise DataError(f"texts has {n} entries but reconstructions has {len(recs)}.")
-    if n < 2:
-        raise DataError(f"scoring against a blind pairing needs >= 2 texts, got {n}.")
-    for name, seq in (("texts", texts), ("reconstructions", recs)):
-        bad = next((i for i, s in enumerate(seq) if not isinstance(s, str)), None)
-        if bad is not None:
-            raise TypeError(f"{name}[{bad}] must be a str, got {seq[bad]!r}.")
     n_blind = check_int("n_blind", n_blind, ge=1)
     n_boot = check_int("n_boot", n_boot, ge=1)
     level = check_real("level", level, gt=0, lt=1)
@@ -296,31 +337,7 @@ def score_against_blind(
         e_lo, e_hi = np.quantile(_boot(own - blind, count, idx), q)
     else:
         e_lo = e_hi = float("nan")
-    per_type: dict[str, EntityScore] = {}
-    types = sorted({str(t) for es in ents for t, _ in es})
-    for typ in types:
-        mask = [[str(t) == typ for t, _ in es] for es in ents]
-        c_t = np.array([sum(m) for m in mask], dtype=np.float64)
-        o_t = np.array([sum(h for h, m in zip(hs, ms, strict=True) if m) for hs, ms in
-                        zip(hits, mask, strict=True)], dtype=np.float64)  # fmt: skip
-        b_t = np.mean(
-            [
-                [
-                    sum(h for h, m in zip(hs, ms, strict=True) if m)
-                    for hs, ms in zip(bh, mask, strict=True)
-                ]
-                for bh in blind_hits
-            ],
-            axis=0,
-        )
-        lo, hi = np.quantile(_boot(o_t - b_t, c_t, idx), q)
-        per_type[typ] = EntityScore(
-            n=int(c_t.sum()),
-            recovered=float(o_t.sum() / c_t.sum()),
-            blind=float(b_t.sum() / c_t.sum()),
-            excess_low=float(lo),
-            excess_high=float(hi),
-        )
+    per_type = _entity_types(ents, hits, blind_hits, idx, q)
     exact = float(np.mean([_toks(t) == _toks(r) for t, r in zip(texts, recs, strict=True)]))
     return ReconstructionReport(
         bleu=corpus_bleu(texts, recs),
