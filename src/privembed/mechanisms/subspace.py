@@ -1262,8 +1262,6 @@ def basis_from(
         texts (embed it first: DP-PCA and the release both read the embeddings), a corpus
         without record ids when a ledger must charge them.
     """
-    from .. import io
-
     if isinstance(spec, SubspaceBasis):
         return spec
     if spec == "dp-pca":
@@ -1274,31 +1272,13 @@ def basis_from(
         if corpus is None:
             raise ValueError("a DP-PCA basis is computed from the corpus: give its embeddings.")
         path = Path(corpus)
-        if not path.exists():
-            raise FileNotFoundError(f"file not found: {path}")
-        if io.holds_texts(path):
-            raise DataError(
-                f"{path.name} holds texts: DP-PCA and the release both read the corpus' "
-                "embeddings, so embed it first (privembed embed) and index the embeddings."
-            )
-        _n, _d, _, batches = io.iter_batches(
-            path, batch_rows=batch_rows, column=column, id_column=id_column
+        acc, ids = _corpus_moments(
+            path,
+            column=column,
+            id_column=id_column,
+            batch_rows=batch_rows,
+            with_ids=ledger is not None,
         )
-        acc: SecondMoments | None = None
-        ids: list[Any] = []
-        for b in batches:
-            if acc is None:
-                acc = SecondMoments(b.X.shape[1])
-            acc.add(b.X)
-            if ledger is not None:
-                if b.ids is None:
-                    raise DataError(
-                        f"{path.name} has no record ids; the ledger charges the DP-PCA basis to "
-                        "every record by id (--id-field)."
-                    )
-                ids.extend(b.ids)
-        if acc is None:
-            raise DataError(f"{path.name} holds no rows.")
         basis = dp_pca(
             acc,
             epsilon=epsilon,
@@ -1319,6 +1299,49 @@ def basis_from(
         raise FileNotFoundError(f"basis not found: {path}")
     if SubspaceBasis.is_basis_file(path):
         return SubspaceBasis.load(path)
+    return _public_basis(path, column=column, model=model, max_components=max_components)
+
+
+def _corpus_moments(
+    path: Path, *, column: str | None, id_column: str | None, batch_rows: int, with_ids: bool
+) -> tuple[SecondMoments, list[Any]]:
+    """One pass over a private embeddings file: its second moments and (``with_ids``) its ids."""
+    from .. import io
+
+    if not path.exists():
+        raise FileNotFoundError(f"file not found: {path}")
+    if io.holds_texts(path):
+        raise DataError(
+            f"{path.name} holds texts: DP-PCA and the release both read the corpus' "
+            "embeddings, so embed it first (privembed embed) and index the embeddings."
+        )
+    _n, _d, _, batches = io.iter_batches(
+        path, batch_rows=batch_rows, column=column, id_column=id_column
+    )
+    acc: SecondMoments | None = None
+    ids: list[Any] = []
+    for b in batches:
+        if acc is None:
+            acc = SecondMoments(b.X.shape[1])
+        acc.add(b.X)
+        if with_ids:
+            if b.ids is None:
+                raise DataError(
+                    f"{path.name} has no record ids; the ledger charges the DP-PCA basis to "
+                    "every record by id (--id-field)."
+                )
+            ids.extend(b.ids)
+    if acc is None:
+        raise DataError(f"{path.name} holds no rows.")
+    return acc, ids
+
+
+def _public_basis(
+    path: Path, *, column: str | None, model: str | None, max_components: int | None
+) -> SubspaceBasis:
+    """The exact PCA basis of public data: an embeddings file, or texts embedded with ``model``."""
+    from .. import io
+
     if io.holds_texts(path):
         from ..embedders import Embedder
 
