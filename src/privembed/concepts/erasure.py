@@ -482,16 +482,7 @@ def fit_checked(
     []
     """
     A, _ = check_embeddings(X, name="X")
-    y = np.asarray(labels)
-    if y.ndim != 1 or y.shape[0] != A.shape[0]:
-        raise DataError(f"labels must be (n,) with n = {A.shape[0]}, got shape {y.shape}.")
-    classes = np.unique(y)
-    if classes.size != 2:
-        raise DataError(
-            f"the held-out check needs 2 classes of labels, got {classes.size}: "
-            f"{classes.tolist()[:5]}."
-        )
-    y01 = (y == classes[1]).astype(np.int64)
+    y01 = _binary_labels(labels, A.shape[0])
     heldout = check_real("heldout", heldout, gt=0, lt=1)
     g = None if groups is None else np.asarray(groups)
     if g is not None and g.shape != (A.shape[0],):
@@ -507,20 +498,51 @@ def fit_checked(
         )
     else:
         eraser = ConceptEraser.fit(A[fit_idx], y01[fit_idx], metadata=meta, **fit_kwargs)
+    check = _probe_check(eraser, A, y01, fit_idx, test_idx, data=data, mlp=mlp, rng=gen)
+    eraser.metadata["check"] = check.to_dict()
+    return eraser, check
+
+
+def _binary_labels(labels: Any, n: int) -> NDArray[np.int64]:
+    """Two classes of labels for ``n`` rows as 0/1 (1: the larger of the two values)."""
+    y = np.asarray(labels)
+    if y.ndim != 1 or y.shape[0] != n:
+        raise DataError(f"labels must be (n,) with n = {n}, got shape {y.shape}.")
+    classes = np.unique(y)
+    if classes.size != 2:
+        raise DataError(
+            f"the held-out check needs 2 classes of labels, got {classes.size}: "
+            f"{classes.tolist()[:5]}."
+        )
+    return (y == classes[1]).astype(np.int64)
+
+
+def _probe_check(
+    eraser: ConceptEraser,
+    A: NDArray[Any],
+    y01: NDArray[np.int64],
+    fit_idx: NDArray[np.int64],
+    test_idx: NDArray[np.int64],
+    *,
+    data: str,
+    mlp: bool,
+    rng: np.random.Generator,
+) -> ErasureCheck:
+    """Held-out probes on the unit rows before erasure, after it, and after it unnormalised."""
     R = np.asarray(eraser.transform(A, renormalize=False), dtype=np.float64)
     E = R / np.linalg.norm(R, axis=1, keepdims=True)  # as released: unit rows
     U = np.asarray(A, dtype=np.float64)
     U = U / np.linalg.norm(U, axis=1, keepdims=True)
     lin_b, mlp_b = probe_aucs(
-        U[fit_idx], y01[fit_idx], U[test_idx], y01[test_idx], mlp=mlp, rng=gen
+        U[fit_idx], y01[fit_idx], U[test_idx], y01[test_idx], mlp=mlp, rng=rng
     )
     lin_a, mlp_a = probe_aucs(
-        E[fit_idx], y01[fit_idx], E[test_idx], y01[test_idx], mlp=mlp, rng=gen
+        E[fit_idx], y01[fit_idx], E[test_idx], y01[test_idx], mlp=mlp, rng=rng
     )
     lin_raw, _ = probe_aucs(
-        R[fit_idx], y01[fit_idx], R[test_idx], y01[test_idx], mlp=False, rng=gen
+        R[fit_idx], y01[fit_idx], R[test_idx], y01[test_idx], mlp=False, rng=rng
     )
-    check = ErasureCheck(
+    return ErasureCheck(
         linear_before=lin_b,
         linear_after=lin_a,
         mlp_before=mlp_b,
@@ -531,8 +553,6 @@ def fit_checked(
         data=data,
         linear_after_unnormalised=lin_raw,
     )
-    eraser.metadata["check"] = check.to_dict()
-    return eraser, check
 
 
 def fit_iterative(
