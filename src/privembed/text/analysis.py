@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,13 +221,7 @@ def output_proportions(
     cs = [check_real("c", x, gt=0) for x in ([c] if isinstance(c, int | float) else c)]
     neighbours = check_int("neighbours", neighbours, ge=1, le=len(vocabulary) - 1)
     gen = as_generator(rng)
-    ids = (
-        sample_words(vocabulary, n_words, rng=gen)
-        if words is None
-        else np.asarray(words, dtype=np.int64)
-    )
-    if ids.ndim != 1 or ids.size == 0:
-        raise DataError(f"words must be a non-empty 1-D array of rows, got shape {ids.shape}.")
+    ids = _word_rows(vocabulary, n_words, words, gen)
     if index is None:
         index = NearestNeighbourIndex(vocabulary.vectors)
     lists = neighbour_lists(index, ids, neighbours)
@@ -245,33 +239,68 @@ def output_proportions(
         )
 
     if "nearest" in mechs or "rank" in mechs:
-        for e in eps:
-            base = WordSanitizer(vocabulary=vocabulary, epsilon=e, index=index)
-            xstar = index.nearest(base.noisy_vectors(ids, rng=gen))
-            if "nearest" in mechs:
-                add("nearest", e, None, xstar)
-            if "rank" in mechs:
-                # several temperatures: one search for the neighbour lists of x*, shared by all
-                shared = (
-                    neighbour_lists(index, xstar, min(1024, index.size - 1))
-                    if len(cs) > 1
-                    else None
-                )
-                for cval in cs:
-                    fix = WordSanitizer(
-                        vocabulary=vocabulary, epsilon=e, post="rank", c=cval, index=index
-                    )
-                    add("rank", e, cval, fix.post_process(xstar, rng=gen, lists=shared))
+        for row in _nearest_and_rank(vocabulary, index, ids, eps, mechs, cs, gen):
+            add(*row)
     if "exponential" in mechs:
-        outs = {e: np.empty(ids.size, dtype=np.int64) for e in eps}
-        block = 32
-        for b0 in range(0, ids.size, block):
-            D = np.sqrt(index.distance_rows(index.vectors[ids[b0 : b0 + block]]))
-            for e in eps:
-                outs[e][b0 : b0 + block] = np.concatenate(sample_exponential(D, e, gen))
+        outs = _exponential_outputs(index, ids, eps, gen)
         for e in eps:
             add("exponential", e, None, outs[e])
     return table
+
+
+def _word_rows(
+    vocabulary: Vocabulary, n_words: int, words: Any, gen: np.random.Generator
+) -> NDArray[np.int64]:
+    """The vocabulary rows to sanitise: ``words``, or ``n_words`` drawn at random."""
+    ids = (
+        sample_words(vocabulary, n_words, rng=gen)
+        if words is None
+        else np.asarray(words, dtype=np.int64)
+    )
+    if ids.ndim != 1 or ids.size == 0:
+        raise DataError(f"words must be a non-empty 1-D array of rows, got shape {ids.shape}.")
+    return ids
+
+
+def _nearest_and_rank(
+    vocabulary: Vocabulary,
+    index: NearestNeighbourIndex,
+    ids: NDArray[np.int64],
+    eps: list[float],
+    mechs: list[str],
+    cs: list[float],
+    gen: np.random.Generator,
+) -> Iterator[tuple[str, float, float | None, NDArray[np.int64]]]:
+    """(mechanism, epsilon, c, outputs) of the nearest word and the rank fix, one noise draw per
+    epsilon shared by both."""
+    for e in eps:
+        base = WordSanitizer(vocabulary=vocabulary, epsilon=e, index=index)
+        xstar = index.nearest(base.noisy_vectors(ids, rng=gen))
+        if "nearest" in mechs:
+            yield "nearest", e, None, xstar
+        if "rank" in mechs:
+            # several temperatures: one search for the neighbour lists of x*, shared by all
+            shared = (
+                neighbour_lists(index, xstar, min(1024, index.size - 1)) if len(cs) > 1 else None
+            )
+            for cval in cs:
+                fix = WordSanitizer(
+                    vocabulary=vocabulary, epsilon=e, post="rank", c=cval, index=index
+                )
+                yield "rank", e, cval, fix.post_process(xstar, rng=gen, lists=shared)
+
+
+def _exponential_outputs(
+    index: NearestNeighbourIndex, ids: NDArray[np.int64], eps: list[float], gen: np.random.Generator
+) -> dict[float, NDArray[np.int64]]:
+    """The exponential mechanism's output for every word, per epsilon (distances in blocks)."""
+    outs = {e: np.empty(ids.size, dtype=np.int64) for e in eps}
+    block = 32
+    for b0 in range(0, ids.size, block):
+        D = np.sqrt(index.distance_rows(index.vectors[ids[b0 : b0 + block]]))
+        for e in eps:
+            outs[e][b0 : b0 + block] = np.concatenate(sample_exponential(D, e, gen))
+    return outs
 
 
 def rank_fix_shares(
