@@ -374,6 +374,10 @@ class _ResultsFile:
 # ---------------------------------------------------------------------------------------------
 
 
+#: a privacy metric: a release in, named columns out
+_Metric = Callable[[Release], Mapping[str, float]]
+
+
 def _clean(metrics: Mapping[str, Any]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for k, v in metrics.items():
@@ -437,114 +441,17 @@ def run_sweep(
     A = np.asarray(A)
     runs = check_int("runs", runs, ge=1)
     seed = check_int("seed", seed, ge=0)
-    cfgs = list(configs)
-    if not cfgs:
-        raise ValueError("configs must not be empty.")
-    keys = [c.key for c in cfgs]
-    if len(set(keys)) != len(keys):
-        raise ValueError("configs has duplicate configurations.")
-    ev = utility if utility is not None else UtilityEvaluator(A)
-    if ev.n != A.shape[0] or ev.d != A.shape[1]:
-        raise DataError(f"the utility evaluator was built for {ev.n} x {ev.d}, X is {A.shape}.")
+    cfgs = _check_configs(configs)
+    ev = _check_evaluator(utility, A)
     metrics = list(privacy)
-    names = [metric_name(m) for m in metrics]
-    if len(set(names)) != len(names):
-        raise ValueError(f"privacy metrics need distinct names, got {names}.")
-    header = {
-        "type": "header",
-        "format": FORMAT_VERSION,
-        "seed": seed,
-        "runs": runs,
-        "data_sha256": data_fingerprint(A),
-        "shape": list(A.shape),
-        "utility": ev.settings(),
-        "privacy": [_dump(metric_signature(m)) for m in metrics],
-    }
+    names = _metric_names(metrics)
+    header = _header(A, seed, runs, ev, metrics)
     store = _ResultsFile(Path(results), header, restart) if results is not None else None
-    columns: dict[str, Column] = {
-        k: Column(v, kind="utility", higher_is_better=True) for k, v in ev.columns.items()
-    }
-    for m in metrics:
-        columns.update(describe_columns(m))
-    total = len(cfgs) * runs
-    done = 0
+    columns = _columns(ev, metrics)
     t_start = time.perf_counter()
-    if store is not None and store.baseline is not None:
-        baseline = store.baseline
-    else:
-        base_values: dict[str, Any] = dict(ev.baseline())
-        checks: list[StrengthCheck] = []
-        if metrics:
-            # every attack once on the plain embeddings: the reference its numbers are read
-            # against (the same attacker trained and scored on unprotected vectors), and the
-            # check that it beats its blind baseline there at all
-            ident = Unprotected()
-            plain = Release(ident, A, ident.privatize(A), baseline_stream(seed))
-            for m in metrics:
-                check = getattr(m, "check", None)
-                if callable(check):
-                    got, verdict = check(plain)
-                    checks.append(verdict.with_columns(list(got)))
-                else:
-                    got = m(plain)
-                for col, val in got.items():
-                    base_values.setdefault(col, val)
-        baseline = {
-            "type": "baseline",
-            "metrics": _clean(base_values),
-            "checks": [c.to_dict() for c in checks],
-        }
-        if store is not None:
-            store.append(baseline)
-    records: list[dict[str, Any]] = []
-    computed_seconds = 0.0
-    for cfg in cfgs:
-        mech: Mechanism | None = None
-        for run in range(runs):
-            prev = store.done.get((cfg.key, run)) if store is not None else None
-            if prev is not None:
-                records.append(prev)
-            else:
-                if mech is None:
-                    mech = cfg.build()
-                noise, attack = cell_streams(seed, cfg, run, runs)
-                t0 = time.perf_counter()
-                Y = mech.privatize(A, rng=noise)
-                t_release = time.perf_counter() - t0
-                values: dict[str, Any] = dict(ev.evaluate(Y, mech))
-                rel = Release(mech, A, Y, attack, {"label": cfg.label, "run": run})
-                for m in metrics:
-                    got = m(rel)
-                    clash = set(got) & set(values)
-                    if clash:
-                        raise ValueError(
-                            f"privacy metric {metric_name(m)!r} returned columns that already "
-                            f"exist: {sorted(clash)}."
-                        )
-                    values.update(got)
-                    for col in got:
-                        columns.setdefault(col, Column(f"{metric_name(m)}: {col}"))
-                secs = time.perf_counter() - t0
-                computed_seconds += secs
-                g = mech.guarantee
-                rec = {
-                    "type": "cell",
-                    "key": cfg.key,
-                    "config": cfg.to_dict(),
-                    "label": cfg.label,
-                    "run": run,
-                    "guarantee": g.to_dict(),
-                    "metrics": _clean(values),
-                    "seconds": secs,
-                    "release_seconds": t_release,
-                    "output_dim": int(Y.shape[1]),
-                }
-                if store is not None:
-                    store.append(rec)
-                records.append(rec)
-            done += 1
-            if on_progress is not None:
-                on_progress(done, total)
+    baseline = _baseline(A, seed, ev, metrics, store)
+    cells = _Cells(A, seed, runs, ev, metrics, columns, store)
+    records = cells.run_all(cfgs, on_progress)
     settings = {
         "seed": seed,
         "runs": runs,
@@ -554,7 +461,7 @@ def run_sweep(
         "utility": ev.settings(),
         "privacy": names,
         "wall_seconds": time.perf_counter() - t_start,
-        "computed_seconds": computed_seconds,
+        "computed_seconds": cells.computed_seconds,
         "results_file": None if results is None else str(results),
     }
     return SweepResult(
@@ -568,6 +475,184 @@ def run_sweep(
             c.attack: c for c in (StrengthCheck.from_dict(d) for d in baseline.get("checks", []))
         },
     )
+
+
+def _check_configs(configs: Iterable[SweepConfig]) -> list[SweepConfig]:
+    """The configurations as a list: not empty, no configuration twice."""
+    cfgs = list(configs)
+    if not cfgs:
+        raise ValueError("configs must not be empty.")
+    keys = [c.key for c in cfgs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("configs has duplicate configurations.")
+    return cfgs
+
+
+def _check_evaluator(utility: UtilityEvaluator | None, A: NDArray[Any]) -> UtilityEvaluator:
+    """``utility``, or ``UtilityEvaluator(A)`` by default; one built for other data is refused."""
+    ev = utility if utility is not None else UtilityEvaluator(A)
+    if ev.n != A.shape[0] or ev.d != A.shape[1]:
+        raise DataError(f"the utility evaluator was built for {ev.n} x {ev.d}, X is {A.shape}.")
+    return ev
+
+
+def _metric_names(metrics: Sequence[_Metric]) -> list[str]:
+    """The privacy metrics' names, which must be distinct."""
+    names = [metric_name(m) for m in metrics]
+    if len(set(names)) != len(names):
+        raise ValueError(f"privacy metrics need distinct names, got {names}.")
+    return names
+
+
+def _header(
+    A: NDArray[Any],
+    seed: int,
+    runs: int,
+    ev: UtilityEvaluator,
+    metrics: Sequence[_Metric],
+) -> dict[str, Any]:
+    """The results file's first line: what a resumed sweep must have in common with this one."""
+    return {
+        "type": "header",
+        "format": FORMAT_VERSION,
+        "seed": seed,
+        "runs": runs,
+        "data_sha256": data_fingerprint(A),
+        "shape": list(A.shape),
+        "utility": ev.settings(),
+        "privacy": [_dump(metric_signature(m)) for m in metrics],
+    }
+
+
+def _columns(ev: UtilityEvaluator, metrics: Sequence[_Metric]) -> dict[str, Column]:
+    """What every utility column and every column the privacy metrics declare means."""
+    columns: dict[str, Column] = {
+        k: Column(v, kind="utility", higher_is_better=True) for k, v in ev.columns.items()
+    }
+    for m in metrics:
+        columns.update(describe_columns(m))
+    return columns
+
+
+def _baseline(
+    A: NDArray[Any],
+    seed: int,
+    ev: UtilityEvaluator,
+    metrics: Sequence[_Metric],
+    store: _ResultsFile | None,
+) -> dict[str, Any]:
+    """The unprotected reference row (utility baseline, every attack on the plain embeddings):
+    read back from the results file, else computed and appended to it."""
+    if store is not None and store.baseline is not None:
+        return store.baseline
+    base_values: dict[str, Any] = dict(ev.baseline())
+    checks: list[StrengthCheck] = []
+    if metrics:
+        # every attack once on the plain embeddings: the reference its numbers are read
+        # against (the same attacker trained and scored on unprotected vectors), and the
+        # check that it beats its blind baseline there at all
+        ident = Unprotected()
+        plain = Release(ident, A, ident.privatize(A), baseline_stream(seed))
+        for m in metrics:
+            check = getattr(m, "check", None)
+            if callable(check):
+                got, verdict = check(plain)
+                checks.append(verdict.with_columns(list(got)))
+            else:
+                got = m(plain)
+            for col, val in got.items():
+                base_values.setdefault(col, val)
+    baseline = {
+        "type": "baseline",
+        "metrics": _clean(base_values),
+        "checks": [c.to_dict() for c in checks],
+    }
+    if store is not None:
+        store.append(baseline)
+    return baseline
+
+
+class _Cells:
+    """The (configuration, run) cells of one sweep: read back from the results file when
+    finished there, else computed and appended to it."""
+
+    def __init__(
+        self,
+        A: NDArray[Any],
+        seed: int,
+        runs: int,
+        ev: UtilityEvaluator,
+        metrics: Sequence[_Metric],
+        columns: dict[str, Column],
+        store: _ResultsFile | None,
+    ) -> None:
+        self.A, self.seed, self.runs = A, seed, runs
+        self.ev, self.metrics, self.columns, self.store = ev, metrics, columns, store
+        #: time spent computing cells (not reading them back)
+        self.computed_seconds = 0.0
+
+    def run_all(
+        self, cfgs: Sequence[SweepConfig], on_progress: Callable[[int, int], None] | None
+    ) -> list[dict[str, Any]]:
+        """Every cell's record, configuration by configuration and run by run."""
+        store = self.store
+        records: list[dict[str, Any]] = []
+        total = len(cfgs) * self.runs
+        done = 0
+        for cfg in cfgs:
+            mech: Mechanism | None = None
+            for run in range(self.runs):
+                prev = store.done.get((cfg.key, run)) if store is not None else None
+                if prev is not None:
+                    records.append(prev)
+                else:
+                    if mech is None:
+                        mech = cfg.build()
+                    rec = self.compute(cfg, mech, run)
+                    self.computed_seconds += rec["seconds"]
+                    if store is not None:
+                        store.append(rec)
+                    records.append(rec)
+                done += 1
+                if on_progress is not None:
+                    on_progress(done, total)
+        return records
+
+    def compute(self, cfg: SweepConfig, mech: Mechanism, run: int) -> dict[str, Any]:
+        """One release of ``cfg`` scored by the utility evaluator and every privacy metric; a
+        column a metric returns for the first time is added to the sweep's columns."""
+        A = self.A
+        noise, attack = cell_streams(self.seed, cfg, run, self.runs)
+        t0 = time.perf_counter()
+        Y = mech.privatize(A, rng=noise)
+        t_release = time.perf_counter() - t0
+        values: dict[str, Any] = dict(self.ev.evaluate(Y, mech))
+        rel = Release(mech, A, Y, attack, {"label": cfg.label, "run": run})
+        for m in self.metrics:
+            got = m(rel)
+            clash = set(got) & set(values)
+            if clash:
+                raise ValueError(
+                    f"privacy metric {metric_name(m)!r} returned columns that already "
+                    f"exist: {sorted(clash)}."
+                )
+            values.update(got)
+            for col in got:
+                self.columns.setdefault(col, Column(f"{metric_name(m)}: {col}"))
+        secs = time.perf_counter() - t0
+        g = mech.guarantee
+        return {
+            "type": "cell",
+            "key": cfg.key,
+            "config": cfg.to_dict(),
+            "label": cfg.label,
+            "run": run,
+            "guarantee": g.to_dict(),
+            "metrics": _clean(values),
+            "seconds": secs,
+            "release_seconds": t_release,
+            "output_dim": int(Y.shape[1]),
+        }
 
 
 # ---------------------------------------------------------------------------------------------
