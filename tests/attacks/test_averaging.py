@@ -99,3 +99,62 @@ def test_token_leakage_grows_with_fresh_noise_and_stays_put_with_keyed_noise(bow
     full = atk.score(tx, Xv).leakage
     assert fresh.leakage[1] > fresh.leakage[0] + 0.2 and fresh.leakage[1] <= full + 0.05
     assert keyed.leakage == [keyed.leakage[0]] * 3
+
+
+def test_result_is_the_largest_n_against_a_single_release_with_a_paired_t_interval():
+    from scipy.stats import ttest_rel
+
+    from privembed.attacks.base import ScoredReport
+    from privembed.geometry import unit_pairs
+
+    X = _originals()
+    R = release_stack(LaplaceMechanism(epsilon=10.0), X, 32, rng=1)
+    rep = averaging_attack(R, X)
+    assert isinstance(rep, ScoredReport)
+    r = rep.result()
+    assert (r.attack, r.statistic, r.value) == ("averaging", "cosine@32", rep.mean_cosine[-1])
+    assert r.blind == rep.single_cosine and rep.n_records == 60
+    assert (r.excess_low, r.excess_high) == rep.gain_interval
+
+    # independently: per-record cosines, the baseline the mean over the 32 single releases, and
+    # scipy's paired t interval of the difference
+    def cos(A):
+        U, V = unit_pairs(A, X)
+        return np.sum(U * V, axis=1)
+
+    single = np.mean([cos(Y) for Y in R], axis=0)
+    averaged = cos(R.mean(axis=0))
+    assert r.blind == pytest.approx(single.mean(), rel=1e-12)
+    ci = ttest_rel(averaged, single).confidence_interval(0.95)
+    assert (r.excess_low, r.excess_high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    # one release's cosine, whichever release: its N = 1 row is within 4.4 standard errors
+    # (per-record sd ~ 0.1 over 60 records)
+    assert r.blind == pytest.approx(rep.mean_cosine[0], abs=4.4 * 0.1 / np.sqrt(60))
+    assert r.beats_blind and r.excess_low > 0.4
+    assert rep.to_dict()["gain_interval"] == list(rep.gain_interval)
+
+
+def test_result_baseline_is_a_single_release_not_the_no_vector_attacker_nor_the_first_row():
+    """Fails if the score were measured against the wrong baseline: keyed releases give the
+    attacker a cosine well above 0 (a no-vector baseline would call that a gain), and with no
+    N = 1 row the baseline is still one release (not the smallest N's average)."""
+    X = _originals()
+    mech = LaplaceMechanism(epsilon=200.0)  # little noise: a single release is informative
+    ids = [f"r{i}" for i in range(len(X))]
+    keyed = averaging_attack(release_stack(mech, X, 16, key=KEY, ids=ids), X, keyed=True)
+    r = keyed.result()
+    assert r.value > 0.5 and r.blind > 0.5  # far above what an attacker without vectors gets
+    assert abs(r.value - r.blind) < 1e-12 and r.excess_high - r.excess_low < 1e-12
+    assert not r.beats_blind
+
+    fresh = averaging_attack(release_stack(mech, X, 16, rng=2), X, n_releases=[4, 16])
+    f = fresh.result()
+    assert f.statistic == "cosine@16" and f.blind < fresh.mean_cosine[0] < f.value
+    assert f.beats_blind
+
+
+def test_result_of_one_record_has_the_whole_range_as_its_interval():
+    X = _originals(1)
+    rep = averaging_attack(release_stack(LaplaceMechanism(epsilon=10.0), X, 4, rng=0), X)
+    r = rep.result()
+    assert (r.excess_low, r.excess_high) == (-2.0, 2.0) and not r.beats_blind

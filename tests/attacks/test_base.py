@@ -101,3 +101,37 @@ def test_fingerprint_result_is_accuracy_against_the_most_common_concept():
     assert r.excess_low < 0 < r.excess_high and not r.beats_blind
     good = _report(y, y, ["a", "b"]).result()  # names every concept
     assert good.value == 1.0 and good.beats_blind and good.excess_high == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize(
+    "report",
+    [
+        "AttributeReport",
+        "AveragingReport",
+        "FingerprintReport",
+        "LinkageReport",
+        "ReconstructionReport",
+        "TokenInferenceReport",
+    ],
+)
+def test_every_attack_report_states_its_result(report):
+    import privembed.attacks as attacks
+
+    assert callable(getattr(getattr(attacks, report), "result", None))
+
+
+def test_averaging_result_is_the_average_against_a_single_release():
+    from privembed.attacks import averaging_attack, release_stack
+    from privembed.mechanisms import LaplaceMechanism
+
+    X = np.random.default_rng(0).standard_normal((40, 32))
+    rep = averaging_attack(release_stack(LaplaceMechanism(epsilon=10.0), X, 8, rng=0), X)
+    assert isinstance(rep, ScoredReport)
+    r = rep.result()
+    assert (r.attack, r.statistic, r.value, r.blind) == (
+        "averaging",
+        "cosine@8",
+        rep.mean_cosine[-1],
+        rep.single_cosine,
+    )
+    assert r.beats_blind and r.to_dict()["beats_blind"] is True

@@ -15,6 +15,24 @@ single release and the attacker gains exactly nothing -- the reason keyed noise 
 
 Token leakage of the averaged vectors is measured with any fitted token attack (e.g.
 :class:`~privembed.attacks.MLCAttack`).
+
+**The common result** (:meth:`AveragingReport.result`). What this attack asks is whether
+*re-releases* leak more than one release, so its baseline is the same attacker holding the same
+releases but using one of them: for the largest :math:`N` tried and record :math:`i`,
+
+.. math::
+    g_i = \cos(\bar y_{N,i}, x_i) - \frac1N \sum_{r < N} \cos(y_{r,i}, x_i),
+
+the cosine of the average of the first :math:`N` releases minus the mean cosine of a single one
+of them (the mean over the :math:`N` releases is the lowest-variance estimate of what one
+release gives). The statistic ``cosine@N`` is the mean over records of the first term, the
+baseline the mean of the second, and the interval of the excess is the 95% paired Student-t
+interval :math:`\bar g \pm t_{0.975,\,n-1}\, s_g / \sqrt n` over the :math:`n` records (the
+records are independent; the releases of one record are not, hence the pairing per record).
+Keyed releases are identical, so :math:`g_i = 0` up to float rounding and the attack does not
+beat its baseline; fresh noise gives :math:`g_i > 0` for every record once :math:`N > 1`. (The
+attacker with no vector at all -- cosine about 0 -- is the baseline of the other attacks, not
+this one: against it a single noisy release would already count as a gain from averaging.)
 """
 
 from __future__ import annotations
@@ -27,8 +45,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .._validation import DataError, check_int, check_real
-from ..geometry import mean_cosine
+from ..geometry import mean_cosine, unit_pairs
 from ._common import embeddings_f64
+from .base import AttackResult
 
 __all__ = ["AveragingReport", "averaging_attack", "expected_average_cosine"]
 
@@ -54,18 +73,42 @@ def expected_average_cosine(parallel: float, orthogonal: float, n: int) -> float
 
 @dataclass(frozen=True)
 class AveragingReport:
-    """Cosine to the original (and optionally token leakage) of the average of N releases."""
+    """Cosine to the original (and optionally token leakage) of the average of N releases.
+
+    ``single_cosine`` is the mean cosine of one release to its original, over the records and
+    the releases averaged at the largest N; ``gain_interval`` the 95% paired t interval, over
+    the ``n_records`` records, of that N's mean cosine minus ``single_cosine`` (module notes).
+    """
 
     n_releases: list[int]
     mean_cosine: list[float]
     expected_cosine: list[float] = field(default_factory=list)
     leakage: list[float] = field(default_factory=list)
     keyed: bool = False
+    single_cosine: float = float("nan")
+    gain_interval: tuple[float, float] = (float("nan"), float("nan"))
+    n_records: int = 0
 
     @property
     def gain(self) -> float:
         """Mean-cosine gain of the largest N over a single release."""
         return self.mean_cosine[-1] - self.mean_cosine[0]
+
+    def result(self) -> AttackResult:
+        """The mean cosine of the average of the largest N releases (``cosine@N``) against that
+        of a single release -- no averaging -- with the paired t interval over the records."""
+        i = self.n_releases.index(max(self.n_releases))
+        lo, hi = self.gain_interval
+        return AttackResult(
+            attack="averaging",
+            statistic=f"cosine@{self.n_releases[i]}",
+            value=self.mean_cosine[i],
+            blind=self.single_cosine,
+            excess_low=lo,
+            excess_high=hi,
+            method=f"paired t interval over {self.n_records} records; "
+            "blind = a single release (no averaging)",
+        )
 
     def rows(self) -> list[dict[str, Any]]:
         out = []
@@ -79,7 +122,9 @@ class AveragingReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "gain": self.gain}
+        d = asdict(self)
+        d["gain_interval"] = list(self.gain_interval)
+        return {**d, "gain": self.gain}
 
 
 def averaging_attack(
@@ -144,9 +189,39 @@ def averaging_attack(
         if token_attack is not None:
             rep = token_attack.score(text_list, avg, sensitive=sens_list)
             leak.append(float(rep.leakage))
+    single, interval = _gain_over_single(R[: max(ns)], X)
     return AveragingReport(
-        n_releases=ns, mean_cosine=cosines, expected_cosine=expected, leakage=leak, keyed=keyed
+        n_releases=ns,
+        mean_cosine=cosines,
+        expected_cosine=expected,
+        leakage=leak,
+        keyed=keyed,
+        single_cosine=single,
+        gain_interval=interval,
+        n_records=int(X.shape[0]),
     )
+
+
+def _row_cosines(A: NDArray[np.float64], X: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Cosine of every row of ``A`` to the same row of ``X`` (as :func:`mean_cosine` takes it)."""
+    U, V = unit_pairs(A, X)
+    return np.einsum("ij,ij->i", U, V)
+
+
+def _gain_over_single(
+    R: NDArray[np.float64], X: NDArray[np.float64], level: float = 0.95
+) -> tuple[float, tuple[float, float]]:
+    """Mean single-release cosine of the releases ``R`` and the paired t interval, over records,
+    of the gain of their average over it (module notes); one record: the whole range [-2, 2]."""
+    from scipy.stats import t
+
+    single = np.mean([_row_cosines(Y, X) for Y in R], axis=0)
+    g = _row_cosines(R.mean(axis=0), X) - single
+    n = g.size
+    if n < 2:
+        return float(single.mean()), (-2.0, 2.0)
+    half = float(t.ppf((1 + level) / 2, n - 1) * g.std(ddof=1) / np.sqrt(n))
+    return float(single.mean()), (float(g.mean()) - half, float(g.mean()) + half)
 
 
 def _unit(A: NDArray[np.float64]) -> NDArray[np.float64]:

@@ -15,6 +15,8 @@ report                        statistic        blind baseline (interval of the e
 ``FingerprintReport``         ``accuracy``     the most common concept (Wilson interval)
 ``ReconstructionReport``      ``token_f1``     reconstructions paired with other texts
                                                (paired bootstrap): the inversion attacks
+``AveragingReport``           ``cosine@N``     a single release, no averaging: what N
+                                               re-releases add (paired t over records)
 ============================  ===============  =============================================
 
 The strength check of an attack is then one rule for all: run it on *unprotected* vectors; it
@@ -47,7 +49,8 @@ class AttackResult:
     statistic : str
     value : float
     blind : float
-        What an attacker without the vectors gets.
+        What an attacker without what the attack exploits gets: without the vectors (for the
+        averaging attack, which asks what re-releases add: with a single release).
     excess_low, excess_high : float
         95% interval of ``value - blind``.
     method : str
