@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import privembed.release as release_module
+import privembed.release.core as release_module
 from privembed.audit import audit, max_certifiable_epsilon, whitebox_check
 from privembed.mechanisms import (
     MECHANISMS,

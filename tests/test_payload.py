@@ -243,7 +243,7 @@ def test_a_payload_of_an_older_release_is_refused(codec, x):
     from privembed.payload import release_digest
 
     y1, y2 = x + 0.01, x - 0.01  # two releases of the record (before and after an edit)
-    from privembed.release import _row_digests
+    from privembed.release.core import _row_digests
 
     assert release_digest(y1).hex() == _row_digests(y1[None, :])[0]  # what the ledger records
     r1, r2 = release_digest(y1), release_digest(y2)

@@ -230,7 +230,7 @@ def test_concept_erasure_before_noise(tmp_path):
     with pytest.raises(ValueError, match="neither a concept eraser nor a profile"):
         load_eraser(src)
     assert load_eraser(eraser_path(prof)).dim == 16 and load_eraser(er) is er
-    # the release takes the step itself: it does not read concept files (release.py is below
+    # the release takes the step itself: it does not read concept files (release/ is below
     # concepts/ in docs/architecture.md)
     with pytest.raises(TypeError, match="eraser must be a pre-noise step"):
         protect_file(src, tmp_path / "q.npz", mech, key=key, eraser=prof)
@@ -276,7 +276,7 @@ def test_row_digests_and_commitments_equal_their_definitions():
     import hashlib
 
     from privembed.keyed import tag_commitment, tag_commitments
-    from privembed.release import _row_digests
+    from privembed.release.core import _row_digests
 
     Y = np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)[:, ::-1]  # a view
     assert _row_digests(Y) == [hashlib.sha256(r.tobytes()).hexdigest()[:32] for r in Y]

@@ -160,7 +160,7 @@ def test_duplicate_checks_across_batches_hold_bounded_memory(monkeypatch):
     a later batch. Past its spill threshold (lowered here from 10^6 to 2,000) the ids move to a
     temporary SQLite file: the Python heap (tracemalloc) then stays flat while 60,000 more ids
     go by, and a repeat of the first batch's id is still refused by name."""
-    import privembed.release as release_mod
+    import privembed.release.core as release_mod
 
     monkeypatch.setattr(
         release_mod, "ReleasedIds", functools.partial(release_mod.ReleasedIds, spill=2_000)
