@@ -24,6 +24,7 @@ released vectors unrecorded.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import math
@@ -1114,6 +1115,275 @@ def _profile_query_vectors(queries: Any, model: str | None) -> NDArray[np.float3
     return np.asarray(arr, dtype=np.float32)
 
 
+@dataclass
+class _IndexInput:
+    """A file opened for :func:`index_file`: its size, metadata and model, and its batches of
+    (ids, X, texts to store, other columns, first row)."""
+
+    path: Path
+    n: int
+    dim: int | None
+    meta: dict[str, Any]
+    model: str | None
+    needs_ids: bool
+    wanted: list[str]
+    batches: Iterator[tuple[Any, Any, Any, Any, int]]
+
+    @property
+    def protection(self) -> dict[str, Any]:
+        """The protection the file records (for vectors protected elsewhere)."""
+        from ..release import PROTECTION_KEYS
+
+        return {k: self.meta[k] for k in PROTECTION_KEYS if k in self.meta}
+
+    def ids(self, ids: Any, start: int, nb: int) -> list[Any]:
+        """A batch's record ids, or its row numbers where no ids are needed."""
+        if ids is not None:
+            return list(ids)
+        if self.needs_ids:
+            raise DataError(
+                f"{self.path} has no record ids; keyed noise, payloads and the ledger need "
+                "an id column (--id-field) in a Parquet, .npz or .jsonl file."
+            )
+        return list(range(start, start + nb))
+
+    def metadata(self, extra: Any, nb: int) -> list[dict[str, Any]] | None:
+        """The ``--metadata-field`` columns of a batch, one dict per row (None: none wanted)."""
+        if not self.wanted:
+            return None
+        have = [] if extra is None else list(extra.schema.names)
+        missing = [c for c in self.wanted if c not in have]
+        if missing:
+            raise ValueError(
+                f"{self.path} has no column(s) {missing} for --metadata-field "
+                f"(other columns: {have or 'none'})."
+            )
+        cols = {c: extra.column(c).to_pylist() for c in self.wanted}
+        return [{c: cols[c][i] for c in self.wanted} for i in range(nb)]
+
+
+def _index_input(
+    input: str | Path,
+    batch_rows: int,
+    *,
+    model: str | None,
+    column: str | None,
+    id_column: str | None,
+    metadata_columns: Sequence[str] | None,
+    store_text: bool,
+    text_field: str,
+    ids_from_content: bool,
+    needs_ids: bool,
+    key: Any,
+) -> _IndexInput:
+    """Open a file of texts (embedded here) or of embeddings for :func:`index_file`."""
+    from ..io import iter_batches
+    from ..release import is_text_file
+
+    input = Path(input)
+    if not input.exists():
+        raise FileNotFoundError(f"file not found: {input}")
+    wanted = list(metadata_columns or [])
+    if is_text_file(input):
+        if wanted:
+            raise ValueError(
+                "--metadata-field reads columns of an embeddings file; for texts, run "
+                "'privembed embed' first (it keeps every other field)."
+            )
+        n, text_model, text_gen = _text_batches(
+            input,
+            batch_rows,
+            model=model,
+            text_field=text_field,
+            id_field=id_column or "id",
+            ids_from_content=ids_from_content,
+            needs_ids=needs_ids,
+            key=key,
+        )
+        rows = ((ids, X, tx if store_text else None, None, s) for ids, X, tx, s in text_gen)
+        return _IndexInput(input, n, None, {}, text_model, needs_ids, wanted, rows)
+    if store_text:
+        raise ValueError("--store-text needs texts as input (this file holds embeddings).")
+    n, dim, meta, raw = iter_batches(
+        input, batch_rows=batch_rows, column=column, id_column=id_column
+    )
+    batches = ((b.ids, b.X, None, b.extra, b.start) for b in raw)
+    emb_model = meta.get("embedding_model") or model
+    return _IndexInput(
+        input, n, dim if dim > 0 else None, meta, emb_model, needs_ids, wanted, batches
+    )
+
+
+def _check_index_mode(
+    source: _IndexInput,
+    mechanism: Mechanism | str | None,
+    *,
+    key: Any,
+    rng: Any,
+    ledger: Any,
+    payloads: bool,
+    allow_reprotect: bool,
+) -> None:
+    """Refuse a mechanism that does not fit the input (already protected or not), a ledger
+    where nothing is released here, and payloads without the exact vectors."""
+    from ..release import refuse_protected
+
+    input = source.path
+    protected_in = bool(source.meta.get("protected"))
+    if mechanism is None:
+        if not protected_in:
+            raise ValueError(
+                f"{input} is not protected; pass --mechanism NAME to protect it on the way in "
+                "(or --mechanism none to index plain vectors)."
+            )
+        if key is not None or rng is not None:
+            raise ValueError(f"{input} is already protected; --key-file/--seed do not apply.")
+    elif mechanism == "none":
+        if protected_in:
+            raise ValueError(f"{input} is protected; omit --mechanism to index it as it is.")
+    else:
+        refuse_protected(
+            source.meta,
+            input,
+            allow=allow_reprotect,
+            hint="omit --mechanism to index it as it is, or pass --allow-reprotect",
+        )
+    protects = isinstance(mechanism, Mechanism)
+    if ledger is not None and not protects:
+        raise ValueError("--ledger records new releases; this input is not protected here.")
+    if payloads and mechanism is None:
+        raise ValueError(
+            "payloads hold the exact vectors, which a file of releases does not have: index "
+            "the clean embeddings with the mechanism instead."
+        )
+
+
+class _ProfileSample:
+    """What a collection's clean-score profile is made from (payloads only): real queries, or
+    ``count`` documents standing in for them, and a uniform sample of the documents."""
+
+    def __init__(self, payloads: bool, queries: Any, max_docs: int, model: str | None) -> None:
+        self.queries: NDArray[np.float32] | None = None
+        if payloads and not isinstance(queries, int):
+            self.queries = _profile_query_vectors(queries, model)
+        elif not isinstance(queries, int) or isinstance(queries, bool):
+            raise ValueError("profile queries apply to a collection with payloads (--payloads).")
+        self.count = queries
+        self.docs = _Reservoir(max_docs, rng=0) if payloads else None
+
+    @property
+    def source(self) -> str | None:
+        """What stands for the queries: "queries", "documents", or None (no profile)."""
+        if self.docs is None:
+            return None
+        return "queries" if self.queries is not None else "documents"
+
+    def check_dim(self, X: Any) -> None:
+        """Refuse documents whose dimension is not the real queries'."""
+        if self.queries is not None and self.queries.shape[1] != np.shape(X)[1]:
+            raise DataError(
+                f"profile queries have dimension {self.queries.shape[1]}, the "
+                f"documents {np.shape(X)[1]}."
+            )
+
+    def add(self, X: Any) -> None:
+        """Offer a batch of documents to the sample."""
+        if self.docs is not None:
+            self.docs.add(np.asarray(X, dtype=np.float32))
+
+    def save(self, col: ProtectedCollection, rows: int) -> None:
+        """Seal the profile beside the collection (once at least 3 documents are indexed)."""
+        if self.docs is None or rows < 3:
+            return
+        docs = self.docs.rows()
+        if self.queries is not None:
+            col.save_profile(self.queries, docs, rng=0, source="queries")
+        else:
+            pick = np.random.default_rng(1).choice(
+                len(docs), size=min(int(self.count), len(docs)), replace=False
+            )
+            col.save_profile(docs[pick], docs, rng=0, source="documents")
+
+
+@contextlib.contextmanager
+def _removed_on_failure(store_path: Path) -> Iterator[None]:
+    """Remove the store folder on failure if it did not exist before: a failed first index
+    leaves no store behind."""
+    created = not store_path.exists()
+    try:
+        yield
+    except BaseException:
+        if created and store_path.exists():
+            import shutil
+
+            shutil.rmtree(store_path, ignore_errors=True)
+        raise
+
+
+def _index_into(
+    source: _IndexInput,
+    store: str,
+    path: str | Path,
+    collection: str,
+    profile: _ProfileSample,
+    *,
+    mechanism: Mechanism | str | None,
+    ledger: Any,
+    on_batch: Any,
+    **options: Any,
+) -> dict[str, Any]:
+    """Open the collection and upsert every batch of ``source``, protected there (or as the
+    releases they are, without a mechanism); then seal the profile. Returns the summary."""
+    from ..release import ReleasedIds
+
+    seen = ReleasedIds() if source.needs_ids else None
+    rows, dim = 0, source.dim
+    try:
+        with (
+            _removed_on_failure(Path(path)),
+            ProtectedCollection.open(
+                store,
+                path,
+                collection,
+                mechanism=mechanism,
+                protection=source.protection if mechanism is None else None,
+                embedding_model=source.model,
+                **options,
+            ) as col,
+        ):
+            for b_ids, X, texts, extra, start in source.batches:
+                profile.check_dim(X)  # before the first upsert
+                nb = int(np.asarray(X).shape[0])
+                ids = source.ids(b_ids, start, nb)
+                if seen is not None:
+                    seen.add_ids(ids, where=str(source.path))
+                metas = source.metadata(extra, nb)
+                if mechanism is None:
+                    col.add_released(ids, X, metas, dim_in=source.meta.get("dim"))
+                else:
+                    col.add(ids, X, metas, texts=texts, ledger=ledger, row_offset=start)
+                profile.add(X)
+                rows += nb
+                dim = int(np.asarray(X).shape[1])
+                if on_batch is not None:
+                    on_batch(nb)
+                checkpoint("batch.written")
+            profile.save(col, rows)
+            return {
+                "rows": rows,
+                "n": source.n,
+                "dim": dim,
+                "total": col.store.count(),
+                "treatment": col.treatment.description,
+                "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
+                "payloads": col.has_payloads,
+                "profile": profile.source,
+            }
+    finally:
+        if seen is not None:
+            seen.close()
+
+
 @cooperative
 def index_file(
     input: str | Path,
@@ -1168,181 +1438,49 @@ def index_file(
     -------
     dict
         ``rows``, ``n``, ``dim``, ``total`` (vectors in the collection), ``treatment``,
-        ``guarantee``, ``payloads``.
+        ``guarantee``, ``payloads``, ``profile`` (what stood for the queries, or None).
     """
-    from ..io import iter_batches
-    from ..release import PROTECTION_KEYS, ReleasedIds, is_text_file, refuse_protected
-
-    input = Path(input)
-    if not input.exists():
-        raise FileNotFoundError(f"file not found: {input}")
-    needs_ids = key is not None or ledger is not None or payloads
-    texts_in = is_text_file(input)
-    wanted = list(metadata_columns or [])
-    emb_model: str | None
-    if texts_in:
-        if wanted:
-            raise ValueError(
-                "--metadata-field reads columns of an embeddings file; for texts, run "
-                "'privembed embed' first (it keeps every other field)."
-            )
-        n, emb_model, text_gen = _text_batches(
-            input,
-            batch_rows,
-            model=model,
-            text_field=text_field,
-            id_field=id_column or "id",
-            ids_from_content=ids_from_content,
-            needs_ids=needs_ids,
-            key=key,
-        )
-        meta_in: dict[str, Any] = {}
-        _dim = -1
-        batches: Any = ((ids, X, tx, None, s) for ids, X, tx, s in text_gen)
-    else:
-        if store_text:
-            raise ValueError("--store-text needs texts as input (this file holds embeddings).")
-        n, _dim, meta_in, raw = iter_batches(
-            input, batch_rows=batch_rows, column=column, id_column=id_column
-        )
-        emb_model = meta_in.get("embedding_model") or model
-        batches = ((b.ids, b.X, None, b.extra, b.start) for b in raw)
+    source = _index_input(
+        input,
+        batch_rows,
+        model=model,
+        column=column,
+        id_column=id_column,
+        metadata_columns=metadata_columns,
+        store_text=store_text,
+        text_field=text_field,
+        ids_from_content=ids_from_content,
+        needs_ids=key is not None or ledger is not None or payloads,
+        key=key,
+    )
     if on_start is not None:
-        on_start(n)
-    protected_in = bool(meta_in.get("protected"))
-    if mechanism is None:
-        if not protected_in:
-            raise ValueError(
-                f"{input} is not protected; pass --mechanism NAME to protect it on the way in "
-                "(or --mechanism none to index plain vectors)."
-            )
-        if key is not None or rng is not None:
-            raise ValueError(f"{input} is already protected; --key-file/--seed do not apply.")
-    elif mechanism == "none":
-        if protected_in:
-            raise ValueError(f"{input} is protected; omit --mechanism to index it as it is.")
-    else:
-        refuse_protected(
-            meta_in,
-            input,
-            allow=allow_reprotect,
-            hint="omit --mechanism to index it as it is, or pass --allow-reprotect",
-        )
-    protects = isinstance(mechanism, Mechanism)
-    if ledger is not None and not protects:
-        raise ValueError("--ledger records new releases; this input is not protected here.")
-    if payloads and mechanism is None:
-        raise ValueError(
-            "payloads hold the exact vectors, which a file of releases does not have: index "
-            "the clean embeddings with the mechanism instead."
-        )
-    real_queries = None
-    if payloads and not isinstance(profile_queries, int):
-        real_queries = _profile_query_vectors(profile_queries, emb_model)
-    elif not isinstance(profile_queries, int) or isinstance(profile_queries, bool):
-        raise ValueError("profile queries apply to a collection with payloads (--payloads).")
-    seen = ReleasedIds() if needs_ids else None
-    rows = 0
-    dim: int | None = _dim if _dim > 0 else None
-    store_path = Path(path)
-    created = not store_path.exists()
-    sample = _Reservoir(profile_max_docs, rng=0) if payloads else None
-    try:
-        with ProtectedCollection.open(
-            store,
-            path,
-            collection,
-            mechanism=mechanism,
-            protection=(
-                {k: meta_in[k] for k in PROTECTION_KEYS if k in meta_in}
-                if mechanism is None
-                else None
-            ),
-            store_options=store_options,
-            key=key,
-            rng=rng,
-            embedding_model=emb_model,
-            payloads=payloads or None,
-            payload_dtype=payload_dtype,
-            pad_to=pad_to,
-        ) as col:
-            for b_ids, X, texts, extra, start in batches:
-                if real_queries is not None and real_queries.shape[1] != np.shape(X)[1]:
-                    raise DataError(  # before the first upsert
-                        f"profile queries have dimension {real_queries.shape[1]}, the "
-                        f"documents {np.shape(X)[1]}."
-                    )
-                nb = int(np.asarray(X).shape[0])
-                if b_ids is not None:
-                    ids = list(b_ids)
-                elif needs_ids:
-                    raise DataError(
-                        f"{input} has no record ids; keyed noise, payloads and the ledger need "
-                        "an id column (--id-field) in a Parquet, .npz or .jsonl file."
-                    )
-                else:
-                    ids = list(range(start, start + nb))
-                if seen is not None:
-                    seen.add_ids(ids, where=str(input))
-                metas = None
-                if wanted:
-                    have = [] if extra is None else list(extra.schema.names)
-                    missing = [c for c in wanted if c not in have]
-                    if missing:
-                        raise ValueError(
-                            f"{input} has no column(s) {missing} for --metadata-field "
-                            f"(other columns: {have or 'none'})."
-                        )
-                    cols = {c: extra.column(c).to_pylist() for c in wanted}
-                    metas = [{c: cols[c][i] for c in wanted} for i in range(nb)]
-                if mechanism is None:
-                    col.add_released(ids, X, metas, dim_in=meta_in.get("dim"))
-                else:
-                    col.add(
-                        ids,
-                        X,
-                        metas,
-                        texts=texts if store_text else None,
-                        ledger=ledger,
-                        row_offset=start,
-                    )
-                if sample is not None:
-                    sample.add(np.asarray(X, dtype=np.float32))
-                rows += nb
-                dim = int(np.asarray(X).shape[1])
-                if on_batch is not None:
-                    on_batch(nb)
-                checkpoint("batch.written")
-            if sample is not None and rows >= 3:
-                docs = sample.rows()
-                if real_queries is not None:
-                    col.save_profile(real_queries, docs, rng=0, source="queries")
-                else:
-                    pick = np.random.default_rng(1).choice(
-                        len(docs), size=min(int(profile_queries), len(docs)), replace=False
-                    )
-                    col.save_profile(docs[pick], docs, rng=0, source="documents")
-            return {
-                "rows": rows,
-                "n": n,
-                "dim": dim,
-                "total": col.store.count(),
-                "treatment": col.treatment.description,
-                "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
-                "payloads": col.has_payloads,
-                "profile": None
-                if sample is None
-                else ("queries" if real_queries is not None else "documents"),
-            }
-    except BaseException:
-        if created and store_path.exists():  # a failed first index leaves no store behind
-            import shutil
-
-            shutil.rmtree(store_path, ignore_errors=True)
-        raise
-    finally:
-        if seen is not None:
-            seen.close()
+        on_start(source.n)
+    _check_index_mode(
+        source,
+        mechanism,
+        key=key,
+        rng=rng,
+        ledger=ledger,
+        payloads=payloads,
+        allow_reprotect=allow_reprotect,
+    )
+    profile = _ProfileSample(payloads, profile_queries, profile_max_docs, source.model)
+    return _index_into(
+        source,
+        store,
+        path,
+        collection,
+        profile,
+        mechanism=mechanism,
+        ledger=ledger,
+        on_batch=on_batch,
+        store_options=store_options,
+        key=key,
+        rng=rng,
+        payloads=payloads or None,
+        payload_dtype=payload_dtype,
+        pad_to=pad_to,
+    )
 
 
 class _Reservoir:
