@@ -88,6 +88,7 @@ __all__ = [
     "NotALedger",
     "Spent",
     "StagedRelease",
+    "administer_budget",
     "display_key",
     "is_postgres_url",
     "key_value",
@@ -287,6 +288,33 @@ def open_existing(path: str | Path) -> Ledger:
     if not is_postgres_url(path) and not Path(path).exists():
         raise FileNotFoundError(f"ledger not found: {path}")
     return Ledger(path, readonly=True)
+
+
+def administer_budget(
+    path: str | Path,
+    *,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    subject: bool = False,
+    allow_raise: bool = False,
+) -> tuple[Budget | None, str | None, str]:
+    """The ledger administrator's budget change (``privembed ledger budget``): with neither
+    ``epsilon`` nor ``delta``, read the stored per-record (or, ``subject``, per-subject) budget;
+    else set it, lower it, or -- only with ``allow_raise`` -- raise it (:meth:`Ledger.set_budget`;
+    a part not given keeps its stored value, or epsilon infinity and delta 1e-5 for a first
+    budget). The ledger is created if missing. Returns (the budget before, the change's message
+    or None when only read, the ledger's path). A release never raises a budget: it confirms or
+    lowers one (:func:`privembed.release.open_ledger`)."""
+    with Ledger(path) as led:
+        old = led.subject_budget if subject else led.budget
+        if epsilon is None and delta is None:
+            return old, None, str(led.path)
+        eps = epsilon if epsilon is not None else (old.epsilon if old else float("inf"))
+        dlt = delta if delta is not None else (old.delta if old else 1e-5)
+        msg = led.set_budget(
+            epsilon=float(eps), delta=float(dlt), subject=subject, allow_raise=allow_raise
+        )
+        return old, msg, str(led.path)
 
 
 @contextlib.contextmanager

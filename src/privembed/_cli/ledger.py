@@ -18,7 +18,7 @@ import typer
 from rich.padding import Padding
 from rich.table import Table
 
-from ..ledger import Ledger, display_key, key_value, open_existing
+from ..ledger import Ledger, administer_budget, display_key, key_value, open_existing
 from .common import console, err_console, mechanism_text, print_json, user_errors
 from .options import delta_flag, epsilon_flag, json_flag
 
@@ -211,21 +211,16 @@ def budget(
     ] = False,
 ) -> None:
     """Set, lower or (with --raise) raise a budget; every change is recorded with its time."""
-    with Ledger(ledger) as led:
-        old = led.subject_budget if subject else led.budget
-        if epsilon is None and delta is None:
-            console.print(
-                f"{'subject' if subject else 'record'} budget: "
-                f"{'none' if old is None else old.describe()}",
-                highlight=False,
-            )
-            return
-        eps = epsilon if epsilon is not None else (old.epsilon if old else float("inf"))
-        dlt = delta if delta is not None else (old.delta if old else 1e-5)
-        msg = led.set_budget(
-            epsilon=float(eps), delta=float(dlt), subject=subject, allow_raise=allow_raise
+    old, msg, where = administer_budget(
+        ledger, epsilon=epsilon, delta=delta, subject=subject, allow_raise=allow_raise
+    )
+    if msg is None:
+        console.print(
+            f"{'subject' if subject else 'record'} budget: "
+            f"{'none' if old is None else old.describe()}",
+            highlight=False,
         )
-        where = led.path
+        return
     err_console.print(f"ledger {where}: {msg}", highlight=False)
 
 
