@@ -570,16 +570,58 @@ def advise_modes(
         An unknown mode or a floor out of range.
     """
     say = on_step or (lambda _msg: None)
+    D = _documents(X)
+    seed, draws, max_depth, floor = _check_options(
+        D, seed, draws, max_depth, min_recall, modes, min_cosine, mechanisms
+    )
+    g_pq, g_basis = spawn(seed, 2)
+    qd = _query_data(queries, D, n_queries, g_pq)
+    search = _Search(
+        clean=_Clean(D, qd.Q),
+        qd=qd,
+        floor=floor,
+        min_cosine=min_cosine,
+        max_depth=max_depth,
+        seed=seed,
+        draws=draws,
+        grid=grid,
+        linkage_records=linkage_records,
+        params=_law_params(params, mechanisms),
+        basis=_subspace_basis(modes, basis, D, basis_epsilon, basis_delta, g_basis, say),
+    )
+    settings, releases = search.run(modes, mechanisms, say)
+    result = search.advice(settings, max_ldp_epsilon)
+    _attack_recommended(result, releases, attacks, D, seed, say)
+    return result
+
+
+def _documents(X: Any) -> NDArray[np.float64]:
+    """The documents as unit rows; at least 12 of them (a clean top 10 and a query)."""
     A, _ = check_embeddings(X, name="X")
     D = _unit(A)
-    n, d = D.shape
+    n = D.shape[0]
     if n < 12:
         raise DataError(f"advise needs at least 12 documents (a clean top 10), got {n}.")
+    return D
+
+
+def _check_options(
+    D: NDArray[np.float64],
+    seed: int,
+    draws: int,
+    max_depth: int,
+    min_recall: float,
+    modes: Sequence[str],
+    min_cosine: float | None,
+    mechanisms: Sequence[str],
+) -> tuple[int, int, int, float]:
+    """The checked seed, draws, largest depth (at most :data:`DEPTH_SHARE` of the corpus) and
+    recall floor; the modes, the cosine floor and the noise laws are checked too."""
     seed = check_int("seed", seed, ge=0)
     draws = check_int("draws", draws, ge=1)
+    n = D.shape[0]
     max_depth = min(check_int("max_depth", max_depth, ge=TOP_K), max(TOP_K, n // DEPTH_SHARE))
     floor = check_real("min_recall", min_recall, gt=0, le=1)
-    metric = "recall"
     for m in modes:
         if m not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got mode={m!r}.")
@@ -591,78 +633,151 @@ def advise_modes(
                 f"the mode advice tries the noise laws {', '.join(LAWS)} (also in a subspace), "
                 f"got mechanism {name!r}; use --plain-only for other mechanisms."
             )
-    g_pq, g_basis = spawn(seed, 2)
+    return seed, draws, max_depth, floor
+
+
+def _query_data(
+    queries: Any, D: NDArray[np.float64], n_queries: int, rng: np.random.Generator
+) -> QueryData:
+    """The real queries as unit rows, else up to ``n_queries`` pseudo-queries from ``D``."""
     if queries is None:
         from ..rerank import pseudo_queries
 
+        n = D.shape[0]
         nq = min(check_int("n_queries", n_queries, ge=2), n)
-        pick = np.sort(g_pq.choice(n, nq, replace=False))
-        qd = QueryData(_unit(pseudo_queries(D[pick], rng=g_pq)), "pseudo-queries")
-    else:
-        Qa, _ = check_embeddings(queries, name="queries", dim=d)
-        qd = QueryData(_unit(Qa), "queries")
-    clean = _Clean(D, qd.Q)
+        pick = np.sort(rng.choice(n, nq, replace=False))
+        return QueryData(_unit(pseudo_queries(D[pick], rng=rng)), "pseudo-queries")
+    Qa, _ = check_embeddings(queries, name="queries", dim=D.shape[1])
+    return QueryData(_unit(Qa), "queries")
+
+
+def _law_params(
+    params: Mapping[str, Mapping[str, Any]] | None, mechanisms: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Extra parameters per noise law (the Gaussian law's delta defaults to 1e-5)."""
     extra = {k: dict(v) for k, v in (params or {}).items()}
     if "gaussian" in mechanisms:
         extra.setdefault("gaussian", {}).setdefault("delta", 1e-5)
-    sub_basis = None
-    if "subspace+rerank" in modes:
-        from ..mechanisms.subspace import SubspaceBasis, dp_pca
+    return extra
 
-        if basis is None:
-            say(f"subspace: DP-PCA basis at epsilon_p = {basis_epsilon:g}")
-            sub_basis = dp_pca(D, epsilon=basis_epsilon, delta=basis_delta, rng=g_basis)
-        elif isinstance(basis, SubspaceBasis):
-            sub_basis = basis
+
+def _subspace_basis(
+    modes: Sequence[str],
+    basis: Any,
+    D: NDArray[np.float64],
+    basis_epsilon: float,
+    basis_delta: float,
+    rng: np.random.Generator,
+    say: Callable[[str], None],
+) -> Any:
+    """The subspace mode's basis: the one given, exact PCA of public embeddings, or DP-PCA of
+    ``D`` (None when the subspace mode is not tried)."""
+    if "subspace+rerank" not in modes:
+        return None
+    from ..mechanisms.subspace import SubspaceBasis, dp_pca
+
+    if basis is None:
+        say(f"subspace: DP-PCA basis at epsilon_p = {basis_epsilon:g}")
+        return dp_pca(D, epsilon=basis_epsilon, delta=basis_delta, rng=rng)
+    if isinstance(basis, SubspaceBasis):
+        return basis
+    Bp, _ = check_embeddings(basis, name="basis embeddings", dim=D.shape[1])
+    return SubspaceBasis.from_embeddings(Bp)
+
+
+@dataclass(frozen=True)
+class _Search:
+    """What the search of every (mode, noise law) shares: the data, the floor and the limits."""
+
+    clean: _Clean
+    qd: QueryData
+    floor: float
+    min_cosine: float | None
+    max_depth: int
+    seed: int
+    draws: int
+    grid: Sequence[float]
+    linkage_records: int
+    params: Mapping[str, Mapping[str, Any]]
+    basis: Any
+
+    def run(
+        self, modes: Sequence[str], mechanisms: Sequence[str], say: Callable[[str], None]
+    ) -> tuple[list[ModeSetting], dict[tuple[str, str], tuple[Mechanism, Any]]]:
+        """The setting of every (mode, law), and the release found for each that has one."""
+        out: list[ModeSetting] = []
+        releases: dict[tuple[str, str], tuple[Mechanism, Any]] = {}
+        for mode in modes:
+            for name in mechanisms:
+                say(f"{mode} / {name}: searching the smallest epsilon")
+                setting, p = self.setting(mode, name)
+                out.append(setting)
+                if p is not None:
+                    releases[(mode, name)] = (p.mech, p.Y)
+        return out, releases
+
+    def setting(self, mode: str, name: str) -> tuple[ModeSetting, _Probe | None]:
+        """The smallest epsilon of one (mode, law) meeting the floor, or the nearest point, and
+        its probe (None: the mechanism cannot be built at the top of the grid)."""
+        if mode == "plain" and self.min_cosine is not None:  # the floor is on the mean cosine
+            metric, floor = "mean_cosine", float(self.min_cosine)
         else:
-            Bp, _ = check_embeddings(basis, name="basis embeddings", dim=d)
-            sub_basis = SubspaceBasis.from_embeddings(Bp)
-    out: list[ModeSetting] = []
-    releases: dict[tuple[str, str], tuple[Mechanism, Any]] = {}
-    for mode in modes:
-        for name in mechanisms:
-            say(f"{mode} / {name}: searching the smallest epsilon")
-            use_metric = "mean_cosine" if (mode == "plain" and min_cosine is not None) else metric
-            runner = _ModeRunner(
-                mode,
-                name,
-                extra.get(name, {}),
-                clean,
-                floor=floor if min_cosine is None or use_metric == metric else float(min_cosine),
-                metric=use_metric,
-                max_depth=max_depth,
-                seed=seed,
-                basis=sub_basis,
-                draws=draws,
+            metric, floor = "recall", self.floor
+        runner = _ModeRunner(
+            mode,
+            name,
+            self.params.get(name, {}),
+            self.clean,
+            floor=floor,
+            metric=metric,
+            max_depth=self.max_depth,
+            seed=self.seed,
+            basis=self.basis,
+            draws=self.draws,
+        )
+        eps, p, probes = _search(runner, self.grid)
+        if p is None:
+            note = f"not available: {runner.error}"
+            unavailable = ModeSetting(
+                mode, name, None, False, math.nan, math.nan, metric, 0, probes, notes=[note]
             )
-            eps, p, probes = _search(runner, grid)
-            if p is None:
-                out.append(
-                    ModeSetting(mode, name, None, False, math.nan, math.nan, use_metric, 0,
-                                probes, notes=[f"not available: {runner.error}"])
-                )  # fmt: skip
-                continue
-            releases[(mode, name)] = (p.mech, p.Y)
-            out.append(_setting(mode, name, eps, p, probes, runner, qd, linkage_records))
-            out[-1].at_grid_bottom = p.ok and eps == grid[0]
-    result = ModesAdvice(
-        floor=floor,
-        min_cosine=None if min_cosine is None else float(min_cosine),
-        max_depth=max_depth,
-        queries=qd.source,
-        n=n,
-        d=d,
-        settings=out,
-        max_ldp_epsilon=max_ldp_epsilon,
-        seed=seed,
-    )
+            return unavailable, None
+        setting = _setting(mode, name, eps, p, probes, runner, self.qd, self.linkage_records)
+        setting.at_grid_bottom = p.ok and eps == self.grid[0]
+        return setting, p
+
+    def advice(self, settings: list[ModeSetting], max_ldp_epsilon: float | None) -> ModesAdvice:
+        """The advice made of the settings found."""
+        n, d = self.clean.D.shape
+        return ModesAdvice(
+            floor=self.floor,
+            min_cosine=None if self.min_cosine is None else float(self.min_cosine),
+            max_depth=self.max_depth,
+            queries=self.qd.source,
+            n=n,
+            d=d,
+            settings=settings,
+            max_ldp_epsilon=max_ldp_epsilon,
+            seed=self.seed,
+        )
+
+
+def _attack_recommended(
+    result: ModesAdvice,
+    releases: Mapping[tuple[str, str], tuple[Mechanism, Any]],
+    attacks: Sequence[Any],
+    D: NDArray[np.float64],
+    seed: int,
+    say: Callable[[str], None],
+) -> None:
+    """Run the extra ``attacks`` at the recommended setting only; their evidence joins its
+    threat verdicts."""
     r = result.recommended
     if attacks and r is not None:
         mech, Y = releases[(r.mode, r.mechanism)]
         say(f"{r.label}: running {len(attacks)} more attack(s) at the recommended setting")
         r.evidence.extend(_run_attacks(attacks, D, mech, Y, seed))
         r.verdicts = _verdicts(r.mode, r.evidence)
-    return result
 
 
 def _run_attacks(
