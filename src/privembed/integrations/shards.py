@@ -105,6 +105,113 @@ def _account_shards(rel: Release, plan: ShardPlan, batch_rows: int) -> None:
             rel.account(b.X, b.ids)
 
 
+def _check_engine_options(engine: str, rng: Any, address: str | None, num_cpus: int | None) -> None:
+    """Refuse a seed for the Ray engine, and Ray's options for the local one."""
+    if engine == "ray":
+        if rng is not None:
+            raise ValueError(
+                "the Ray engine cannot use a seed (tasks would repeat or reorder the noise); "
+                "use a key for reproducible, partition-independent output."
+            )
+    elif address is not None or num_cpus is not None:
+        raise ValueError("address and num_cpus apply to engine='ray' only.")
+
+
+def _shard_files(inputs: Any, out_dir: Path, engine: str) -> list[Path]:
+    """The input shards, outside the output folder and (local engine) of distinct names."""
+    files = resolve_shards(inputs)
+    for f in files:
+        if out_dir.resolve() == f.resolve().parent or out_dir.resolve() in f.resolve().parents:
+            raise ValueError(f"output folder {out_dir} must not contain the input shards.")
+    if engine == "local":
+        names = [f.stem for f in files]
+        if len(set(names)) != len(names):
+            raise ValueError(
+                "shards from different folders share file names; the local engine keeps "
+                "names, so rename them or use engine='ray'."
+            )
+    return files
+
+
+def _kept_columns(
+    plan: ShardPlan, keep_columns: Sequence[str]
+) -> tuple[tuple[str, ...], list[str]]:
+    """The other columns copied as they are and those dropped; every shard must have the kept
+    ones (checked before any work)."""
+    from ..io import other_columns
+
+    keep = tuple(dict.fromkeys(str(c) for c in keep_columns))
+    dropped: list[str] = []
+    for f in plan.files:
+        _kept, drop = other_columns(f, keep, column=plan.column, id_column=plan.id_column)
+        dropped += [c for c in drop if c not in dropped]
+    return keep, dropped
+
+
+def _protect_and_publish(
+    plan: ShardPlan,
+    out_dir: Path,
+    mechanism: Mechanism,
+    *,
+    engine: str,
+    key: Any,
+    rng: Any,
+    ledger: str | Path | None,
+    budget_epsilon: float | None,
+    budget_delta: float | None,
+    batch_rows: int,
+    overwrite: bool,
+    keep: tuple[str, ...],
+    on_shard: Callable[[Path, int], None] | None,
+    address: str | None,
+    num_cpus: int | None,
+) -> tuple[int, int, float]:
+    """Steps 2-5 of the module docstring: stage the release, run the engine into a staging
+    folder, commit, publish. Returns the files written, the ledger releases (0 or 1) and the
+    seconds taken."""
+    model = plan.metadata.get("embedding_model")
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        led = stack.enter_context(
+            open_ledger(ledger, budget_epsilon=budget_epsilon, budget_delta=budget_delta)
+        )
+        rel = stack.enter_context(
+            Release(
+                mechanism,
+                key=key,
+                rng=rng,
+                ledger=led,
+                model=model,
+                destination=str(out_dir.resolve()),
+            )
+        )
+        protection = rel.metadata(plan.dim if plan.dim > 0 else None)
+        worker = rel.worker_copy()
+        if led is not None:
+            _account_shards(rel, plan, batch_rows)
+        with _staging(out_dir, overwrite) as stage:
+            if engine == "local":
+                _run_local(plan, stage, worker, protection, batch_rows, on_shard, keep)
+            else:
+                from .ray_engine import run_ray
+
+                run_ray(
+                    plan,
+                    stage,
+                    worker,
+                    protection,
+                    batch_rows=batch_rows,
+                    address=address,
+                    num_cpus=num_cpus,
+                    keep_columns=keep,
+                )
+            out_files = sorted(q for q in stage.iterdir() if q.suffix == ".parquet")
+            rel.commit()  # before the staging folder becomes the output
+        rel.mark_published()
+        releases = 1 if led is not None else 0
+    return len(out_files), releases, time.perf_counter() - t0
+
+
 def protect_shards(
     inputs: str | Path | Sequence[str | Path],
     output_dir: str | Path,
@@ -159,27 +266,10 @@ def protect_shards(
     engine = check_choice("engine", engine, ENGINES)
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
     out_dir = Path(output_dir)
-    if engine == "ray":
-        if rng is not None:
-            raise ValueError(
-                "the Ray engine cannot use a seed (tasks would repeat or reorder the noise); "
-                "use a key for reproducible, partition-independent output."
-            )
-    elif address is not None or num_cpus is not None:
-        raise ValueError("address and num_cpus apply to engine='ray' only.")
+    _check_engine_options(engine, rng, address, num_cpus)
     if (budget_epsilon is not None or budget_delta is not None) and ledger is None:
         raise ValueError("budget_epsilon/budget_delta need a ledger.")
-    files = resolve_shards(inputs)
-    for f in files:
-        if out_dir.resolve() == f.resolve().parent or out_dir.resolve() in f.resolve().parents:
-            raise ValueError(f"output folder {out_dir} must not contain the input shards.")
-    if engine == "local":
-        names = [f.stem for f in files]
-        if len(set(names)) != len(names):
-            raise ValueError(
-                "shards from different folders share file names; the local engine keeps "
-                "names, so rename them or use engine='ray'."
-            )
+    files = _shard_files(inputs, out_dir, engine)
     plan = plan_shards(
         files,
         column=column,
@@ -189,61 +279,32 @@ def protect_shards(
     )
     if plan.dim > 0:
         mechanism.check_dim(plan.dim)
-    from ..io import other_columns
-
-    keep = tuple(dict.fromkeys(str(c) for c in keep_columns))
-    dropped: list[str] = []
-    for f in files:  # every shard has every kept column (checked before any work)
-        _kept, drop = other_columns(f, keep, column=plan.column, id_column=plan.id_column)
-        dropped += [c for c in drop if c not in dropped]
-    model = plan.metadata.get("embedding_model")
-    t0 = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        led = stack.enter_context(
-            open_ledger(ledger, budget_epsilon=budget_epsilon, budget_delta=budget_delta)
-        )
-        rel = stack.enter_context(
-            Release(
-                mechanism,
-                key=key,
-                rng=rng,
-                ledger=led,
-                model=model,
-                destination=str(out_dir.resolve()),
-            )
-        )
-        protection = rel.metadata(plan.dim if plan.dim > 0 else None)
-        worker = rel.worker_copy()
-        if led is not None:
-            _account_shards(rel, plan, batch_rows)
-        with _staging(out_dir, overwrite) as stage:
-            if engine == "local":
-                _run_local(plan, stage, worker, protection, batch_rows, on_shard, keep)
-            else:
-                from .ray_engine import run_ray
-
-                run_ray(
-                    plan,
-                    stage,
-                    worker,
-                    protection,
-                    batch_rows=batch_rows,
-                    address=address,
-                    num_cpus=num_cpus,
-                    keep_columns=keep,
-                )
-            out_files = sorted(q for q in stage.iterdir() if q.suffix == ".parquet")
-            rel.commit()  # before the staging folder becomes the output
-        rel.mark_published()
-        releases = 1 if led is not None else 0
+    keep, dropped = _kept_columns(plan, keep_columns)
+    files_out, releases, seconds = _protect_and_publish(
+        plan,
+        out_dir,
+        mechanism,
+        engine=engine,
+        key=key,
+        rng=rng,
+        ledger=ledger,
+        budget_epsilon=budget_epsilon,
+        budget_delta=budget_delta,
+        batch_rows=batch_rows,
+        overwrite=overwrite,
+        keep=keep,
+        on_shard=on_shard,
+        address=address,
+        num_cpus=num_cpus,
+    )
     return {
         "rows": plan.total_rows,
         "shards_in": len(files),
-        "files_out": len(out_files),
+        "files_out": files_out,
         "dim_in": plan.dim,
         "dim_out": mechanism.output_dim(plan.dim) if plan.dim > 0 else None,
         "engine": engine,
-        "seconds": time.perf_counter() - t0,
+        "seconds": seconds,
         "ledger_releases": releases,
         "output": str(out_dir),
         "guarantee": mechanism.guarantee.describe(),
