@@ -456,9 +456,45 @@ def write_report(
         else recommend(result, floors, ceilings=ceilings)
     )
     u_metric, p_metric = frontier_axes(result, rec, utility_metric, privacy_metric)
+    figures = _figures(result, rec, out, u_metric, p_metric)
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    page = env.from_string(TEMPLATE).render(
+        title=title,
+        css=CSS,
+        version=__version__,
+        now=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        n_configs=len(result.configs),
+        runs=result.settings.get("runs"),
+        notes=list(notes),
+        rec=rec,
+        sentence=rec.sentence(result),
+        recommended=_recommended_view(result, rec),
+        nearest=rec.nearest_lines(result),
+        checks=_checks_view(result),
+        weak_label=WEAK_ATTACK,
+        data=_data_view(result),
+        sweep=_sweep_view(result),
+        figures=figures,
+        baselines=_baselines_view(text_baselines),
+        column_rows=_columns_view(result),
+        **_table_view(result, rec),
+    )
+    with atomic_output(out / "index.html") as tmp:
+        tmp.write_text(page, encoding="utf-8")
+    return out / "index.html"
+
+
+def _figures(
+    result: SweepResult,
+    rec: Recommendation,
+    out: Path,
+    u_metric: str | None,
+    p_metric: str | None,
+) -> list[dict[str, Any]]:
+    """The plots, written into ``out``, with their captions: utility vs epsilon, the frontier,
+    one panel set per mechanism family."""
     weak_all = bool(result.checks) and not any(c.passed for c in result.checks.values())
     why = "every attack too weak to be evidence" if weak_all else "no attack was run"
-
     figures: list[dict[str, Any]] = []
     u = plot_utility_vs_epsilon(result, rec.floors, out)
     if u is not None:
@@ -490,13 +526,23 @@ def write_report(
             figures.append(
                 _figure_item(f, f"{fam} curves", f"{fam}: every metric vs its parameter, ± std.")
             )
+    return figures
 
+
+def _data_view(result: SweepResult) -> list[tuple[str, str]]:
+    """The "Data" table: the sweep's data description, its shape and fingerprint."""
     s = result.settings
     data = {
         **result.description,
         "rows × dimension": f"{s.get('n')} × {s.get('d')}",
         "data SHA-256": str(s.get("data_sha256", ""))[:16] + "…",
     }
+    return [(k, _fmt_val(v)) for k, v in data.items()]
+
+
+def _sweep_view(result: SweepResult) -> list[tuple[str, str]]:
+    """The "Sweep settings" table."""
+    s = result.settings
     sweep = {
         "runs per configuration": s.get("runs"),
         "seed": s.get("seed"),
@@ -506,20 +552,27 @@ def write_report(
         "privacy metrics": ", ".join(s.get("privacy") or []) or "none",
         "wall time (s)": round(float(s.get("wall_seconds", 0.0)), 1),
     }
-    recommended = [
+    return [(k, _fmt_val(v)) for k, v in sweep.items()]
+
+
+def _recommended_view(result: SweepResult, rec: Recommendation) -> list[dict[str, Any]]:
+    """One item per recommended configuration: its numbers on every axis and its guarantee."""
+    metrics = dict.fromkeys(
+        [*rec.utility_axes, *(f.metric for f in rec.ceilings), *rec.privacy_axes]
+    )
+    return [
         {
             "label": c.label,
-            "numbers": ", ".join(
-                f"{m} {_pm(*result.stats(c, m))}"
-                for m in dict.fromkeys(
-                    [*rec.utility_axes, *(f.metric for f in rec.ceilings), *rec.privacy_axes]
-                )
-            ),
+            "numbers": ", ".join(f"{m} {_pm(*result.stats(c, m))}" for m in metrics),
             "guarantee": result.guarantee(c).describe(),
         }
         for c in rec.pareto
     ]
-    checks = [
+
+
+def _checks_view(result: SweepResult) -> list[dict[str, Any]]:
+    """The attack checks: did each attack beat its blind baseline on the plain embeddings?"""
+    return [
         {
             "attack": c.attack,
             "statistic": c.statistic,
@@ -532,7 +585,11 @@ def write_report(
         }
         for c in result.checks.values()
     ]
-    column_rows = [
+
+
+def _columns_view(result: SweepResult) -> list[dict[str, Any]]:
+    """The "What the columns mean" table: kind, attack status and description of each column."""
+    return [
         {
             "name": m,
             "kind": result.column(m).kind,
@@ -542,28 +599,3 @@ def write_report(
         }
         for m in result.metric_names()
     ]
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
-    page = env.from_string(TEMPLATE).render(
-        title=title,
-        css=CSS,
-        version=__version__,
-        now=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        n_configs=len(result.configs),
-        runs=s.get("runs"),
-        notes=list(notes),
-        rec=rec,
-        sentence=rec.sentence(result),
-        recommended=recommended,
-        nearest=rec.nearest_lines(result),
-        checks=checks,
-        weak_label=WEAK_ATTACK,
-        data=[(k, _fmt_val(v)) for k, v in data.items()],
-        sweep=[(k, _fmt_val(v)) for k, v in sweep.items()],
-        figures=figures,
-        baselines=_baselines_view(text_baselines),
-        column_rows=column_rows,
-        **_table_view(result, rec),
-    )
-    with atomic_output(out / "index.html") as tmp:
-        tmp.write_text(page, encoding="utf-8")
-    return out / "index.html"
