@@ -161,6 +161,98 @@ def _jsonl_lines(recs: list[dict[str, Any]], Y: NDArray[Any]) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
+def _input_batches(
+    src: IO[bytes], in_format: str, batch_rows: int
+) -> tuple[int | None, Iterator[tuple[NDArray[Any], list[dict[str, Any]], int]]]:
+    """The input's row count (known for NPY only) and its batches."""
+    if in_format == "npy":
+        return _npy_batches(src, batch_rows)
+    return None, _jsonl_batches(src, batch_rows)
+
+
+def _record_ids(
+    recs: list[dict[str, Any]], first: int, seen: ReleasedIds | None
+) -> list[Any] | None:
+    """A batch's record ids, refused if missing or seen before (None: no ids are needed)."""
+    if seen is None:
+        return None
+    missing = [i for i, r in enumerate(recs) if "id" not in r]
+    if missing:
+        raise DataError(
+            f"stdin:{first + missing[0]}: missing 'id' (keyed noise and the ledger "
+            "need record ids)."
+        )
+    ids = [r["id"] for r in recs]
+    seen.add_ids(ids, where=f"stdin:{first}")
+    return ids
+
+
+class _StreamWriter:
+    """Writes protected batches to ``dst``: JSONL lines with the kept fields, or NPY rows (after
+    a header on the first batch when the row count is known, else buffered to the end)."""
+
+    def __init__(
+        self, dst: IO[bytes], out_format: str, n_known: int | None, keep_fields: Sequence[str]
+    ) -> None:
+        self.dst, self.out_format, self.n_known = dst, out_format, n_known
+        drop = ("id", "embedding")
+        self.keep = ["id", *dict.fromkeys(str(f) for f in keep_fields if f not in drop)]
+        self.buffered: list[NDArray[Any]] = []
+        self.started = False
+
+    def write(self, recs: list[dict[str, Any]], Y: NDArray[Any]) -> None:
+        """Write (or buffer) one batch and flush."""
+        if not self.started:
+            self.started = True
+            if self.out_format == "npy" and self.n_known is not None:
+                _write_npy_header(self.dst, self.n_known, Y.shape[1], Y.dtype)
+        if self.out_format == "jsonl":
+            kept = [{f: r[f] for f in self.keep if f in r} for r in recs]
+            self.dst.write(_jsonl_lines(kept, Y))
+        elif self.n_known is not None:
+            self.dst.write(np.ascontiguousarray(Y).tobytes())
+        else:
+            self.buffered.append(Y)
+        self.dst.flush()
+
+    def finish(self) -> None:
+        """Write the buffered NPY output, header first (JSONL input, NPY output)."""
+        if self.buffered:
+            Yall = np.concatenate(self.buffered)
+            _write_npy_header(self.dst, Yall.shape[0], Yall.shape[1], Yall.dtype)
+            self.dst.write(np.ascontiguousarray(Yall).tobytes())
+            self.dst.flush()
+
+
+class _StreamTotals:
+    """What :func:`protect_stream` reports: rows, dimensions, batches, fresh and free records."""
+
+    def __init__(self) -> None:
+        self.rows = self.count = self.fresh = self.free = 0
+        self.dim_in: int | None = None
+        self.dim_out: int | None = None
+
+    def add(self, X: NDArray[Any], Y: NDArray[Any], summary: Any) -> None:
+        """Count one protected batch (``summary``: its release's)."""
+        self.fresh += summary.fresh or 0
+        self.free += summary.free or 0
+        if self.dim_in is None:
+            self.dim_in, self.dim_out = X.shape[1], Y.shape[1]
+        self.rows += X.shape[0]
+        self.count += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary :func:`protect_stream` returns."""
+        return {
+            "rows": self.rows,
+            "dim_in": self.dim_in,
+            "dim_out": self.dim_out,
+            "batches": self.count,
+            "fresh": self.fresh,
+            "free": self.free,
+        }
+
+
 @cooperative
 def protect_stream(
     src: IO[bytes],
@@ -212,37 +304,20 @@ def protect_stream(
     out_format = check_choice("out_format", out_format or in_format, FORMATS)
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
     needs_ids = key is not None or ledger is not None
-    keep = ["id", *dict.fromkeys(str(f) for f in keep_fields if f not in ("id", "embedding"))]
     if in_format == "npy" and needs_ids:
         raise DataError(
             "NPY input carries no record ids; keyed noise and the ledger need them -- use "
             "JSONL lines with an 'id' field."
         )
     check_randomness(key, rng, key_name="a key", rng_name="a seed")
-    n_known: int | None = None
-    if in_format == "npy":
-        n_known, batches = _npy_batches(src, batch_rows)
-    else:
-        batches = _jsonl_batches(src, batch_rows)
-    rows = 0
-    dim_in = dim_out = None
-    count = fresh = free = 0
-    buffered: list[NDArray[Any]] = []
+    n_known, batches = _input_batches(src, in_format, batch_rows)
+    out = _StreamWriter(dst, out_format, n_known, keep_fields)
+    totals = _StreamTotals()
     seen = ReleasedIds() if needs_ids else None
     try:
         for X, recs, first in batches:
             checkpoint("batch.read")
-            ids = None
-            if needs_ids:
-                missing = [i for i, r in enumerate(recs) if "id" not in r]
-                if missing:
-                    raise DataError(
-                        f"stdin:{first + missing[0]}: missing 'id' (keyed noise and the ledger "
-                        "need record ids)."
-                    )
-                ids = [r["id"] for r in recs]
-                assert seen is not None
-                seen.add_ids(ids, where=f"stdin:{first}")
+            ids = _record_ids(recs, first, seen)
             with Release(
                 mechanism,
                 key=key,
@@ -253,39 +328,15 @@ def protect_stream(
                 destination="stdout",
                 name=f"stdin (lines from {first})",
             ) as rel:
-                Y = rel.protect(X, ids, row_offset=rows)
+                Y = rel.protect(X, ids, row_offset=totals.rows)
                 rel.commit()  # recorded before the batch is written
-                fresh += rel.summary.fresh or 0
-                free += rel.summary.free or 0
-                if dim_in is None:
-                    dim_in, dim_out = X.shape[1], Y.shape[1]
-                    if out_format == "npy" and n_known is not None:
-                        _write_npy_header(dst, n_known, Y.shape[1], Y.dtype)
-                if out_format == "jsonl":
-                    dst.write(_jsonl_lines([{f: r[f] for f in keep if f in r} for r in recs], Y))
-                elif n_known is not None:
-                    dst.write(np.ascontiguousarray(Y).tobytes())
-                else:
-                    buffered.append(Y)
-                dst.flush()
-            rows += X.shape[0]
-            count += 1
+                totals.add(X, Y, rel.summary)
+                out.write(recs, Y)
             checkpoint("batch.written")
     finally:
         if seen is not None:
             seen.close()
-    if rows == 0:
+    if totals.rows == 0:
         raise DataError("stdin contains no embeddings.")
-    if buffered:
-        Yall = np.concatenate(buffered)
-        _write_npy_header(dst, Yall.shape[0], Yall.shape[1], Yall.dtype)
-        dst.write(np.ascontiguousarray(Yall).tobytes())
-        dst.flush()
-    return {
-        "rows": rows,
-        "dim_in": dim_in,
-        "dim_out": dim_out,
-        "batches": count,
-        "fresh": fresh,
-        "free": free,
-    }
+    out.finish()
+    return totals.as_dict()
