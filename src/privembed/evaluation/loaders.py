@@ -32,8 +32,8 @@ import io
 import json
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -975,6 +975,104 @@ def _gcide_articles(index: Path, data: Path) -> Iterator[tuple[str, str]]:
             yield head, raw[where[0] : where[0] + where[1]].decode("utf-8", errors="replace")
 
 
+def _unit_mask_forms(unit: _Unit, head: str, header: str) -> tuple[set[str], set[str]]:
+    """The word forms to mask in a unit: its own headword's, and the article's if different."""
+    exact, stems = _mask_forms(unit.headword, header)
+    if unit.headword != head:
+        more = _mask_forms(head, header)
+        exact, stems = exact | more[0], stems | more[1]
+    return exact, stems
+
+
+@dataclass
+class _GcideCorpus:
+    """The documents and queries of :func:`gcide_retrieval`, gathered article by article."""
+
+    index: Path
+    split: str
+    mask: str
+    min_words: int
+    max_words: int
+    doc_ids: list[str] = field(default_factory=list)
+    doc_texts: list[str] = field(default_factory=list)
+    #: document text -> its id (documents with identical text are one)
+    by_text: dict[str, str] = field(default_factory=dict)
+    #: query text -> (query id, relevant doc ids)
+    queries: dict[str, tuple[str, set[str]]] = field(default_factory=dict)
+    #: articles seen so far per headword (lower case)
+    article_count: dict[str, int] = field(default_factory=dict)
+
+    def read(self, articles: Iterable[tuple[str, str]]) -> None:
+        """Add every (index headword, article text) pair."""
+        for index_head, article in articles:
+            self.add_article(index_head, article)
+
+    def add_article(self, index_head: str, article: str) -> None:
+        """Add an article's units as documents and, in the split, their quotes as queries."""
+        # the article's own headword ("Say \\Say\\, v. t."): the index also lists phrases
+        # and inflections ("It is said") that point into the same article
+        first = article.lstrip("\n").split("\n", 1)[0]
+        head = first.split(" \\", 1)[0] if " \\" in first else index_head
+        head = " ".join(_gcide_clean(head).split()) or index_head
+        a = self.article_count[head.lower()] = self.article_count.get(head.lower(), 0) + 1
+        _, header = _header_end(article.split("\n"))
+        in_split = self.split == "all" or gcide_split(head) == self.split
+        for u, unit in enumerate(_gcide_units(article, head)):
+            definition = _gcide_clean(" ".join(ln.strip() for ln in unit.lines))
+            if not definition:
+                continue
+            exact, stems = _unit_mask_forms(unit, head, header)
+            if self.mask == "document":
+                text = _mask(definition, exact, stems)[0]
+            else:
+                text = f"{unit.headword}: {definition}"
+            doc_id = self.document(text, f"{head}#{a}.{u}")
+            if in_split:
+                self.add_queries(unit.quotes, doc_id, exact, stems)
+
+    def document(self, text: str, new_id: str) -> str:
+        """The id of the document with this text; a new text is added as ``new_id``."""
+        doc_id = self.by_text.get(text)
+        if doc_id is None:
+            doc_id = new_id
+            self.by_text[text] = doc_id
+            self.doc_ids.append(doc_id)
+            self.doc_texts.append(text)
+        return doc_id
+
+    def add_queries(
+        self, quotes: Sequence[str], doc_id: str, exact: set[str], stems: set[str]
+    ) -> None:
+        """Add a unit's quotes of allowed length as queries to which ``doc_id`` is relevant."""
+        for k, quote in enumerate(quotes):
+            query = _mask(quote, exact, stems)[0] if self.mask == "query" else quote
+            words = len(_WORD.findall(query.replace(_GCIDE_MASK, "")))
+            if not self.min_words <= words <= self.max_words:
+                continue
+            entry = self.queries.setdefault(query, (f"q:{doc_id}:{k}", set()))
+            entry[1].add(doc_id)
+
+    def task(self, max_queries: int | None) -> MTEBRetrieval:
+        """The task: every document and the split's queries, at most ``max_queries``."""
+        if not self.queries:
+            raise DataError(
+                f"{self.index}: the {self.split!r} split has no quote of {self.min_words} to "
+                f"{self.max_words} words."
+            )
+        items = sorted(self.queries.items(), key=lambda kv: kv[1][0])
+        if max_queries is not None and max_queries < len(items):
+            items = sorted(items, key=lambda kv: hashlib.sha256(kv[1][0].encode()).digest())
+            items = sorted(items[:max_queries], key=lambda kv: kv[1][0])
+        return MTEBRetrieval(
+            name=f"gcide-{self.split}",
+            doc_ids=self.doc_ids,
+            doc_texts=self.doc_texts,
+            query_ids=[qid for _, (qid, _) in items],
+            query_texts=[text for text, _ in items],
+            qrels={qid: dict.fromkeys(sorted(rel), 1.0) for _, (qid, rel) in items},
+        )
+
+
 def gcide_retrieval(
     path: str | Path | None = None,
     *,
@@ -1071,60 +1169,6 @@ def gcide_retrieval(
     if max_queries is not None:
         max_queries = check_int("max_queries", max_queries, ge=1)
     index, data = _gcide_files(path)
-    doc_ids: list[str] = []
-    doc_texts: list[str] = []
-    by_text: dict[str, str] = {}
-    queries: dict[str, tuple[str, set[str]]] = {}  # query text -> (query id, relevant doc ids)
-    article_count: dict[str, int] = {}
-    for index_head, article in _gcide_articles(index, data):
-        # the article's own headword ("Say \\Say\\, v. t."): the index also lists phrases
-        # and inflections ("It is said") that point into the same article
-        first = article.lstrip("\n").split("\n", 1)[0]
-        head = first.split(" \\", 1)[0] if " \\" in first else index_head
-        head = " ".join(_gcide_clean(head).split()) or index_head
-        a = article_count[head.lower()] = article_count.get(head.lower(), 0) + 1
-        _, header = _header_end(article.split("\n"))
-        in_split = split == "all" or gcide_split(head) == split
-        for u, unit in enumerate(_gcide_units(article, head)):
-            definition = _gcide_clean(" ".join(ln.strip() for ln in unit.lines))
-            if not definition:
-                continue
-            exact, stems = _mask_forms(unit.headword, header)
-            if unit.headword != head:
-                more = _mask_forms(head, header)
-                exact, stems = exact | more[0], stems | more[1]
-            if mask == "document":
-                text = _mask(definition, exact, stems)[0]
-            else:
-                text = f"{unit.headword}: {definition}"
-            doc_id = by_text.get(text)
-            if doc_id is None:
-                doc_id = f"{head}#{a}.{u}"
-                by_text[text] = doc_id
-                doc_ids.append(doc_id)
-                doc_texts.append(text)
-            if not in_split:
-                continue
-            for k, quote in enumerate(unit.quotes):
-                query = _mask(quote, exact, stems)[0] if mask == "query" else quote
-                words = len(_WORD.findall(query.replace(_GCIDE_MASK, "")))
-                if not min_words <= words <= max_words:
-                    continue
-                entry = queries.setdefault(query, (f"q:{doc_id}:{k}", set()))
-                entry[1].add(doc_id)
-    if not queries:
-        raise DataError(
-            f"{index}: the {split!r} split has no quote of {min_words} to {max_words} words."
-        )
-    items = sorted(queries.items(), key=lambda kv: kv[1][0])
-    if max_queries is not None and max_queries < len(items):
-        items = sorted(items, key=lambda kv: hashlib.sha256(kv[1][0].encode()).digest())
-        items = sorted(items[:max_queries], key=lambda kv: kv[1][0])
-    return MTEBRetrieval(
-        name=f"gcide-{split}",
-        doc_ids=doc_ids,
-        doc_texts=doc_texts,
-        query_ids=[qid for _, (qid, _) in items],
-        query_texts=[text for text, _ in items],
-        qrels={qid: dict.fromkeys(sorted(rel), 1.0) for _, (qid, rel) in items},
-    )
+    corpus = _GcideCorpus(index, split, mask, min_words, max_words)
+    corpus.read(_gcide_articles(index, data))
+    return corpus.task(max_queries)
