@@ -1036,68 +1036,14 @@ def transform_file(
         checkpoint("batch.written")
 
     out_fmt = detect_format(dst)
-    rows = 0
-    dim_out: int | None = None
     side = (lambda _tmp: meta_out) if out_fmt == "npy" and meta_out else None
     with atomic_output(dst, src=src, commit=commit, sidecar=side, overwrite=overwrite) as tmp:
         if out_fmt == "parquet":
-            pa = _pa()
-            pq = require("pyarrow.parquet", "io")
-            writer = None
-            try:
-                for b in batches:
-                    Y = fn(b)
-                    dim_out = Y.shape[1]
-                    cols: dict[str, Any] = {}
-                    if b.ids is not None:
-                        cols["id"] = _id_column(pa, _plain_ids(b.ids))
-                    if b.extra is not None:
-                        for name in kept:
-                            cols[name] = b.extra.column(name)
-                    cols["embedding"] = _numpy_to_list(Y)
-                    tbl = pa.table(cols)
-                    if writer is None:
-                        schema = tbl.schema.with_metadata({META_KEY: json.dumps(meta_out).encode()})
-                        writer = pq.ParquetWriter(tmp, schema)
-                    writer.write_table(
-                        tbl.replace_schema_metadata(writer.schema.metadata),
-                        row_group_size=ROW_GROUP_ROWS,
-                    )
-                    rows += Y.shape[0]
-                    written(Y.shape[0])
-            finally:
-                if writer is not None:
-                    writer.close()
+            rows, dim_out = _write_parquet(tmp, batches, fn, kept, meta_out, written)
         elif out_fmt == "npy":
-            out = None
-            for b in batches:
-                Y = fn(b)
-                if out is None:
-                    dim_out = Y.shape[1]
-                    out = np.lib.format.open_memmap(
-                        tmp, mode="w+", dtype=Y.dtype, shape=(n, Y.shape[1])
-                    )
-                out[b.start : b.start + Y.shape[0]] = Y
-                rows += Y.shape[0]
-                written(Y.shape[0])
-            if out is not None:
-                out.flush()
-                del out
+            rows, dim_out = _write_npy(tmp, batches, fn, n, written)
         else:
-            parts: list[NDArray[Any]] = []
-            id_parts: list[Any] = []
-            for b in batches:
-                Y = fn(b)
-                parts.append(Y)
-                if b.ids is not None:
-                    id_parts.extend(_plain_ids(b.ids))
-                rows += Y.shape[0]
-                written(Y.shape[0])
-            if not parts:
-                raise DataError(f"{src} contains no rows.")
-            Yall = np.concatenate(parts)
-            dim_out = Yall.shape[1]
-            _write_plain(tmp, out_fmt, Yall, id_parts or None, meta_out)
+            rows, dim_out = _write_whole(tmp, out_fmt, batches, fn, meta_out, written)
         if rows == 0:
             raise DataError(f"{src} contains no rows.")
     return {
@@ -1107,6 +1053,101 @@ def transform_file(
         "metadata": meta_out,
         "dropped_columns": dropped,
     }
+
+
+def _write_parquet(
+    tmp: Path,
+    batches: Iterator[Batch],
+    fn: Callable[[Batch], NDArray[Any]],
+    kept: list[str],
+    meta: dict[str, Any],
+    written: Callable[[int], None],
+) -> tuple[int, int | None]:
+    """Stream the protected batches into a Parquet file (ids and kept columns beside them);
+    returns (rows, output dimension)."""
+    pa = _pa()
+    pq = require("pyarrow.parquet", "io")
+    writer = None
+    rows = 0
+    dim_out: int | None = None
+    try:
+        for b in batches:
+            Y = fn(b)
+            dim_out = Y.shape[1]
+            cols: dict[str, Any] = {}
+            if b.ids is not None:
+                cols["id"] = _id_column(pa, _plain_ids(b.ids))
+            if b.extra is not None:
+                for name in kept:
+                    cols[name] = b.extra.column(name)
+            cols["embedding"] = _numpy_to_list(Y)
+            tbl = pa.table(cols)
+            if writer is None:
+                schema = tbl.schema.with_metadata({META_KEY: json.dumps(meta).encode()})
+                writer = pq.ParquetWriter(tmp, schema)
+            writer.write_table(
+                tbl.replace_schema_metadata(writer.schema.metadata),
+                row_group_size=ROW_GROUP_ROWS,
+            )
+            rows += Y.shape[0]
+            written(Y.shape[0])
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows, dim_out
+
+
+def _write_npy(
+    tmp: Path,
+    batches: Iterator[Batch],
+    fn: Callable[[Batch], NDArray[Any]],
+    n: int,
+    written: Callable[[int], None],
+) -> tuple[int, int | None]:
+    """Write the protected batches into a memory-mapped ``.npy`` of ``n`` rows; returns (rows,
+    output dimension)."""
+    out = None
+    rows = 0
+    dim_out: int | None = None
+    for b in batches:
+        Y = fn(b)
+        if out is None:
+            dim_out = Y.shape[1]
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=Y.dtype, shape=(n, Y.shape[1]))
+        out[b.start : b.start + Y.shape[0]] = Y
+        rows += Y.shape[0]
+        written(Y.shape[0])
+    if out is not None:
+        out.flush()
+        del out
+    return rows, dim_out
+
+
+def _write_whole(
+    tmp: Path,
+    fmt: str,
+    batches: Iterator[Batch],
+    fn: Callable[[Batch], NDArray[Any]],
+    meta: dict[str, Any],
+    written: Callable[[int], None],
+) -> tuple[int, int | None]:
+    """Collect the protected batches and write them at once (``.npz`` or JSONL); returns (rows,
+    output dimension), and writes nothing when there are no rows."""
+    parts: list[NDArray[Any]] = []
+    id_parts: list[Any] = []
+    rows = 0
+    for b in batches:
+        Y = fn(b)
+        parts.append(Y)
+        if b.ids is not None:
+            id_parts.extend(_plain_ids(b.ids))
+        rows += Y.shape[0]
+        written(Y.shape[0])
+    if not parts:
+        return 0, None
+    Yall = np.concatenate(parts)
+    _write_plain(tmp, fmt, Yall, id_parts or None, meta)
+    return rows, Yall.shape[1]
 
 
 def other_columns(
