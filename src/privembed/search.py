@@ -37,6 +37,110 @@ def _known_dim(mechanism: PrivateProjection, d: int | None) -> int:
     return mechanism.input_dim
 
 
+def _projected_queries(
+    m: PrivateProjection, queries: Any, released: bool, d: int | None
+) -> tuple[NDArray[np.float64], int, float]:
+    """The queries in the projected space, the input dimension and the queries' noise variance
+    per coordinate (0 for plain queries, projected here without noise)."""
+    if released:
+        dd = _known_dim(m, d)
+        Q, _ = check_embeddings(queries, name="queries", dim=m.k, allow_zero=True)
+        return np.asarray(Q, dtype=np.float64), dd, m.sigma_for(dd) ** 2
+    Q, _ = check_embeddings(queries, name="queries", allow_zero=m.input_norm == "none")
+    dd = Q.shape[1] if d is None else check_int("d", d, ge=1)
+    if Q.shape[1] != dd:
+        raise DataError(f"queries have dimension {Q.shape[1]} but d={dd} was given.")
+    return np.asarray(m.project(Q)), dd, 0.0
+
+
+def _database_variances(
+    m: PrivateProjection, database_sigma: Any, n: int, d: int
+) -> NDArray[np.float64]:
+    """The noise variance per coordinate of each of the ``n`` database rows."""
+    if database_sigma is None:
+        return np.full(n, m.sigma_for(d) ** 2)
+    s = np.asarray(database_sigma, dtype=np.float64)
+    if s.ndim > 1 or (s.ndim == 1 and s.shape[0] != n) or not np.all(s >= 0):
+        raise ValueError(
+            "database_sigma must be a non-negative scalar or one value per database "
+            f"row ({n}), got shape {s.shape}."
+        )
+    return np.broadcast_to(s**2, (n,)).astype(np.float64)
+
+
+def _scores(
+    metric: str,
+    k: int,
+    q: NDArray[np.float64],
+    Y: NDArray[Any],
+    y_sq: NDArray[np.float64],
+    y_norm: NDArray[np.float64] | None,
+    q_var: float,
+    y_var: NDArray[np.float64],
+) -> NDArray[np.float64]:
+    """The ``metric`` scores of a block of queries ``q`` against every row of ``Y`` (``k``:
+    the projected dimension)."""
+    S = q @ Y.T
+    if metric == "l2":
+        q_sq = np.sum(q**2, axis=1)
+        S = q_sq[:, None] + y_sq[None, :] - 2.0 * S - k * (q_var + y_var[None, :])
+    elif metric == "cosine":
+        assert y_norm is not None
+        den = np.sqrt(np.sum(q**2, axis=1))[:, None] * y_norm[None, :]
+        S = np.divide(S, den, out=np.zeros_like(S), where=den > 0)
+    elif metric == "cosine_corrected":
+        assert y_norm is not None
+        q_norm = np.sqrt(np.maximum(np.sum(q**2, axis=1) - k * q_var, 1e-12))
+        S = np.clip(S / (q_norm[:, None] * y_norm[None, :]), -1.0, 1.0)
+    return S
+
+
+def _smallest(key: NDArray[np.float64], take: int) -> NDArray[np.intp]:
+    """The column indices of each row's ``take`` smallest ``key`` values, in ascending order
+    (ties in index order)."""
+    n = key.shape[1]
+    if take < n:
+        part = np.argpartition(key, take - 1, axis=1)[:, :take]
+    else:
+        part = np.broadcast_to(np.arange(n), key.shape).copy()
+    order = np.argsort(np.take_along_axis(key, part, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(part, order, axis=1)
+
+
+def _search(
+    m: PrivateProjection,
+    Q: NDArray[np.float64],
+    Y: NDArray[Any],
+    k: int,
+    *,
+    metric: str,
+    q_var: float,
+    y_var: NDArray[np.float64],
+    batch_size: int,
+) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
+    """Score the queries against the database block by block and keep each query's ``k``
+    best, padded like FAISS."""
+    n = Y.shape[0]
+    ascending = metric == "l2"
+    y_sq = np.sum(Y**2, axis=1)
+    y_norm = None
+    if metric == "cosine":
+        y_norm = np.sqrt(y_sq)
+    elif metric == "cosine_corrected":
+        y_norm = np.sqrt(np.maximum(y_sq - m.k * y_var, 1e-12))
+    nq = Q.shape[0]
+    take = min(k, n)
+    D = np.full((nq, k), np.inf if ascending else -np.inf, dtype=np.float32)
+    I = np.full((nq, k), -1, dtype=np.int64)  # noqa: E741 - FAISS's name
+    for start in range(0, nq, batch_size):
+        q = Q[start : start + batch_size]
+        S = _scores(metric, m.k, q, Y, y_sq, y_norm, q_var, y_var)
+        idx = _smallest(S if ascending else -S, take)
+        D[start : start + q.shape[0], :take] = np.take_along_axis(S, idx, axis=1)
+        I[start : start + q.shape[0], :take] = idx
+    return D, I
+
+
 def projection_search(
     mechanism: PrivateProjection,
     queries: Any,
@@ -127,61 +231,6 @@ def projection_search(
     bs = check_int("batch_size", batch_size, ge=1)
     Y, _ = check_embeddings(database, name="database", dim=m.k, allow_zero=True)
     Y = np.asarray(Y, dtype=np.float64)
-    n = Y.shape[0]
-    if queries_released:
-        dd = _known_dim(m, d)
-        Q, _ = check_embeddings(queries, name="queries", dim=m.k, allow_zero=True)
-        Q = np.asarray(Q, dtype=np.float64)
-        q_var = m.sigma_for(dd) ** 2
-    else:
-        Q, _ = check_embeddings(queries, name="queries", allow_zero=m.input_norm == "none")
-        dd = Q.shape[1] if d is None else check_int("d", d, ge=1)
-        if Q.shape[1] != dd:
-            raise DataError(f"queries have dimension {Q.shape[1]} but d={dd} was given.")
-        Q = np.asarray(m.project(Q))
-        q_var = 0.0
-    if database_sigma is None:
-        y_var: NDArray[np.float64] = np.full(n, m.sigma_for(dd) ** 2)
-    else:
-        s = np.asarray(database_sigma, dtype=np.float64)
-        if s.ndim > 1 or (s.ndim == 1 and s.shape[0] != n) or not np.all(s >= 0):
-            raise ValueError(
-                "database_sigma must be a non-negative scalar or one value per database "
-                f"row ({n}), got shape {s.shape}."
-            )
-        y_var = np.broadcast_to(s**2, (n,)).astype(np.float64)
-    ascending = metric == "l2"
-    y_sq = np.sum(Y**2, axis=1)
-    y_norm = None
-    if metric == "cosine":
-        y_norm = np.sqrt(y_sq)
-    elif metric == "cosine_corrected":
-        y_norm = np.sqrt(np.maximum(y_sq - m.k * y_var, 1e-12))
-    nq = Q.shape[0]
-    take = min(kk, n)
-    D = np.full((nq, kk), np.inf if ascending else -np.inf, dtype=np.float32)
-    I = np.full((nq, kk), -1, dtype=np.int64)  # noqa: E741 - FAISS's name
-    for start in range(0, nq, bs):
-        q = Q[start : start + bs]
-        S = q @ Y.T
-        if metric == "l2":
-            q_sq = np.sum(q**2, axis=1)
-            S = q_sq[:, None] + y_sq[None, :] - 2.0 * S - m.k * (q_var + y_var[None, :])
-        elif metric == "cosine":
-            assert y_norm is not None
-            den = np.sqrt(np.sum(q**2, axis=1))[:, None] * y_norm[None, :]
-            S = np.divide(S, den, out=np.zeros_like(S), where=den > 0)
-        elif metric == "cosine_corrected":
-            assert y_norm is not None
-            q_norm = np.sqrt(np.maximum(np.sum(q**2, axis=1) - m.k * q_var, 1e-12))
-            S = np.clip(S / (q_norm[:, None] * y_norm[None, :]), -1.0, 1.0)
-        key = S if ascending else -S
-        if take < n:
-            part = np.argpartition(key, take - 1, axis=1)[:, :take]
-        else:
-            part = np.broadcast_to(np.arange(n), key.shape).copy()
-        order = np.argsort(np.take_along_axis(key, part, axis=1), axis=1, kind="stable")
-        idx = np.take_along_axis(part, order, axis=1)
-        D[start : start + q.shape[0], :take] = np.take_along_axis(S, idx, axis=1)
-        I[start : start + q.shape[0], :take] = idx
-    return D, I
+    Q, dd, q_var = _projected_queries(m, queries, queries_released, d)
+    y_var = _database_variances(m, database_sigma, Y.shape[0], dd)
+    return _search(m, Q, Y, kk, metric=metric, q_var=q_var, y_var=y_var, batch_size=bs)
