@@ -702,6 +702,30 @@ def advise(
     A = np.asarray(A)
     runs = check_int("runs", runs, ge=1)
     seed = check_int("seed", seed, ge=0)
+    _check_target(target)
+    ev = evaluator if evaluator is not None else UtilityEvaluator(A, n_queries=n_queries)
+    if target.metric not in ev.columns:
+        raise ValueError(
+            f"target metric {target.metric!r} is not measured (available: {', '.join(ev.columns)})."
+        )
+    extra = {k: dict(v) for k, v in (params or {}).items()}
+    checks, base = _check_attacks(A, attacks, seed, say)
+    if ceilings is None:
+        ceil = ceilings_from(base, {c.attack: c for c in checks}, reid_multiple=reid_multiple)
+    else:
+        ceil = list(ceilings)
+    advisor = _Advisor(A, target, ceil, attacks, runs=runs, seed=seed, evaluator=ev)
+    return Advice(
+        target=target,
+        ceilings=ceil,
+        checks=checks,
+        mechanisms=[advisor.advise(name, extra.get(name, {}), say) for name in mechanisms],
+        settings={"runs": runs, "seed": seed, "n": int(A.shape[0]), "d": int(A.shape[1])},
+    )
+
+
+def _check_target(target: Floor) -> None:
+    """A utility floor (op ``>=``) is accepted; anything else, a linkability floor included, not."""
     if not isinstance(target, Floor) or target.op != ">=":
         raise ValueError(f"target must be a Floor with op '>=', got target={target!r}.")
     if is_linkability(target.metric):
@@ -709,13 +733,12 @@ def advise(
             f"{target.metric} is the re-identification rate, not a utility; target a utility "
             "metric (mean_cosine, knn_overlap@10, sts_pearson, ndcg@10)."
         )
-    ev = evaluator if evaluator is not None else UtilityEvaluator(A, n_queries=n_queries)
-    if target.metric not in ev.columns:
-        raise ValueError(
-            f"target metric {target.metric!r} is not measured (available: {', '.join(ev.columns)})."
-        )
-    extra = {k: dict(v) for k, v in (params or {}).items()}
-    # the attacks prove their strength on the unprotected embeddings first
+
+
+def _check_attacks(
+    A: Any, attacks: Sequence[Any], seed: int, say: Callable[[str], None]
+) -> tuple[list[StrengthCheck], dict[str, float]]:
+    """Every attack on the unprotected embeddings: the strength checks and the columns there."""
     checks: list[StrengthCheck] = []
     base: dict[str, float] = {}
     if attacks:
@@ -730,44 +753,41 @@ def advise(
             else:
                 got = m(plain)
             base.update({k: float(v) for k, v in got.items()})
-    if ceilings is None:
-        ceil = ceilings_from(base, {c.attack: c for c in checks}, reid_multiple=reid_multiple)
-    else:
-        ceil = list(ceilings)
-    out: list[MechanismAdvice] = []
-    d = A.shape[1]
-    for name in mechanisms:
-        p = dict(extra.get(name, {}))
+    return checks, base
+
+
+@dataclass
+class _Advisor:
+    """What the search of every mechanism shares: the data, the target, the ceilings, the
+    attacks and the measurement settings."""
+
+    A: Any
+    target: Floor
+    ceilings: Sequence[Floor]
+    attacks: Sequence[Any]
+    runs: int
+    seed: int
+    evaluator: UtilityEvaluator
+
+    def advise(
+        self, name: str, params: Mapping[str, Any], say: Callable[[str], None]
+    ) -> MechanismAdvice:
+        """One mechanism's smallest useful value, the attacks there, and the other side of the
+        frontier when they miss the ceiling."""
+        p = dict(params)
         if _mechanism_class(name).needs("delta"):
             p.setdefault("delta", 1e-5)
         xp = _x_param(name)
-        say(f"{name}: searching the smallest {xp} with {target.text()}")
-        value = None
-        method = "bisection on measurements"
-        if target.metric == "mean_cosine":
-            value = epsilon_for_cosine(name, target.value, d, params=p)
-            if value is not None:
-                method = "closed form (expected mean cosine), checked by measurement"
-        if value is None and method.startswith("bisection"):
-            value = _measured_parameter(
-                A, name, target.metric, target.value, p, seed=seed, evaluator=ev
-            )
+        say(f"{name}: searching the smallest {xp} with {self.target.text()}")
+        value, method = self._first_value(name, p)
         if value is None:
-            out.append(MechanismAdvice(name, xp, None, method))
-            continue
-        # measure at value (runs releases); raise by 1% steps if the mean falls short
-        for _ in range(50):
-            cfg = SweepConfig(name, {**p, xp: value})
-            measured = _mean_measure(A, cfg, runs=runs, seed=seed, evaluator=ev, attacks=[])
-            if measured.get(target.metric, -math.inf) >= target.value:
-                break
-            value = value / 1.01 if xp == "sigma" else value * 1.01
-        value = float(value)
+            return MechanismAdvice(name, xp, None, method)
+        value = self._meet_target(name, p, xp, value)
         cfg = SweepConfig(name, {**p, xp: value})
         say(f"{name}: measuring the attacks at {xp} = {value:.4g}")
-        measured = _mean_measure(A, cfg, runs=runs, seed=seed, evaluator=ev, attacks=attacks)
+        measured = self._measure(cfg, self.attacks)
         g = cfg.build().guarantee
-        failed = [f.text() for f in ceil if not f.ok(measured.get(f.metric, math.nan))]
+        failed = [f.text() for f in self.ceilings if not f.ok(measured.get(f.metric, math.nan))]
         adv = MechanismAdvice(
             mechanism=name,
             parameter=xp,
@@ -777,22 +797,54 @@ def advise(
             guarantee=g.describe(),
             guarantee_short=g.short(),
             measured=measured,
-            meets_target=measured.get(target.metric, -math.inf) >= target.value,
+            meets_target=measured.get(self.target.metric, -math.inf) >= self.target.value,
             meets_ceiling=not failed,
             failed=failed,
         )
         if failed:
             adv.attack_side = _attack_side(
-                A, name, xp, p, value, ceil, seed=seed, runs=runs, evaluator=ev, attacks=attacks
+                self.A,
+                name,
+                xp,
+                p,
+                value,
+                self.ceilings,
+                seed=self.seed,
+                runs=self.runs,
+                evaluator=self.evaluator,
+                attacks=self.attacks,
             )
-        out.append(adv)
-    return Advice(
-        target=target,
-        ceilings=ceil,
-        checks=checks,
-        mechanisms=out,
-        settings={"runs": runs, "seed": seed, "n": int(A.shape[0]), "d": int(d)},
-    )
+        return adv
+
+    def _first_value(self, name: str, p: Mapping[str, Any]) -> tuple[float | None, str]:
+        """The first candidate and how it was found: the closed form for the mean cosine where
+        one exists, else bisection on measurements (None: no value meets the target)."""
+        target = self.target
+        if target.metric == "mean_cosine":
+            value = epsilon_for_cosine(name, target.value, self.A.shape[1], params=p)
+            if value is not None:
+                return value, "closed form (expected mean cosine), checked by measurement"
+        value = _measured_parameter(
+            self.A, name, target.metric, target.value, p, seed=self.seed, evaluator=self.evaluator
+        )
+        return value, "bisection on measurements"
+
+    def _meet_target(self, name: str, p: Mapping[str, Any], xp: str, value: float) -> float:
+        """``value``, or the first 1% step towards less noise whose mean over ``runs``
+        releases meets the target (at most 50 steps)."""
+        for _ in range(50):
+            cfg = SweepConfig(name, {**p, xp: value})
+            measured = self._measure(cfg, [])
+            if measured.get(self.target.metric, -math.inf) >= self.target.value:
+                break
+            value = value / 1.01 if xp == "sigma" else value * 1.01
+        return float(value)
+
+    def _measure(self, cfg: SweepConfig, attacks: Sequence[Any]) -> dict[str, float]:
+        """Means over ``runs`` releases of ``cfg`` of every utility and attack column."""
+        return _mean_measure(
+            self.A, cfg, runs=self.runs, seed=self.seed, evaluator=self.evaluator, attacks=attacks
+        )
 
 
 def _attack_side(
