@@ -538,39 +538,13 @@ class ScoreProfile:
             )
         Qn = Q / np.linalg.norm(Q, axis=1, keepdims=True)
         D32 = np.ascontiguousarray(D / np.linalg.norm(D, axis=1, keepdims=True), dtype=np.float32)
-        V = np.asarray(mechanism.public_transform(D32), dtype=np.float64)
-        r = np.linalg.norm(V, axis=1)
-        V32 = (V / np.maximum(r, 1e-300)[:, None]).astype(np.float32)
-        A = np.asarray(mechanism.public_transform(Qn), dtype=np.float64)
-        A = A / np.maximum(np.linalg.norm(A, axis=1), 1e-300)[:, None]
-        beta = check_real("dilution", dilution, ge=0)
-        if beta > 0:
-            A = A + beta * as_generator(rng).standard_normal(A.shape) / math.sqrt(A.shape[1])
-        A32 = (A / np.maximum(np.linalg.norm(A, axis=1), 1e-300)[:, None]).astype(np.float32)
+        A32, V32, r = _subspace_directions(mechanism, Qn, D32, dilution, rng)
         bins = check_int("bins", bins, ge=10)
         top_k = min(check_int("top_k", top_k, ge=1), D.shape[0] - 1)
         edges = np.linspace(-1.0, 1.0, bins + 1)
-        counts = np.zeros((Q.shape[0], bins), dtype=np.int64)
-        top = np.zeros((Q.shape[0], top_k))
-        top_norms = np.zeros((Q.shape[0], top_k))
-        n_used = []
-        for s in range(0, Q.shape[0], block):
-            full = (Qn[s : s + block].astype(np.float32) @ D32.T).astype(np.float64)
-            sub = np.clip((A32[s : s + block] @ V32.T).astype(np.float64), -1.0, 1.0)
-            same = full > 1.0 - 1e-6 if exclude_identical else np.zeros(full.shape, bool)
-            if src is not None:
-                same[np.arange(full.shape[0]), src[s : s + block]] = True
-            full = np.where(same, -np.inf, full)
-            sub = np.where(same, np.nan, sub)
-            idx = np.clip(np.searchsorted(edges, sub, side="right") - 1, 0, bins - 1)
-            for i in range(full.shape[0]):
-                ok = np.isfinite(sub[i])
-                counts[s + i] = np.bincount(idx[i][ok], minlength=bins)
-                n_used.append(int(ok.sum()))
-                best = np.argpartition(-full[i], top_k - 1)[:top_k]
-                best = best[np.argsort(-full[i][best], kind="stable")]
-                top[s + i] = sub[i][best]
-                top_norms[s + i] = r[best]
+        counts, top, top_norms, n_docs = _subspace_scores(
+            Qn, D32, A32, V32, r, src, edges, top_k, block, exclude_identical
+        )
         if not np.isfinite(top).all():
             raise DataError("fewer than top_k documents are left after excluding identical ones.")
         pos = r[r > 0]
@@ -580,8 +554,8 @@ class ScoreProfile:
         return cls(
             counts,
             top,
-            int(min(n_used)),
-            int(A.shape[1]),
+            n_docs,
+            int(A32.shape[1]),
             0.0,
             edges,
             nodes,
@@ -631,6 +605,62 @@ class ScoreProfile:
                 return cls.from_arrays(z)
             except KeyError as exc:
                 raise DataError(f"{path} is not a score profile (missing {exc}).") from None
+
+
+def _subspace_directions(
+    mechanism: Mechanism, Qn: NDArray[Any], D32: NDArray[np.float32], dilution: float, rng: Any
+) -> tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float64]]:
+    """The queries' and documents' unit directions in the subspace (the queries diluted with
+    relative size ``dilution``) and the documents' signal norms."""
+    V = np.asarray(mechanism.public_transform(D32), dtype=np.float64)
+    r = np.linalg.norm(V, axis=1)
+    V32 = (V / np.maximum(r, 1e-300)[:, None]).astype(np.float32)
+    A = np.asarray(mechanism.public_transform(Qn), dtype=np.float64)
+    A = A / np.maximum(np.linalg.norm(A, axis=1), 1e-300)[:, None]
+    beta = check_real("dilution", dilution, ge=0)
+    if beta > 0:
+        A = A + beta * as_generator(rng).standard_normal(A.shape) / math.sqrt(A.shape[1])
+    A32 = (A / np.maximum(np.linalg.norm(A, axis=1), 1e-300)[:, None]).astype(np.float32)
+    return A32, V32, r
+
+
+def _subspace_scores(
+    Qn: NDArray[Any],
+    D32: NDArray[np.float32],
+    A32: NDArray[np.float32],
+    V32: NDArray[np.float32],
+    r: NDArray[np.float64],
+    src: NDArray[np.int64] | None,
+    edges: NDArray[np.float64],
+    top_k: int,
+    block: int,
+    exclude_identical: bool,
+) -> tuple[NDArray[np.int64], NDArray[np.float64], NDArray[np.float64], int]:
+    """Per query, block by block: the histogram of subspace cosines, the subspace cosines and
+    signal norms of the true (full-dimension) top documents, and the fewest documents scored."""
+    bins = edges.size - 1
+    counts = np.zeros((Qn.shape[0], bins), dtype=np.int64)
+    top = np.zeros((Qn.shape[0], top_k))
+    top_norms = np.zeros((Qn.shape[0], top_k))
+    n_used = []
+    for s in range(0, Qn.shape[0], block):
+        full = (Qn[s : s + block].astype(np.float32) @ D32.T).astype(np.float64)
+        sub = np.clip((A32[s : s + block] @ V32.T).astype(np.float64), -1.0, 1.0)
+        same = full > 1.0 - 1e-6 if exclude_identical else np.zeros(full.shape, bool)
+        if src is not None:
+            same[np.arange(full.shape[0]), src[s : s + block]] = True
+        full = np.where(same, -np.inf, full)
+        sub = np.where(same, np.nan, sub)
+        idx = np.clip(np.searchsorted(edges, sub, side="right") - 1, 0, bins - 1)
+        for i in range(full.shape[0]):
+            ok = np.isfinite(sub[i])
+            counts[s + i] = np.bincount(idx[i][ok], minlength=bins)
+            n_used.append(int(ok.sum()))
+            best = np.argpartition(-full[i], top_k - 1)[:top_k]
+            best = best[np.argsort(-full[i][best], kind="stable")]
+            top[s + i] = sub[i][best]
+            top_norms[s + i] = r[best]
+    return counts, top, top_norms, int(min(n_used))
 
 
 def document_rows(sample: Any, documents: Any, *, block: int = 256) -> NDArray[np.int64]:
