@@ -396,7 +396,6 @@ def recommend(
     because epsilons of different guarantee types cannot be compared.
     """
     util_floors, user_ceilings = _split(result, floors)
-    ignored: list[str] = []
     if not util_floors and default_floor:
         if DEFAULT_UTILITY_FLOOR.metric in result.metric_names("utility"):
             util_floors = [DEFAULT_UTILITY_FLOOR]
@@ -405,19 +404,7 @@ def recommend(
     else:
         ceil = list(ceilings) + user_ceilings
         _split(result, ceil)
-    kept = []
-    for f in ceil:
-        chk = result.attack_check(f.metric)
-        if chk is not None and not chk.passed:
-            ignored.append(
-                f"ceiling {f.text()} not applied: {chk.attack} is too weak ({chk.text()})"
-            )
-        else:
-            kept.append(f)
-    ceil = kept
-    for chk in result.checks.values():
-        if not chk.passed and not any(chk.attack in s for s in ignored):
-            ignored.append(chk.text())
+    ceil, ignored = _applied_ceilings(result, ceil)
     reqs = [*util_floors, *ceil]
     means = {c.key: {f.metric: _mean(result, c, f.metric) for f in reqs} for c in result.configs}
 
@@ -428,51 +415,9 @@ def recommend(
     u_axes = _utility_axes(result, util_floors)
     p_axes = result.evidence_columns()
     if p_axes:
-
-        def vec(c: SweepConfig) -> list[float]:
-            u = [_mean(result, c, m) for m in u_axes]
-            p = [-_mean(result, c, m) for m in p_axes]
-            return [v if math.isfinite(v) else -math.inf for v in u + p]
-
-        vecs = {c.key: vec(c) for c in feasible}
-        fam = {c.key: f for f, cs in result.families().items() for c in cs}
-        eps = {c.key: _epsilon_of(result, c) for c in feasible}
-
-        def dominates(o: SweepConfig, c: SweepConfig) -> bool:
-            a, b = vecs[o.key], vecs[c.key]
-            if fam[o.key] == fam[c.key]:  # one family: its epsilons are comparable
-                a, b = [*a, -eps[o.key]], [*b, -eps[c.key]]
-            return all(x >= y for x, y in zip(a, b, strict=True)) and any(
-                x > y for x, y in zip(a, b, strict=True)
-            )
-
-        pareto = [
-            c for c in feasible if not any(dominates(o, c) for o in feasible if o.key != c.key)
-        ]
-        note = (
-            f"Pareto-optimal among the configurations meeting both sides, on utility "
-            f"({', '.join(u_axes) or 'none'}: higher is better) and measured leakage "
-            f"({', '.join(p_axes)}: lower is better), using the means over runs; within one "
-            "mechanism family a smaller epsilon (a stronger guarantee of the same type) also "
-            "counts as better."
-        )
+        pareto, note = _pareto_by_leakage(result, feasible, u_axes, p_axes)
     else:
-        pareto = []
-        for _fam, cs in result.families().items():
-            ok = [c for c in cs if c in feasible]
-            if ok:
-                pareto.append(min(ok, key=lambda c: _epsilon_of(result, c)))
-        why = (
-            "every attack was too weak to be evidence"
-            if result.checks and not any(c.passed for c in result.checks.values())
-            else "no attack was run"
-        )
-        note = (
-            f"No measured leakage could be compared ({why}); within each mechanism the "
-            "feasible configuration with the smallest epsilon is listed. Epsilons of different "
-            "guarantee types (metric privacy per unit distance, pure LDP, (epsilon, delta)-LDP) "
-            "are not comparable: read the guarantee column."
-        )
+        pareto, note = _smallest_epsilon_per_family(result, feasible)
     near_u = near_a = None
     if not feasible:
         near_u = _nearest(result, [c for c in result.configs if meets(c, util_floors)], ceil)
@@ -489,3 +434,85 @@ def recommend(
         nearest_attack=near_a,
         ignored=ignored,
     )
+
+
+def _applied_ceilings(
+    result: SweepResult, ceilings: Sequence[Floor]
+) -> tuple[list[Floor], list[str]]:
+    """The ceilings of attacks that proved their strength, and a line for each left out (and
+    for every weak attack)."""
+    ignored: list[str] = []
+    kept = []
+    for f in ceilings:
+        chk = result.attack_check(f.metric)
+        if chk is not None and not chk.passed:
+            ignored.append(
+                f"ceiling {f.text()} not applied: {chk.attack} is too weak ({chk.text()})"
+            )
+        else:
+            kept.append(f)
+    for chk in result.checks.values():
+        if not chk.passed and not any(chk.attack in s for s in ignored):
+            ignored.append(chk.text())
+    return kept, ignored
+
+
+def _pareto_by_leakage(
+    result: SweepResult,
+    feasible: Sequence[SweepConfig],
+    u_axes: Sequence[str],
+    p_axes: Sequence[str],
+) -> tuple[list[SweepConfig], str]:
+    """The feasible configurations no other dominates on utility and measured leakage (and,
+    within a family, epsilon), and the note that says so."""
+
+    def vec(c: SweepConfig) -> list[float]:
+        u = [_mean(result, c, m) for m in u_axes]
+        p = [-_mean(result, c, m) for m in p_axes]
+        return [v if math.isfinite(v) else -math.inf for v in u + p]
+
+    vecs = {c.key: vec(c) for c in feasible}
+    fam = {c.key: f for f, cs in result.families().items() for c in cs}
+    eps = {c.key: _epsilon_of(result, c) for c in feasible}
+
+    def dominates(o: SweepConfig, c: SweepConfig) -> bool:
+        a, b = vecs[o.key], vecs[c.key]
+        if fam[o.key] == fam[c.key]:  # one family: its epsilons are comparable
+            a, b = [*a, -eps[o.key]], [*b, -eps[c.key]]
+        return all(x >= y for x, y in zip(a, b, strict=True)) and any(
+            x > y for x, y in zip(a, b, strict=True)
+        )
+
+    pareto = [c for c in feasible if not any(dominates(o, c) for o in feasible if o.key != c.key)]
+    note = (
+        f"Pareto-optimal among the configurations meeting both sides, on utility "
+        f"({', '.join(u_axes) or 'none'}: higher is better) and measured leakage "
+        f"({', '.join(p_axes)}: lower is better), using the means over runs; within one "
+        "mechanism family a smaller epsilon (a stronger guarantee of the same type) also "
+        "counts as better."
+    )
+    return pareto, note
+
+
+def _smallest_epsilon_per_family(
+    result: SweepResult, feasible: Sequence[SweepConfig]
+) -> tuple[list[SweepConfig], str]:
+    """Without measured leakage: each family's feasible configuration with the smallest
+    epsilon, and the note that says why."""
+    pareto = []
+    for _fam, cs in result.families().items():
+        ok = [c for c in cs if c in feasible]
+        if ok:
+            pareto.append(min(ok, key=lambda c: _epsilon_of(result, c)))
+    why = (
+        "every attack was too weak to be evidence"
+        if result.checks and not any(c.passed for c in result.checks.values())
+        else "no attack was run"
+    )
+    note = (
+        f"No measured leakage could be compared ({why}); within each mechanism the "
+        "feasible configuration with the smallest epsilon is listed. Epsilons of different "
+        "guarantee types (metric privacy per unit distance, pure LDP, (epsilon, delta)-LDP) "
+        "are not comparable: read the guarantee column."
+    )
+    return pareto, note
