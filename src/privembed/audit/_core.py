@@ -6,6 +6,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -223,6 +224,37 @@ def audit(
     ('inconclusive', 7900.0)
     """
     t0 = time.perf_counter()
+    setup = _check_audit(mechanism, dim, samples, score, confidence, train_fraction, resolution)
+    sampled = _sample(setup, distance, noise, generator, rng)
+    wb = _whitebox(setup, sampled, whitebox_samples, law_level) if whitebox else None
+    return _result(setup, sampled, wb, whitebox=whitebox, power=power, t0=t0)
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """An audit's checked parameters and the claim it tests."""
+
+    mechanism: Mechanism
+    fam: Family
+    claim: Claim
+    d: int
+    n: int
+    score: str
+    confidence: float
+    train_fraction: float
+    resolution: float
+
+
+def _check_audit(
+    mechanism: Mechanism,
+    dim: int,
+    samples: int,
+    score: str,
+    confidence: float,
+    train_fraction: float,
+    resolution: float,
+) -> _Setup:
+    """Check :func:`audit`'s parameters and read the claim (a score that can test it)."""
     fam, d, n = _check_common(mechanism, dim, samples)
     score = check_choice("score", score, SCORES)
     confidence = check_real("confidence", confidence, gt=0, lt=1)
@@ -234,120 +266,178 @@ def audit(
             f"no likelihood-ratio statistic is known for mechanism {mechanism.name!r}; use "
             "score='logistic' or score='mlp'."
         )
+    return _Setup(mechanism, fam, claim, d, n, score, confidence, train_fraction, resolution)
+
+
+@dataclass(frozen=True)
+class _Sampled:
+    """The sampling audit: the pair, the noise path, the white box's generator, the test
+    split's size, the threshold test on it (``ev``) and the largest bound it can certify."""
+
+    pair: Pair
+    path: NoisePath
+    g_wb: np.random.Generator
+    n_test: int
+    threshold: float
+    flipped: bool
+    ev: dict[str, Any]
+    scale: float
+    ceiling: float
+
+
+def _sample(
+    setup: _Setup, distance: float | None, noise: str, generator: str | None, rng: Any
+) -> _Sampled:
+    """Draw and score both sides of the pair; choose the threshold on the selection split and
+    bound epsilon on the test split."""
+    mechanism, fam, claim, n = setup.mechanism, setup.fam, setup.claim, setup.n
     g_pair, g0, g1, g_wb, g_fit, g_key = spawn(rng, 6)
     path = NoisePath(noise, generator=generator, key_rng=g_key)
-    pair = fam.pair(mechanism, d, distance, g_pair)
-    n_sel = max(10, round(n * train_fraction))
+    pair = fam.pair(mechanism, setup.d, distance, g_pair)
+    n_sel = max(10, round(n * setup.train_fraction))
     n_test = n - n_sel
     if n_test < 10:
         raise ValueError(
-            f"samples too small for the split: samples={n}, train_fraction={train_fraction}."
+            f"samples too small for the split: samples={n}, train_fraction={setup.train_fraction}."
         )
+    s0, s1, n_sel = _scores(setup, pair, path, n_sel, g0, g1, g_fit)
+    delta, confidence = claim.delta, setup.confidence
+    t, flip, _ = select_threshold(
+        s0[:n_sel], s1[:n_sel], delta=delta, confidence=max(confidence, _SELECT_CONFIDENCE)
+    )
+    ev = evaluate_threshold(s0[n_sel:], s1[n_sel:], t, flip, delta=delta, confidence=confidence)
+    scale = pair.distance if claim.kind == "metric_dp" else 1.0
+    ceiling = max_certifiable_epsilon(n_test, confidence=confidence, delta=delta) / scale
+    return _Sampled(pair, path, g_wb, n_test, t, flip, ev, scale, ceiling)
 
-    if score == "lr":
+
+def _scores(
+    setup: _Setup,
+    pair: Pair,
+    path: NoisePath,
+    n_sel: int,
+    g0: np.random.Generator,
+    g1: np.random.Generator,
+    g_fit: np.random.Generator,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], int]:
+    """The scores of ``n`` releases of each input of the pair and the size of the selection
+    split that remains (a classifier is fitted on half of it, with ``g_fit``'s seed)."""
+    mechanism, fam, n = setup.mechanism, setup.fam, setup.n
+    if setup.score == "lr":
 
         def fn(Y: NDArray[np.float64]) -> NDArray[np.float64]:
             return fam.statistic(mechanism, pair, Y)
 
         s0 = _draw(mechanism, pair.x0, n, g0, fn, path, "x0")
         s1 = _draw(mechanism, pair.x1, n, g1, fn, path, "x1")
-    else:
-        m0, m1 = fam.centres(mechanism, pair)
-        F0 = _draw(mechanism, pair.x0, n, g0, lambda Y: features(Y, m0, m1), path, "x0")
-        F1 = _draw(mechanism, pair.x1, n, g1, lambda Y: features(Y, m0, m1), path, "x1")
-        n_fit = n_sel // 2
-        s0, s1 = _fit_scores(score, F0, F1, n_fit, int(g_fit.integers(2**31)))
-        s0, s1 = s0[n_fit:], s1[n_fit:]
-        n_sel -= n_fit
+        return s0, s1, n_sel
+    m0, m1 = fam.centres(mechanism, pair)
+    F0 = _draw(mechanism, pair.x0, n, g0, lambda Y: features(Y, m0, m1), path, "x0")
+    F1 = _draw(mechanism, pair.x1, n, g1, lambda Y: features(Y, m0, m1), path, "x1")
+    n_fit = n_sel // 2
+    s0, s1 = _fit_scores(setup.score, F0, F1, n_fit, int(g_fit.integers(2**31)))
+    return s0[n_fit:], s1[n_fit:], n_sel - n_fit
 
-    delta = claim.delta
-    t, flip, _ = select_threshold(
-        s0[:n_sel], s1[:n_sel], delta=delta, confidence=max(confidence, _SELECT_CONFIDENCE)
+
+def _whitebox(
+    setup: _Setup, sampled: _Sampled, whitebox_samples: int | None, law_level: float
+) -> WhiteBoxResult | None:
+    """The white-box check along the sampling audit's noise path."""
+    d, n = setup.d, setup.n
+    return setup.fam.whitebox(
+        setup.mechanism,
+        d,
+        check_int(
+            "whitebox_samples",
+            whitebox_samples or min(n, max(20_000, (1 << 24) // d)),
+            ge=20,
+        ),
+        sampled.g_wb,
+        check_real("law_level", law_level, gt=0, lt=1),
+        path=sampled.path,
+        resolution=setup.resolution,
     )
-    ev = evaluate_threshold(s0[n_sel:], s1[n_sel:], t, flip, delta=delta, confidence=confidence)
-    metric = claim.kind == "metric_dp"
-    scale = pair.distance if metric else 1.0
-    ceiling = max_certifiable_epsilon(n_test, confidence=confidence, delta=delta) / scale
 
-    wb: WhiteBoxResult | None = None
-    if whitebox:
-        wb = fam.whitebox(
-            mechanism,
-            d,
-            check_int(
-                "whitebox_samples",
-                whitebox_samples or min(n, max(20_000, (1 << 24) // d)),
-                ge=20,
-            ),
-            g_wb,
-            check_real("law_level", law_level, gt=0, lt=1),
-            path=path,
-            resolution=resolution,
-        )
-    laws = _LawCache(fam, mechanism, pair, d)
-    needed: float | None = None
-    exact: bool | None = None
-    eps_exact: float | None = None
+
+def _power(
+    setup: _Setup, laws: _LawCache, scale: float, notes: list[str]
+) -> tuple[float | None, bool | None, float | None]:
+    """``samples_needed``, whether it is exact, and the exact law's epsilon (None where no
+    exact score law is known; a note says so)."""
+    law = laws.get()
+    if law is None:
+        notes.append("no exact score law for this pair: samples_needed not computed")
+        return None, None, None
+    needed = law.samples_needed(
+        setup.claim.epsilon * scale / 2.0,
+        delta=setup.claim.delta,
+        confidence=setup.confidence,
+        train_fraction=setup.train_fraction,
+    )
+    return needed, law.exact, law.exact_epsilon(delta=setup.claim.delta) / scale
+
+
+def _result(
+    setup: _Setup,
+    sampled: _Sampled,
+    wb: WhiteBoxResult | None,
+    *,
+    whitebox: bool,
+    power: bool,
+    t0: float,
+) -> AuditResult:
+    """The verdict and the :class:`AuditResult` (``t0``: when the audit started)."""
+    mechanism, claim, pair, ev = setup.mechanism, setup.claim, sampled.pair, sampled.ev
+    scale = sampled.scale
+    laws = _LawCache(setup.fam, mechanism, pair, setup.d)
     notes: list[str] = []
-    if power:
-        law = laws.get()
-        if law is None:
-            notes.append("no exact score law for this pair: samples_needed not computed")
-        else:
-            needed = law.samples_needed(
-                claim.epsilon * scale / 2.0,
-                delta=delta,
-                confidence=confidence,
-                train_fraction=train_fraction,
-            )
-            exact = law.exact
-            eps_exact = law.exact_epsilon(delta=delta) / scale
-    if wb is None and fam.name == "generic":
+    needed, exact, eps_exact = _power(setup, laws, scale, notes) if power else (None, None, None)
+    if wb is None and setup.fam.name == "generic":
         notes.append(f"no white-box check for mechanism {mechanism.name!r}")
     verdict, reason, conclusive_n = _verdict(
         claim=claim,
         lower=ev["epsilon"] / scale,
-        ceiling=ceiling,
+        ceiling=sampled.ceiling,
         scale=scale,
-        n=n,
-        n_test=n_test,
+        n=setup.n,
+        n_test=sampled.n_test,
         wb=wb,
         whitebox=whitebox,
-        score=score,
+        score=setup.score,
         laws=laws,
-        resolution=resolution,
-        confidence=confidence,
-        train_fraction=train_fraction,
+        resolution=setup.resolution,
+        confidence=setup.confidence,
+        train_fraction=setup.train_fraction,
     )
     return AuditResult(
         mechanism=mechanism.config,
         guarantee=claim.text,
         claim_kind=claim.kind,
         claimed_epsilon=claim.epsilon,
-        delta=delta,
+        delta=claim.delta,
         metric=claim.metric,
-        dim=d,
+        dim=setup.d,
         distance=pair.distance,
         pair=pair.description,
-        score=score,
-        samples=n,
-        test_samples=n_test,
-        threshold=t,
-        flipped=flip,
+        score=setup.score,
+        samples=setup.n,
+        test_samples=sampled.n_test,
+        threshold=sampled.threshold,
+        flipped=sampled.flipped,
         false_positives=ev["false_positives"],
         false_negatives=ev["false_negatives"],
         fpr_upper=ev["fpr_upper"],
         fnr_upper=ev["fnr_upper"],
         pair_epsilon_lower=ev["epsilon"],
         epsilon_lower=ev["epsilon"] / scale,
-        confidence=confidence,
-        ceiling=ceiling,
+        confidence=setup.confidence,
+        ceiling=sampled.ceiling,
         verdict=verdict,
         reason=reason,
-        resolution=resolution,
+        resolution=setup.resolution,
         needed_samples=conclusive_n,
-        noise=path.noise,
-        generator=path.generator,
+        noise=sampled.path.noise,
+        generator=sampled.path.generator,
         samples_needed=needed,
         samples_needed_exact=exact,
         epsilon_exact=eps_exact,
