@@ -293,24 +293,10 @@ def evaluate_embeddings(
         mask_delta=mask_delta,
         seed=seed,
     )
-    ev = UtilityEvaluator(
-        A,
-        n_queries=None if not n_queries else n_queries,
-        neighbours=min(10, A.shape[0] - 1),
-        retrieval=retrieval,
+    ev = _utility_evaluator(A, n_queries, retrieval)
+    privacy, desc = _attacks_and_description(
+        A, description, linkage, texts, sensitive, aux_fraction, seed, attack
     )
-    privacy: list[Any] = []
-    if linkage:
-        privacy.append(Linkage())
-    desc: dict[str, Any] = dict(description or {})
-    if texts is not None:
-        tok = token_attack(A, texts, sensitive, aux_fraction=aux_fraction, seed=seed, attack=attack)
-        privacy.append(tok)
-        desc["texts"] = (
-            f"token attacker owns {len(tok.aux_texts)} records, targets {len(tok.texts)}; "
-            f"attack settings {tok.attack_kwargs}"
-        )
-    desc.update(describe_embeddings(A))
     out.mkdir(parents=True, exist_ok=True)
     result = run_sweep(
         A,
@@ -324,6 +310,59 @@ def evaluate_embeddings(
         on_progress=on_progress,
         description=desc,
     )
+    rec, page = _save_and_report(result, out, floors, ceilings, reid_multiple, title, notes)
+    return Evaluation(result=result, recommendation=rec, report=page, notes=notes)
+
+
+def _utility_evaluator(
+    A: NDArray[Any], n_queries: int | None, retrieval: RetrievalTask | None
+) -> UtilityEvaluator:
+    """The sweep's utility metrics (``n_queries`` 0 or None: every row is a query)."""
+    return UtilityEvaluator(
+        A,
+        n_queries=None if not n_queries else n_queries,
+        neighbours=min(10, A.shape[0] - 1),
+        retrieval=retrieval,
+    )
+
+
+def _attacks_and_description(
+    A: NDArray[Any],
+    description: Mapping[str, Any] | None,
+    linkage: bool,
+    texts: Sequence[str] | None,
+    sensitive: Sequence[set[str]] | None,
+    aux_fraction: float,
+    seed: int,
+    attack: Mapping[str, Any] | None,
+) -> tuple[list[Any], dict[str, Any]]:
+    """The sweep's attacks (linkage; the token attack when there are texts) and the data
+    description stored with the results."""
+    privacy: list[Any] = []
+    if linkage:
+        privacy.append(Linkage())
+    desc: dict[str, Any] = dict(description or {})
+    if texts is not None:
+        tok = token_attack(A, texts, sensitive, aux_fraction=aux_fraction, seed=seed, attack=attack)
+        privacy.append(tok)
+        desc["texts"] = (
+            f"token attacker owns {len(tok.aux_texts)} records, targets {len(tok.texts)}; "
+            f"attack settings {tok.attack_kwargs}"
+        )
+    desc.update(describe_embeddings(A))
+    return privacy, desc
+
+
+def _save_and_report(
+    result: SweepResult,
+    out: Path,
+    floors: Sequence[Floor],
+    ceilings: Sequence[Floor] | None,
+    reid_multiple: float,
+    title: str | None,
+    notes: list[str],
+) -> tuple[Recommendation, Path]:
+    """Save the tables, recommend for the floors and ceilings, and write the report."""
     result.save(out)
     rec = recommend(
         result, floors, ceilings=ceilings, reid_multiple=reid_multiple, default_floor=True
@@ -337,7 +376,7 @@ def evaluate_embeddings(
         title=title or "privembed evaluation",
         notes=notes,
     )
-    return Evaluation(result=result, recommendation=rec, report=page, notes=notes)
+    return rec, page
 
 
 def embed_retrieval_task(
