@@ -96,6 +96,23 @@ def _column_values(table: Any, name: str, where: str) -> list[Any]:
     return list(table.column(name).to_pylist())
 
 
+def _check_request(
+    src: Path, dst: Path, *, overwrite: bool, ids_from_content: bool, key: Any
+) -> None:
+    """Refuse a file release before anything is read or written: formats, a missing input, an
+    existing output, content ids without a key."""
+    from .. import io
+
+    io.detect_format(dst)
+    io.check_input_format(src)  # embeddings or texts: the message lists both
+    if not src.exists():
+        raise FileNotFoundError(f"file not found: {src}")
+    if not overwrite and dst.exists():
+        raise FileExistsError(f"output exists: {dst} (pass --overwrite to replace it).")
+    if ids_from_content and key is None:
+        content_ids(key=None)  # refused before anything is read or written
+
+
 @cooperative
 def protect_file(
     src: str | Path,
@@ -158,15 +175,8 @@ def protect_file(
     from .. import io
 
     src, dst = Path(src), Path(dst)
-    io.detect_format(dst)
-    io.check_input_format(src)  # embeddings or texts: the message lists both
-    if not src.exists():
-        raise FileNotFoundError(f"file not found: {src}")
-    if not overwrite and dst.exists():
-        raise FileExistsError(f"output exists: {dst} (pass --overwrite to replace it).")
+    _check_request(src, dst, overwrite=overwrite, ids_from_content=ids_from_content, key=key)
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
-    if ids_from_content and key is None:
-        content_ids(key=None)  # refused before anything is read or written
     if subject_column is not None and ledger is None:
         raise ValueError("--subject-field charges subjects in the ledger: give --ledger.")
     settings = _Settings(
