@@ -24,7 +24,8 @@ embeddings into a release through :class:`Release`, so the rules below are writt
 The package, top to bottom: :mod:`~privembed.release.files` (files as a source and a sink:
 ``protect_file``), :mod:`~privembed.release.core` (:class:`Release`, :func:`protect`),
 :mod:`~privembed.release.ids` (typed, unique record ids), :mod:`~privembed.release.steps`
-(pre-noise steps handed in, such as a concept eraser) and :mod:`~privembed.release.policy` (the
+(pre-noise steps handed in, such as a concept eraser), :mod:`~privembed.release.setting` (what
+a setting does to vectors: the note a summary carries) and :mod:`~privembed.release.policy` (the
 rules: re-protection, key or seed, content ids, the charge, opening the ledger). The other
 front ends (``integrations``: stream, collection, shards; the server) are sources and sinks over
 :class:`Release` and the rules of :mod:`~privembed.release.policy`; none writes a rule itself
@@ -47,6 +48,7 @@ from .policy import (
     refuse_protected,
     release_metadata,
 )
+from .setting import SettingNote, setting_note
 
 __all__ = [
     "PROTECTION_KEYS",
@@ -54,6 +56,7 @@ __all__ = [
     "Release",
     "ReleaseSummary",
     "ReleasedIds",
+    "SettingNote",
     "charge_text",
     "check_randomness",
     "content_ids",
@@ -64,4 +67,5 @@ __all__ = [
     "protect_file",
     "refuse_protected",
     "release_metadata",
+    "setting_note",
 ]

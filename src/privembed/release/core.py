@@ -34,6 +34,7 @@ from ..rng import (
 )
 from .ids import ReleasedIds, typed_keys
 from .policy import charge_text, check_randomness, default_keyed_generator
+from .setting import SettingNote, setting_note
 
 
 @dataclass
@@ -51,9 +52,14 @@ class ReleaseSummary:
     charge: str = ""
     randomness: str = ""
     notes: list[str] = field(default_factory=list)
+    #: what the setting does to vectors of this dimension and what is wrong with it
+    #: (:func:`privembed.release.setting.setting_note`), set by the file and store front ends
+    setting: SettingNote | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = dict(self.__dict__)
+        out["setting"] = None if self.setting is None else self.setting.to_dict()
+        return out
 
 
 class Release:
@@ -399,6 +405,13 @@ class Release:
         that many rows pay for them, instead of after the first 200,000. Output is unchanged."""
         if (self.key is not None and self.generator == "philox") or self._stream_key is not None:
             expect_counter_rows(n)
+
+    def note_setting(self) -> SettingNote | None:
+        """Put the setting note (:func:`~privembed.release.setting.setting_note`) for this
+        release's input dimension in its summary and return it (None below dimension 2)."""
+        if self.dim is not None and self.dim >= 2:
+            self.summary.setting = setting_note(self.mechanism, self.dim)
+        return self.summary.setting
 
     # ---- finishing ---------------------------------------------------------------------------
     def commit(self, *, published: bool = False) -> ReleaseSummary:

@@ -289,6 +289,7 @@ def _protect_vectors_file(
         checkpoint("publish.after", stop=False)  # complete: a late signal changes nothing
         rel.mark_published()
         _note_columns(rel, keep_columns, done["dropped_columns"], "columns")
+        rel.note_setting()
         return rel.summary
 
 
@@ -425,4 +426,5 @@ def _protect_texts_file(
         checkpoint("publish.after", stop=False)
         rel.mark_published()
         _note_columns(rel, keep, [c for c in others if c not in keep], "fields")
+        rel.note_setting()
         return rel.summary
