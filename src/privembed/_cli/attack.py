@@ -12,8 +12,9 @@ from __future__ import annotations
 import io
 import json
 import secrets
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
 import typer
@@ -89,6 +90,48 @@ TextsInput = Annotated[
 AlignedEmbeddings = Annotated[
     Path | None,
     typer.Option(help="Embeddings of INPUT's texts, row by row (default: embed them)."),
+]
+# the attacker's own corpus and training (token, inversion)
+TrainTexts = Annotated[
+    Path | None, train_texts_flag(help="Attacker's auxiliary texts (default: split --texts).")
+]
+TrainEmbeddings = Annotated[
+    Path | None,
+    train_embeddings_flag(help="Embeddings of --train-texts (as the attacker has them)."),
+]
+Sensitive = Annotated[Path | None, sensitive_flag()]
+CorpusSize = Annotated[int, n_flag(help="Notes of the built-in PII corpus (no --texts).")]
+AuxFraction = Annotated[float, aux_fraction_flag(help="Share of texts the attacker owns.")]
+Baseline = Annotated[
+    bool, typer.Option("--baseline/--no-baseline", help="Also attack unprotected vectors.")
+]
+# the transformer decoder's options (inversion --decoder transformer)
+Pretrained = Annotated[
+    Path | None,
+    typer.Option(
+        help="Transformer: a saved attack folder (e.g. from benchmarks/bench_inversion.py "
+        "--full, under the user cache) to fine-tune on the auxiliary texts instead of "
+        "training from scratch."
+    ),
+]
+Rounds = Annotated[int, typer.Option(help="Transformer: correction rounds at inference (0: none).")]
+Candidates = Annotated[
+    int, typer.Option(help="Transformer: sentences per round; the closest embedding wins.")
+]
+SaveAttack = Annotated[
+    Path | None, typer.Option(help="Transformer: save the trained attack to this folder.")
+]
+Device = Annotated[
+    str,
+    typer.Option(
+        help="Transformer: torch device to train and decode on (cpu, cuda, cuda:1); "
+        "bfloat16 training on CUDA."
+    ),
+]
+# releases of the same records given as files (fingerprint, averaging)
+ReleaseFiles = Annotated[
+    list[Path] | None,
+    release_flag(help="A release of the same records (repeat, one file per release)."),
 ]
 # earlier spellings of the positional INPUT, kept working (hidden)
 OldTexts = Annotated[Path | None, texts_flag()]
@@ -209,6 +252,17 @@ def _pool(data: Path | None, model: str | None) -> tuple[list[Any], np.ndarray]:
     return ids if ids is not None else list(range(X.shape[0])), X
 
 
+class _Corpus(NamedTuple):
+    """The attacked texts: ids, texts, their embeddings, the sensitive tokens of each text (None:
+    every token counts) and the name the tables give the corpus."""
+
+    ids: list[Any]
+    texts: list[str]
+    X: np.ndarray
+    sensitive: list[frozenset[str]] | None
+    source: str
+
+
 def _corpus(
     texts: Path | None,
     embeddings: Path | None,
@@ -216,7 +270,7 @@ def _corpus(
     sensitive: Path | None,
     n: int,
     seed: int | None,
-) -> tuple[list[Any], list[str], np.ndarray, list[frozenset[str]] | None, str]:
+) -> _Corpus:
     """Texts, embeddings and sensitive tokens: from files, or the built-in PII corpus."""
     from ..attacks import pii_corpus
     from ..attacks._common import word_tokens
@@ -227,7 +281,7 @@ def _corpus(
         c = pii_corpus(n, seed=seed or 0)
         err_console.print(f"[dim]- built-in PII corpus: embedding {n} notes[/dim]", highlight=False)
         X = _encode(c.texts, model)
-        return c.ids, c.texts, X, c.sensitive, f"built-in PII corpus ({n} notes)"
+        return _Corpus(c.ids, c.texts, X, c.sensitive, f"built-in PII corpus ({n} notes)")
     ids, tx, X = _texts_and_embeddings(texts, embeddings, model)
     sens = None
     if sensitive is not None:
@@ -235,7 +289,7 @@ def _corpus(
 
         vocab = {w for t in read_tokens(sensitive) for w in word_tokens(t)}
         sens = [frozenset(set(word_tokens(t)) & vocab) for t in tx]
-    return ids, tx, X, sens, str(texts.name)
+    return _Corpus(ids, tx, X, sens, str(texts.name))
 
 
 def _split(n: int, fraction: float, seed: int | None) -> tuple[np.ndarray, np.ndarray]:
@@ -249,26 +303,41 @@ def _split(n: int, fraction: float, seed: int | None) -> tuple[np.ndarray, np.nd
     return np.sort(perm[:k]), np.sort(perm[k:])
 
 
-def _attacker_texts(
-    tx: list[str],
-    X: np.ndarray,
+class _Split(NamedTuple):
+    """What a trained attack learns from (the attacker's texts and their embeddings) and what it
+    is scored on (the target texts, their clean vectors, ids and sensitive tokens)."""
+
+    aux_texts: list[str]
+    aux_X: np.ndarray
+    texts: list[str]
+    X: np.ndarray
+    ids: list[Any]
+    sensitive: list[frozenset[str]] | None
+
+
+def _attacker_split(
+    corpus: _Corpus,
+    mech: Any,
+    *,
     train_texts: Path | None,
     train_embeddings: Path | None,
-    mech: Any,
     model: str | None,
     aux_fraction: float,
     seed: int | None,
-) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(auxiliary texts, their embeddings, target rows): the attacker's own corpus from
-    ``--train-texts``/``--train-embeddings`` (every row of the corpus is a target), or a split
-    of the corpus."""
+) -> _Split:
+    """The attacker's own corpus from ``--train-texts``/``--train-embeddings`` (every text of
+    the corpus is a target), or a split of the corpus (``--aux-fraction`` to the attacker)."""
+    tx, X = corpus.texts, corpus.X
     if train_texts is not None:
         if train_embeddings is None and mech is None:
             raise ValueError("--train-texts needs --train-embeddings when no --mechanism is given.")
         _i, aux_tx, aux_X = _texts_and_embeddings(train_texts, train_embeddings, model)
-        return aux_tx, aux_X, np.arange(len(tx))
-    aux, tgt = _split(len(tx), aux_fraction, seed)
-    return [tx[i] for i in aux], X[aux], tgt
+        tgt = np.arange(len(tx))
+    else:
+        aux, tgt = _split(len(tx), aux_fraction, seed)
+        aux_tx, aux_X = [tx[i] for i in aux], X[aux]
+    sens = None if corpus.sensitive is None else [corpus.sensitive[i] for i in tgt]
+    return _Split(aux_tx, aux_X, [tx[i] for i in tgt], X[tgt], [corpus.ids[i] for i in tgt], sens)
 
 
 def _protect(mech: Any, X: np.ndarray, ids: list[Any], seed: int | None, key: bytes | None) -> Any:
@@ -308,6 +377,41 @@ def _describe(mech: Any) -> dict[str, Any] | None:
     return {"config": mech.config, "guarantee": mech.guarantee.describe()}
 
 
+def _clean_and_protected(
+    split: _Split,
+    mech: Any,
+    key: bytes | None,
+    attack: Callable[[], Any],
+    *,
+    epochs: int,
+    baseline: bool,
+    seed: int | None,
+    label: str,
+    **adaptive: Any,
+) -> tuple[list[dict[str, Any]], Any]:
+    """Train ``attack()`` on the attacker's texts and score it on the targets: without a
+    mechanism on the given vectors (the row is named ``label``); with one, on the vectors it
+    protects (trained adaptively, with ``adaptive``), after the unprotected vectors when
+    ``baseline``. The rows, and the report on clean vectors (None when there is none)."""
+    rows: list[dict[str, Any]] = []
+    clean = None
+    if mech is None or baseline:
+        bar = "training" if mech is None else "training (unprotected)"
+        with progress_done(bar, epochs, unit="epochs") as on_epoch:
+            a0 = attack().fit(split.aux_texts, split.aux_X, rng=seed, on_epoch=on_epoch)
+        clean = a0.score(split.texts, split.X, sensitive=split.sensitive)
+        rows.append({"target": label if mech is None else "unprotected", **clean.to_dict()})
+    if mech is not None:
+        Y = _protect(mech, split.X, split.ids, seed, key)
+        with progress_done("training (protected)", epochs, unit="epochs") as on_epoch:
+            a = attack().fit_adaptive(
+                split.aux_texts, split.aux_X, mech, rng=seed, on_epoch=on_epoch, **adaptive
+            )
+        rep = a.score(split.texts, Y, sensitive=split.sensitive)
+        rows.append({"target": repr(mech), **rep.to_dict()})
+    return rows, clean
+
+
 # ---- token ----------------------------------------------------------------------------------
 
 
@@ -316,18 +420,10 @@ def _describe(mech: Any) -> dict[str, Any] | None:
 def token(
     input: TextsInput = None,
     embeddings: AlignedEmbeddings = None,
-    train_texts: Annotated[
-        Path | None, train_texts_flag(help="Attacker's auxiliary texts (default: split --texts).")
-    ] = None,
-    train_embeddings: Annotated[
-        Path | None,
-        train_embeddings_flag(help="Embeddings of --train-texts (as the attacker has them)."),
-    ] = None,
-    sensitive: Annotated[
-        Path | None,
-        sensitive_flag(help="Sensitive tokens (.txt/.json/.jsonl); default: every token."),
-    ] = None,
-    n: Annotated[int, n_flag(help="Notes of the built-in PII corpus (no --texts).")] = 1000,
+    train_texts: TrainTexts = None,
+    train_embeddings: TrainEmbeddings = None,
+    sensitive: Sensitive = None,
+    n: CorpusSize = 1000,
     mechanism: Mechanism = None,
     epsilon: Epsilon = None,
     delta: Delta = None,
@@ -335,9 +431,7 @@ def token(
     mask: MaskOpt = None,
     mask_delta: MaskDelta = None,
     smoothing: Smoothing = None,
-    aux_fraction: Annotated[
-        float, aux_fraction_flag(help="Share of texts the attacker owns.")
-    ] = 0.5,
+    aux_fraction: AuxFraction = 0.5,
     copies: Annotated[int, copies_flag(help="Protected copies per auxiliary text.")] = 1,
     settings: Annotated[
         Literal["audit", "t26"],
@@ -361,9 +455,7 @@ def token(
     top_k: Annotated[
         int | None, typer.Option(help="Recovered if among the top-k (default: from --settings).")
     ] = None,
-    baseline: Annotated[
-        bool, typer.Option("--baseline/--no-baseline", help="Also attack unprotected vectors.")
-    ] = True,
+    baseline: Baseline = True,
     seed: Seed = None,
     key_file: KeyFile = None,
     model: Model = None,
@@ -378,24 +470,42 @@ def token(
     texts = _one_input(input, **{"--texts": texts})
     _check_output(output, overwrite)
     out = _console(as_json)
-    mech = _mechanism(
-        mechanism,
-        epsilon=epsilon,
-        delta=delta,
-        sigma=sigma,
-        mask=mask,
-        mask_delta=mask_delta,
-        smoothing=smoothing,
-    )
+    mech = _mechanism(mechanism, epsilon=epsilon, delta=delta, sigma=sigma, mask=mask,
+                      mask_delta=mask_delta, smoothing=smoothing)  # fmt: skip
     key = _key(key_file, seed)
-    ids, tx, X, sens, source = _corpus(texts, embeddings, model, sensitive, n, seed)
-    aux_tx, aux_X, tgt = _attacker_texts(
-        tx, X, train_texts, train_embeddings, mech, model, aux_fraction, seed
+    corpus = _corpus(texts, embeddings, model, sensitive, n, seed)
+    split = _attacker_split(
+        corpus, mech, train_texts=train_texts, train_embeddings=train_embeddings, model=model,
+        aux_fraction=aux_fraction, seed=seed,
+    )  # fmt: skip
+    chosen = _token_settings(settings, threshold=threshold, top_k=top_k, epochs=epochs, lr=lr)
+    rows, clean = _clean_and_protected(
+        split, mech, key, lambda: MLCAttack(batch_size=batch_size, min_count=min_count, **chosen),
+        epochs=int(chosen["epochs"]), baseline=baseline, seed=seed, n_copies=copies,
+        label=str(embeddings.name if embeddings else corpus.source),
+    )  # fmt: skip
+    weak = _attack_strength(rows, clean)
+    _print_token_rows(out, rows, corpus.source, weak=weak)
+    _write(
+        output,
+        {
+            "attack": "token",
+            "source": corpus.source,
+            "mechanism": _describe(mech),
+            "n_aux": len(split.aux_texts),
+            "n_target": len(split.texts),
+            "results": rows,
+        },
+        overwrite,
+        as_json,
     )
-    t_tx = [tx[i] for i in tgt]
-    t_sens = None if sens is None else [sens[i] for i in tgt]
-    t_X = X[tgt]
 
+
+def _token_settings(
+    settings: str, *, threshold: float | None, top_k: int | None, epochs: int | None,
+    lr: float | None,
+) -> dict[str, Any]:  # fmt: skip
+    """The MLC attack's keyword arguments: the ``--settings`` preset, and the options given."""
     from ..attacks.token_inference import AUDIT_SETTINGS, T26_SETTINGS
 
     chosen: dict[str, Any] = dict(AUDIT_SETTINGS if settings == "audit" else T26_SETTINGS)
@@ -406,31 +516,12 @@ def token(
     if top_k is not None:
         chosen["top_k"] = top_k
     chosen.update({k: v for k, v in (("epochs", epochs), ("lr", lr)) if v is not None})
+    return chosen
 
-    def attack() -> MLCAttack:
-        return MLCAttack(batch_size=batch_size, min_count=min_count, **chosen)
 
-    n_epochs = int(chosen["epochs"])
-
-    rows: list[dict[str, Any]] = []
-    clean = None
-    if mech is not None:
-        if baseline:
-            with progress_done("training (unprotected)", n_epochs, unit="epochs") as on_epoch:
-                a0 = attack().fit(aux_tx, aux_X, rng=seed, on_epoch=on_epoch)
-            clean = a0.score(t_tx, t_X, sensitive=t_sens)
-            rows.append({"target": "unprotected", **clean.to_dict()})
-        Y = _protect(mech, t_X, [ids[i] for i in tgt], seed, key)
-        with progress_done("training (protected)", n_epochs, unit="epochs") as on_epoch:
-            a = attack().fit_adaptive(
-                aux_tx, aux_X, mech, n_copies=copies, rng=seed, on_epoch=on_epoch
-            )
-        rows.append({"target": repr(mech), **a.score(t_tx, Y, sensitive=t_sens).to_dict()})
-    else:
-        with progress_done("training", n_epochs, unit="epochs") as on_epoch:
-            a0 = attack().fit(aux_tx, aux_X, rng=seed, on_epoch=on_epoch)
-        clean = a0.score(t_tx, t_X, sensitive=t_sens)
-        rows.append({"target": str(embeddings.name if embeddings else source), **clean.to_dict()})
+def _attack_strength(rows: list[dict[str, Any]], clean: Any) -> bool:
+    """Mark every row with the attack's strength on clean vectors; True if it is too weak to be
+    evidence (it does not beat chance there)."""
     from ..evaluation.privacy import WEAK_ATTACK
 
     weak = clean is not None and not clean.beats_chance
@@ -442,6 +533,12 @@ def token(
             if weak
             else "beats chance"
         )
+    return weak
+
+
+def _print_token_rows(out: Console, rows: list[dict[str, Any]], source: str, *, weak: bool) -> None:
+    from ..evaluation.privacy import WEAK_ATTACK
+
     t = Table(title=f"Token inference (MLC) on {source}; recovered = {rows[-1]['rule']}")
     for col in ("target", "leakage", "chance", "confidence", "AUC (sensitive)", "AUC (all)", "F1"):
         t.add_column(col, justify="left" if col == "target" else "right", overflow="fold")
@@ -463,19 +560,6 @@ def token(
             "--settings audit, more texts, or more epochs.",
             highlight=False,
         )
-    _write(
-        output,
-        {
-            "attack": "token",
-            "source": source,
-            "mechanism": _describe(mech),
-            "n_aux": len(aux_tx),
-            "n_target": len(t_tx),
-            "results": rows,
-        },
-        overwrite,
-        as_json,
-    )
 
 
 # ---- fingerprint ----------------------------------------------------------------------------
@@ -495,10 +579,7 @@ def fingerprint(
             show_default=False,
         ),
     ] = None,
-    release: Annotated[
-        list[Path] | None,
-        release_flag(help="A release of the same records (repeat, one file per release)."),
-    ] = None,
+    release: ReleaseFiles = None,
     epsilon: Annotated[float, epsilon_flag(help="epsilon of the simulated mechanism.")] = 10.0,
     smoothing: Annotated[float, typer.Option(help="Covariance smoothing lambda.")] = 0.0,
     mask_delta: Annotated[
@@ -528,87 +609,24 @@ def fingerprint(
     embeddings: OldEmbeddings = None,
 ) -> None:
     """Variance fingerprint ([F26]): which concept does an anisotropic mechanism protect?"""
-    from ..attacks import (
-        FingerprintClassifier,
-        TemplateMatcher,
-        permuted_diagonal,
-        simulate_fingerprints,
-        variance_fingerprint,
-    )
-    from ..mechanisms import LaplaceMechanism, MahalanobisMechanism
-    from ..mechanisms.mahalanobis import smooth_covariance
-
     data = _one_input(input, **{"--texts": texts, "--embeddings": embeddings})
     _check_output(output, overwrite)
     out = _console(as_json)
-    names, bases = [], []
-    for p in profile:
-        m = MahalanobisMechanism.from_profile(p, epsilon=epsilon, mask_delta=mask_delta)
-        names.append(p.stem)
-        bases.append(np.asarray(m.covariance_diagonal))
-    if len(set(names)) != len(names):
-        raise ValueError("profile file names must differ (they name the concepts).")
-    assumed = {
-        nm: smooth_covariance(b, smoothing) if smoothing > 0 else b
-        for nm, b in zip(names, bases, strict=True)
-    }
-    matcher = TemplateMatcher.from_covariances(assumed)
+    names, bases, matcher = _concept_templates(
+        profile, epsilon=epsilon, mask_delta=mask_delta, smoothing=smoothing
+    )
     result: dict[str, Any] = {"attack": "fingerprint", "concepts": names, "across": across}
     if release:
-        if len(release) < (2 if across == "releases" else 1):
-            raise ValueError("the release variance needs at least 2 --release files.")
-        R = np.stack([_read_embeddings(p)[0] for p in release])
-        n_docs = R.shape[1]
-        idx = [np.arange(s, min(s + group_size, n_docs)) for s in range(0, n_docs, group_size)]
-        idx = [g for g in idx if g.size >= 2] or [np.arange(n_docs)]
-        F = variance_fingerprint(R, idx, across=across)
-        D = matcher.distances(F)
-        pred = matcher.predict(F)
-        votes = {nm: pred.count(nm) for nm in names}
-        t = Table(title=f"Fingerprint of {len(release)} releases x {n_docs} records")
-        t.add_column("concept")
-        t.add_column("groups matched", justify="right")
-        t.add_column("mean L2 distance to template", justify="right")
-        for j, nm in enumerate(names):
-            t.add_row(nm, str(votes[nm]), _f(float(D[:, j].mean())))
-        out.print(t)
-        result.update({"groups": len(idx), "votes": votes, "distances": D.mean(axis=0).tolist()})
-        result["prediction"] = max(names, key=lambda k: (votes[k], -D[:, names.index(k)].mean()))
-        out.print(f"most likely protected concept: [bold]{result['prediction']}[/bold]")
+        result |= _match_releases(out, release, names, matcher, across=across, size=group_size)
         _write(output, result, overwrite, as_json)
         return
     key = _key(key_file, seed)
     _ids, X = _pool(data, model)
-    gen = np.random.default_rng(seed)
-    half = gen.permutation(X.shape[0])
-    test_pool, ref_pool = X[np.sort(half[: X.shape[0] // 2])], X[np.sort(half[X.shape[0] // 2 :])]
-    defender: dict[str, Any] = {}
-    for nm, b in zip(names, bases, strict=True):
-        if noise == "isotropic":
-            defender[nm] = LaplaceMechanism(epsilon=epsilon)
-        elif noise == "permuted":
-            defender[nm] = MahalanobisMechanism(
-                epsilon=epsilon, covariance=permuted_diagonal(b, gen), smoothing=smoothing
-            )
-        else:
-            defender[nm] = MahalanobisMechanism(epsilon=epsilon, covariance=b, smoothing=smoothing)
     sim = {"n_groups": groups, "group_size": group_size, "n_releases": releases, "across": across}
-    F, y = simulate_fingerprints(
-        defender,
-        test_pool,
-        rng=None if key else gen,
-        key=key,
-        **sim,  # type: ignore[arg-type]
-    )
-    reports = {"template": matcher.score(F, y).to_dict()}
-    if mlp:
-        assumed_mechs = {
-            nm: MahalanobisMechanism(epsilon=epsilon, covariance=b, smoothing=smoothing)
-            for nm, b in zip(names, bases, strict=True)
-        }
-        Fr, yr = simulate_fingerprints(assumed_mechs, ref_pool, rng=gen, **sim)  # type: ignore[arg-type]
-        clf = FingerprintClassifier().fit(Fr, yr, rng=gen)
-        reports["mlp"] = clf.score(F, y).to_dict()
+    reports = _simulate_fingerprints(
+        X, names, bases, matcher, sim, noise=noise, epsilon=epsilon, smoothing=smoothing,
+        mlp=mlp, seed=seed, key=key,
+    )  # fmt: skip
     t = Table(
         title=f"Fingerprint attack: {noise} noise, epsilon={epsilon:g}, lambda={smoothing:g}, "
         f"N={releases}, {groups} groups/concept of {group_size}" + (", keyed" if key else "")
@@ -631,6 +649,106 @@ def fingerprint(
     _write(output, result, overwrite, as_json)
 
 
+def _concept_templates(
+    profile: list[Path], *, epsilon: float, mask_delta: float, smoothing: float
+) -> tuple[list[str], list[np.ndarray], Any]:
+    """The candidate concepts (named by their files), the covariance diagonal each one's
+    mechanism uses, and the template matcher built from them (smoothed as the attacker
+    assumes)."""
+    from ..attacks import TemplateMatcher
+    from ..mechanisms import MahalanobisMechanism
+    from ..mechanisms.mahalanobis import smooth_covariance
+
+    names, bases = [], []
+    for p in profile:
+        m = MahalanobisMechanism.from_profile(p, epsilon=epsilon, mask_delta=mask_delta)
+        names.append(p.stem)
+        bases.append(np.asarray(m.covariance_diagonal))
+    if len(set(names)) != len(names):
+        raise ValueError("profile file names must differ (they name the concepts).")
+    assumed = {
+        nm: smooth_covariance(b, smoothing) if smoothing > 0 else b
+        for nm, b in zip(names, bases, strict=True)
+    }
+    return names, bases, TemplateMatcher.from_covariances(assumed)
+
+
+def _match_releases(
+    out: Console, release: list[Path], names: list[str], matcher: Any, *, across: str, size: int
+) -> dict[str, Any]:
+    """Match the variance fingerprints of released files (groups of ``size`` records) to the
+    concepts' templates; print the votes and return them with the most likely concept."""
+    from ..attacks import variance_fingerprint
+
+    if len(release) < (2 if across == "releases" else 1):
+        raise ValueError("the release variance needs at least 2 --release files.")
+    R = np.stack([_read_embeddings(p)[0] for p in release])
+    n_docs = R.shape[1]
+    idx = [np.arange(s, min(s + size, n_docs)) for s in range(0, n_docs, size)]
+    idx = [g for g in idx if g.size >= 2] or [np.arange(n_docs)]
+    F = variance_fingerprint(R, idx, across=across)
+    D = matcher.distances(F)
+    pred = matcher.predict(F)
+    votes = {nm: pred.count(nm) for nm in names}
+    t = Table(title=f"Fingerprint of {len(release)} releases x {n_docs} records")
+    t.add_column("concept")
+    t.add_column("groups matched", justify="right")
+    t.add_column("mean L2 distance to template", justify="right")
+    for j, nm in enumerate(names):
+        t.add_row(nm, str(votes[nm]), _f(float(D[:, j].mean())))
+    out.print(t)
+    found = {"groups": len(idx), "votes": votes, "distances": D.mean(axis=0).tolist()}
+    found["prediction"] = max(names, key=lambda k: (votes[k], -D[:, names.index(k)].mean()))
+    out.print(f"most likely protected concept: [bold]{found['prediction']}[/bold]")
+    return found
+
+
+def _simulate_fingerprints(
+    X: np.ndarray,
+    names: list[str],
+    bases: list[np.ndarray],
+    matcher: Any,
+    sim: dict[str, Any],
+    *,
+    noise: str,
+    epsilon: float,
+    smoothing: float,
+    mlp: bool,
+    seed: int | None,
+    key: bytes | None,
+) -> dict[str, Any]:
+    """Release half of ``X`` under the defender's ``noise`` for each concept and score the
+    template matcher on the fingerprints (and an MLP trained on the other half, as the
+    attacker simulates it)."""
+    from ..attacks import FingerprintClassifier, permuted_diagonal, simulate_fingerprints
+    from ..mechanisms import LaplaceMechanism, MahalanobisMechanism
+
+    gen = np.random.default_rng(seed)
+    half = gen.permutation(X.shape[0])
+    test_pool, ref_pool = X[np.sort(half[: X.shape[0] // 2])], X[np.sort(half[X.shape[0] // 2 :])]
+    defender: dict[str, Any] = {}
+    for nm, b in zip(names, bases, strict=True):
+        if noise == "isotropic":
+            defender[nm] = LaplaceMechanism(epsilon=epsilon)
+        elif noise == "permuted":
+            defender[nm] = MahalanobisMechanism(
+                epsilon=epsilon, covariance=permuted_diagonal(b, gen), smoothing=smoothing
+            )
+        else:
+            defender[nm] = MahalanobisMechanism(epsilon=epsilon, covariance=b, smoothing=smoothing)
+    F, y = simulate_fingerprints(defender, test_pool, rng=None if key else gen, key=key, **sim)
+    reports = {"template": matcher.score(F, y).to_dict()}
+    if mlp:
+        assumed_mechs = {
+            nm: MahalanobisMechanism(epsilon=epsilon, covariance=b, smoothing=smoothing)
+            for nm, b in zip(names, bases, strict=True)
+        }
+        Fr, yr = simulate_fingerprints(assumed_mechs, ref_pool, rng=gen, **sim)
+        clf = FingerprintClassifier().fit(Fr, yr, rng=gen)
+        reports["mlp"] = clf.score(F, y).to_dict()
+    return reports
+
+
 # ---- averaging ------------------------------------------------------------------------------
 
 
@@ -646,10 +764,7 @@ def averaging(
             show_default=False,
         ),
     ] = None,
-    release: Annotated[
-        list[Path] | None,
-        release_flag(help="A release of the same records (repeat, one file per release)."),
-    ] = None,
+    release: ReleaseFiles = None,
     mechanism: Mechanism = None,
     epsilon: Epsilon = None,
     delta: Delta = None,
@@ -678,15 +793,8 @@ def averaging(
     )
     _check_output(output, overwrite)
     out = _console(as_json)
-    mech = _mechanism(
-        mechanism,
-        epsilon=epsilon,
-        delta=delta,
-        sigma=sigma,
-        mask=mask,
-        mask_delta=mask_delta,
-        smoothing=smoothing,
-    )
+    mech = _mechanism(mechanism, epsilon=epsilon, delta=delta, sigma=sigma, mask=mask,
+                      mask_delta=mask_delta, smoothing=smoothing)  # fmt: skip
     reports: dict[str, Any] = {}
     if mech is None:
         if not release or data is None:
@@ -775,15 +883,8 @@ def linkage(
     _check_output(output, overwrite)
     out = _console(as_json)
     atk = LinkageAttack(ks=[int(v) for v in parse_floats("ks", ks)])
-    mech = _mechanism(
-        mechanism,
-        epsilon=epsilon,
-        delta=delta,
-        sigma=sigma,
-        mask=mask,
-        mask_delta=mask_delta,
-        smoothing=smoothing,
-    )
+    mech = _mechanism(mechanism, epsilon=epsilon, delta=delta, sigma=sigma, mask=mask,
+                      mask_delta=mask_delta, smoothing=smoothing)  # fmt: skip
     if mech is None:
         if data is None or candidates is None:
             raise ValueError("give the protected file (INPUT) and --candidates, or a --mechanism.")
@@ -831,17 +932,10 @@ def linkage(
 def inversion(
     input: TextsInput = None,
     embeddings: AlignedEmbeddings = None,
-    train_texts: Annotated[
-        Path | None, train_texts_flag(help="Attacker's auxiliary texts (default: split --texts).")
-    ] = None,
-    train_embeddings: Annotated[
-        Path | None, train_embeddings_flag(help="Embeddings of --train-texts.")
-    ] = None,
-    sensitive: Annotated[
-        Path | None,
-        sensitive_flag(help="Sensitive tokens (.txt/.json/.jsonl); default: every token."),
-    ] = None,
-    n: Annotated[int, n_flag(help="Notes of the built-in PII corpus (no --texts).")] = 1000,
+    train_texts: TrainTexts = None,
+    train_embeddings: TrainEmbeddings = None,
+    sensitive: Sensitive = None,
+    n: CorpusSize = 1000,
     mechanism: Mechanism = None,
     epsilon: Epsilon = None,
     delta: Delta = None,
@@ -849,9 +943,7 @@ def inversion(
     mask: MaskOpt = None,
     mask_delta: MaskDelta = None,
     smoothing: Smoothing = None,
-    aux_fraction: Annotated[
-        float, aux_fraction_flag(help="Share of texts the attacker owns.")
-    ] = 0.5,
+    aux_fraction: AuxFraction = 0.5,
     epochs: Annotated[int, epochs_flag(help="Decoder training epochs.")] = 20,
     hidden: Annotated[int, typer.Option(help="GRU state size.")] = 256,
     lr: Annotated[float, lr_flag(help="Adam learning rate.")] = 1e-3,
@@ -863,30 +955,11 @@ def inversion(
             "decoder with vec2text-style correction (TransformerInversionAttack)."
         ),
     ] = "gru",
-    pretrained: Annotated[
-        Path | None,
-        typer.Option(
-            help="Transformer: a saved attack folder (e.g. from benchmarks/bench_inversion.py "
-            "--full, under the user cache) to fine-tune on the auxiliary texts instead of "
-            "training from scratch."
-        ),
-    ] = None,
-    rounds: Annotated[
-        int, typer.Option(help="Transformer: correction rounds at inference (0: none).")
-    ] = 1,
-    candidates: Annotated[
-        int, typer.Option(help="Transformer: sentences per round; the closest embedding wins.")
-    ] = 2,
-    save: Annotated[
-        Path | None, typer.Option(help="Transformer: save the trained attack to this folder.")
-    ] = None,
-    device: Annotated[
-        str,
-        typer.Option(
-            help="Transformer: torch device to train and decode on (cpu, cuda, cuda:1); "
-            "bfloat16 training on CUDA."
-        ),
-    ] = "cpu",
+    pretrained: Pretrained = None,
+    rounds: Rounds = 1,
+    candidates: Candidates = 2,
+    save: SaveAttack = None,
+    device: Device = "cpu",
     vec2text: Annotated[
         Literal["gtr-base", "text-embedding-ada-002"] | None,
         typer.Option(
@@ -894,9 +967,7 @@ def inversion(
             "locally)."
         ),
     ] = None,
-    baseline: Annotated[
-        bool, typer.Option("--baseline/--no-baseline", help="Also attack unprotected vectors.")
-    ] = True,
+    baseline: Baseline = True,
     seed: Seed = None,
     key_file: KeyFile = None,
     model: Model = None,
@@ -906,10 +977,51 @@ def inversion(
     texts: OldTexts = None,
 ) -> None:
     """Sentence inversion (GEIA-style decoder trained here, or vec2text): leakage of reconstructions."""
-    from ..attacks import GEIAAttack, Vec2TextAdapter
+    from ..attacks import GEIAAttack
 
     texts = _one_input(input, **{"--texts": texts})
     _check_output(output, overwrite)
+    _check_decoder(decoder, vec2text, pretrained=pretrained, save=save, device=device,
+                   overwrite=overwrite)  # fmt: skip
+    out = _console(as_json)
+    mech = _mechanism(mechanism, epsilon=epsilon, delta=delta, sigma=sigma, mask=mask,
+                      mask_delta=mask_delta, smoothing=smoothing)  # fmt: skip
+    key = _key(key_file, seed)
+    corpus = _corpus(texts, embeddings, model, sensitive, n, seed)
+    summary: dict[str, Any] = {"attack": "inversion"}
+    if vec2text is not None:  # (the GRU decoder's place: _check_decoder refuses a transformer)
+        rows = [_vec2text_row(vec2text, corpus, mech, seed, key)]
+    else:
+        split = _attacker_split(
+            corpus, mech, train_texts=train_texts, train_embeddings=train_embeddings, model=model,
+            aux_fraction=aux_fraction, seed=seed,
+        )  # fmt: skip
+        if decoder == "transformer":
+            summary["decoder"] = "transformer"
+            rows = _transformer_inversion(
+                split, mech, key, model=model, seed=seed, epochs=epochs, lr=lr,
+                pretrained=pretrained, rounds=rounds, candidates=candidates, save=save,
+                baseline=baseline, device=device,
+            )  # fmt: skip
+        else:
+            rows, _clean = _clean_and_protected(
+                split, mech, key, lambda: GEIAAttack(epochs=epochs, hidden=hidden, lr=lr, beam=beam),
+                epochs=epochs, baseline=baseline, seed=seed, label=corpus.source,
+            )  # fmt: skip
+    if decoder == "transformer":
+        _print_transformer_rows(out, rows, corpus.source)
+    else:
+        _print_inversion_rows(out, rows, corpus.source)
+    summary |= {"source": corpus.source, "mechanism": _describe(mech), "results": rows}
+    _write(output, summary, overwrite, as_json)
+
+
+def _check_decoder(
+    decoder: str, vec2text: str | None, *, pretrained: Path | None, save: Path | None,
+    device: str, overwrite: bool,
+) -> None:  # fmt: skip
+    """Refuse the options of another decoder, a missing ``--pretrained`` folder, a device that is
+    not there and an existing ``--save``: before the corpus is embedded."""
     if decoder != "transformer":
         given = {"--pretrained": pretrained, "--save": save}
         extra = [k for k, v in given.items() if v is not None]
@@ -926,66 +1038,22 @@ def inversion(
         resolve_device(device)  # a GPU that is not there is refused before any work
     if save is not None and save.exists() and not overwrite:
         raise FileExistsError(f"--save exists: {save} (pass --overwrite to replace it).")
-    out = _console(as_json)
-    mech = _mechanism(
-        mechanism,
-        epsilon=epsilon,
-        delta=delta,
-        sigma=sigma,
-        mask=mask,
-        mask_delta=mask_delta,
-        smoothing=smoothing,
-    )
-    key = _key(key_file, seed)
-    ids, tx, X, sens, source = _corpus(texts, embeddings, model, sensitive, n, seed)
-    rows: list[dict[str, Any]] = []
-    if decoder == "transformer":
-        rows = _transformer_inversion(
-            tx, X, ids, sens, mech, key,
-            train_texts=train_texts, train_embeddings=train_embeddings, model=model,
-            aux_fraction=aux_fraction, seed=seed, epochs=epochs, lr=lr, pretrained=pretrained,
-            rounds=rounds, candidates=candidates, save=save, baseline=baseline, device=device,
-        )  # fmt: skip
-    elif vec2text is not None:
-        adapter = Vec2TextAdapter.from_pretrained(vec2text)
-        Y = X if mech is None else _protect(mech, X, ids, seed, key)
-        rep = adapter.score(tx, Y, sensitive=sens)
-        rows.append({"target": "vec2text " + vec2text, **rep.to_dict()})
-    else:
-        aux_tx, aux_X, tgt = _attacker_texts(
-            tx, X, train_texts, train_embeddings, mech, model, aux_fraction, seed
-        )
-        t_tx = [tx[i] for i in tgt]
-        t_sens = None if sens is None else [sens[i] for i in tgt]
 
-        def attack() -> GEIAAttack:
-            return GEIAAttack(epochs=epochs, hidden=hidden, lr=lr, beam=beam)
 
-        if mech is not None:
-            if baseline:
-                with progress_done("training (unprotected)", epochs, unit="epochs") as on_epoch:
-                    a0 = attack().fit(aux_tx, aux_X, rng=seed, on_epoch=on_epoch)
-                rows.append(
-                    {"target": "unprotected", **a0.score(t_tx, X[tgt], sensitive=t_sens).to_dict()}
-                )
-            Y = _protect(mech, X[tgt], [ids[i] for i in tgt], seed, key)
-            with progress_done("training (protected)", epochs, unit="epochs") as on_epoch:
-                a = attack().fit_adaptive(aux_tx, aux_X, mech, rng=seed, on_epoch=on_epoch)
-            rows.append({"target": repr(mech), **a.score(t_tx, Y, sensitive=t_sens).to_dict()})
-        else:
-            with progress_done("training", epochs, unit="epochs") as on_epoch:
-                a = attack().fit(aux_tx, aux_X, rng=seed, on_epoch=on_epoch)
-            rows.append({"target": source, **a.score(t_tx, X[tgt], sensitive=t_sens).to_dict()})
-    if decoder == "transformer":
-        _print_transformer_rows(out, rows, source)
-        _write(
-            output,
-            {"attack": "inversion", "decoder": "transformer", "source": source,
-             "mechanism": _describe(mech), "results": rows},
-            overwrite,
-            as_json,
-        )  # fmt: skip
-        return
+def _vec2text_row(
+    name: str, corpus: _Corpus, mech: Any, seed: int | None, key: bytes | None
+) -> dict[str, Any]:
+    """Score vec2text's pretrained corrector ``name`` on the corpus (protected by ``mech``)."""
+    from ..attacks import Vec2TextAdapter
+
+    adapter = Vec2TextAdapter.from_pretrained(name)
+    X = corpus.X
+    Y = X if mech is None else _protect(mech, X, corpus.ids, seed, key)
+    rep = adapter.score(corpus.texts, Y, sensitive=corpus.sensitive)
+    return {"target": "vec2text " + name, **rep.to_dict()}
+
+
+def _print_inversion_rows(out: Console, rows: list[dict[str, Any]], source: str) -> None:
     t = Table(title=f"Sentence inversion on {source}")
     for col in ("target", "leakage", "chance", "word F1", "exact"):
         t.add_column(col, justify="left" if col == "target" else "right", overflow="fold")
@@ -1000,26 +1068,14 @@ def inversion(
     out.print(t)
     for ex in rows[-1]["examples"][:2]:
         out.print(f"  [dim]{ex['text']}[/dim]\n  -> {ex['reconstruction']}", highlight=False)
-    _write(
-        output,
-        {"attack": "inversion", "source": source, "mechanism": _describe(mech), "results": rows},
-        overwrite,
-        as_json,
-    )
 
 
 def _transformer_inversion(
-    tx: list[str],
-    X: np.ndarray,
-    ids: list[Any],
-    sens: list[frozenset[str]] | None,
+    split: _Split,
     mech: Any,
     key: bytes | None,
     *,
-    train_texts: Path | None,
-    train_embeddings: Path | None,
     model: str | None,
-    aux_fraction: float,
     seed: int | None,
     epochs: int,
     lr: float,
@@ -1035,11 +1091,8 @@ def _transformer_inversion(
     from ..attacks.transformer_inversion import strength_verdict
     from ..embedders import Embedder
 
-    aux_tx, aux_X, tgt = _attacker_texts(
-        tx, X, train_texts, train_embeddings, mech, model, aux_fraction, seed
-    )
-    t_tx = [tx[i] for i in tgt]
-    t_sens = None if sens is None else [sens[i] for i in tgt]
+    aux_tx, aux_X = split.aux_texts, split.aux_X
+    t_tx, t_sens = split.texts, split.sensitive
     made: list[Any] = []
 
     def embed(texts: list[str]) -> np.ndarray:  # the embedder loads on first use only
@@ -1082,12 +1135,12 @@ def _transformer_inversion(
     rows: list[dict[str, Any]] = []
     if mech is None:
         a = attack(None)
-        rows.append(row("unprotected", a, X[tgt], True))
+        rows.append(row("unprotected", a, split.X, True))
     else:
         if baseline:
             a0 = attack(None)
-            rows.append(row("unprotected", a0, X[tgt], True))
-        Y = _protect(mech, X[tgt], [ids[i] for i in tgt], seed, key)
+            rows.append(row("unprotected", a0, split.X, True))
+        Y = _protect(mech, split.X, split.ids, seed, key)
         a = attack(mech)
         r = row(repr(mech), a, Y, False)
         if rows:
@@ -1164,7 +1217,7 @@ def attribute(
     as_json: AsJson = False,
 ) -> None:
     """Attribute inference: does the text behind a protected vector mention X? (ROC AUC, blind 0.5)"""
-    from ..attacks import attribute_audit, mentions, ner_labels
+    from ..attacks import attribute_audit
 
     _check_output(output, overwrite)
     if input is None:
@@ -1174,26 +1227,11 @@ def attribute(
             "give the attribute as --entity LABEL (spaCy) or --terms FILE, one of them."
         )
     out = _console(as_json)
-    mech = _mechanism(
-        mechanism,
-        epsilon=epsilon,
-        delta=delta,
-        sigma=sigma,
-        mask=mask,
-        mask_delta=mask_delta,
-        smoothing=smoothing,
-    )
+    mech = _mechanism(mechanism, epsilon=epsilon, delta=delta, sigma=sigma, mask=mask,
+                      mask_delta=mask_delta, smoothing=smoothing)  # fmt: skip
     key = _key(key_file, seed)
     ids, tx, X = _texts_and_embeddings(input, embeddings, model)
-    if entity is not None:
-        y = ner_labels(tx, entity)
-        what = "entity " + "|".join(entity)
-    else:
-        from ..concepts import read_tokens
-
-        assert terms is not None
-        y = mentions(tx, read_tokens(terms))
-        what = f"terms of {terms.name}"
+    y, what = _attribute_labels(tx, entity, terms)
     train, test = _split(len(tx), 1.0 - test_fraction, seed)
     for part, name in ((train, "training"), (test, "test")):
         if y[part].all() or not y[part].any():
@@ -1206,17 +1244,7 @@ def attribute(
         X[train], y[train], X[test], y[test], protected_test=Y, mechanism=mech, kind=probe,
         n_copies=copies, rng=seed,
     )  # fmt: skip
-    t = Table(title=f"Attribute inference ({what}, {probe} probe) on {input.name}")
-    for col in ("target", "training", "AUC", "95% interval", "blind", "beats blind"):
-        t.add_column(col, justify="left" if col in ("target", "training") else "right")
-    for target, training, rep in rows:
-        t.add_row(
-            target, training, _f(rep.auc), f"[{_f(rep.interval[0])}, {_f(rep.interval[1])}]",
-            _f(rep.blind), "yes" if rep.beats_blind else "no",
-        )  # fmt: skip
-    out.print(t)
-    if not rows[0][2].beats_blind:
-        out.print("[yellow]the probe does not beat blind on clean vectors: no evidence.[/yellow]")
+    _print_attribute_rows(out, rows, f"Attribute inference ({what}, {probe} probe) on {input.name}")
     _write(
         output,
         {
@@ -1231,6 +1259,34 @@ def attribute(
         overwrite,
         as_json,
     )
+
+
+def _attribute_labels(
+    tx: list[str], entity: list[str] | None, terms: Path | None
+) -> tuple[np.ndarray, str]:
+    """Which texts hold the attribute (spaCy entities of a label, or a term list), and its name."""
+    from ..attacks import mentions, ner_labels
+
+    if entity is not None:
+        return ner_labels(tx, entity), "entity " + "|".join(entity)
+    from ..concepts import read_tokens
+
+    assert terms is not None
+    return mentions(tx, read_tokens(terms)), f"terms of {terms.name}"
+
+
+def _print_attribute_rows(out: Console, rows: list[tuple[str, str, Any]], title: str) -> None:
+    t = Table(title=title)
+    for col in ("target", "training", "AUC", "95% interval", "blind", "beats blind"):
+        t.add_column(col, justify="left" if col in ("target", "training") else "right")
+    for target, training, rep in rows:
+        t.add_row(
+            target, training, _f(rep.auc), f"[{_f(rep.interval[0])}, {_f(rep.interval[1])}]",
+            _f(rep.blind), "yes" if rep.beats_blind else "no",
+        )  # fmt: skip
+    out.print(t)
+    if not rows[0][2].beats_blind:
+        out.print("[yellow]the probe does not beat blind on clean vectors: no evidence.[/yellow]")
 
 
 def register(main: typer.Typer) -> None:
