@@ -57,6 +57,49 @@ EXIT_INCONCLUSIVE = 4
 _ORDER = ("consistent", "inconclusive", "violation")
 _STYLE = {"consistent": "bold green", "inconclusive": "bold yellow", "violation": "bold red"}
 
+# ---- options grouped with the helper that reads them -----------------------------------------
+# what is audited (_mechanism_under_audit)
+OptMechanism = Annotated[MechanismName | None, mechanism_flag(help="The mechanism to audit.")]
+OptFromFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--from-file", help="Audit the mechanism recorded in a protected file's metadata."
+    ),
+]
+OptDim = Annotated[
+    int | None, typer.Option("--dim", help="Input dimension (default 16, or the file's).")
+]
+# the noise path audited (_noise_paths)
+OptFreshNoise = Annotated[
+    bool,
+    typer.Option(
+        "--fresh-noise",
+        help="Audit the fresh-entropy noise path (production) instead of seeded streams.",
+    ),
+]
+OptKeyed = Annotated[
+    bool,
+    typer.Option(
+        "--keyed", help="Audit the keyed noise path (the release path with a key; one id per draw)."
+    ),
+]
+OptKeyedGenerators = Annotated[
+    Literal["philox", "aes", "both"],
+    typer.Option(help="Keyed generator(s) audited with --keyed (both: one audit each)."),
+]
+# the exit status (_exit_status)
+OptFailOnViolation = Annotated[
+    bool,
+    typer.Option("--fail-on-violation", help="Exit with status 3 when the verdict is a violation."),
+]
+OptFailUnlessConsistent = Annotated[
+    bool,
+    typer.Option(
+        "--fail-unless-consistent",
+        help="Exit with status 3 on a violation and 4 when the audit is inconclusive.",
+    ),
+]
+
 
 def _from_file(path: Path, mask: Path | None, covariance: Path | None) -> tuple[Any, int]:
     """The mechanism recorded in a protected file's metadata, and the file's input dimension."""
@@ -157,10 +200,7 @@ def _print(result: Any) -> None:
 
 @user_errors
 def audit(
-    mechanism: Annotated[
-        MechanismName | None,
-        mechanism_flag(help="The mechanism to audit."),
-    ] = None,
+    mechanism: OptMechanism = None,
     epsilon: OptEpsilon = None,
     delta: OptDelta = None,
     sigma: OptSigma = None,
@@ -175,15 +215,8 @@ def audit(
     neighbouring: OptNeighbouring = None,
     input_norm: OptInputNorm = None,
     renormalize: OptRenormalize = None,
-    from_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--from-file", help="Audit the mechanism recorded in a protected file's metadata."
-        ),
-    ] = None,
-    dim: Annotated[
-        int | None, typer.Option("--dim", help="Input dimension (default 16, or the file's).")
-    ] = None,
+    from_file: OptFromFile = None,
+    dim: OptDim = None,
     samples: Annotated[int, typer.Option(help="Releases drawn per input of the pair.")] = 100_000,
     distance: Annotated[
         float | None,
@@ -216,38 +249,12 @@ def audit(
         ),
     ] = 1.25,
     seed: Annotated[int | None, seed_flag(help="Seed (reproducible audit).")] = None,
-    fresh_noise: Annotated[
-        bool,
-        typer.Option(
-            "--fresh-noise",
-            help="Audit the fresh-entropy noise path (production) instead of seeded streams.",
-        ),
-    ] = False,
-    keyed: Annotated[
-        bool,
-        typer.Option(
-            "--keyed",
-            help="Audit the keyed noise path (the release path with a key; one id per draw).",
-        ),
-    ] = False,
-    keyed_generator: Annotated[
-        Literal["philox", "aes", "both"],
-        typer.Option(help="Keyed generator(s) audited with --keyed (both: one audit each)."),
-    ] = "both",
+    fresh_noise: OptFreshNoise = False,
+    keyed: OptKeyed = False,
+    keyed_generator: OptKeyedGenerators = "both",
     as_json: Annotated[bool, json_flag(help="Print JSON.")] = False,
-    fail_on_violation: Annotated[
-        bool,
-        typer.Option(
-            "--fail-on-violation", help="Exit with status 3 when the verdict is a violation."
-        ),
-    ] = False,
-    fail_unless_consistent: Annotated[
-        bool,
-        typer.Option(
-            "--fail-unless-consistent",
-            help="Exit with status 3 on a violation and 4 when the audit is inconclusive.",
-        ),
-    ] = False,
+    fail_on_violation: OptFailOnViolation = False,
+    fail_unless_consistent: OptFailUnlessConsistent = False,
 ) -> None:
     """Audit a mechanism: an empirical epsilon lower bound and a white-box noise-law check.
 
@@ -256,22 +263,46 @@ def audit(
     --fail-unless-consistent, 4 for an inconclusive audit under --fail-unless-consistent.
     """
     from ..audit import audit as run_audit
-    from ..mechanisms import get_mechanism
 
     params = {
-        "epsilon": epsilon,
-        "delta": delta,
-        "sigma": sigma,
-        "calibration": calibration,
-        "mask_delta": mask_delta,
-        "smoothing": smoothing,
-        "k": k,
-        "kind": kind,
-        "projection_seed": projection_seed,
-        "neighbouring": neighbouring,
-        "input_norm": input_norm,
-        "renormalize": renormalize,
-    }
+        "epsilon": epsilon, "delta": delta, "sigma": sigma, "calibration": calibration,
+        "mask_delta": mask_delta, "smoothing": smoothing, "k": k, "kind": kind,
+        "projection_seed": projection_seed, "neighbouring": neighbouring,
+        "input_norm": input_norm, "renormalize": renormalize,
+    }  # fmt: skip
+    mech, d = _mechanism_under_audit(mechanism, params, mask, covariance, from_file, dim)
+    noise, gens = _noise_paths(keyed=keyed, fresh_noise=fresh_noise, generator=keyed_generator)
+    how: dict[str, Any] = {
+        "dim": d, "samples": samples, "score": score, "distance": distance,
+        "confidence": confidence, "whitebox": whitebox, "whitebox_samples": whitebox_samples,
+        "power": power, "noise": noise, "resolution": resolution, "rng": seed,
+    }  # fmt: skip
+    results = [run_audit(mech, generator=gen, **how) for gen in gens]
+    verdict = max((r.verdict for r in results), key=_ORDER.index)
+    if as_json:  # several audits (one per keyed generator): the verdict, then each audit
+        print_json(
+            {"verdict": verdict, "audits": [r.to_dict() for r in results]}
+            if keyed
+            else results[0].to_dict()
+        )
+    else:
+        for r in results:
+            _print(r)
+    _exit_status(verdict, results, fail_on_violation, fail_unless_consistent)
+
+
+def _mechanism_under_audit(
+    mechanism: str | None,
+    params: dict[str, Any],
+    mask: Path | None,
+    covariance: Path | None,
+    from_file: Path | None,
+    dim: int | None,
+) -> tuple[Any, int]:
+    """The mechanism to audit and the input dimension: recorded in ``from_file`` (no mechanism
+    options then), or built from ``-m`` and its parameters (``dim`` 16 unless given)."""
+    from ..mechanisms import get_mechanism
+
     if from_file is not None:
         given = [f"--{n.replace('_', '-')}" for n, v in params.items() if v is not None]
         if mechanism is not None or given:
@@ -281,59 +312,44 @@ def audit(
                 + "."
             )
         mech, file_dim = _from_file(from_file, mask, covariance)
-        d = file_dim if dim is None else dim
-    else:
-        if mechanism is None:
-            raise ValueError("give -m/--mechanism (with its parameters) or --from-file.")
-        for name, path in (("mask", mask), ("covariance", covariance)):
-            if path is not None and not path.exists():
-                raise FileNotFoundError(f"{name} file not found: {path}")
-        mech = get_mechanism(
-            mechanism,
-            **params,
-            mask=None if mask is None else str(mask),
-            covariance=None if covariance is None else str(covariance),
-        )
-        d = 16 if dim is None else dim
+        return mech, file_dim if dim is None else dim
+    if mechanism is None:
+        raise ValueError("give -m/--mechanism (with its parameters) or --from-file.")
+    for name, path in (("mask", mask), ("covariance", covariance)):
+        if path is not None and not path.exists():
+            raise FileNotFoundError(f"{name} file not found: {path}")
+    mech = get_mechanism(
+        mechanism,
+        **params,
+        mask=None if mask is None else str(mask),
+        covariance=None if covariance is None else str(covariance),
+    )
+    return mech, 16 if dim is None else dim
+
+
+def _noise_paths(*, keyed: bool, fresh_noise: bool, generator: str) -> tuple[str, list[str | None]]:
+    """The noise path audited (keyed, fresh or seeded) and the keyed generators, one audit each
+    (``[None]`` off the keyed path)."""
     if keyed and fresh_noise:
         raise ValueError("--keyed and --fresh-noise choose different noise paths; give one.")
-    if keyed_generator != "both" and not keyed:
-        raise ValueError(f"--keyed-generator {keyed_generator} needs --keyed.")
+    if generator != "both" and not keyed:
+        raise ValueError(f"--keyed-generator {generator} needs --keyed.")
     noise = "keyed" if keyed else "fresh" if fresh_noise else "seeded"
-    gens: list[str | None] = [None]
-    if keyed:
-        gens = ["philox", "aes"] if keyed_generator == "both" else [keyed_generator]
-        if "aes" in gens:  # before the first audit runs, not after it
-            from .._optional import require
+    if not keyed:
+        return noise, [None]
+    gens: list[str | None] = ["philox", "aes"] if generator == "both" else [generator]
+    if "aes" in gens:  # before the first audit runs, not after it
+        from .._optional import require
 
-            require("randomgen", "secure", purpose="keyed AES noise (--keyed-generator aes)")
-    results = [
-        run_audit(
-            mech,
-            dim=d,
-            samples=samples,
-            score=score,
-            distance=distance,
-            confidence=confidence,
-            whitebox=whitebox,
-            whitebox_samples=whitebox_samples,
-            power=power,
-            noise=noise,
-            generator=gen,
-            resolution=resolution,
-            rng=seed,
-        )
-        for gen in gens
-    ]
-    verdict = max((r.verdict for r in results), key=_ORDER.index)
-    if as_json:
-        if keyed:
-            print_json({"verdict": verdict, "audits": [r.to_dict() for r in results]})
-        else:
-            print_json(results[0].to_dict())
-    else:
-        for r in results:
-            _print(r)
+        require("randomgen", "secure", purpose="keyed AES noise (--keyed-generator aes)")
+    return noise, gens
+
+
+def _exit_status(
+    verdict: str, results: list[Any], fail_on_violation: bool, fail_unless_consistent: bool
+) -> None:
+    """Say on stderr what a violation or an inconclusive audit is, and exit with its status
+    when the flags ask for it."""
     if verdict == "violation":
         err_console.print(
             "audit: VIOLATION -- the measured privacy is worse than the claim", highlight=False
