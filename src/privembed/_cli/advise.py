@@ -16,14 +16,12 @@ The work is :func:`privembed.evaluation.modes.advise_modes` (and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any
 
 import numpy as np
 import typer
 
-from ..release import refuse_protected
 from .common import (
-    MechanismName,
     console,
     err_console,
     print_json,
@@ -31,44 +29,81 @@ from .common import (
     show_progress,
     user_errors,
 )
+from .evaluate import (
+    MECHANISM_CHOICES,
+    OptAttackEpochs,
+    OptAttackLr,
+    OptAuxFraction,
+    OptCeiling,
+    OptColumn,
+    OptLinkage,
+    OptNQueries,
+    OptReidMultiple,
+    OptTexts,
+    parse_names,
+    read_clean_embeddings,
+    token_attack_settings,
+)
 from .options import (
-    attack_epochs_flag,
-    attack_lr_flag,
-    aux_fraction_flag,
     basis_epsilon_flag,
     basis_flag,
-    ceiling_flag,
-    column_flag,
     delta_flag,
     json_flag,
     mechanisms_flag,
     min_cosine_flag,
     min_overlap_flag,
     model_flag,
-    n_queries_flag,
     profile_flag,
-    reid_multiple_flag,
     seed_flag,
 )
 
 __all__ = ["advise", "register"]
 
-#: the values of the comma-separated --mechanisms (every registered mechanism)
-_MECHANISMS = ", ".join(get_args(MechanismName))
-
-#: evaluate and advise measure protection on the clean vectors: a protected file is refused
-_CLEAN_ONLY = (
-    "evaluate and advise protect the clean embeddings themselves to measure what protection "
-    "costs and buys; give the unprotected file (measuring protected vectors as if they were "
-    "clean reports the wrong utility and attacks)"
-)
-
-
-def _names(text: str) -> list[str]:
-    out = [t.strip() for t in text.split(",") if t.strip()]
-    if not out:
-        raise ValueError(f"mechanisms must not be empty, got mechanisms={text!r}.")
-    return out
+# ---- options grouped with the helper that reads them -----------------------------------------
+# the former analysis instead of the modes (_goal_and_ceilings)
+_OptPlainOnly = Annotated[
+    bool,
+    typer.Option(
+        "--plain-only",
+        help="The former analysis: plain protected vectors only, under attack ceilings "
+        "(--target, --min-overlap and --ceiling need it).",
+    ),
+]
+# the deployment modes (_advise_modes)
+_OptModes = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated deployment modes, any of: plain, rerank, subspace+rerank, query."
+    ),
+]
+_OptMinRecall = Annotated[
+    float,
+    typer.Option(help="Utility floor: recall of the clean top 10 within the k' fetched."),
+]
+_OptMaxDepth = Annotated[
+    int, typer.Option(help="Largest k' (candidates fetched and payloads opened per query).")
+]
+_OptQueries = Annotated[
+    Path | None,
+    typer.Option(
+        help="Query embeddings (.npy/.npz/.parquet/.jsonl); without them documents stand "
+        "in (pseudo-queries)."
+    ),
+]
+_OptBasis = Annotated[
+    Path | None,
+    basis_flag(
+        help="Public embeddings (or a saved basis) for the subspace mode; without it the "
+        "basis is DP-PCA of the data, charged to every record."
+    ),
+]
+_OptBasisEpsilon = Annotated[
+    float, basis_epsilon_flag(help="Central epsilon of the DP-PCA basis (no --basis).")
+]
+_OptMaxLdpEpsilon = Annotated[
+    float | None,
+    typer.Option(help="Recommend only settings with per-record LDP epsilon at most this."),
+]
 
 
 @user_errors
@@ -94,158 +129,49 @@ def advise(
     mechanisms: Annotated[
         str,
         mechanisms_flag(
-            help=f"Comma-separated mechanisms, any of: {_MECHANISMS} (mahalanobis needs --profile)."
+            help=f"Comma-separated mechanisms, any of: {MECHANISM_CHOICES} (mahalanobis needs "
+            "--profile)."
         ),
     ] = "gaussian,laplace,purkayastha",
-    texts: Annotated[
-        Path | None,
-        typer.Option(
-            help="JSONL {'id','text'[,'sensitive']} matching the embedding ids: runs the token "
-            "inference attack."
-        ),
-    ] = None,
+    texts: OptTexts = None,
     profile: Annotated[Path | None, profile_flag(help="Concept profile for mahalanobis.")] = None,
     delta: Annotated[float, delta_flag(help="delta of the Gaussian mechanism.")] = 1e-5,
-    ceiling: Annotated[
-        list[str] | None,
-        ceiling_flag(help="Attack ceilings instead of the defaults, e.g. 'reid@1<=0.05'."),
-    ] = None,
-    reid_multiple: Annotated[
-        float,
-        reid_multiple_flag(help="Default linkage ceiling: reid@1 at most this multiple of chance."),
-    ] = 5.0,
-    linkage: Annotated[
-        bool, typer.Option("--linkage/--no-linkage", help="Run the re-identification attack.")
-    ] = True,
-    aux_fraction: Annotated[
-        float, aux_fraction_flag(help="Share of the records the token attacker owns.")
-    ] = 0.5,
-    attack_epochs: Annotated[int | None, attack_epochs_flag(help="Token attack epochs.")] = None,
-    attack_lr: Annotated[float | None, attack_lr_flag(help="Token attack learning rate.")] = None,
+    ceiling: OptCeiling = None,
+    reid_multiple: OptReidMultiple = 5.0,
+    linkage: OptLinkage = True,
+    aux_fraction: OptAuxFraction = 0.5,
+    attack_epochs: OptAttackEpochs = None,
+    attack_lr: OptAttackLr = None,
     runs: Annotated[int, typer.Option(help="Releases averaged at every reported point.")] = 3,
     seed: Annotated[int, seed_flag(help="Seed of every release and attack.")] = 0,
-    n_queries: Annotated[
-        int | None, n_queries_flag(help="Queries of the ranking metrics (default 2000; 0 = all).")
-    ] = 2000,
-    column: Annotated[str | None, column_flag(help="Embedding column (Parquet).")] = None,
+    n_queries: OptNQueries = 2000,
+    column: OptColumn = None,
     model: Annotated[
         str | None, model_flag(help="Embedding model for text input (default: offline MiniLM).")
     ] = None,
-    modes: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated deployment modes, any of: plain, rerank, subspace+rerank, query."
-        ),
-    ] = "plain,rerank,subspace+rerank,query",
-    min_recall: Annotated[
-        float,
-        typer.Option(help="Utility floor: recall of the clean top 10 within the k' fetched."),
-    ] = 0.9,
-    max_depth: Annotated[
-        int, typer.Option(help="Largest k' (candidates fetched and payloads opened per query).")
-    ] = 100,
-    queries: Annotated[
-        Path | None,
-        typer.Option(
-            help="Query embeddings (.npy/.npz/.parquet/.jsonl); without them documents stand "
-            "in (pseudo-queries)."
-        ),
-    ] = None,
-    basis: Annotated[
-        Path | None,
-        basis_flag(
-            help="Public embeddings (or a saved basis) for the subspace mode; without it the "
-            "basis is DP-PCA of the data, charged to every record."
-        ),
-    ] = None,
-    basis_epsilon: Annotated[
-        float, basis_epsilon_flag(help="Central epsilon of the DP-PCA basis (no --basis).")
-    ] = 1.0,
-    max_ldp_epsilon: Annotated[
-        float | None,
-        typer.Option(help="Recommend only settings with per-record LDP epsilon at most this."),
-    ] = None,
-    plain_only: Annotated[
-        bool,
-        typer.Option(
-            "--plain-only",
-            help="The former analysis: plain protected vectors only, under attack ceilings "
-            "(--target, --min-overlap and --ceiling need it).",
-        ),
-    ] = False,
+    modes: _OptModes = "plain,rerank,subspace+rerank,query",
+    min_recall: _OptMinRecall = 0.9,
+    max_depth: _OptMaxDepth = 100,
+    queries: _OptQueries = None,
+    basis: _OptBasis = None,
+    basis_epsilon: _OptBasisEpsilon = 1.0,
+    max_ldp_epsilon: _OptMaxLdpEpsilon = None,
+    plain_only: _OptPlainOnly = False,
     as_json: Annotated[bool, json_flag(help="Print JSON (for scripts).")] = False,
 ) -> None:
     """Per deployment mode, the smallest epsilon at which search stays useful, its cost and the
     threats it defends against."""
-    from ..attacks.token_inference import AUDIT_SETTINGS
     from ..evaluation import Linkage, UtilityEvaluator
     from ..evaluation.advice import advise as run_advice
-    from ..evaluation.pipeline import read_attack_texts, token_attack
-    from ..evaluation.recommend import Floor, parse_floors
-    from ..io import check_input_format, holds_texts, read_embeddings
+    from ..io import check_input_format
 
     check_input_format(input)
-    if not plain_only:
-        for flag, val in (("--target", target), ("--min-overlap", min_overlap),
-                          ("--ceiling", ceiling)):  # fmt: skip
-            if val:
-                raise ValueError(f"{flag} applies to --plain-only (plain vectors under attack "
-                                 "ceilings); the mode advice takes --min-recall.")  # fmt: skip
-
-    given = [t for t in (min_cosine, min_overlap, target) if t is not None]
-    if len(given) > 1:
-        raise ValueError("give one utility target: --min-cosine, --min-overlap or --target.")
-    if target is not None:
-        (goal,) = parse_floors([target])
-    elif min_overlap is not None:
-        goal = Floor("knn_overlap@10", ">=", min_overlap)
-    else:
-        goal = Floor("mean_cosine", ">=", 0.5 if min_cosine is None else min_cosine)
-    ceilings = parse_floors(ceiling) if ceiling else None
-    names = _names(mechanisms)
-    params: dict[str, dict[str, Any]] = {"gaussian": {"delta": delta}}
-    if "mahalanobis" in names:
-        if profile is None:
-            raise ValueError(
-                "mahalanobis needs a concept profile (--profile); without one it is the Laplace "
-                "mechanism."
-            )
-        params["mahalanobis"] = {"profile": str(profile)}
-
-    sensitive = None
-    all_texts = None
-    if holds_texts(input):
-        from ..embedders import Embedder
-        from ..io import read_texts
-
-        _ids, all_texts = read_texts(input)
-        if input.suffix.lower() in (".jsonl", ".ndjson"):
-            ids = [
-                str(i) for i in (_ids if _ids and _ids[0] is not None else range(len(all_texts)))
-            ]
-            all_texts, sensitive = read_attack_texts(input, ids)
-        err_console.print(f"embedding {len(all_texts)} texts", highlight=False)
-        with progress_done("embedding", len(all_texts), unit="texts") as on_progress:
-            X = np.asarray(Embedder(model).encode(all_texts, on_progress=on_progress))
-    else:
-        table = read_embeddings(input, column=column)
-        refuse_protected(table.metadata, input, hint=_CLEAN_ONLY)
-        X = np.asarray(table.X)
-        ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
-        if texts is not None:
-            all_texts, sensitive = read_attack_texts(texts, ids)
-    token: list[Any] = []
-    if all_texts is not None:
-        attack = {k: list(v) if isinstance(v, tuple) else v for k, v in AUDIT_SETTINGS.items()}
-        if attack_epochs is not None:
-            attack["epochs"] = attack_epochs
-        if attack_lr is not None:
-            attack["lr"] = attack_lr
-        token.append(
-            token_attack(
-                X, all_texts, sensitive, aux_fraction=aux_fraction, seed=seed, attack=attack
-            )
-        )
+    goal, ceilings = _goal_and_ceilings(min_cosine, min_overlap, target, ceiling, plain_only)
+    names = parse_names(mechanisms)
+    params = _mechanism_params(names, delta, profile)
+    X, all_texts, sensitive = _vectors_and_texts(input, texts, column=column, model=model)
+    token = _token_attacks(X, all_texts, sensitive, aux_fraction=aux_fraction, seed=seed,
+                           epochs=attack_epochs, lr=attack_lr)  # fmt: skip
     if not plain_only:
         _advise_modes(
             X, modes=modes, names=names, delta=delta, min_recall=min_recall,
@@ -257,22 +183,98 @@ def advise(
     attacks: list[Any] = [*([Linkage()] if linkage else []), *token]
     ev = UtilityEvaluator(X, n_queries=None if not n_queries else n_queries)
     result = run_advice(
-        X,
-        target=goal,
-        mechanisms=names,
-        params=params,
-        attacks=attacks,
-        ceilings=ceilings,
-        reid_multiple=reid_multiple,
-        runs=runs,
-        seed=seed,
-        evaluator=ev,
+        X, target=goal, mechanisms=names, params=params, attacks=attacks, ceilings=ceilings,
+        reid_multiple=reid_multiple, runs=runs, seed=seed, evaluator=ev,
         on_step=None if as_json else (lambda m: err_console.print(f"[dim]- {m}[/dim]")),
-    )
+    )  # fmt: skip
     if as_json:
         print_json(result.to_dict())
         return
     _print(result)
+
+
+def _goal_and_ceilings(
+    min_cosine: float | None,
+    min_overlap: float | None,
+    target: str | None,
+    ceiling: list[str] | None,
+    plain_only: bool,
+) -> tuple[Any, list[Any] | None]:
+    """The utility target of ``--plain-only`` (default: a mean cosine of 0.5) and its attack
+    ceilings (None: the defaults); the mode advice refuses the options only it takes."""
+    from ..evaluation.recommend import Floor, parse_floors
+
+    if not plain_only:
+        for flag, val in (("--target", target), ("--min-overlap", min_overlap),
+                          ("--ceiling", ceiling)):  # fmt: skip
+            if val:
+                raise ValueError(f"{flag} applies to --plain-only (plain vectors under attack "
+                                 "ceilings); the mode advice takes --min-recall.")  # fmt: skip
+    given = [t for t in (min_cosine, min_overlap, target) if t is not None]
+    if len(given) > 1:
+        raise ValueError("give one utility target: --min-cosine, --min-overlap or --target.")
+    if target is not None:
+        (goal,) = parse_floors([target])
+    elif min_overlap is not None:
+        goal = Floor("knn_overlap@10", ">=", min_overlap)
+    else:
+        goal = Floor("mean_cosine", ">=", 0.5 if min_cosine is None else min_cosine)
+    return goal, parse_floors(ceiling) if ceiling else None
+
+
+def _token_attacks(
+    X: Any, texts: list[str] | None, sensitive: Any, *, aux_fraction: float, seed: int,
+    epochs: int | None, lr: float | None,
+) -> list[Any]:  # fmt: skip
+    """The token attack on the texts behind the vectors (none without texts), with the audit
+    settings and ``--attack-epochs``/``--attack-lr``."""
+    if texts is None:
+        return []
+    from ..evaluation.pipeline import token_attack
+
+    attack = token_attack_settings(epochs, lr)
+    return [token_attack(X, texts, sensitive, aux_fraction=aux_fraction, seed=seed, attack=attack)]
+
+
+def _mechanism_params(names: list[str], delta: float, profile: Path | None) -> dict[str, Any]:
+    """The mechanisms' parameters: delta of the Gaussian, the concept profile of mahalanobis."""
+    params: dict[str, dict[str, Any]] = {"gaussian": {"delta": delta}}
+    if "mahalanobis" in names:
+        if profile is None:
+            raise ValueError(
+                "mahalanobis needs a concept profile (--profile); without one it is the Laplace "
+                "mechanism."
+            )
+        params["mahalanobis"] = {"profile": str(profile)}
+    return params
+
+
+def _vectors_and_texts(
+    input: Path, texts: Path | None, *, column: str | None, model: str | None
+) -> tuple[Any, list[str] | None, Any]:
+    """The clean vectors of INPUT (texts are embedded here) and the texts behind them with their
+    sensitive tokens, for the token attack (None when there are none)."""
+    from ..evaluation.pipeline import read_attack_texts
+    from ..io import holds_texts
+
+    if not holds_texts(input):
+        X, ids, _metadata = read_clean_embeddings(input, column)
+        if texts is None:
+            return X, None, None
+        all_texts, sensitive = read_attack_texts(texts, ids)
+        return X, all_texts, sensitive
+    from ..embedders import Embedder
+    from ..io import read_texts
+
+    sensitive = None
+    _ids, all_texts = read_texts(input)
+    if input.suffix.lower() in (".jsonl", ".ndjson"):
+        ids = [str(i) for i in (_ids if _ids and _ids[0] is not None else range(len(all_texts)))]
+        all_texts, sensitive = read_attack_texts(input, ids)
+    err_console.print(f"embedding {len(all_texts)} texts", highlight=False)
+    with progress_done("embedding", len(all_texts), unit="texts") as on_progress:
+        X = np.asarray(Embedder(model).encode(all_texts, on_progress=on_progress))
+    return X, all_texts, sensitive
 
 
 def _advise_modes(

@@ -13,6 +13,8 @@ command only parses and prints: the work is :func:`privembed.evaluation.pipeline
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -48,10 +50,28 @@ from .options import (
     seed_flag,
 )
 
-__all__ = ["evaluate", "print_attack_checks", "print_recommendation", "register"]
+__all__ = [
+    "MECHANISM_CHOICES",
+    "OptAttackEpochs",
+    "OptAttackLr",
+    "OptAuxFraction",
+    "OptCeiling",
+    "OptColumn",
+    "OptLinkage",
+    "OptNQueries",
+    "OptReidMultiple",
+    "OptTexts",
+    "evaluate",
+    "parse_names",
+    "print_attack_checks",
+    "print_recommendation",
+    "read_clean_embeddings",
+    "register",
+    "token_attack_settings",
+]
 
 #: the values of the comma-separated --mechanisms (every registered mechanism)
-_MECHANISMS = ", ".join(get_args(MechanismName))
+MECHANISM_CHOICES = ", ".join(get_args(MechanismName))
 _AUDIT = "default: the audit settings, 40 epochs at lr 3e-3 (one hidden layer of 256, top-10 rule)"
 
 #: evaluate and advise measure protection on the clean vectors: a protected file is refused
@@ -61,12 +81,145 @@ _CLEAN_ONLY = (
     "clean reports the wrong utility and attacks)"
 )
 
+# ---- the attacks' options, declared alike by evaluate and advise -----------------------------
+#: ``--texts``: the texts behind the vectors (options.OTHER_MEANING)
+OptTexts = Annotated[
+    Path | None,
+    typer.Option(
+        help="JSONL {'id','text'[,'sensitive']} matching the embedding ids: runs the token "
+        "inference (leakage) attack."
+    ),
+]
+#: ``--aux-fraction``
+OptAuxFraction = Annotated[
+    float,
+    aux_fraction_flag(help="Share of the records the token attacker owns (its training set)."),
+]
+#: ``--attack-epochs``
+OptAttackEpochs = Annotated[
+    int | None, attack_epochs_flag(help=f"Epochs of the token attack ({_AUDIT}; T26: 20).")
+]
+#: ``--attack-lr``
+OptAttackLr = Annotated[
+    float | None,
+    attack_lr_flag(help=f"Adam learning rate of the token attack ({_AUDIT}; T26: 1e-4)."),
+]
+#: ``--linkage/--no-linkage``
+OptLinkage = Annotated[
+    bool, typer.Option("--linkage/--no-linkage", help="Run the re-identification attack.")
+]
+#: ``--ceiling``
+OptCeiling = Annotated[
+    list[str] | None,
+    ceiling_flag(help="Attack ceilings instead of the defaults, e.g. 'reid@1<=0.05' (repeatable)."),
+]
+#: ``--reid-multiple``
+OptReidMultiple = Annotated[float, reid_multiple_flag()]
+#: ``--n-queries``
+OptNQueries = Annotated[
+    int | None, n_queries_flag(help="Queries of the ranking metrics (default 2000; 0 = all).")
+]
+#: ``--column``
+OptColumn = Annotated[str | None, column_flag()]
 
-def _names(text: str) -> list[str]:
+# ---- evaluate's own options, grouped with the helper that reads them -------------------------
+# a retrieval task instead of INPUT (_task_embeddings)
+_OptTask = Annotated[
+    Literal["gcide"] | None,
+    typer.Option(
+        help="A real retrieval task instead of INPUT: gcide (Debian's dict-gcide: usage "
+        "quotes find the definition they illustrate; adds NDCG@10 of plain queries over "
+        "the protected corpus)."
+    ),
+]
+_OptTaskSplit = Annotated[
+    Literal["dev", "test"],
+    typer.Option(help="Queries of the task: tune on dev; report test once, at the end."),
+]
+_OptTaskPath = Annotated[
+    Path | None,
+    typer.Option(help="Folder of the task's data (default: $PRIVEMBED_GCIDE, /usr/share/dictd)."),
+]
+_OptTaskDocs = Annotated[
+    int, typer.Option(help="Corpus size: every relevant document plus a fixed sample (0: all).")
+]
+# the grid of the sweep, comma-separated (_grid)
+_OptEpsilons = Annotated[
+    str | None,
+    epsilon_flag(
+        help="Comma-separated epsilons (default: per mechanism, from theory: where the "
+        "expected mean cosine is 0.1, 0.3, 0.5, 0.7, 0.9 for the data's dimension)."
+    ),
+]
+_OptSigmas = Annotated[
+    str | None,
+    typer.Option(help="Comma-separated sigmas of the empirical mechanism (default: theory)."),
+]
+_OptMaskDeltas = Annotated[
+    str | None,
+    typer.Option(
+        help="Mahalanobis mask_delta values (Sigma = diag(m + delta)), comma-separated "
+        "(default: the mechanism's default)."
+    ),
+]
+# the utility floors (_floors_and_ceilings)
+_OptMinOverlap = Annotated[
+    float | None,
+    min_overlap_flag(
+        help="Utility floor on knn_overlap@10 (share of each record's 10 nearest neighbours "
+        "kept; default floor 0.5 when no other utility floor is given)."
+    ),
+]
+_OptMinTop1 = Annotated[
+    float | None,
+    typer.Option(
+        hidden=True,
+        help="Refused: top-1 self-retrieval is the re-identification rate, not a utility.",
+    ),
+]
+_OptFloor = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="More utility floors, e.g. 'sts_pearson>=0.7' (repeatable; 'metric<=value' "
+        "adds an attack ceiling)."
+    ),
+]
+
+
+def parse_names(text: str) -> list[str]:
+    """The names of a comma-separated list (``--mechanisms``; ``--calibration`` too, whose
+    error names mechanisms as well)."""
     out = [t.strip() for t in text.split(",") if t.strip()]
     if not out:
         raise ValueError(f"mechanisms must not be empty, got mechanisms={text!r}.")
     return out
+
+
+def token_attack_settings(epochs: int | None, lr: float | None) -> dict[str, Any]:
+    """The token attack's settings: the audit settings, with ``--attack-epochs`` and
+    ``--attack-lr`` when given."""
+    from ..attacks.token_inference import AUDIT_SETTINGS
+
+    attack = {k: list(v) if isinstance(v, tuple) else v for k, v in AUDIT_SETTINGS.items()}
+    if epochs is not None:
+        attack["epochs"] = epochs
+    if lr is not None:
+        attack["lr"] = lr
+    return attack
+
+
+def read_clean_embeddings(
+    path: Path, column: str | None
+) -> tuple[np.ndarray, list[str], dict[str, Any]]:
+    """The embeddings of ``path``, their ids as text (row numbers where it has none) and its
+    metadata; a protected file is refused (evaluate and advise protect the clean vectors)."""
+    from ..io import read_embeddings
+
+    table = read_embeddings(path, column=column)
+    refuse_protected(table.metadata, path, hint=_CLEAN_ONLY)
+    X = np.asarray(table.X)
+    ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
+    return X, ids, table.metadata
 
 
 @user_errors
@@ -76,48 +229,22 @@ def evaluate(
         Path | None,
         typer.Argument(help="Embeddings (.parquet/.npy/.npz/.jsonl); or give --task."),
     ] = None,
-    task: Annotated[
-        Literal["gcide"] | None,
-        typer.Option(
-            help="A real retrieval task instead of INPUT: gcide (Debian's dict-gcide: usage "
-            "quotes find the definition they illustrate; adds NDCG@10 of plain queries over "
-            "the protected corpus)."
-        ),
-    ] = None,
-    task_split: Annotated[
-        Literal["dev", "test"],
-        typer.Option(help="Queries of the task: tune on dev; report test once, at the end."),
-    ] = "dev",
-    task_path: Annotated[
-        Path | None,
-        typer.Option(
-            help="Folder of the task's data (default: $PRIVEMBED_GCIDE, /usr/share/dictd)."
-        ),
-    ] = None,
-    task_docs: Annotated[
-        int, typer.Option(help="Corpus size: every relevant document plus a fixed sample (0: all).")
-    ] = 20_000,
+    task: _OptTask = None,
+    task_split: _OptTaskSplit = "dev",
+    task_path: _OptTaskPath = None,
+    task_docs: _OptTaskDocs = 20_000,
     task_queries: Annotated[int, typer.Option(help="Queries of the task (a fixed sample).")] = 500,
     model: Annotated[
         str | None, model_flag(help="Embedding model of --task (default: the offline one).")
     ] = None,
     mechanisms: Annotated[
-        str, mechanisms_flag(help=f"Comma-separated mechanisms, any of: {_MECHANISMS}.")
+        str, mechanisms_flag(help=f"Comma-separated mechanisms, any of: {MECHANISM_CHOICES}.")
     ] = "gaussian,laplace,mahalanobis,purkayastha",
-    epsilon: Annotated[
-        str | None,
-        epsilon_flag(
-            help="Comma-separated epsilons (default: per mechanism, from theory: where the "
-            "expected mean cosine is 0.1, 0.3, 0.5, 0.7, 0.9 for the data's dimension)."
-        ),
-    ] = None,
+    epsilon: _OptEpsilons = None,
     runs: Annotated[int, typer.Option(help="Independent releases per configuration.")] = 5,
     seed: Annotated[int, seed_flag(help="Seed of the sweep (every cell reproducible).")] = 0,
     delta: Annotated[float, delta_flag(help="delta of gaussian/projection.")] = 1e-5,
-    sigma: Annotated[
-        str | None,
-        typer.Option(help="Comma-separated sigmas of the empirical mechanism (default: theory)."),
-    ] = None,
+    sigma: _OptSigmas = None,
     calibration: Annotated[
         str, typer.Option(help="Gaussian calibrations, comma-separated, any of: analytic, classic.")
     ] = "analytic",
@@ -129,80 +256,69 @@ def evaluate(
     smoothing: Annotated[
         str | None, typer.Option(help="Mahalanobis covariance smoothing values, comma-separated.")
     ] = None,
-    mask_delta: Annotated[
-        str | None,
-        typer.Option(
-            help="Mahalanobis mask_delta values (Sigma = diag(m + delta)), comma-separated "
-            "(default: the mechanism's default)."
-        ),
-    ] = None,
-    min_overlap: Annotated[
-        float | None,
-        min_overlap_flag(
-            help="Utility floor on knn_overlap@10 (share of each record's 10 nearest neighbours "
-            "kept; default floor 0.5 when no other utility floor is given)."
-        ),
-    ] = None,
+    mask_delta: _OptMaskDeltas = None,
+    min_overlap: _OptMinOverlap = None,
     min_cosine: Annotated[
         float | None, min_cosine_flag(help="Utility floor on the mean cosine.")
     ] = None,
-    min_top1: Annotated[
-        float | None,
-        typer.Option(
-            hidden=True,
-            help="Refused: top-1 self-retrieval is the re-identification rate, not a utility.",
-        ),
-    ] = None,
-    floor: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="More utility floors, e.g. 'sts_pearson>=0.7' (repeatable; 'metric<=value' "
-            "adds an attack ceiling)."
-        ),
-    ] = None,
-    ceiling: Annotated[
-        list[str] | None,
-        ceiling_flag(
-            help="Attack ceilings instead of the defaults, e.g. 'reid@1<=0.05' (repeatable)."
-        ),
-    ] = None,
-    reid_multiple: Annotated[
-        float,
-        reid_multiple_flag(help="Default linkage ceiling: reid@1 at most this multiple of chance."),
-    ] = 5.0,
-    texts: Annotated[
-        Path | None,
-        typer.Option(
-            help="JSONL {'id','text'[,'sensitive']} matching the embedding ids: runs the token "
-            "inference (leakage) attack."
-        ),
-    ] = None,
-    aux_fraction: Annotated[
-        float,
-        aux_fraction_flag(help="Share of the records the token attacker owns (its training set)."),
-    ] = 0.5,
-    attack_epochs: Annotated[
-        int | None, attack_epochs_flag(help=f"Epochs of the token attack ({_AUDIT}; T26: 20).")
-    ] = None,
-    attack_lr: Annotated[
-        float | None,
-        attack_lr_flag(help=f"Adam learning rate of the token attack ({_AUDIT}; T26: 1e-4)."),
-    ] = None,
-    linkage: Annotated[
-        bool, typer.Option("--linkage/--no-linkage", help="Run the re-identification attack.")
-    ] = True,
-    n_queries: Annotated[
-        int | None, n_queries_flag(help="Queries of the ranking metrics (default 2000; 0 = all).")
-    ] = 2000,
+    min_top1: _OptMinTop1 = None,
+    floor: _OptFloor = None,
+    ceiling: OptCeiling = None,
+    reid_multiple: OptReidMultiple = 5.0,
+    texts: OptTexts = None,
+    aux_fraction: OptAuxFraction = 0.5,
+    attack_epochs: OptAttackEpochs = None,
+    attack_lr: OptAttackLr = None,
+    linkage: OptLinkage = True,
+    n_queries: OptNQueries = 2000,
     restart: Annotated[bool, typer.Option(help="Ignore results of an earlier run.")] = False,
-    column: Annotated[str | None, column_flag(help="Embedding column (Parquet).")] = None,
+    column: OptColumn = None,
     title: Annotated[str | None, typer.Option(help="Report title.")] = None,
 ) -> None:
     """Measure privacy-utility trade-offs on your embeddings and write an HTML report."""
-    from ..attacks.token_inference import AUDIT_SETTINGS
     from ..evaluation.pipeline import evaluate_embeddings, read_attack_texts
+
+    floors, ceilings = _floors_and_ceilings(min_overlap, min_cosine, min_top1, floor, ceiling)
+    attack = token_attack_settings(attack_epochs, attack_lr)
+    if (input is None) == (task is None):
+        raise ValueError("give the embeddings (INPUT) or --task, one of them.")
+    retrieval = None
+    if task is not None:
+        X, ids, retrieval, description = _task_embeddings(
+            task, task_split, task_path, task_docs, task_queries, model
+        )
+        name = f"{task} ({task_split})"
+    else:
+        assert input is not None
+        X, ids, description = _input_embeddings(input, column)
+        name = input.name
+    all_texts, sensitive = read_attack_texts(texts, ids) if texts is not None else (None, None)
+    if texts is not None:
+        description["texts file"] = texts.name
+    with _sweep_progress() as on_progress:
+        run = evaluate_embeddings(
+            X, output, **_grid(mechanisms, epsilon, sigma, calibration, k, smoothing, mask_delta),
+            runs=runs, seed=seed, delta=delta, profile=profile, floors=floors, ceilings=ceilings,
+            reid_multiple=reid_multiple, linkage=linkage, texts=all_texts, sensitive=sensitive,
+            aux_fraction=aux_fraction, attack=attack, n_queries=n_queries, restart=restart,
+            description=description, title=title or f"privembed evaluation of {name}",
+            on_progress=on_progress, retrieval=retrieval,
+        )  # fmt: skip
+    print_attack_checks(run.result.checks.values())
+    print_recommendation(run.result, run.recommendation)
+    err_console.print(f"wrote {run.report}")
+
+
+def _floors_and_ceilings(
+    min_overlap: float | None,
+    min_cosine: float | None,
+    min_top1: float | None,
+    floor: list[str] | None,
+    ceiling: list[str] | None,
+) -> tuple[list[Any], list[Any] | None]:
+    """The utility floors (``--min-overlap``, ``--min-cosine``, ``--floor``) and the attack
+    ceilings (``--ceiling``; None: the defaults)."""
     from ..evaluation.recommend import Floor, parse_floors
-    from ..io import read_embeddings
 
     if min_top1 is not None:
         raise ValueError(
@@ -219,34 +335,43 @@ def evaluate(
     ceilings = parse_floors(ceiling) if ceiling else None
     if ceilings and any(c.op != "<=" for c in ceilings):
         raise ValueError(f"a ceiling must look like 'metric<=value', got {ceiling!r}.")
-    attack = {k: list(v) if isinstance(v, tuple) else v for k, v in AUDIT_SETTINGS.items()}
-    if attack_epochs is not None:
-        attack["epochs"] = attack_epochs
-    if attack_lr is not None:
-        attack["lr"] = attack_lr
+    return floors, ceilings
 
-    if (input is None) == (task is None):
-        raise ValueError("give the embeddings (INPUT) or --task, one of them.")
-    retrieval = None
-    if task is not None:
-        X, ids, retrieval, description = _task_embeddings(
-            task, task_split, task_path, task_docs, task_queries, model
-        )
-        name = f"{task} ({task_split})"
-    else:
-        assert input is not None
-        table = read_embeddings(input, column=column)
-        refuse_protected(table.metadata, input, hint=_CLEAN_ONLY)
-        X = np.asarray(table.X)
-        ids = [str(i) for i in (table.ids if table.ids is not None else range(X.shape[0]))]
-        description = {"source": input.name}
-        for key in ("embedding_model", "model", "source", "protected"):
-            if key in table.metadata:
-                description[f"file metadata: {key}"] = table.metadata[key]
-        name = input.name
-    all_texts, sensitive = read_attack_texts(texts, ids) if texts is not None else (None, None)
-    if texts is not None:
-        description["texts file"] = texts.name
+
+def _input_embeddings(path: Path, column: str | None) -> tuple[Any, list[str], dict[str, Any]]:
+    """The clean embeddings of INPUT, their ids, and what the report says of the file."""
+    X, ids, metadata = read_clean_embeddings(path, column)
+    description = {"source": path.name}
+    for key in ("embedding_model", "model", "source", "protected"):
+        if key in metadata:
+            description[f"file metadata: {key}"] = metadata[key]
+    return X, ids, description
+
+
+def _grid(
+    mechanisms: str,
+    epsilon: str | None,
+    sigma: str | None,
+    calibration: str,
+    k: str | None,
+    smoothing: str | None,
+    mask_delta: str | None,
+) -> dict[str, Any]:
+    """The axes of the sweep, parsed from their comma-separated lists."""
+    return {
+        "mechanisms": parse_names(mechanisms),
+        "epsilon": None if epsilon is None else parse_floats("epsilon", epsilon),
+        "sigma": None if sigma is None else parse_floats("sigma", sigma),
+        "calibration": parse_names(calibration),
+        "k": None if k is None else [int(v) for v in parse_floats("k", k)],
+        "smoothing": None if smoothing is None else parse_floats("smoothing", smoothing),
+        "mask_delta": None if mask_delta is None else parse_floats("mask_delta", mask_delta),
+    }
+
+
+@contextlib.contextmanager
+def _sweep_progress() -> Iterator[Callable[[int, int], None]]:
+    """A progress bar of the sweep's runs (on a terminal), driven by ``on_progress(done, total)``."""
     with progress_callback("sweeping", unit="runs") as (set_total, advance):
         state = {"done": 0}
 
@@ -255,38 +380,7 @@ def evaluate(
             advance(done - state["done"])
             state["done"] = done
 
-        run = evaluate_embeddings(
-            X,
-            output,
-            mechanisms=_names(mechanisms),
-            epsilon=None if epsilon is None else parse_floats("epsilon", epsilon),
-            runs=runs,
-            seed=seed,
-            delta=delta,
-            sigma=None if sigma is None else parse_floats("sigma", sigma),
-            calibration=_names(calibration),
-            k=None if k is None else [int(v) for v in parse_floats("k", k)],
-            profile=profile,
-            smoothing=None if smoothing is None else parse_floats("smoothing", smoothing),
-            mask_delta=None if mask_delta is None else parse_floats("mask_delta", mask_delta),
-            floors=floors,
-            ceilings=ceilings,
-            reid_multiple=reid_multiple,
-            linkage=linkage,
-            texts=all_texts,
-            sensitive=sensitive,
-            aux_fraction=aux_fraction,
-            attack=attack,
-            n_queries=n_queries,
-            restart=restart,
-            description=description,
-            title=title or f"privembed evaluation of {name}",
-            on_progress=on_progress,
-            retrieval=retrieval,
-        )
-    print_attack_checks(run.result.checks.values())
-    print_recommendation(run.result, run.recommendation)
-    err_console.print(f"wrote {run.report}")
+        yield on_progress
 
 
 def _task_embeddings(
