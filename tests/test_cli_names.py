@@ -169,6 +169,55 @@ def test_protect_and_audit_share_the_mechanism_options():
         assert names == list(MECHANISM_OPTIONS)
 
 
+#: flags that several commands mean the same thing by, each one ``Opt*`` alias of
+#: ``_cli/options.py``: the same spelling, help, default and type on every command listed
+_RELEASES = ["protect", "index", "protect-stream", "protect-shards"]
+SAME_OPTION = {
+    "--key-file": [*_RELEASES, "search"],
+    "--ledger": _RELEASES,
+    "--budget-epsilon": _RELEASES,
+    "--budget-delta": _RELEASES,
+    "--basis": ["protect", "index"],
+    "--basis-epsilon": ["protect", "index"],
+    "--basis-delta": ["protect", "index"],
+    "--seed": ["protect", "index", "protect-stream"],
+    "--column": ["protect", "index"],
+    "--id-field": ["protect", "index"],
+    "--text-field": ["protect", "index"],
+    "--batch-rows": ["protect", "index"],
+    "--allow-reprotect": ["protect", "index"],
+    "--quiet": ["protect", "index"],
+    "--json": ["protect", "index", "embed"],
+    "--overwrite": ["protect", "embed"],
+}
+
+
+@pytest.mark.parametrize(("flag", "commands"), sorted(SAME_OPTION.items()))
+def test_commands_that_mean_the_same_by_a_flag_declare_it_once(flag, commands):
+    cmds = _commands()
+    declared = {}
+    for name in commands:
+        (p,) = [p for p in cmds[name].params if flag in getattr(p, "opts", ())]
+        declared[name] = _option(cmds[name], p.name)
+    assert len(set(declared.values())) == 1, declared
+
+
+def test_the_ledger_options_are_declared_once():
+    """protect's ledger flags come from ``_cli/options.py``; a budget flag says what it may do
+    (set a first budget, confirm or lower one -- never raise it) on every command."""
+    from privembed._cli.options import SHARED
+
+    ledger_flags = {
+        "--ledger", "--budget-epsilon", "--budget-delta", "--subject-field",
+        "--subject-budget-epsilon", "--subject-budget-delta", "--ledger-timeout",
+    }  # fmt: skip
+    assert ledger_flags <= set(SHARED)
+    assert ledger_flags <= _shown(_commands()["protect"])
+    for name in _RELEASES:
+        for flag in ("--budget-epsilon", "--budget-delta"):
+            assert "confirm/lower" in str(_option_help(_commands()[name], flag)), (name, flag)
+
+
 def test_the_mechanism_choice_is_the_registry():
     from typing import get_args
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,23 +36,37 @@ from ._cli.common import (
     user_errors,
 )
 from ._cli.options import (
-    allow_reprotect_flag,
+    OptAllowReprotect,
+    OptBasis,
+    OptBasisDelta,
+    OptBasisEpsilon,
+    OptBatchRows,
+    OptBudgetDelta,
+    OptBudgetEpsilon,
+    OptColumn,
+    OptIdField,
+    OptJsonSummary,
+    OptKeyFile,
+    OptLedger,
+    OptLedgerTimeout,
+    OptOverwriteFile,
+    OptQuiet,
+    OptSeed,
+    OptSubjectBudgetDelta,
+    OptSubjectBudgetEpsilon,
+    OptSubjectField,
+    OptTextField,
     backend_flag,
-    basis_epsilon_flag,
-    basis_flag,
-    batch_rows_flag,
     column_flag,
     id_field_flag,
     ids_from_content_flag,
     json_flag,
     keep_field_flag,
-    ledger_flag,
     mechanism_flag,
     model_flag,
     n_flag,
     output_flag,
     overwrite_flag,
-    quiet_flag,
     seed_flag,
     text_field_flag,
 )
@@ -104,10 +117,8 @@ def embed(
             "when installed; onnx-int8 is faster and its vectors differ slightly)."
         ),
     ] = None,
-    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing output file.")] = False,
-    as_json: Annotated[
-        bool, json_flag(help="Print a JSON summary (stdout) instead of text.")
-    ] = False,
+    overwrite: OptOverwriteFile = False,
+    as_json: OptJsonSummary = False,
 ) -> None:
     """Embed texts with a sentence-transformers model (offline by default).
 
@@ -180,20 +191,59 @@ def embed(
         )
 
 
+# ---- protect's own options (the shared ones: _cli/options.py; the mechanism's: _cli/common.py) --
+ProtectInput = Annotated[
+    Path,
+    typer.Argument(
+        help="Embeddings (.parquet/.npy/.npz/.jsonl) or texts (.jsonl/.csv/.parquet/.txt)."
+    ),
+]
+ProtectMechanism = Annotated[
+    MechanismName, mechanism_flag(help="The privacy mechanism (see the README).")
+]
+Noise = Annotated[SubspaceNoise | None, typer.Option(help="Noise law in the subspace (subspace).")]
+Erase = Annotated[
+    Path | None,
+    typer.Option(
+        help="Remove a concept before the noise: a concept profile learned with --eraser "
+        "(or its .eraser.npz). LEACE; no guarantee of its own.",
+    ),
+]
+KeyedNoiseGenerator = Annotated[
+    KeyedGenerator | None,
+    typer.Option(help="Keyed noise generator (default: aes under a CSPRNG policy)."),
+]
+RandomnessPolicy = Annotated[
+    BitGeneratorName | None,
+    typer.Option(help="Randomness policy (aes, chacha: CSPRNG; need randomgen)."),
+]
+KeepFields = Annotated[
+    list[str] | None,
+    keep_field_flag(
+        help="Copy this other field or column into the output as it is, unprotected "
+        "(repeatable; others are dropped).",
+    ),
+]
+IdsFromContent = Annotated[
+    bool,
+    ids_from_content_flag(
+        help="Derive record ids from the content (texts or vectors without ids).",
+    ),
+]
+TextBackend = Annotated[
+    EmbedBackend | None,
+    backend_flag(
+        help="Model runtime for text input (default: $PRIVEMBED_EMBED_BACKEND, else auto)."
+    ),
+]
+
+
 @app.command()
 @user_errors
 def protect(
-    input: Annotated[
-        Path,
-        typer.Argument(
-            help="Embeddings (.parquet/.npy/.npz/.jsonl) or texts (.jsonl/.csv/.parquet/.txt)."
-        ),
-    ],
+    input: ProtectInput,
     output: Annotated[Path, output_flag(help="Output file (written atomically).")],
-    mechanism: Annotated[
-        MechanismName,
-        mechanism_flag(help="The privacy mechanism (see the README)."),
-    ],
+    mechanism: ProtectMechanism,
     epsilon: OptEpsilon = None,
     delta: OptDelta = None,
     sigma: OptSigma = None,
@@ -203,121 +253,39 @@ def protect(
     mask_delta: OptMaskDelta = None,
     smoothing: OptSmoothing = None,
     k: OptK = None,
-    basis: Annotated[
-        str | None,
-        basis_flag(
-            help="Subspace basis (subspace): public data (embeddings or texts; exact PCA), a "
-            "saved basis, or 'dp-pca' (DP-PCA of INPUT, charged to every record in --ledger).",
-        ),
-    ] = None,
-    basis_epsilon: Annotated[
-        float | None, basis_epsilon_flag(help="epsilon of a DP-PCA basis (central).")
-    ] = None,
-    basis_delta: Annotated[float | None, typer.Option(help="delta of a DP-PCA basis.")] = None,
-    noise: Annotated[
-        SubspaceNoise | None,
-        typer.Option(help="Noise law in the subspace (subspace)."),
-    ] = None,
+    basis: OptBasis = None,
+    basis_epsilon: OptBasisEpsilon = None,
+    basis_delta: OptBasisDelta = None,
+    noise: Noise = None,
     kind: OptKind = None,
     projection_seed: OptProjectionSeed = None,
     neighbouring: OptNeighbouring = None,
     input_norm: OptInputNorm = None,
     renormalize: OptRenormalize = None,
-    seed: Annotated[
-        int | None, seed_flag(help="Seed for reproducible experiments (omit in production).")
-    ] = None,
-    column: Annotated[str | None, column_flag(help="Embedding column (Parquet).")] = None,
-    id_column: Annotated[
-        str | None,
-        id_field_flag(),
-    ] = None,
-    text_field: Annotated[
-        str, text_field_flag(help="Field or column holding the texts (text input).")
-    ] = "text",
-    keep_column: Annotated[
-        list[str] | None,
-        keep_field_flag(
-            help="Copy this other field or column into the output as it is, unprotected "
-            "(repeatable; others are dropped).",
-        ),
-    ] = None,
-    ids_from_content: Annotated[
-        bool,
-        ids_from_content_flag(
-            help="Derive record ids from the content (texts or vectors without ids).",
-        ),
-    ] = False,
-    erase: Annotated[
-        Path | None,
-        typer.Option(
-            help="Remove a concept before the noise: a concept profile learned with --eraser "
-            "(or its .eraser.npz). LEACE; no guarantee of its own.",
-        ),
-    ] = None,
+    seed: OptSeed = None,
+    column: OptColumn = None,
+    id_column: OptIdField = None,
+    text_field: OptTextField = "text",
+    keep_column: KeepFields = None,
+    ids_from_content: IdsFromContent = False,
+    erase: Erase = None,
     model: Annotated[str | None, model_flag(help="Embedding model for text input.")] = None,
-    backend: Annotated[
-        EmbedBackend | None,
-        backend_flag(
-            help="Model runtime for text input (default: $PRIVEMBED_EMBED_BACKEND, else auto)."
-        ),
-    ] = None,
-    batch_rows: Annotated[int, batch_rows_flag(help="Rows per batch (bounds memory).")] = 4096,
-    allow_reprotect: Annotated[
-        bool, allow_reprotect_flag(help="Protect a file that is already protected.")
-    ] = False,
-    key_file: Annotated[
-        Path | None, typer.Option(help="Secret key (privembed keygen): keyed, repeat-safe noise.")
-    ] = None,
-    generator: Annotated[
-        KeyedGenerator | None,
-        typer.Option(help="Keyed noise generator (default: aes under a CSPRNG policy)."),
-    ] = None,
-    bit_generator: Annotated[
-        BitGeneratorName | None,
-        typer.Option(help="Randomness policy (aes, chacha: CSPRNG; need randomgen)."),
-    ] = None,
-    ledger: Annotated[
-        str | None,
-        ledger_flag(
-            help="Privacy ledger that records and checks releases: an SQLite file, or a "
-            "postgresql:// URL shared by several processes (password from PGPASSWORD or "
-            "~/.pgpass)."
-        ),
-    ] = None,
-    budget_epsilon: Annotated[
-        float | None,
-        typer.Option(
-            help="Set a first per-record epsilon budget, or confirm/lower the stored one."
-        ),
-    ] = None,
-    budget_delta: Annotated[
-        float | None,
-        typer.Option(help="Set a first per-record delta budget, or confirm/lower the stored one."),
-    ] = None,
-    subject_column: Annotated[
-        str | None,
-        typer.Option(
-            "--subject-field",
-            help="Column (Parquet) or field (texts) naming each record's subject -- a patient, "
-            "a user -- charged in the ledger with the per-subject budget.",
-        ),
-    ] = None,
-    subject_budget_epsilon: Annotated[
-        float | None,
-        typer.Option(help="Set a first per-subject epsilon budget, or confirm/lower it."),
-    ] = None,
-    subject_budget_delta: Annotated[
-        float | None,
-        typer.Option(help="Set a first per-subject delta budget, or confirm/lower it."),
-    ] = None,
-    ledger_timeout: Annotated[
-        float, typer.Option(help="Seconds to wait for another process's ledger lock.")
-    ] = 60.0,
-    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing output file.")] = False,
-    quiet: Annotated[bool, quiet_flag()] = False,
-    as_json: Annotated[
-        bool, json_flag(help="Print a JSON summary (stdout) instead of text.")
-    ] = False,
+    backend: TextBackend = None,
+    batch_rows: OptBatchRows = 4096,
+    allow_reprotect: OptAllowReprotect = False,
+    key_file: OptKeyFile = None,
+    generator: KeyedNoiseGenerator = None,
+    bit_generator: RandomnessPolicy = None,
+    ledger: OptLedger = None,
+    budget_epsilon: OptBudgetEpsilon = None,
+    budget_delta: OptBudgetDelta = None,
+    subject_column: OptSubjectField = None,
+    subject_budget_epsilon: OptSubjectBudgetEpsilon = None,
+    subject_budget_delta: OptSubjectBudgetDelta = None,
+    ledger_timeout: OptLedgerTimeout = 60.0,
+    overwrite: OptOverwriteFile = False,
+    quiet: OptQuiet = False,
+    as_json: OptJsonSummary = False,
 ) -> None:
     """Protect embeddings with a privacy mechanism (texts are embedded first).
 
@@ -325,85 +293,65 @@ def protect(
     note when it is below a useful level or the guarantee is vacuous.
     """
     from ._cli.common import progress_callback
-    from ._cli.stores import _basis_options
+    from ._cli.stores import check_basis_options, subspace_basis
     from .mechanisms import build_mechanism
     from .release import check_randomness, protect_file
     from .rng import bit_generator_name, use_bit_generator
 
-    _basis_options(mechanism, basis, basis_epsilon, basis_delta)
-    basis_obj = None
-    if basis is not None:
-        from .mechanisms.subspace import basis_from
-        from .release import open_ledger
-
-        with contextlib.ExitStack() as stack:
-            led = stack.enter_context(open_ledger(ledger))
-            basis_obj = basis_from(
-                basis, corpus=input, column=column, id_column=id_column, model=model,
-                epsilon=basis_epsilon, delta=basis_delta, ledger=led,
-            )  # fmt: skip
+    check_basis_options(mechanism, basis, basis_epsilon, basis_delta)
+    subspace = subspace_basis(
+        basis, input, ledger, column=column, id_column=id_column, model=model,
+        epsilon=basis_epsilon, delta=basis_delta,
+    )  # fmt: skip
     mech = build_mechanism(
-        mechanism,
-        basis=basis_obj,
-        noise=noise,
-        epsilon=epsilon,
-        delta=delta,
-        sigma=sigma,
-        calibration=calibration,
-        covariance=covariance,
-        mask=mask,
-        mask_delta=mask_delta,
-        smoothing=smoothing,
-        k=k,
-        kind=kind,
-        projection_seed=projection_seed,
-        neighbouring=neighbouring,
-        input_norm=input_norm,
-        renormalize=renormalize,
-    )
+        mechanism, basis=subspace, noise=noise, epsilon=epsilon, delta=delta, sigma=sigma,
+        calibration=calibration, covariance=covariance, mask=mask, mask_delta=mask_delta,
+        smoothing=smoothing, k=k, kind=kind, projection_seed=projection_seed,
+        neighbouring=neighbouring, input_norm=input_norm, renormalize=renormalize,
+    )  # fmt: skip
     check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")
-    eraser = None
-    if erase is not None:
-        from .concepts.erasure import load_eraser
-
-        eraser = load_eraser(erase)
+    eraser = _load_eraser(erase)
     with (
         use_bit_generator(bit_generator or bit_generator_name()),
         progress_callback("protecting") as (set_total, advance),
     ):
         summary = protect_file(
-            input,
-            output,
-            mech,
-            key=key_file,
-            rng=seed,
-            generator=generator,
-            ledger=ledger,
-            budget_epsilon=budget_epsilon,
-            budget_delta=budget_delta,
-            column=column,
-            id_column=id_column,
-            text_field=text_field,
-            ids_from_content=ids_from_content,
-            model=model,
-            embedder=_text_embedder(input, model, backend, text_field),
-            batch_rows=batch_rows,
-            allow_reprotect=allow_reprotect,
-            overwrite=overwrite,
-            ledger_timeout=ledger_timeout,
-            keep_columns=keep_column or (),
-            eraser=eraser,
-            subject_column=subject_column,
-            subject_budget_epsilon=subject_budget_epsilon,
-            subject_budget_delta=subject_budget_delta,
-            on_start=set_total,
-            on_batch=advance,
-            on_wait=lambda p: err_console.print(
-                f"waiting for the ledger {p} (locked by another process; up to "
-                f"{ledger_timeout:g} s)...",
-                highlight=False,
-            ),
-        )
+            input, output, mech, key=key_file, rng=seed, generator=generator,
+            ledger=ledger, budget_epsilon=budget_epsilon, budget_delta=budget_delta,
+            subject_column=subject_column, subject_budget_epsilon=subject_budget_epsilon,
+            subject_budget_delta=subject_budget_delta, ledger_timeout=ledger_timeout,
+            column=column, id_column=id_column, text_field=text_field,
+            ids_from_content=ids_from_content, model=model,
+            embedder=_text_embedder(input, model, backend, text_field), batch_rows=batch_rows,
+            allow_reprotect=allow_reprotect, overwrite=overwrite,
+            keep_columns=keep_column or (), eraser=eraser,
+            on_start=set_total, on_batch=advance, on_wait=_waiting_for_ledger(ledger_timeout),
+        )  # fmt: skip
+    _report_protected(summary, mech, output, ledger, as_json=as_json, quiet=quiet)
+
+
+def _load_eraser(erase: Path | None) -> Any:
+    """The concept eraser ``--erase`` names (None without one)."""
+    if erase is None:
+        return None
+    from .concepts.erasure import load_eraser
+
+    return load_eraser(erase)
+
+
+def _waiting_for_ledger(timeout: float) -> Any:
+    """What protect says on stderr while another process holds the ledger's lock."""
+    return lambda p: err_console.print(
+        f"waiting for the ledger {p} (locked by another process; up to {timeout:g} s)...",
+        highlight=False,
+    )
+
+
+def _report_protected(
+    summary: Any, mech: Any, output: Path, ledger: str | None, *, as_json: bool, quiet: bool
+) -> None:
+    """protect's summary: JSON on stdout, or the release, its guarantee, what it charged and
+    the setting's expected utility on stderr."""
     note = _setting_note(mech, summary.dim_in)
     if as_json:
         from ._cli.common import print_json

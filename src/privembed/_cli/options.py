@@ -5,11 +5,17 @@ A flag's spelling, its short alias and its default help live here; a command wri
 help for what the flag does there, but cannot spell the flag differently, give it another short
 alias, or forget one. ``tests/test_cli_names.py`` checks that no command module declares one of
 these flags itself and that every command spells and types them alike.
+
+Where commands mean the same thing by a flag, the whole option -- type, flag and help -- is one
+``Opt*`` alias below (``key_file: OptKeyFile = None``), as the mechanism options are in
+``common.py``: the ledger's options, the key, the subspace basis, and the input options of the
+commands that release a file (protect, index).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -51,8 +57,38 @@ model_flag = _shared("--model", None, "Embedding model (default: offline all-Min
 column_flag = _shared("--column", None, "Embedding column (Parquet).")
 batch_rows_flag = _shared("--batch-rows", None, "Rows per batch (bounds memory).")
 text_field_flag = _shared("--text-field", None, "Field or column holding the texts.")
+# the ledger a release is recorded and checked in (one accountant convention: release.open_ledger)
 ledger_flag = _shared(
-    "--ledger", None, "Privacy ledger that records releases: an SQLite file or a postgresql:// URL."
+    "--ledger",
+    None,
+    "Privacy ledger that records and checks releases: an SQLite file, or a postgresql:// URL "
+    "shared by several processes (password from PGPASSWORD or ~/.pgpass).",
+)
+budget_epsilon_flag = _shared(
+    "--budget-epsilon",
+    None,
+    "Set a first per-record epsilon budget, or confirm/lower the stored one.",
+)
+budget_delta_flag = _shared(
+    "--budget-delta", None, "Set a first per-record delta budget, or confirm/lower the stored one."
+)
+subject_field_flag = _shared(
+    "--subject-field",
+    None,
+    "Column (Parquet) or field (texts) naming each record's subject -- a patient, a user -- "
+    "charged in the ledger with the per-subject budget.",
+)
+subject_budget_epsilon_flag = _shared(
+    "--subject-budget-epsilon", None, "Set a first per-subject epsilon budget, or confirm/lower it."
+)
+subject_budget_delta_flag = _shared(
+    "--subject-budget-delta", None, "Set a first per-subject delta budget, or confirm/lower it."
+)
+ledger_timeout_flag = _shared(
+    "--ledger-timeout", None, "Seconds to wait for another process's ledger lock."
+)
+key_file_flag = _shared(
+    "--key-file", None, "Secret key (privembed keygen): keyed, repeat-safe noise."
 )
 delta_flag = _shared("--delta", None, "delta (Gaussian, projection).")
 profile_flag = _shared("--profile", None, "Concept profile (mahalanobis).")
@@ -60,6 +96,7 @@ n_flag = _shared("--n", None, "Notes of the built-in PII corpus.")
 backend_flag = _shared("--backend", None, "Model runtime (default: $PRIVEMBED_EMBED_BACKEND).")
 basis_flag = _shared("--basis", None, "Subspace basis: public embeddings or a saved basis.")
 basis_epsilon_flag = _shared("--basis-epsilon", None, "Central epsilon of a DP-PCA basis.")
+basis_delta_flag = _shared("--basis-delta", None, "delta of a DP-PCA basis (central).")
 # the attacks' training knobs
 aux_fraction_flag = _shared("--aux-fraction", None, "Share of the records the attacker owns.")
 epochs_flag = _shared("--epochs", None, "Training epochs.")
@@ -94,3 +131,59 @@ OTHER_MEANING: dict[tuple[str, str], str] = {
     ("search", "--texts"): "the texts behind the hits, kept locally",
     ("text analyze", "--mechanisms"): "word-level mechanisms (nearest, rank, exponential)",
 }
+
+# ---- whole options, for the commands that mean the same thing by them ------------------------
+#: ``--key-file`` (protect, index, search, protect-stream, protect-shards)
+OptKeyFile = Annotated[Path | None, key_file_flag()]
+#: ``--seed`` of a release (protect, index, protect-stream)
+OptSeed = Annotated[
+    int | None, seed_flag(help="Seed for reproducible experiments (omit in production).")
+]
+#: ``--ledger`` a release is recorded and checked in (protect, index, protect-stream/-shards)
+OptLedger = Annotated[str | None, ledger_flag()]
+#: ``--budget-epsilon``
+OptBudgetEpsilon = Annotated[float | None, budget_epsilon_flag()]
+#: ``--budget-delta``
+OptBudgetDelta = Annotated[float | None, budget_delta_flag()]
+#: ``--subject-field``
+OptSubjectField = Annotated[str | None, subject_field_flag()]
+#: ``--subject-budget-epsilon``
+OptSubjectBudgetEpsilon = Annotated[float | None, subject_budget_epsilon_flag()]
+#: ``--subject-budget-delta``
+OptSubjectBudgetDelta = Annotated[float | None, subject_budget_delta_flag()]
+#: ``--ledger-timeout``
+OptLedgerTimeout = Annotated[float, ledger_timeout_flag()]
+#: ``--basis`` of ``-m subspace`` (protect, index)
+OptBasis = Annotated[
+    str | None,
+    basis_flag(
+        help="Subspace basis (-m subspace): public data (embeddings or texts; exact PCA), a saved "
+        "basis, or 'dp-pca' (DP-PCA of INPUT, charged to every record in --ledger).",
+    ),
+]
+#: ``--basis-epsilon``
+OptBasisEpsilon = Annotated[
+    float | None, basis_epsilon_flag(help="epsilon of a DP-PCA basis (central).")
+]
+#: ``--basis-delta``
+OptBasisDelta = Annotated[float | None, basis_delta_flag()]
+#: ``--column`` of an embeddings input (Parquet)
+OptColumn = Annotated[str | None, column_flag()]
+#: ``--id-field``
+OptIdField = Annotated[str | None, id_field_flag()]
+#: ``--text-field`` of a command that takes embeddings or texts
+OptTextField = Annotated[
+    str, text_field_flag(help="Field or column holding the texts (text input).")
+]
+#: ``--batch-rows``
+OptBatchRows = Annotated[int, batch_rows_flag()]
+#: ``--allow-reprotect``
+OptAllowReprotect = Annotated[
+    bool, allow_reprotect_flag(help="Protect a file that is already protected.")
+]
+#: ``--quiet``
+OptQuiet = Annotated[bool, quiet_flag()]
+#: ``--json`` of a command that prints a summary
+OptJsonSummary = Annotated[bool, json_flag(help="Print a JSON summary (stdout) instead of text.")]
+#: ``--overwrite`` of a command that writes one file
+OptOverwriteFile = Annotated[bool, overwrite_flag(help="Replace an existing output file.")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
@@ -18,6 +19,10 @@ import typer
 from .common import (
     IndexMechanismName,
     MechanismName,
+    OptDelta,
+    OptEpsilon,
+    OptMask,
+    OptSigma,
     console,
     err_console,
     print_json,
@@ -27,11 +32,24 @@ from .common import (
     StoreKind as StoreName,
 )
 from .options import (
+    OptAllowReprotect,
+    OptBasis,
+    OptBasisDelta,
+    OptBasisEpsilon,
+    OptBatchRows,
+    OptBudgetDelta,
+    OptBudgetEpsilon,
+    OptColumn,
+    OptIdField,
+    OptJsonSummary,
+    OptKeyFile,
+    OptLedger,
+    OptQuiet,
+    OptSeed,
+    OptTextField,
     allow_reprotect_flag,
     batch_rows_flag,
     column_flag,
-    delta_flag,
-    epsilon_flag,
     id_field_flag,
     ids_from_content_flag,
     json_flag,
@@ -41,22 +59,17 @@ from .options import (
     model_flag,
     output_flag,
     overwrite_flag,
-    quiet_flag,
     seed_flag,
-    text_field_flag,
 )
 
 __all__ = ["register"]
 
-# ---- shared options ---------------------------------------------------------------------------
+# ---- the options of these commands (the ones other commands share: options.py, common.py) -----
 Mechanism = Annotated[MechanismName | None, mechanism_flag(help="The privacy mechanism.")]
 IndexMechanism = Annotated[
     IndexMechanismName | None,
     mechanism_flag(help="The privacy mechanism ('none': the vectors are protected)."),
 ]
-Epsilon = Annotated[float | None, epsilon_flag(help="Privacy parameter epsilon.")]
-Delta = Annotated[float | None, delta_flag(help="delta (Gaussian, projection).")]
-Sigma = Annotated[float | None, typer.Option(help="Noise scale (empirical).")]
 Params = Annotated[
     list[str] | None,
     typer.Option(
@@ -66,28 +79,6 @@ Params = Annotated[
         "-p renormalize=false).",
     ),
 ]
-Mask = Annotated[Path | None, typer.Option(help="Concept mask .npy or profile .npz (Mahalanobis).")]
-KeyFile = Annotated[
-    Path | None, typer.Option(help="Secret key (privembed keygen): keyed, repeat-safe noise.")
-]
-Seed = Annotated[
-    int | None, seed_flag(help="Seed for reproducible experiments (omit in production).")
-]
-LedgerOpt = Annotated[
-    str | None,
-    ledger_flag(),
-]
-BudgetEps = Annotated[float | None, typer.Option(help="Per-record epsilon budget (ledger).")]
-BudgetDelta = Annotated[float | None, typer.Option(help="Per-record delta budget (ledger).")]
-Basis = Annotated[
-    str | None,
-    typer.Option(
-        help="Subspace basis (-m subspace): public data (embeddings or texts; exact PCA), a saved "
-        "basis, or 'dp-pca' (DP-PCA of this corpus, charged to every record in the ledger).",
-    ),
-]
-BasisEps = Annotated[float | None, typer.Option(help="epsilon of a DP-PCA basis (central).")]
-BasisDelta = Annotated[float | None, typer.Option(help="delta of a DP-PCA basis (central).")]
 StoreKind = Annotated[StoreName, typer.Option("--store", help="The vector store.")]
 StorePath = Annotated[Path, typer.Option("--path", help="Database folder.")]
 Collection = Annotated[str, typer.Option(help="Collection name.")]
@@ -129,7 +120,7 @@ def cli_mechanism(
     return build_mechanism(name, **kw)
 
 
-def _basis_options(
+def check_basis_options(
     mechanism: str | None, basis: str | None, basis_epsilon: float | None, basis_delta: float | None
 ) -> None:
     """Refuse basis options without the subspace mechanism, and the subspace without a basis."""
@@ -144,15 +135,47 @@ def _basis_options(
         )
 
 
+def subspace_basis(
+    basis: str | None,
+    corpus: Path,
+    ledger: Any,
+    *,
+    column: str | None,
+    id_column: str | None,
+    model: str | None,
+    epsilon: float | None,
+    delta: float | None,
+) -> Any:
+    """The basis ``--basis`` names (None without one): read, or fitted on ``corpus`` -- a
+    DP-PCA basis charged to every record in ``ledger`` (an open ledger, or the ``--ledger``
+    path or URL, opened for the fit)."""
+    if basis is None:
+        return None
+    from ..mechanisms.subspace import basis_from
+    from ..release import open_ledger
+
+    with open_ledger(ledger) as led:
+        return basis_from(
+            basis, corpus=corpus, column=column, id_column=id_column, model=model,
+            epsilon=epsilon, delta=delta, ledger=led,
+        )  # fmt: skip
+
+
 def _randomness(key_file: Path | None, seed: int | None) -> tuple[bytes | None, int | None]:
+    """The key and the seed of a release: one of them, never both."""
     from ..release import check_randomness
 
     check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")  # before reading
+    return _key(key_file), (seed if key_file is None else None)
+
+
+def _key(key_file: Path | None) -> bytes | None:
+    """The secret key ``--key-file`` names (None without one)."""
     if key_file is None:
-        return None, seed
+        return None
     from ..keyed import load_key
 
-    return load_key(key_file), None
+    return load_key(key_file)
 
 
 def _open_ledger(path: str | None, budget_epsilon: float | None, budget_delta: float | None) -> Any:
@@ -170,100 +193,103 @@ def _open_ledger(path: str | None, budget_epsilon: float | None, budget_delta: f
 
 
 # ---- index ------------------------------------------------------------------------------------
+IndexInput = Annotated[
+    Path, typer.Argument(help="Embeddings (.parquet/.npz/.jsonl/.npy), plain or protected.")
+]
+MetadataFields = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--metadata-field",
+        help="Parquet column to store as record metadata, repeatable. Nothing else is "
+        "sent: a text column stored next to protected vectors gives the text away.",
+    ),
+]
+IndexModel = Annotated[
+    str | None, model_flag(help="Embedding model, if the file does not record it.")
+]
+IndexIdsFromContent = Annotated[
+    bool, ids_from_content_flag(help="Derive record ids from the texts (inputs without ids).")
+]
+ProfileQueries = Annotated[
+    Path | None,
+    typer.Option(
+        help="Real queries (texts or embeddings) for the profile that --recall plans k' "
+        "from (default: documents diluted into pseudo-queries, calibrated on one task; "
+        "real queries are better)."
+    ),
+]
+FaissIndex = Annotated[
+    str | None,
+    typer.Option(
+        "--faiss-index",
+        help="FAISS index of a new FAISS store (an index_factory string): 'Flat' (the "
+        "default, exact float32 scan), 'SQfp16' (half-precision vectors: half the memory, "
+        "a faster scan, the candidates of a re-rank unchanged in practice), 'HNSW32' "
+        "(approximate). Only --store faiss.",
+    ),
+]
+# the sealed payloads that search re-ranks by
+Payloads = Annotated[
+    bool,
+    typer.Option(
+        "--payloads",
+        help="Store each record's exact vector sealed with the key (AES-256-GCM) for exact "
+        "re-ranking inside the trust boundary (search --rerank/--recall).",
+    ),
+]
+PayloadDtype = Annotated[
+    Literal["float32", "float16"], typer.Option(help="How payloads store exact vectors.")
+]
+PadTo = Annotated[
+    str,
+    typer.Option(
+        "--pad-to",
+        help="Pad payload plaintexts so their length hides the text's: 'padme' (at most "
+        "11.7% larger, O(log log L) bits of the length shown), N (a multiple of N bytes) "
+        "or 0 (no padding: the length of each text shows).",
+    ),
+]
+StoreText = Annotated[
+    bool,
+    typer.Option("--store-text", help="Also seal each text in its payload (texts as input)."),
+]
+
+
 def index(
-    input: Annotated[
-        Path, typer.Argument(help="Embeddings (.parquet/.npz/.jsonl/.npy), plain or protected.")
-    ],
+    input: IndexInput,
     store: StoreKind = "chroma",
     path: StorePath = Path("privembed-db"),
     collection: Collection = "privembed",
     mechanism: IndexMechanism = None,
-    epsilon: Epsilon = None,
-    delta: Delta = None,
-    sigma: Sigma = None,
+    epsilon: OptEpsilon = None,
+    delta: OptDelta = None,
+    sigma: OptSigma = None,
     param: Params = None,
-    mask: Mask = None,
-    key_file: KeyFile = None,
-    seed: Seed = None,
-    column: Annotated[str | None, column_flag(help="Embedding column (Parquet).")] = None,
-    id_column: Annotated[
-        str | None,
-        id_field_flag(),
-    ] = None,
-    metadata_column: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--metadata-field",
-            help="Parquet column to store as record metadata, repeatable. Nothing else is "
-            "sent: a text column stored next to protected vectors gives the text away.",
-        ),
-    ] = None,
-    model: Annotated[
-        str | None, model_flag(help="Embedding model, if the file does not record it.")
-    ] = None,
-    batch_rows: Annotated[int, batch_rows_flag(help="Rows per batch (bounds memory).")] = 4096,
-    allow_reprotect: Annotated[
-        bool, allow_reprotect_flag(help="Protect a file that is already protected.")
-    ] = False,
-    ledger: LedgerOpt = None,
-    budget_epsilon: BudgetEps = None,
-    budget_delta: BudgetDelta = None,
-    payloads: Annotated[
-        bool,
-        typer.Option(
-            "--payloads",
-            help="Store each record's exact vector sealed with the key (AES-256-GCM) for exact "
-            "re-ranking inside the trust boundary (search --rerank/--recall).",
-        ),
-    ] = False,
-    payload_dtype: Annotated[
-        Literal["float32", "float16"], typer.Option(help="How payloads store exact vectors.")
-    ] = "float32",
-    pad_to: Annotated[
-        str,
-        typer.Option(
-            "--pad-to",
-            help="Pad payload plaintexts so their length hides the text's: 'padme' (at most "
-            "11.7% larger, O(log log L) bits of the length shown), N (a multiple of N bytes) "
-            "or 0 (no padding: the length of each text shows).",
-        ),
-    ] = "padme",
-    store_text: Annotated[
-        bool,
-        typer.Option("--store-text", help="Also seal each text in its payload (texts as input)."),
-    ] = False,
-    text_field: Annotated[
-        str, text_field_flag(help="Field or column holding the texts (text input).")
-    ] = "text",
-    ids_from_content: Annotated[
-        bool,
-        ids_from_content_flag(help="Derive record ids from the texts (inputs without ids)."),
-    ] = False,
-    profile_queries: Annotated[
-        Path | None,
-        typer.Option(
-            help="Real queries (texts or embeddings) for the profile that --recall plans k' "
-            "from (default: documents diluted into pseudo-queries, calibrated on one task; "
-            "real queries are better)."
-        ),
-    ] = None,
-    basis: Basis = None,
-    basis_epsilon: BasisEps = None,
-    basis_delta: BasisDelta = None,
-    faiss_index: Annotated[
-        str | None,
-        typer.Option(
-            "--faiss-index",
-            help="FAISS index of a new FAISS store (an index_factory string): 'Flat' (the "
-            "default, exact float32 scan), 'SQfp16' (half-precision vectors: half the memory, "
-            "a faster scan, the candidates of a re-rank unchanged in practice), 'HNSW32' "
-            "(approximate). Only --store faiss.",
-        ),
-    ] = None,
-    quiet: Annotated[bool, quiet_flag()] = False,
-    as_json: Annotated[
-        bool, json_flag(help="Print a JSON summary (stdout) instead of text.")
-    ] = False,
+    mask: OptMask = None,
+    key_file: OptKeyFile = None,
+    seed: OptSeed = None,
+    column: OptColumn = None,
+    id_column: OptIdField = None,
+    metadata_column: MetadataFields = None,
+    model: IndexModel = None,
+    batch_rows: OptBatchRows = 4096,
+    allow_reprotect: OptAllowReprotect = False,
+    ledger: OptLedger = None,
+    budget_epsilon: OptBudgetEpsilon = None,
+    budget_delta: OptBudgetDelta = None,
+    payloads: Payloads = False,
+    payload_dtype: PayloadDtype = "float32",
+    pad_to: PadTo = "padme",
+    store_text: StoreText = False,
+    text_field: OptTextField = "text",
+    ids_from_content: IndexIdsFromContent = False,
+    profile_queries: ProfileQueries = None,
+    basis: OptBasis = None,
+    basis_epsilon: OptBasisEpsilon = None,
+    basis_delta: OptBasisDelta = None,
+    faiss_index: FaissIndex = None,
+    quiet: OptQuiet = False,
+    as_json: OptJsonSummary = False,
 ) -> None:
     """Protect embeddings -- or texts, embedded first -- and upsert them into a vector store
     (Chroma embedded by default).
@@ -279,51 +305,47 @@ def index(
     if faiss_index is not None and store != "faiss":
         raise ValueError(f"--faiss-index applies to --store faiss, not --store {store}.")
     key, rng = _randomness(key_file, seed)
-    _basis_options(mechanism, basis, basis_epsilon, basis_delta)
+    check_basis_options(mechanism, basis, basis_epsilon, basis_delta)
     mech: Any = mechanism
     with (
         _open_ledger(ledger, budget_epsilon, budget_delta) as led,
         progress_callback("indexing") as (set_total, advance),
     ):
         if mechanism not in (None, "none"):
-            b = None
-            if basis is not None:
-                from ..mechanisms.subspace import basis_from
-
-                b = basis_from(
-                    basis, corpus=input, column=column, id_column=id_column, model=model,
-                    epsilon=basis_epsilon, delta=basis_delta, ledger=led,
-                )  # fmt: skip
+            subspace = subspace_basis(
+                basis, input, led, column=column, id_column=id_column, model=model,
+                epsilon=basis_epsilon, delta=basis_delta,
+            )  # fmt: skip
             mech = cli_mechanism(
                 mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask,
-                basis=b,
+                basis=subspace,
             )  # fmt: skip
         res = index_file(
-            input,
-            store,
-            path,
-            collection,
-            mechanism=mech,
-            key=key,
-            rng=rng,
-            ledger=led,
-            column=column,
-            id_column=id_column,
-            metadata_columns=metadata_column,
-            model=model,
-            batch_rows=batch_rows,
-            allow_reprotect=allow_reprotect,
-            payloads=payloads,
-            payload_dtype=payload_dtype,
-            pad_to=pad_to if pad_to == "padme" else _pad_bytes(pad_to),
-            store_text=store_text,
-            text_field=text_field,
-            ids_from_content=ids_from_content,
+            input, store, path, collection, mechanism=mech, key=key, rng=rng, ledger=led,
+            column=column, id_column=id_column, metadata_columns=metadata_column, model=model,
+            batch_rows=batch_rows, allow_reprotect=allow_reprotect,
+            payloads=payloads, payload_dtype=payload_dtype,
+            pad_to=pad_to if pad_to == "padme" else _pad_bytes(pad_to), store_text=store_text,
+            text_field=text_field, ids_from_content=ids_from_content,
             profile_queries=200 if profile_queries is None else profile_queries,
             store_options=None if faiss_index is None else {"factory": faiss_index},
-            on_start=set_total,
-            on_batch=advance,
-        )
+            on_start=set_total, on_batch=advance,
+        )  # fmt: skip
+    _report_indexed(res, mech, store, path, collection, as_json=as_json, quiet=quiet)
+
+
+def _report_indexed(
+    res: dict[str, Any],
+    mech: Any,
+    store: str,
+    path: Path,
+    collection: str,
+    *,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """index's summary: JSON on stdout, or what was indexed, under which guarantee, how queries
+    are treated, the payloads and the setting's expected utility on stderr."""
     rows, n, total = res["rows"], res["n"], res["total"]
     treat, guarantee = res["treatment"], res["guarantee"]
     note = None
@@ -370,73 +392,113 @@ def index(
 
 
 # ---- search -----------------------------------------------------------------------------------
+Queries = Annotated[
+    list[str] | None,
+    typer.Argument(help="Query text(s); '-' reads one query per line from stdin."),
+]
+QueriesFile = Annotated[
+    Path | None, typer.Option(help="A file of queries, one per line (or '-' for stdin).")
+]
+QueryEmbeddings = Annotated[
+    Path | None,
+    typer.Option(help="Query embeddings file instead of texts (plain, unprotected)."),
+]
+Rerank = Annotated[
+    int | None,
+    typer.Option(
+        help="Fetch K' candidates by protected similarity, open their payloads with the "
+        "key and re-rank them by exact cosine."
+    ),
+]
+Recall = Annotated[
+    float | None,
+    typer.Option(help="Re-rank with the K' that theory gives for this recall of the top k."),
+]
+QueryMechanism = Annotated[
+    MechanismName | None,
+    typer.Option(
+        help="Protect the query before it reaches the store (RemoteRAG), with --query-epsilon."
+    ),
+]
+HitTexts = Annotated[
+    Path | None,
+    typer.Option(help="JSONL of {'id', 'text'} kept locally, to show hits' texts."),
+]
+BatchQueries = Annotated[
+    int | None,
+    typer.Option(
+        help="Queries searched together (default: as many as keep their K' candidates "
+        "within 160 MiB, so memory follows K' and the dimension, not the number of queries)."
+    ),
+]
+ReadOnlyLedger = Annotated[
+    str | None,
+    ledger_flag(
+        help="The ledger the collection was indexed under (read only): re-ranking refuses "
+        "a payload of an older release of its record (a store that rolled it back)."
+    ),
+]
+
+
 def search(
-    query: Annotated[
-        list[str] | None,
-        typer.Argument(help="Query text(s); '-' reads one query per line from stdin."),
-    ] = None,
+    query: Queries = None,
     store: StoreKind = "chroma",
     path: StorePath = Path("privembed-db"),
     collection: Collection = "privembed",
     k: Annotated[int, typer.Option("-k", "--k", help="Hits per query.")] = 10,
-    queries: Annotated[
-        Path | None, typer.Option(help="A file of queries, one per line (or '-' for stdin).")
-    ] = None,
+    queries: QueriesFile = None,
     model: Annotated[
         str | None, model_flag(help="Embedding model (default: the collection's).")
     ] = None,
-    query_embeddings: Annotated[
-        Path | None,
-        typer.Option(help="Query embeddings file instead of texts (plain, unprotected)."),
-    ] = None,
-    key_file: KeyFile = None,
-    rerank: Annotated[
-        int | None,
-        typer.Option(
-            help="Fetch K' candidates by protected similarity, open their payloads with the "
-            "key and re-rank them by exact cosine."
-        ),
-    ] = None,
-    recall: Annotated[
-        float | None,
-        typer.Option(help="Re-rank with the K' that theory gives for this recall of the top k."),
-    ] = None,
-    query_mechanism: Annotated[
-        MechanismName | None,
-        typer.Option(
-            help="Protect the query before it reaches the store (RemoteRAG), with --query-epsilon."
-        ),
-    ] = None,
+    query_embeddings: QueryEmbeddings = None,
+    key_file: OptKeyFile = None,
+    rerank: Rerank = None,
+    recall: Recall = None,
+    query_mechanism: QueryMechanism = None,
     query_epsilon: Annotated[
         float | None, typer.Option(help="epsilon of --query-mechanism.")
     ] = None,
-    texts: Annotated[
-        Path | None,
-        typer.Option(help="JSONL of {'id', 'text'} kept locally, to show hits' texts."),
-    ] = None,
-    batch_queries: Annotated[
-        int | None,
-        typer.Option(
-            help="Queries searched together (default: as many as keep their K' candidates "
-            "within 160 MiB, so memory follows K' and the dimension, not the number of queries)."
-        ),
-    ] = None,
+    texts: HitTexts = None,
+    batch_queries: BatchQueries = None,
     as_json: Annotated[
         bool, json_flag(help="Print JSON Lines: one object per query, one per line.")
     ] = False,
-    ledger: Annotated[
-        str | None,
-        ledger_flag(
-            help="The ledger the collection was indexed under (read only): re-ranking refuses "
-            "a payload of an older release of its record (a store that rolled it back)."
-        ),
-    ] = None,
+    ledger: ReadOnlyLedger = None,
 ) -> None:
     """Search a protected collection: print each hit's id, its cosine (labelled as what it is)
     and its text. The model stays loaded across queries: give several, a file, or stdin."""
     from ..integrations.collection import Searcher
-    from .common import progress_callback
 
+    labels, from_stdin = _query_texts(query, queries)
+    if sum(bool(x) for x in (labels or from_stdin, query_embeddings is not None)) != 1:
+        raise ValueError(
+            "give query text(s), --queries or '-' (stdin), or --query-embeddings -- not both "
+            "or neither."
+        )
+    if batch_queries is not None and batch_queries < 1:
+        raise ValueError(f"--batch-queries must be >= 1, got --batch-queries={batch_queries}.")
+    if query_embeddings is not None and not query_embeddings.exists():
+        raise FileNotFoundError(f"file not found: {query_embeddings}")
+    qmech = _query_mechanism(query_mechanism, query_epsilon)
+    key = _key(key_file)
+    opts: dict[str, Any] = {"rerank": rerank, "recall": recall, "protect_query": qmech}
+    led = _read_only_ledger(ledger)
+    with (
+        contextlib.closing(led) if led is not None else contextlib.nullcontext(),
+        Searcher(store, path, collection, key=key, model=model, texts=texts, ledger=led) as s,
+    ):
+        opts["batch_queries"] = batch_queries or s.batch_size(k, **opts)  # checks rerank/recall/key
+        emit = _batch_printer(s, store, collection, recall=recall, as_json=as_json)
+        _search_given(s, k, opts, labels, query_embeddings, emit)
+        if from_stdin:
+            for line in sys.stdin:  # the model stays warm: one query at a time, answered at once
+                if line.strip():
+                    emit(s.search([line.strip()], k, **opts))
+
+
+def _query_texts(query: list[str] | None, queries: Path | None) -> tuple[list[str], bool]:
+    """The query texts given as arguments and in the --queries file, and whether more come
+    from stdin (a query or a --queries of '-')."""
     labels = list(query or [])
     from_stdin = labels == ["-"] or (queries is not None and str(queries) == "-")
     if labels == ["-"]:
@@ -447,84 +509,91 @@ def search(
         labels += [
             ln.strip() for ln in queries.read_text(encoding="utf-8").splitlines() if ln.strip()
         ]
-    if sum(bool(x) for x in (labels or from_stdin, query_embeddings is not None)) != 1:
-        raise ValueError(
-            "give query text(s), --queries or '-' (stdin), or --query-embeddings -- not both "
-            "or neither."
-        )
-    if batch_queries is not None and batch_queries < 1:
-        raise ValueError(f"--batch-queries must be >= 1, got --batch-queries={batch_queries}.")
-    if query_embeddings is not None and not query_embeddings.exists():
-        raise FileNotFoundError(f"file not found: {query_embeddings}")
-    qmech = None
-    if query_mechanism is not None:
-        from ..mechanisms import build_mechanism
+    return labels, from_stdin
 
-        qmech = build_mechanism(query_mechanism, epsilon=query_epsilon)
-    key = None
-    if key_file is not None:
-        from ..keyed import load_key
 
-        key = load_key(key_file)
-    opts: dict[str, Any] = {"rerank": rerank, "recall": recall, "protect_query": qmech}
-    led = None
-    if ledger is not None:
-        from ..ledger import open_existing
+def _query_mechanism(name: str | None, epsilon: float | None) -> Any:
+    """The mechanism --query-mechanism protects queries with (None without one)."""
+    if name is None:
+        return None
+    from ..mechanisms import build_mechanism
 
-        led = open_existing(ledger)
-    with (
-        contextlib.closing(led) if led is not None else contextlib.nullcontext(),
-        Searcher(store, path, collection, key=key, model=model, texts=texts, ledger=led) as s,
-    ):
-        step = batch_queries or s.batch_size(k, **opts)  # checks rerank/recall/key first
-        opts["batch_queries"] = step
-        said: list[bool] = []
+    return build_mechanism(name, epsilon=epsilon)
 
-        def emit(results: Any) -> None:
-            """Print a batch's results; the collection's header first, once a batch has
-            succeeded (a refused query prints nothing but its error)."""
-            if not said and not as_json:
+
+def _read_only_ledger(ledger: str | None) -> Any:
+    """The existing ledger search checks payloads against (None without --ledger)."""
+    if ledger is None:
+        return None
+    from ..ledger import open_existing
+
+    return open_existing(ledger)
+
+
+def _batch_printer(
+    s: Any, store: str, collection: str, *, recall: float | None, as_json: bool
+) -> Callable[[Any], None]:
+    """``emit(results)``: print a batch's results; the collection's header first, once a batch
+    has succeeded (a refused query prints nothing but its error)."""
+    said = False
+
+    def emit(results: Any) -> None:
+        nonlocal said
+        if not said and not as_json:
+            err_console.print(
+                f"{store} collection {collection!r}: {s.collection.store.count()} vectors; "
+                f"query treatment: {s.collection.treatment.description}",
+                highlight=False,
+            )
+            if recall is not None and s.collection.profile_source == "documents":
                 err_console.print(
-                    f"{store} collection {collection!r}: {s.collection.store.count()} vectors; "
-                    f"query treatment: {s.collection.treatment.description}",
+                    "[yellow]note:[/yellow] k' for --recall was planned on pseudo-queries made "
+                    "from documents (index --profile-queries gives real ones); the recall "
+                    "reached may differ from the target where your queries differ from its "
+                    "calibration.",
                     highlight=False,
                 )
-                if recall is not None and s.collection.profile_source == "documents":
-                    err_console.print(
-                        "[yellow]note:[/yellow] k' for --recall was planned on pseudo-queries made "
-                        "from documents (index --profile-queries gives real ones); the recall "
-                        "reached may differ from the target where your queries differ from its "
-                        "calibration.",
-                        highlight=False,
-                    )
-            said.append(True)
-            _print_results(results, as_json)
+        said = True
+        _print_results(results, as_json)
 
-        # results are printed batch by batch: nothing accumulates over a long query file
-        with progress_callback(
-            "searching", unit="queries", redirect_stdout=sys.stdout.isatty()
-        ) as (set_total, advance):
-            if query_embeddings is not None:
-                from ..io import iter_batches
+    return emit
 
-                n, _dim, _meta, batches = iter_batches(query_embeddings, batch_rows=step)
-                set_total(n)
-                for b in batches:
-                    nb = int(b.X.shape[0])
-                    ids = list(b.ids) if b.ids is not None else list(range(b.start, b.start + nb))
-                    emit(s.search_vectors(b.X, k, labels=ids, **opts))
-                    advance(nb)
-            elif labels:
-                if len(labels) > step:
-                    set_total(len(labels))
-                for start in range(0, len(labels), step):
-                    chunk = labels[start : start + step]
-                    emit(s.search(chunk, k, **opts))
-                    advance(len(chunk))
-        if from_stdin:
-            for line in sys.stdin:  # the model stays warm: one query at a time, answered at once
-                if line.strip():
-                    emit(s.search([line.strip()], k, **opts))
+
+def _search_given(
+    s: Any,
+    k: int,
+    opts: dict[str, Any],
+    labels: list[str],
+    query_embeddings: Path | None,
+    emit: Callable[[Any], None],
+) -> None:
+    """Search the queries given up front -- query embeddings, or texts -- ``opts["batch_queries"]``
+    at a time, printing each batch's results as it comes: nothing accumulates over a long query
+    file. A progress bar on a terminal."""
+    from .common import progress_callback
+
+    step = opts["batch_queries"]
+    with progress_callback("searching", unit="queries", redirect_stdout=sys.stdout.isatty()) as (
+        set_total,
+        advance,
+    ):
+        if query_embeddings is not None:
+            from ..io import iter_batches
+
+            n, _dim, _meta, batches = iter_batches(query_embeddings, batch_rows=step)
+            set_total(n)
+            for b in batches:
+                nb = int(b.X.shape[0])
+                ids = list(b.ids) if b.ids is not None else list(range(b.start, b.start + nb))
+                emit(s.search_vectors(b.X, k, labels=ids, **opts))
+                advance(nb)
+        elif labels:
+            if len(labels) > step:
+                set_total(len(labels))
+            for start in range(0, len(labels), step):
+                chunk = labels[start : start + step]
+                emit(s.search(chunk, k, **opts))
+                advance(len(chunk))
 
 
 def _print_results(results: Any, as_json: bool) -> None:
@@ -563,13 +632,13 @@ def _print_results(results: Any, as_json: bool) -> None:
 # ---- protect-stream ---------------------------------------------------------------------------
 def protect_stream(
     mechanism: Mechanism = None,
-    epsilon: Epsilon = None,
-    delta: Delta = None,
-    sigma: Sigma = None,
+    epsilon: OptEpsilon = None,
+    delta: OptDelta = None,
+    sigma: OptSigma = None,
     param: Params = None,
-    mask: Mask = None,
-    key_file: KeyFile = None,
-    seed: Seed = None,
+    mask: OptMask = None,
+    key_file: OptKeyFile = None,
+    seed: OptSeed = None,
     in_format: Annotated[Literal["jsonl", "npy"], typer.Option(help="Input format.")] = "jsonl",
     out_format: Annotated[
         Literal["jsonl", "npy"] | None,
@@ -580,9 +649,9 @@ def protect_stream(
     ] = None,
     output: Annotated[Path | None, output_flag()] = None,
     batch_rows: Annotated[int, batch_rows_flag(help="Rows per batch.")] = 1024,
-    ledger: LedgerOpt = None,
-    budget_epsilon: BudgetEps = None,
-    budget_delta: BudgetDelta = None,
+    ledger: OptLedger = None,
+    budget_epsilon: OptBudgetEpsilon = None,
+    budget_delta: OptBudgetDelta = None,
     keep_field: Annotated[
         list[str] | None,
         keep_field_flag(
@@ -643,12 +712,12 @@ def protect_shards(
     ],
     output: Annotated[Path, output_flag(help="Output folder.")],
     mechanism: Mechanism = None,
-    epsilon: Epsilon = None,
-    delta: Delta = None,
-    sigma: Sigma = None,
+    epsilon: OptEpsilon = None,
+    delta: OptDelta = None,
+    sigma: OptSigma = None,
     param: Params = None,
-    mask: Mask = None,
-    key_file: KeyFile = None,
+    mask: OptMask = None,
+    key_file: OptKeyFile = None,
     seed: Annotated[int | None, seed_flag(help="Seed (local engine only; experiments).")] = None,
     engine: Annotated[
         Literal["local", "ray"], typer.Option(help="One process, or Ray Data.")
@@ -675,9 +744,9 @@ def protect_shards(
             "other columns are dropped).",
         ),
     ] = None,
-    ledger: LedgerOpt = None,
-    budget_epsilon: BudgetEps = None,
-    budget_delta: BudgetDelta = None,
+    ledger: OptLedger = None,
+    budget_epsilon: OptBudgetEpsilon = None,
+    budget_delta: OptBudgetDelta = None,
 ) -> None:
     """Protect a folder or glob of Parquet shards, in this process or with Ray (--engine ray).
 
