@@ -41,102 +41,118 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+# ---- learn's options --------------------------------------------------------------------------
+ConceptName = Annotated[
+    str,
+    typer.Option(
+        "--concept",
+        "-c",
+        help="Concept name: built in (person, city, country, date, age, disease, symptom, "
+        "drug, gender) or your own (then give --tokens, --entity or --pattern).",
+    ),
+]
+Corpus = Annotated[
+    Path | None,
+    typer.Argument(
+        help="Corpus: texts (JSONL, CSV or Parquet with 'text', or .txt). Default for "
+        "built-in concepts: generated, seeded sentences.",
+        show_default=False,
+    ),
+]
+Tokens = Annotated[
+    Path | None,
+    typer.Option(help="Concept tokens/phrases: .txt (one per line), .json list or .jsonl."),
+]
+Entities = Annotated[
+    list[str] | None,
+    typer.Option(help="spaCy entity label of the concept (repeatable), e.g. PERSON."),
+]
+Patterns = Annotated[
+    list[str] | None, typer.Option(help="Regular expression of the concept (repeatable).")
+]
+CaseSensitive = Annotated[
+    bool | None,
+    typer.Option("--case-sensitive/--ignore-case", help="How tokens match (default: concept's)."),
+]
+Lambda = Annotated[
+    float, typer.Option("--lambda", help="Weight of the expected-L0 penalty (eq. 5).")
+]
+Patience = Annotated[
+    int | None, typer.Option(help="Early stopping patience in epochs (off by default).")
+]
+LearnSeed = Annotated[
+    int | None, seed_flag(help="Seed (sentences, split, initialisation, gate noise).")
+]
+LearnModel = Annotated[
+    str | None, model_flag(help="Embedding model (default: offline all-MiniLM-L6-v2).")
+]
+CacheDir = Annotated[
+    Path | None, typer.Option(help="Embedding cache folder (default ~/.cache/privembed).")
+]
+Force = Annotated[
+    bool,
+    typer.Option("--force", help="Write the profile even when the learned mask is uninformative."),
+]
+# the concept eraser fitted beside the profile
+Eraser = Annotated[
+    bool,
+    typer.Option(
+        "--eraser",
+        help="Also fit a LEACE concept eraser, written beside the profile "
+        "(OUTPUT.eraser.npz; protect --erase OUTPUT applies it before noise), and report a "
+        "held-out probe's ROC AUC before and after it. Fitted on real text: --eraser-texts, "
+        "else INPUT (texts labelled by whether the concept occurs); only without either on "
+        "the generated D+/D- pairs (labelled as such: it may erase nothing on real text).",
+    ),
+]
+EraserTexts = Annotated[
+    Path | None,
+    typer.Option(
+        help="Labelled real texts for the eraser (JSONL, CSV or Parquet with 'text'; labels "
+        "from --label-field if the file has it, else whether the concept occurs).",
+    ),
+]
+LabelField = Annotated[
+    str, typer.Option(help="Field of --eraser-texts holding 0/1 labels (if present).")
+]
+EraserMethod = Annotated[
+    Literal["iterative", "leace"],
+    typer.Option(
+        help="iterative: remove probe directions until a held-in linear probe on the "
+        "released rows is near chance; leace: one LEACE fit (rank 1 for two classes)."
+    ),
+]
+
+
 @app.command()
 @user_errors
 def learn(
-    concept: Annotated[
-        str,
-        typer.Option(
-            "--concept",
-            "-c",
-            help="Concept name: built in (person, city, country, date, age, disease, symptom, "
-            "drug, gender) or your own (then give --tokens, --entity or --pattern).",
-        ),
-    ],
+    concept: ConceptName,
     output: Annotated[Path, output_flag(help="Profile file to write.")],
-    input: Annotated[
-        Path | None,
-        typer.Argument(
-            help="Corpus: texts (JSONL, CSV or Parquet with 'text', or .txt). Default for "
-            "built-in concepts: generated, seeded sentences.",
-            show_default=False,
-        ),
-    ] = None,
-    tokens: Annotated[
-        Path | None,
-        typer.Option(help="Concept tokens/phrases: .txt (one per line), .json list or .jsonl."),
-    ] = None,
-    entity: Annotated[
-        list[str] | None,
-        typer.Option(help="spaCy entity label of the concept (repeatable), e.g. PERSON."),
-    ] = None,
-    pattern: Annotated[
-        list[str] | None, typer.Option(help="Regular expression of the concept (repeatable).")
-    ] = None,
-    case_sensitive: Annotated[
-        bool | None,
-        typer.Option(
-            "--case-sensitive/--ignore-case", help="How tokens match (default: concept's)."
-        ),
-    ] = None,
+    input: Corpus = None,
+    tokens: Tokens = None,
+    entity: Entities = None,
+    pattern: Patterns = None,
+    case_sensitive: CaseSensitive = None,
     n: Annotated[int, n_flag(help="Sentences to generate when no --texts is given.")] = 2000,
     epochs: Annotated[int, epochs_flag(help="Training epochs.")] = 100,
-    lam: Annotated[
-        float, typer.Option("--lambda", help="Weight of the expected-L0 penalty (eq. 5).")
-    ] = 1e-3,
+    lam: Lambda = 1e-3,
     lr: Annotated[float, lr_flag(help="Adam learning rate.")] = 1e-4,
     batch_size: Annotated[int, typer.Option(help="Examples per step.")] = 64,
     val_fraction: Annotated[float, typer.Option(help="Share of pairs held out.")] = 0.1,
-    patience: Annotated[
-        int | None, typer.Option(help="Early stopping patience in epochs (off by default).")
-    ] = None,
+    patience: Patience = None,
     threads: Annotated[int, typer.Option(help="torch threads for training.")] = 1,
-    seed: Annotated[
-        int | None, seed_flag(help="Seed (sentences, split, initialisation, gate noise).")
-    ] = None,
-    model: Annotated[
-        str | None, model_flag(help="Embedding model (default: offline all-MiniLM-L6-v2).")
-    ] = None,
-    cache_dir: Annotated[
-        Path | None, typer.Option(help="Embedding cache folder (default ~/.cache/privembed).")
-    ] = None,
+    seed: LearnSeed = None,
+    model: LearnModel = None,
+    cache_dir: CacheDir = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache embeddings.")] = False,
     as_json: Annotated[bool, json_flag(help="Print the profile summary as JSON.")] = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force", help="Write the profile even when the learned mask is uninformative."
-        ),
-    ] = False,
+    force: Force = False,
     overwrite: Annotated[bool, overwrite_flag(help="Replace an existing profile file.")] = False,
-    eraser: Annotated[
-        bool,
-        typer.Option(
-            "--eraser",
-            help="Also fit a LEACE concept eraser, written beside the profile "
-            "(OUTPUT.eraser.npz; protect --erase OUTPUT applies it before noise), and report a "
-            "held-out probe's ROC AUC before and after it. Fitted on real text: --eraser-texts, "
-            "else INPUT (texts labelled by whether the concept occurs); only without either on "
-            "the generated D+/D- pairs (labelled as such: it may erase nothing on real text).",
-        ),
-    ] = False,
-    eraser_texts: Annotated[
-        Path | None,
-        typer.Option(
-            help="Labelled real texts for the eraser (JSONL, CSV or Parquet with 'text'; labels "
-            "from --label-field if the file has it, else whether the concept occurs).",
-        ),
-    ] = None,
-    label_field: Annotated[
-        str, typer.Option(help="Field of --eraser-texts holding 0/1 labels (if present).")
-    ] = "label",
-    eraser_method: Annotated[
-        Literal["iterative", "leace"],
-        typer.Option(
-            help="iterative: remove probe directions until a held-in linear probe on the "
-            "released rows is near chance; leace: one LEACE fit (rank 1 for two classes)."
-        ),
-    ] = "iterative",
+    eraser: Eraser = False,
+    eraser_texts: EraserTexts = None,
+    label_field: LabelField = "label",
+    eraser_method: EraserMethod = "iterative",
     texts: Annotated[Path | None, texts_flag()] = None,
 ) -> None:
     """Learn which embedding dimensions carry a concept and save them as a concept profile.
@@ -146,64 +162,31 @@ def learn(
     """
     from ..concepts import MaskLearner, learn_profile, read_tokens, resolve_concept
     from ..concepts.profile import uninformative_mask
-    from ..concepts.sources import _canonical, generate_sentences
-    from ..io import read_texts
 
     if input is not None and texts is not None:
         raise ValueError("give the corpus once: as INPUT or with --texts (deprecated).")
     texts = input if input is not None else texts
     _check_output(output, overwrite)
-    if eraser_texts is not None and not eraser:
-        raise ValueError("--eraser-texts is the data of the eraser: give --eraser too.")
-    if eraser:
-        from ..concepts.erasure import eraser_path
-
-        _check_output(eraser_path(output), overwrite)
-        if eraser_texts is not None and not eraser_texts.is_file():
-            raise FileNotFoundError(f"eraser texts not found: {eraser_texts}")
+    _check_eraser_options(output, overwrite, eraser=eraser, eraser_texts=eraser_texts)
     learner = MaskLearner(
-        epochs=epochs,
-        lam=lam,
-        lr=lr,
-        batch_size=batch_size,
-        val_fraction=val_fraction,
-        patience=patience,
-        num_threads=threads,
-    )
-    extra_tokens = read_tokens(tokens) if tokens is not None else []
+        epochs=epochs, lam=lam, lr=lr, batch_size=batch_size, val_fraction=val_fraction,
+        patience=patience, num_threads=threads,
+    )  # fmt: skip
     c = resolve_concept(
         concept,
-        tokens=extra_tokens,
+        tokens=read_tokens(tokens) if tokens is not None else [],
         entity_labels=entity or [],
         patterns=pattern or [],
         case_sensitive=case_sensitive,
     )
-    if texts is not None:
-        _ids, corpus = read_texts(texts)
-        source = str(texts.name)
-    elif _canonical(concept) is not None:
-        corpus = generate_sentences(concept, n, rng=seed)
-        source = f"generated ({n} sentences, seed={seed})"
-    else:
-        raise ValueError(f"concept {concept!r} is not built in; give a corpus of texts (INPUT).")
+    corpus, source = _corpus(concept, texts, n=n, seed=seed)
     err_console.print(f"[dim]- concept {c.name!r}; texts: {source}[/dim]", highlight=False)
     profile = learn_profile(
-        corpus,
-        c,
-        model=model,
-        cache_dir=cache_dir,
-        use_cache=not no_cache,
-        rng=seed,
+        corpus, c, model=model, cache_dir=cache_dir, use_cache=not no_cache, rng=seed,
         learner=learner,
-    )
+    )  # fmt: skip
     profile.metadata["texts_source"] = source
-    pairs = profile.metadata["pairs"]
-    err_console.print(
-        f"built {pairs['n_pairs']} pairs from {pairs['n_texts']} texts "
-        f"({pairs['n_without_concept']} without a concept token, "
-        f"{pairs['n_empty_after_removal']} empty after removal)",
-        highlight=False,
-    )
+    _print_pairs(profile.metadata["pairs"])
     warning = _step_budget_warning(profile.metadata)
     useless = uninformative_mask(profile)
     if useless and not force:
@@ -217,28 +200,71 @@ def learn(
     profile.save(output)
     err_console.print(f"wrote {output}", highlight=False)
     if profile.eraser is not None and check is not None:
+        _report_eraser(profile.eraser, check, output, eraser_method)
+    for line in (useless, warning):
+        if line:
+            err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
+    _show(profile, top=10, as_json=as_json)
+
+
+def _check_eraser_options(
+    output: Path, overwrite: bool, *, eraser: bool, eraser_texts: Path | None
+) -> None:
+    """Refuse --eraser-texts without --eraser, an eraser file that exists, or eraser texts that
+    do not, before any work."""
+    if eraser_texts is not None and not eraser:
+        raise ValueError("--eraser-texts is the data of the eraser: give --eraser too.")
+    if eraser:
         from ..concepts.erasure import eraser_path
 
+        _check_output(eraser_path(output), overwrite)
+        if eraser_texts is not None and not eraser_texts.is_file():
+            raise FileNotFoundError(f"eraser texts not found: {eraser_texts}")
+
+
+def _corpus(concept: str, texts: Path | None, *, n: int, seed: int | None) -> tuple[list[str], str]:
+    """The texts to learn from and where they came from: the corpus given, else ``n`` generated
+    sentences for a built-in concept."""
+    from ..concepts.sources import _canonical, generate_sentences
+    from ..io import read_texts
+
+    if texts is not None:
+        _ids, corpus = read_texts(texts)
+        return corpus, str(texts.name)
+    if _canonical(concept) is not None:
+        return generate_sentences(concept, n, rng=seed), f"generated ({n} sentences, seed={seed})"
+    raise ValueError(f"concept {concept!r} is not built in; give a corpus of texts (INPUT).")
+
+
+def _print_pairs(pairs: dict[str, Any]) -> None:
+    """How many D+/D- pairs the texts gave (stderr)."""
+    err_console.print(
+        f"built {pairs['n_pairs']} pairs from {pairs['n_texts']} texts "
+        f"({pairs['n_without_concept']} without a concept token, "
+        f"{pairs['n_empty_after_removal']} empty after removal)",
+        highlight=False,
+    )
+
+
+def _report_eraser(eraser: Any, check: Any, output: Path, method: str) -> None:
+    """The eraser written beside the profile, its held-out probe check and its warnings."""
+    from ..concepts.erasure import eraser_path
+
+    err_console.print(
+        f"wrote {eraser_path(output)} ({method}, rank {eraser.rank}, fitted on "
+        f"{check.data}; no privacy guarantee of its own)",
+        highlight=False,
+    )
+    err_console.print(check.describe(), highlight=False)
+    for line in check.readable():
+        err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
+    if check.data.startswith("generated"):
         err_console.print(
-            f"wrote {eraser_path(output)} ({eraser_method}, rank {profile.eraser.rank}, fitted on "
-            f"{check.data}; no privacy guarantee of its own)",
+            "[yellow]warning:[/yellow] the eraser was fitted on generated sentences; on "
+            "real text it may erase nothing a probe reads (docs/concepts.md): fit it on "
+            "labelled real text (--eraser-texts, or your corpus as INPUT).",
             highlight=False,
         )
-        err_console.print(check.describe(), highlight=False)
-        for line in check.readable():
-            err_console.print(f"[yellow]warning:[/yellow] {line}", highlight=False)
-        if check.data.startswith("generated"):
-            err_console.print(
-                "[yellow]warning:[/yellow] the eraser was fitted on generated sentences; on "
-                "real text it may erase nothing a probe reads (docs/concepts.md): fit it on "
-                "labelled real text (--eraser-texts, or your corpus as INPUT).",
-                highlight=False,
-            )
-    if useless:
-        err_console.print(f"[yellow]warning:[/yellow] {useless}", highlight=False)
-    if warning:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
-    _show(profile, top=10, as_json=as_json)
 
 
 def _fit_eraser(
