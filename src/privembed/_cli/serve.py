@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -40,41 +40,13 @@ def serve(
     ] = False,
 ) -> None:
     """Serve protected embeddings at POST /v1/embeddings (OpenAI-compatible)."""
-    from ..server import check_bind, create_app, hash_api_key, load_config
-    from ..server import new_api_key as make_key
+    from ..server import check_bind, create_app, load_config
 
     if init:
-        from ..server.starter import init_config
-
-        target = Path("serve.toml") if config is None else config
-        api_key, key_path = init_config(target)
-        err_console.print(
-            f"wrote {target} and its noise key {key_path} (mode 0600; keep it secret and backed "
-            "up). The API key for your client, shown once (only its hash is in the config):",
-            highlight=False,
-            markup=False,
-        )
-        console.print(api_key, highlight=False, markup=False)
-        err_console.print(
-            f"next: privembed serve --config {target} --check, then privembed serve --config "
-            f"{target} (the local model needs the embed extra).",
-            highlight=False,
-            markup=False,
-        )
+        _init_config(Path("serve.toml") if config is None else config)
         return
     if new_api_key:
-        key = make_key()
-        digest = hash_api_key(key)
-        err_console.print(
-            "give the key (first line) to the client; append the rest to the config's end:"
-        )
-        console.print(key, highlight=False)
-        console.print(
-            f'[[api_keys]]\nname = "key-{digest[:8]}"\nsha256 = "{digest}"\n'
-            'models = ["*"]\nrate_limit = 600  # requests per minute',
-            highlight=False,
-            markup=False,
-        )
+        _print_new_api_key()
         return
     if config is None:
         fail("--config is required (a TOML file; 'privembed serve --init' writes a starter one).")
@@ -86,33 +58,77 @@ def serve(
     p = cfg.server.port if port is None else port
     check_bind(cfg.server, h, source=str(config))  # the address it will listen on
     if check:
-        from ..keyed import key_id
-
-        console.print(f"config {config}: OK (key id {key_id(cfg.key)}, noise {cfg.server.noise})")
-        for m in cfg.models.values():
-            console.print(
-                f"  model {m.name} [{m.role}, backend {m.backend}]: {m.describe()}",
-                markup=False,  # rich would take "[documents, ...]" for a style tag
-            )
-        from ..ledger_pg import redact_url
-
-        led = cfg.server.ledger
-        console.print(
-            f"  {len(cfg.api_keys)} API key(s); ledger: {redact_url(str(led)) if led else 'none'}"
-        )
-        import os
-
-        for b in cfg.backends.values():
-            if b.api_key_env and not os.environ.get(b.api_key_env):
-                err_console.print(
-                    f"warning: backend {b.name}: environment variable {b.api_key_env} "
-                    "(the upstream API key) is not set; the server will not start without it."
-                )
+        _print_check(cfg, config)
         return
     from ..server import serve_forever
 
     err_console.print(f"privembed serve: http://{h}:{p}/v1 (models: {', '.join(cfg.models)})")
     serve_forever(create_app(cfg), host=h, port=p)
+
+
+def _init_config(target: Path) -> None:
+    """``--init``: write a starter config and its noise key, and print its API key once."""
+    from ..server.starter import init_config
+
+    api_key, key_path = init_config(target)
+    err_console.print(
+        f"wrote {target} and its noise key {key_path} (mode 0600; keep it secret and backed "
+        "up). The API key for your client, shown once (only its hash is in the config):",
+        highlight=False,
+        markup=False,
+    )
+    console.print(api_key, highlight=False, markup=False)
+    err_console.print(
+        f"next: privembed serve --config {target} --check, then privembed serve --config "
+        f"{target} (the local model needs the embed extra).",
+        highlight=False,
+        markup=False,
+    )
+
+
+def _print_new_api_key() -> None:
+    """``--new-api-key``: a new key for the client, and the config entry that holds its hash."""
+    from ..server import hash_api_key
+    from ..server import new_api_key as make_key
+
+    key = make_key()
+    digest = hash_api_key(key)
+    err_console.print(
+        "give the key (first line) to the client; append the rest to the config's end:"
+    )
+    console.print(key, highlight=False)
+    console.print(
+        f'[[api_keys]]\nname = "key-{digest[:8]}"\nsha256 = "{digest}"\n'
+        'models = ["*"]\nrate_limit = 600  # requests per minute',
+        highlight=False,
+        markup=False,
+    )
+
+
+def _print_check(cfg: Any, config: Path) -> None:
+    """``--check``: the validated configuration -- key id, models, API keys, ledger -- and a
+    warning for each upstream backend whose API key variable is not set."""
+    import os
+
+    from ..keyed import key_id
+    from ..ledger_pg import redact_url
+
+    console.print(f"config {config}: OK (key id {key_id(cfg.key)}, noise {cfg.server.noise})")
+    for m in cfg.models.values():
+        console.print(
+            f"  model {m.name} [{m.role}, backend {m.backend}]: {m.describe()}",
+            markup=False,  # rich would take "[documents, ...]" for a style tag
+        )
+    led = cfg.server.ledger
+    console.print(
+        f"  {len(cfg.api_keys)} API key(s); ledger: {redact_url(str(led)) if led else 'none'}"
+    )
+    for b in cfg.backends.values():
+        if b.api_key_env and not os.environ.get(b.api_key_env):
+            err_console.print(
+                f"warning: backend {b.name}: environment variable {b.api_key_env} "
+                "(the upstream API key) is not set; the server will not start without it."
+            )
 
 
 def register(app: typer.Typer) -> None:
