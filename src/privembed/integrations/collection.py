@@ -41,7 +41,7 @@ from ..cancel import checkpoint, cooperative
 from ..keyed import resolve_key
 from ..mechanisms import Mechanism
 from ..payload import PayloadCodec, PayloadError, release_digest
-from ..release import Release
+from ..release import Release, setting_note
 from ..rng import as_generator
 from .query import QueryTreatment, protect_queries, query_treatment
 from .stores import Hit, VectorStore
@@ -1333,7 +1333,8 @@ def _index_into(
     **options: Any,
 ) -> dict[str, Any]:
     """Open the collection and upsert every batch of ``source``, protected there (or as the
-    releases they are, without a mechanism); then seal the profile. Returns the summary."""
+    releases they are, without a mechanism); then seal the profile. Returns the summary, with
+    the setting note of a protected index (``setting``)."""
     from ..release import ReleasedIds
 
     seen = ReleasedIds() if source.needs_ids else None
@@ -1378,6 +1379,11 @@ def _index_into(
                 "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
                 "payloads": col.has_payloads,
                 "profile": profile.source,
+                # what the setting does to vectors of this dimension (a SettingNote; None for
+                # vectors indexed as the releases they are)
+                "setting": setting_note(mechanism, dim)
+                if isinstance(mechanism, Mechanism) and dim is not None and dim >= 2
+                else None,
             }
     finally:
         if seen is not None:
@@ -1438,7 +1444,8 @@ def index_file(
     -------
     dict
         ``rows``, ``n``, ``dim``, ``total`` (vectors in the collection), ``treatment``,
-        ``guarantee``, ``payloads``, ``profile`` (what stood for the queries, or None).
+        ``guarantee``, ``payloads``, ``profile`` (what stood for the queries, or None),
+        ``setting`` (the :class:`~privembed.release.SettingNote` of a protected index, or None).
     """
     source = _index_input(
         input,
