@@ -44,6 +44,33 @@ def test_input_dtype_is_kept(tmp_path, dtype):
     assert read_embeddings(out).X.dtype == dtype
 
 
+def test_the_setting_note_travels_in_the_summary_and_the_json(tmp_path):
+    """The release computes what its setting does to vectors (expected mean cosine, warnings);
+    the command prints that note, it does not compute it (issue 25.4)."""
+    from privembed import GaussianMechanism
+    from privembed.evaluation.advice import setting_note as advice_note
+    from privembed.release import setting_note
+
+    src = tmp_path / "x.npz"
+    write_embeddings(src, np.random.default_rng(0).standard_normal((6, 384)))
+    mech = GaussianMechanism(epsilon=10.0, delta=1e-5)
+    summary = protect_file(src, tmp_path / "y.npz", mech, rng=1)
+    assert summary.setting == setting_note(mech, 384) == advice_note(mech, 384)
+    assert summary.setting.warn and summary.setting.expected_cosine < 0.1
+    assert summary.to_dict()["setting"] == summary.setting.to_dict()
+    r = CliRunner().invoke(
+        app,
+        ["protect", str(src), "-o", str(tmp_path / "z.npz"), "-m", "gaussian", "--epsilon", "10",
+         "--delta", "1e-5", "--seed", "1", "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    import json
+
+    got = json.loads(r.stdout)["setting"]
+    assert got["expected_cosine"] == pytest.approx(summary.setting.expected_cosine)
+    assert got["notes"] == list(summary.setting.notes)
+
+
 class _FakeEmbedder:
     """Stands in for the model: a unit vector seeded by the text."""
 

@@ -352,18 +352,11 @@ def _report_protected(
 ) -> None:
     """protect's summary: JSON on stdout, or the release, its guarantee, what it charged and
     the setting's expected utility on stderr."""
-    note = _setting_note(mech, summary.dim_in)
+    note = summary.setting  # computed by the release (privembed.release.setting)
     if as_json:
         from ._cli.common import print_json
 
-        print_json(
-            {
-                **summary.to_dict(),
-                "output": str(output),
-                "mechanism": mech.config,
-                "setting": None if note is None else note.to_dict(),
-            }
-        )
+        print_json({**summary.to_dict(), "output": str(output), "mechanism": mech.config})
         return
     if quiet:
         return
@@ -408,15 +401,6 @@ def _text_embedder(
     from .embedders import Embedder
 
     return Embedder(model, backend=backend)
-
-
-def _setting_note(mech: Any, dim: int | None) -> Any:
-    """The expected mean cosine and warnings for a setting (None without a dimension)."""
-    if dim is None or dim < 2:
-        return None
-    from .evaluation.advice import setting_note
-
-    return setting_note(mech, dim)
 
 
 def _print_note(note: Any, *, guarantee: bool = True) -> None:

@@ -231,6 +231,21 @@ def test_search_draws_progress_per_batch_and_leaves_stdout_to_the_results(
                     ("advance", 2), ("advance", 1)]  # fmt: skip
 
 
+def test_index_json_carries_the_library_setting_note(tmp_path, emb_file, key_file):
+    """index prints the setting note index_file computed (issue 25.4); none for -m none."""
+    from privembed import GaussianMechanism
+    from privembed.release import setting_note
+
+    src, X = emb_file
+    r = _ok(["index", src, "--store", "faiss", "--path", tmp_path / "db", "-m", "gaussian",
+             "--epsilon", "50", "--delta", "1e-5", "--key-file", key_file, "--json"])  # fmt: skip
+    got = json.loads(r.stdout)["setting"]
+    want = setting_note(GaussianMechanism(epsilon=50.0, delta=1e-5), X.shape[1]).to_dict()
+    assert got == json.loads(json.dumps(want))
+    r = _ok(["index", src, "--store", "faiss", "--path", tmp_path / "db2", "-m", "none", "--json"])
+    assert json.loads(r.stdout)["setting"] is None
+
+
 def test_estimated_cosines_are_labelled_and_stay_in_range(tmp_path, emb_file, key_file):
     """Issue 28: a Gaussian collection printed "estimated clean cosine 1.5164"."""
     src, X = emb_file

@@ -348,11 +348,7 @@ def _report_indexed(
     are treated, the payloads and the setting's expected utility on stderr."""
     rows, n, total = res["rows"], res["n"], res["total"]
     treat, guarantee = res["treatment"], res["guarantee"]
-    note = None
-    if not isinstance(mech, str) and mech is not None and res["dim"] and res["dim"] >= 2:
-        from ..evaluation.advice import setting_note
-
-        note = setting_note(mech, res["dim"])
+    note = res["setting"]  # computed by index_file (privembed.release.setting)
     if as_json:
         print_json({**res, "setting": None if note is None else note.to_dict()})
         return
