@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from privembed.datasets import synthetic_clinical_notes
-from privembed.embedders import Embedder
+from privembed.data.datasets import synthetic_clinical_notes
+from privembed.data.embedders import Embedder
 from privembed.evaluation import Floor, Linkage
 from privembed.evaluation.advice import advise
 from privembed.evaluation.modes import advise_modes

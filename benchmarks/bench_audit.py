@@ -59,8 +59,9 @@ import numpy as np
 
 import privembed.release as release_module
 from privembed import get_mechanism
-from privembed.accounting import ApproxDP
 from privembed.audit import VERDICTS, audit, max_certifiable_epsilon
+from privembed.core.accounting import ApproxDP
+from privembed.core.rng import NoiseSource
 from privembed.mechanisms import (
     GaussianMechanism,
     LaplaceMechanism,
@@ -69,7 +70,6 @@ from privembed.mechanisms import (
 )
 from privembed.mechanisms import mahalanobis as mahalanobis_module
 from privembed.mechanisms.purkayastha import AngleTable
-from privembed.rng import NoiseSource
 
 
 class GammaShapeMinusOne(LaplaceMechanism):

@@ -51,7 +51,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from privembed.embedders import Embedder, resolve_model
+from privembed.data.embedders import Embedder, resolve_model
 from privembed.evaluation.loaders import MTEBRetrieval, gcide_retrieval, lee_corpus
 
 BUCKETS = {"short": (6, 12), "median": (20, 24), "long": (128, 256)}

@@ -48,8 +48,8 @@ from pathlib import Path
 import numpy as np
 
 from privembed import get_mechanism
+from privembed.data.io import write_embeddings
 from privembed.integrations.shards import protect_shards
-from privembed.io import write_embeddings
 from privembed.release import protect
 
 KEY = bytes(range(32))

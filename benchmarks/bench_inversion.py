@@ -8,7 +8,7 @@ sentences per second, the loss at the start and at the end, parameters.
 ``--full``: the pretraining the experiments use -- every embedded corpus sentence, ``--epochs``
 epochs, then the correction stage (the model's own hypotheses on ``--correction`` texts,
 re-embedded with all-MiniLM-L6-v2) -- checkpointed and saved under the user cache
-(``privembed.cache.cache_dir("inversion", "models", NAME)``), never in the repository.
+(``privembed.core.cache.cache_dir("inversion", "models", NAME)``), never in the repository.
 
 ``--corrector-only``: the correction stage alone on a saved model (how the committed model was
 finished: its ``--full`` run was stopped at the step-300 checkpoint to fit the machine).
@@ -71,7 +71,7 @@ def corpus(limit: int, synthetic: bool) -> tuple[list[str], np.ndarray, str]:
         except FileNotFoundError as exc:
             print(f"{exc}; using synthetic notes", flush=True)
     from privembed.attacks import pii_corpus
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     c = pii_corpus(limit, seed=0)
     X = np.asarray(Embedder().encode(c.texts), dtype=np.float64)
@@ -106,8 +106,8 @@ def main() -> None:
     import torch
 
     from privembed.attacks import TransformerInversionAttack
-    from privembed.cache import cache_dir
-    from privembed.embedders import Embedder
+    from privembed.core.cache import cache_dir
+    from privembed.data.embedders import Embedder
 
     limit = args.sentences or (0 if args.full or args.corrector_only else 4000)
     texts, X, source = corpus(limit, args.synthetic)

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from privembed import GaussianMechanism, LaplaceMechanism, PurkayasthaMechanism
-from privembed.io import write_embeddings
-from privembed.keyed import keygen, load_key
-from privembed.ledger import Ledger
+from privembed.data.io import write_embeddings
+from privembed.keys.keyed import keygen, load_key
+from privembed.keys.ledger import Ledger
 from privembed.release import Release, protect
 
 
@@ -54,7 +54,7 @@ def in_memory(X: np.ndarray, ids: list[str], key: bytes) -> None:
     ):
         t0 = best_of(lambda m=m: protect(X, m))
         # best of 3: with numba installed the compiled kernels load once the process has drawn
-        # 200,000 keyed rows (privembed._jit), so the later calls show the steady state
+        # 200,000 keyed rows (privembed.core._jit), so the later calls show the steady state
         t1 = best_of(lambda m=m: protect(X, m, ids=ids, key=key, generator="philox"), 3)
         if aes:
             t2 = best_of(lambda m=m: protect(X, m, ids=ids, key=key, generator="aes"), 1)

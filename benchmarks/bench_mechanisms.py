@@ -304,7 +304,7 @@ def _row_norms(A: np.ndarray) -> np.ndarray:
 def proposed_privatize(mech, X: np.ndarray, rng: int, block: int = 1024) -> np.ndarray:
     """What ``Mechanism.privatize`` does, with the changes proposed for base.py: row norms by
     einsum, normalisation/renormalisation in place, 1024-row blocks. Same validation call."""
-    from privembed._validation import check_embeddings
+    from privembed.core._validation import check_embeddings
     from privembed.mechanisms.base import GeneratorSource
 
     arr, _ = check_embeddings(X, allow_zero=mech.input_norm == "none")

@@ -23,8 +23,8 @@ import time
 import numpy as np
 import scipy
 
+from privembed.core.rng import as_generator
 from privembed.mechanisms import JLProjection
-from privembed.rng import as_generator
 
 
 def _time(fn, repeat: int) -> tuple[list[float], float]:

@@ -29,7 +29,7 @@ def write_input(path: Path, rows: int, dim: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from privembed.io import META_KEY, _numpy_to_list
+    from privembed.data.io import META_KEY, _numpy_to_list
 
     rng = np.random.default_rng(0)
     writer = None

@@ -240,7 +240,7 @@ def memory(path: Path, X: np.ndarray, work: Path, counts: list[int], depths: lis
     rss_open, wall_open, _ = _peak_rss(opener)
     print(f"\n## search memory: privembed search --rerank K' --json, {X.shape[0]:,} records\n")
     print(f"opening the store alone: peak RSS {rss_open:.0f} MiB ({wall_open:.1f} s)\n")
-    from privembed.rerank import query_batch_size
+    from privembed.search.rerank import query_batch_size
 
     print("| queries | k' | queries per batch | peak RSS MiB | wall s | s per query |")
     print("|---|---|---|---|---|---|")

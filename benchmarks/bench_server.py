@@ -35,7 +35,7 @@ the summary gives each ledger configuration's requests/s relative to no ledger, 
 repeat.
 
 ``--ledger-records N`` times the ledger's per-record composition alone, in fresh processes:
-two fresh Gaussian releases of N records through :class:`privembed.ledger.Ledger` (what
+two fresh Gaussian releases of N records through :class:`privembed.keys.ledger.Ledger` (what
 ``privembed protect --ledger`` stages), with a per-record budget, so the second commit
 composes every record's history; reported: commit seconds and peak RSS. Run it with
 ``PYTHONPATH`` pointing at another checkout to compare versions.
@@ -79,7 +79,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from privembed.keyed import keygen
+from privembed.keys.keyed import keygen
 from privembed.server import hash_api_key
 
 KEY = "pe-bench-key"
@@ -367,7 +367,7 @@ def model_baseline(runtime: str, threads: int | None) -> dict[str, float]:
     """The model alone, in a fresh process: texts/s one at a time and in batches of 16."""
     code = (
         "import json, sys, time\n"
-        "from privembed.embedders import Embedder\n"
+        "from privembed.data.embedders import Embedder\n"
         "rt, th = sys.argv[1], (int(sys.argv[2]) or None)\n"
         "if rt == 'torch' and th:\n"
         "    import torch; torch.set_num_threads(th)\n"
@@ -688,7 +688,7 @@ def ledger_run(
               file=sys.stderr)  # fmt: skip
     ledger = folder / f"ledger-{runtime.replace(':', '-')}-{mode}.sqlite"
     if ledger.exists():
-        from privembed.ledger import Ledger
+        from privembed.keys.ledger import Ledger
 
         with Ledger(ledger, readonly=True) as led:
             run.engine = f"{led.summary()['records']} records in the ledger"
@@ -758,7 +758,7 @@ def ledger_report(args: argparse.Namespace, runtime: str, runs: list[Run]) -> No
 _LEDGER_CHILD = """
 import json, resource, sys, time, tempfile, os
 from privembed import GaussianMechanism
-from privembed.ledger import Ledger
+from privembed.keys.ledger import Ledger
 n = int(sys.argv[1])
 mech = GaussianMechanism(epsilon=200.0, delta=1e-5)  # examples/serve.toml's documents model
 keys = ["s:r%d" % i for i in range(n)]

@@ -32,7 +32,7 @@ def cpu_model() -> str:
 
 def document(n_words: int) -> list[str]:
     """Lines of synthetic clinical notes holding at least ``n_words`` word tokens."""
-    from privembed.datasets import synthetic_clinical_notes
+    from privembed.data.datasets import synthetic_clinical_notes
     from privembed.text import tokenize
 
     lines: list[str] = []

@@ -5,9 +5,9 @@ second). A SIGINT in that window would raise ``KeyboardInterrupt`` out of whatev
 running and print a traceback. Nothing is open yet, so this module -- imported before anything
 heavy, outside the ``privembed`` package whose ``__init__`` is itself a heavy import -- ends the
 process with one line and exit status 130 instead. Once the command line is loaded the usual
-handlers take over (:mod:`privembed.cancel` for releases).
+handlers take over (:mod:`privembed.core.cancel` for releases).
 
-The fault point ``startup`` of :mod:`privembed.cancel` lives here (``PRIVEMBED_FAULT_AT=startup:SIGINT``).
+The fault point ``startup`` of :mod:`privembed.core.cancel` lives here (``PRIVEMBED_FAULT_AT=startup:SIGINT``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def main() -> None:
         if h is not signal.SIG_IGN:
             signal.signal(s, _early)
     spec = os.environ.get("PRIVEMBED_FAULT_AT", "")
-    if spec.startswith("startup:"):  # privembed.cancel's fault injection, at this point
+    if spec.startswith("startup:"):  # privembed.core.cancel's fault injection, at this point
         signal.raise_signal(signal.Signals[spec.split(":", 1)[1]])
     from privembed.cli import main as cli_main
 

@@ -111,8 +111,8 @@ def _count_pld_accountants(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def test_gaussian_composition_is_the_exact_closed_form_and_builds_no_pld(monkeypatch) -> None:
     """k Gaussian releases with noise multipliers s_i compose to one Gaussian mechanism with
     mu = sqrt(sum 1/s_i^2) ([BW18]'s curve at that mu), computed without any PLD."""
-    from privembed.accounting import Cost, Neighbouring, compose
-    from privembed.theory import analytic_gaussian_epsilon
+    from privembed.core.accounting import Cost, Neighbouring, compose
+    from privembed.core.theory import analytic_gaussian_epsilon
 
     made = _count_pld_accountants(monkeypatch)
     costs = [Cost(Neighbouring.RECORD, 0.0, 0.0, 0.5), Cost(Neighbouring.RECORD, 0.0, 0.0, 2.0)]
@@ -126,8 +126,8 @@ def test_gaussian_composition_is_the_exact_closed_form_and_builds_no_pld(monkeyp
 def test_gaussian_epsilon_is_conservative() -> None:
     """The epsilon reported achieves the target delta exactly or better (never below the
     true epsilon), on a grid of mu and delta ([BW18] Thm 8 in log space)."""
-    from privembed.accounting import gaussian_epsilon
-    from privembed.theory import log_analytic_gaussian_delta
+    from privembed.core.accounting import gaussian_epsilon
+    from privembed.core.theory import log_analytic_gaussian_delta
 
     for mu in (1e-3, 0.05, 0.7, 3.0, 40.0, 900.0):
         for delta in (0.3, 1e-5, 1e-12):
@@ -144,7 +144,7 @@ def test_gaussian_epsilon_is_conservative() -> None:
 def test_composition_accumulates_one_release_at_a_time(monkeypatch) -> None:
     """Adding releases to a :class:`Composition` one by one (what the ledger does per commit)
     gives the composition of all of them, in O(1) state, without any PLD."""
-    from privembed.accounting import Composition, Cost, Neighbouring, compose
+    from privembed.core.accounting import Composition, Cost, Neighbouring, compose
 
     made = _count_pld_accountants(monkeypatch)
     gauss = Cost(Neighbouring.RECORD, 0.0, 0.0, 3.0)
@@ -167,7 +167,7 @@ def test_composition_accumulates_one_release_at_a_time(monkeypatch) -> None:
 
 
 def test_composition_refuses_mixed_relations() -> None:
-    from privembed.accounting import Composition, Cost, Neighbouring, UnsupportedGuarantee
+    from privembed.core.accounting import Composition, Cost, Neighbouring, UnsupportedGuarantee
 
     c = Composition().add(Cost(Neighbouring.RECORD, 1.0, 0.0))
     with pytest.raises(UnsupportedGuarantee, match="attribute, record"):
@@ -182,7 +182,7 @@ def test_closed_form_agrees_with_dp_accounting_pld_and_rdp(delta: float) -> None
     import dp_accounting as dpa
     from dp_accounting import pld, rdp
 
-    from privembed.accounting import Cost, Neighbouring, compose
+    from privembed.core.accounting import Cost, Neighbouring, compose
 
     mixes = [[(s, n)] for s in (0.3, 1.0, 4.0) for n in (1, 4, 32)]
     mixes += [[(0.5, 2), (3.0, 5)], [(0.8, 1), (1.7, 3), (6.0, 20)]]
@@ -205,7 +205,7 @@ def test_vectorised_budget_test_agrees_with_the_composition() -> None:
     decision as ``Composition.at`` on a random grid, boundaries included."""
     import numpy as np
 
-    from privembed.accounting import Composition, Neighbouring, exceeds_budget
+    from privembed.core.accounting import Composition, Neighbouring, exceeds_budget
 
     rng = np.random.default_rng(0)
     n = 400

@@ -20,7 +20,6 @@ import pytest
 from scipy import integrate, stats
 from typer.testing import CliRunner
 
-from privembed.accounting import ApproxDP
 from privembed.audit import (
     AngleLaw,
     audit,
@@ -33,6 +32,8 @@ from privembed.audit import (
 )
 from privembed.audit._core import _draw
 from privembed.audit._families import AUDITORS
+from privembed.core.accounting import ApproxDP
+from privembed.core.rng import as_generator
 from privembed.mechanisms import (
     MECHANISMS,
     GaussianMechanism,
@@ -41,7 +42,6 @@ from privembed.mechanisms import (
     get_mechanism,
 )
 from privembed.mechanisms.purkayastha import AngleTable, PurkayasthaMechanism
-from privembed.rng import as_generator
 
 FAST = {"samples": 20_000, "whitebox_samples": 20_000}
 
@@ -416,7 +416,7 @@ def test_cli_audit_text_and_json():
 
 
 def test_cli_audit_from_a_protected_file(tmp_path):
-    from privembed.io import write_embeddings
+    from privembed.data.io import write_embeddings
 
     app = _app()
     m = get_mechanism("gaussian", epsilon=3.0, delta=1e-6)

@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 
 import privembed.release.core as release_module
 from privembed.audit import audit, max_certifiable_epsilon, whitebox_check
+from privembed.core.rng import NoiseSource
 from privembed.mechanisms import (
     MECHANISMS,
     GaussianMechanism,
@@ -35,7 +36,6 @@ from privembed.mechanisms import (
 )
 from privembed.mechanisms import mahalanobis as mahalanobis_module
 from privembed.mechanisms.purkayastha import AngleTable, PurkayasthaMechanism
-from privembed.rng import NoiseSource
 
 runner = CliRunner()
 
@@ -357,7 +357,7 @@ def test_isotropy_test_variance_and_false_alarm_rate():
     from scipy import stats
 
     from privembed.audit._families import _isotropy_test, random_unit_rows
-    from privembed.rng import as_generator
+    from privembed.core.rng import as_generator
 
     # the variance it uses, 2(d-1)/(d^2(d+2)), is that of Beta(1/2, (d-1)/2) (scipy)
     for d in (2, 5, 384):

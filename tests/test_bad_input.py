@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from privembed.cli import app
-from privembed.io import write_embeddings
-from privembed.keyed import keygen
+from privembed.data.io import write_embeddings
+from privembed.keys.keyed import keygen
 
 runner = CliRunner()
 

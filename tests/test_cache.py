@@ -1,4 +1,4 @@
-"""privembed.cache: the user cache directory (PRIVEMBED_CACHE > XDG_CACHE_HOME > ~/.cache)."""
+"""privembed.core.cache: the user cache directory (PRIVEMBED_CACHE > XDG_CACHE_HOME > ~/.cache)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from privembed.cache import cache_dir, cache_root
+from privembed.core.cache import cache_dir, cache_root
 
 
 @pytest.fixture

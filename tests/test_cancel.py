@@ -1,4 +1,4 @@
-"""Cooperative cancellation (privembed.cancel): signals recorded, raised at checkpoints."""
+"""Cooperative cancellation (privembed.core.cancel): signals recorded, raised at checkpoints."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from privembed import cancel
-from privembed.cancel import Cancelled, cancellable, cancelled, checkpoint
+from privembed.core import cancel
+from privembed.core.cancel import Cancelled, cancellable, cancelled, checkpoint
 
 
 def test_a_signal_waits_for_the_next_checkpoint_and_a_second_one_stops_at_once():

@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from privembed.cli import app
-from privembed.io import read_embeddings, read_metadata, write_embeddings
+from privembed.data.io import read_embeddings, read_metadata, write_embeddings
 
 runner = CliRunner()
 

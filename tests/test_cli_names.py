@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from privembed._cli.common import RENAMED_OPTIONS
 from privembed.cli import app
-from privembed.io import read_embeddings
+from privembed.data.io import read_embeddings
 
 from .test_conventions import fake_model  # noqa: F401 - a fixture
 

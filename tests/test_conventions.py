@@ -32,7 +32,7 @@ from typer.testing import CliRunner
 from privembed import __version__
 from privembed._cli import common
 from privembed.cli import app
-from privembed.io import read_embeddings, write_embeddings
+from privembed.data.io import read_embeddings, write_embeddings
 
 runner = CliRunner()
 
@@ -135,17 +135,17 @@ def test_sweeps_list_every_value_of_their_comma_separated_sets(name):
 
 
 def test_choice_types_are_the_librarys_lists():
+    from privembed.core.rng import _FACTORIES
     from privembed.integrations.stores import STORES
     from privembed.mechanisms import MECHANISMS
     from privembed.mechanisms.base import INPUT_NORMS
     from privembed.mechanisms.jl import KINDS
-    from privembed.rng import _FACTORIES
 
     assert set(get_args(common.MechanismName)) == set(MECHANISMS)
     assert get_args(common.InputNorm) == INPUT_NORMS
     assert get_args(common.ProjectionKind) == KINDS
     assert set(get_args(common.StoreKind)) == set(STORES)
-    from privembed.embedders import BACKENDS
+    from privembed.data.embedders import BACKENDS
 
     assert get_args(common.EmbedBackend) == BACKENDS
     from privembed.mechanisms.subspace import NOISES
@@ -281,10 +281,10 @@ class FakeEmbedder:
 
 @pytest.fixture()
 def fake_model(monkeypatch):
-    import privembed.embedders
+    import privembed.data.embedders
 
     FakeEmbedder.calls = []
-    monkeypatch.setattr(privembed.embedders, "Embedder", FakeEmbedder)
+    monkeypatch.setattr(privembed.data.embedders, "Embedder", FakeEmbedder)
 
 
 NOTES = [

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from privembed import DataError
 from privembed.cli import app
-from privembed.datasets import synthetic_clinical_notes
-from privembed.io import read_embeddings
+from privembed.data.datasets import synthetic_clinical_notes
+from privembed.data.io import read_embeddings
 
 pytestmark = pytest.mark.slow
 runner = CliRunner()
@@ -19,7 +19,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def embedder():
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     return Embedder()
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from privembed import DataError
-from privembed.embedders import Embedder, export_onnx, onnx_cache_dir
+from privembed.data.embedders import Embedder, export_onnx, onnx_cache_dir
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +124,7 @@ def test_int8_runs_and_is_named_apart(cache, onnx_embedder):
 
 
 def test_cache_reused_without_export(cache, monkeypatch):
-    import privembed.embedders as em
+    import privembed.data.embedders as em
 
     def boom(*a, **k):
         raise AssertionError("exported again")
@@ -148,7 +148,7 @@ def test_cache_dir_resolution(tmp_path, monkeypatch):
 
 
 def test_corrupt_cache_is_rebuilt(cache, tmp_path, caplog, capfd, monkeypatch, onnx_embedder):
-    import privembed.embedders as em
+    import privembed.data.embedders as em
 
     copy = tmp_path / "copy"
     shutil.copytree(cache, copy)
@@ -159,7 +159,7 @@ def test_corrupt_cache_is_rebuilt(cache, tmp_path, caplog, capfd, monkeypatch, o
         f.write(b"\0" * 64)
     root_handlers = list(logging.getLogger().handlers)
     capfd.readouterr()
-    with caplog.at_level(logging.WARNING, logger="privembed.embedders"):
+    with caplog.at_level(logging.WARNING, logger="privembed.data.embedders"):
         Embedder(backend="onnx-int8", cache_dir=copy).encode("x")
     assert [r.getMessage().count("\n") for r in caplog.records] == [0]
     # onnxruntime's quantiser neither prints nor leaves a handler on the root logger
@@ -180,7 +180,7 @@ def test_corrupt_cache_is_rebuilt(cache, tmp_path, caplog, capfd, monkeypatch, o
             shutil.copy(good / n, dest / n)
 
     monkeypatch.setattr(em, "_export_fp32", export)
-    with caplog.at_level(logging.WARNING, logger="privembed.embedders"):
+    with caplog.at_level(logging.WARNING, logger="privembed.data.embedders"):
         X = Embedder(backend="onnx", cache_dir=copy).encode(TEXTS[:3])
     (msg,) = [r.getMessage() for r in caplog.records]
     assert "model.onnx does not match its SHA-256" in msg and "\n" not in msg
@@ -205,7 +205,7 @@ def test_bad_arguments(cache):
 
 
 def test_unsupported_pipeline_refused(tmp_path, cache):
-    from privembed.embedders import _onnx_usable, resolve_model
+    from privembed.data.embedders import _onnx_usable, resolve_model
 
     folder = tmp_path / "m"
     shutil.copytree(resolve_model(None)[1], folder)
@@ -220,7 +220,7 @@ def test_unsupported_pipeline_refused(tmp_path, cache):
 def test_backend_from_the_environment(monkeypatch):
     """PRIVEMBED_EMBED_BACKEND picks the runtime of every embedder made without one; a bad
     value is refused naming the variable; an explicit backend wins."""
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     monkeypatch.setenv("PRIVEMBED_EMBED_BACKEND", "torch")
     assert Embedder().backend == "torch"

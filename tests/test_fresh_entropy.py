@@ -34,11 +34,11 @@ CASES = {
         "draws = [protect(X, m), protect(X, m)]\n"
     ),
     "rng.as_generator": (
-        "from privembed.rng import as_generator\n"
+        "from privembed.core.rng import as_generator\n"
         "draws = [as_generator(None).standard_normal(8), as_generator(None).standard_normal(8)]\n"
     ),
     "rng.spawn": (
-        "from privembed.rng import spawn\ndraws = [g.standard_normal(8) for g in spawn(None, 2)]\n"
+        "from privembed.core.rng import spawn\ndraws = [g.standard_normal(8) for g in spawn(None, 2)]\n"
     ),
 }
 

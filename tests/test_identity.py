@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from privembed import LaplaceMechanism
 from privembed.cli import app
-from privembed.io import read_embeddings, sidecar_path, write_embeddings
-from privembed.keyed import canonical_text
-from privembed.ledger import Ledger
+from privembed.data.io import read_embeddings, sidecar_path, write_embeddings
+from privembed.keys.keyed import canonical_text
+from privembed.keys.ledger import Ledger
 from privembed.release import content_ids, protect_file
 
 runner = CliRunner()
@@ -274,7 +274,7 @@ def test_two_model_folders_with_one_name_get_independent_noise_and_are_charged(t
     """Finding 2: two folders named alike (one switched to CLS pooling) got identical noise; the
     ledger recorded the second release as free, and the difference of the two releases equalled
     the clean difference to 4.5e-7."""
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     a = _model_folder(tmp_path / "a" / "notes-model")
     b = _model_folder(tmp_path / "b" / "notes-model", pooling="cls")
@@ -303,7 +303,7 @@ def test_two_model_folders_with_one_name_get_independent_noise_and_are_charged(t
 
 
 def test_a_model_folder_changed_in_place_is_a_new_model(tmp_path):
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     folder = _model_folder(tmp_path / "m" / "notes-model")
     before = Embedder(str(folder), backend="torch").identity
@@ -314,7 +314,7 @@ def test_a_model_folder_changed_in_place_is_a_new_model(tmp_path):
 
 def test_every_backend_is_its_own_identity():
     pytest.importorskip("onnxruntime")
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     ids = {b: Embedder(backend=b).identity for b in ("torch", "onnx", "onnx-int8")}
     assert len(set(ids.values())) == 3, ids
@@ -328,7 +328,7 @@ def test_the_sentence_transformers_wrapper_digests_the_weights(tmp_path):
     pytest.importorskip("sentence_transformers")
     import torch
 
-    from privembed.embedders import loaded_model_digest
+    from privembed.data.embedders import loaded_model_digest
     from privembed.integrations.sentence_transformers import _model_id
 
     st = pytest.importorskip("sentence_transformers")

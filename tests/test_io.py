@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from privembed import DataError
-from privembed.io import (
+from privembed.data.io import (
     atomic_output,
     iter_batches,
     read_embeddings,
@@ -179,7 +179,7 @@ def test_read_texts_jsonl_and_errors(tmp_path):
 
 
 def test_read_text_table_csv_parquet_jsonl_and_holds_texts(tmp_path):
-    from privembed.io import holds_texts, read_text_table
+    from privembed.data.io import holds_texts, read_text_table
 
     c = tmp_path / "t.csv"
     c.write_text('id,text,n\n1,"12",3\n2,"hello, world",4\n')

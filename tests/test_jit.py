@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privembed import _jit
-from privembed.rng import CounterSource, _verify_kernels
+from privembed.core import _jit
+from privembed.core.rng import CounterSource, _verify_kernels
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_gamma_shapes_the_kernels_do_not_take_behave_as_numpy(kernels):
 def test_without_a_writable_cache_the_kernels_compile_in_memory(monkeypatch):
     import numba
 
-    from privembed import _jit_kernels
+    from privembed.core import _jit_kernels
 
     real = numba.njit
 
@@ -142,7 +142,7 @@ def test_a_release_told_its_size_loads_the_kernels_up_front(monkeypatch):
 @pytest.mark.parametrize("key_len", [16, 32, 64, 65, 100])
 @pytest.mark.parametrize("d", [1, 3, 384])
 def test_compiled_tags_equal_hashlib_tags(kernels, key_len, d):
-    from privembed import keyed
+    from privembed.keys import keyed
 
     assert keyed._compiled_hmac() is not None, "libcrypto's SHA-256 is reachable here"
     rng = np.random.default_rng(d)
@@ -156,7 +156,7 @@ def test_compiled_tags_equal_hashlib_tags(kernels, key_len, d):
 
 
 def test_compiled_tags_that_drift_are_refused(kernels, monkeypatch):
-    from privembed import keyed
+    from privembed.keys import keyed
 
     real = keyed._compiled_vector_tags
 
@@ -175,7 +175,7 @@ def test_compiled_tags_that_drift_are_refused(kernels, monkeypatch):
 
 
 def test_without_libcrypto_tags_come_from_hashlib(kernels, monkeypatch):
-    from privembed import keyed
+    from privembed.keys import keyed
 
     monkeypatch.setattr(kernels, "HAVE_HMAC", False)
     monkeypatch.setattr(keyed, "_hmac_checked", None)
@@ -207,7 +207,7 @@ def test_hmac_kernel_refuses_arguments_that_do_not_fit(kernels):
 
 
 def test_vector_tags_edge_shapes_and_byte_order(kernels):
-    from privembed import keyed
+    from privembed.keys import keyed
 
     assert keyed.vector_tags(bytes(32), b"c", [], np.zeros((0, 8), np.float32)) == []
     with pytest.raises(ValueError, match="at least one column"):

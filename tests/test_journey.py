@@ -92,7 +92,7 @@ def test_embed_protect_index_search_evaluate_serve(folder, monkeypatch):
     assert top["metadata"] == {"lang": "en"}
 
     # index the texts with sealed payloads; exact re-ranking finds the clean top hit
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     q = Embedder().encode(QUERY).astype(np.float64)
     clean_top = int(np.argmax(X @ q))

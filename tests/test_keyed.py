@@ -23,8 +23,8 @@ from privembed import (
     PurkayasthaMechanism,
 )
 from privembed.cli import app
-from privembed.io import read_embeddings, write_embeddings
-from privembed.keyed import (
+from privembed.data.io import read_embeddings, write_embeddings
+from privembed.keys.keyed import (
     canonical_text,
     key_id,
     keygen,
@@ -285,7 +285,7 @@ def test_cli_edited_note_is_charged_and_gets_new_noise(tmp_path):
     same = [i for i in range(20) if i != 3]
     assert np.array_equal(Y1[same], Y2[same])
     assert not np.array_equal(Y1[3], Y2[3])
-    from privembed.ledger import Ledger
+    from privembed.keys.ledger import Ledger
 
     with Ledger(led, readonly=True) as L:
         spent = {s.record_id: s for s in L.spent(["n3", "n4"])}
@@ -313,7 +313,7 @@ def test_averaging_attack_gains_nothing_on_keyed_releases():
 
 @pytest.mark.parametrize("name", ["aes", "chacha"])
 def test_csprng_bit_generators_are_selectable_in_one_place(name):
-    from privembed.rng import as_generator, bit_generator_name, use_bit_generator
+    from privembed.core.rng import as_generator, bit_generator_name, use_bit_generator
 
     with use_bit_generator(name):
         g = as_generator(3)
@@ -359,7 +359,7 @@ def test_the_tag_mac_is_hmac_sha256():
     1 and 6 (a 131-byte key, hashed first), and the hmac module on a prefix + message split."""
     import hmac
 
-    from privembed.keyed import _HmacPrefix
+    from privembed.keys.keyed import _HmacPrefix
 
     assert _HmacPrefix(b"\x0b" * 20, b"").digest(b"Hi There").hex() == (
         "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"
@@ -394,7 +394,7 @@ def test_the_tag_mac_is_hmac_sha256():
     ids=lambda v: type(v).__name__ + (str(v.dtype) if isinstance(v, np.ndarray) else ""),
 )
 def test_id_typing_fast_paths_equal_the_ledger_keys(ids):
-    from privembed.ledger import record_key
+    from privembed.keys.ledger import record_key
 
     with Release(LaplaceMechanism(epsilon=5.0), key=KEY) as rel:
         assert rel._typed_keys(ids, len(ids)) == [record_key(r) for r in list(ids)]
@@ -424,8 +424,9 @@ def test_stream_keys_are_the_first_half_of_each_tag_on_every_path():
     import hmac as _hmac
     import pickle
 
-    from privembed import _jit, keyed
-    from privembed.rng import _verify_kernels
+    from privembed.core import _jit
+    from privembed.core.rng import _verify_kernels
+    from privembed.keys import keyed
 
     assert _jit.kernels(-1, verify=_verify_kernels) is not None  # the compiled tags (extra fast)
     rng = np.random.default_rng(5)

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import privembed
-from privembed import labels
+from privembed.core import labels
 
 SRC = Path(privembed.__file__).parent
 # HKDF's salt and info are inputs of another construction (not messages under K): exempt from

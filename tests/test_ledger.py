@@ -18,9 +18,10 @@ import pytest
 from typer.testing import CliRunner
 
 from privembed import EmpiricalGaussianMechanism, GaussianMechanism, LaplaceMechanism
-from privembed.accounting import UnsupportedGuarantee
 from privembed.cli import app
-from privembed.ledger import (
+from privembed.core.accounting import UnsupportedGuarantee
+from privembed.core.theory import analytic_gaussian_epsilon
+from privembed.keys.ledger import (
     BudgetExceeded,
     BudgetRaise,
     DuplicateIds,
@@ -29,7 +30,6 @@ from privembed.ledger import (
     NotALedger,
     record_key,
 )
-from privembed.theory import analytic_gaussian_epsilon
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -45,7 +45,7 @@ def _hold_write_lock(where: str):
     if where.startswith("postgresql://"):
         import psycopg
 
-        from privembed.ledger_pg import LOCK_KEY
+        from privembed.keys.ledger_pg import LOCK_KEY
 
         holder = psycopg.connect(where, autocommit=True)
         holder.execute("SELECT pg_advisory_lock(%s::int4, %s::int4)", LOCK_KEY)
@@ -139,7 +139,7 @@ def test_budget_flags_never_raise_or_reset(where, tmp_path):
 
 
 def test_cli_budget_flag_cannot_raise_but_ledger_budget_can(where, tmp_path):
-    from privembed.io import write_embeddings
+    from privembed.data.io import write_embeddings
 
     runner = CliRunner()
     src = tmp_path / "e.parquet"
@@ -242,7 +242,7 @@ def test_two_concurrent_processes_neither_corrupt_nor_double_count(where, tmp_pa
 
 
 def test_cli_budget_refusal_leaves_no_output(where, tmp_path):
-    from privembed.io import write_embeddings
+    from privembed.data.io import write_embeddings
 
     runner = CliRunner()
     src = tmp_path / "e.parquet"
@@ -266,7 +266,7 @@ def test_cli_budget_refusal_leaves_no_output(where, tmp_path):
 
 
 def test_history_lookups_use_the_record_index_and_cover_every_chunk(tmp_path):
-    from privembed import ledger as ledger_mod
+    from privembed.keys import ledger as ledger_mod
 
     led = Ledger(tmp_path / "l.db")
     m = LaplaceMechanism(epsilon=1.0)
@@ -378,7 +378,7 @@ def test_first_version_ledgers_are_migrated(tmp_path):
 def test_lock_contention_is_a_bounded_wait_with_a_message(where, monkeypatch):
     """The wait ends at the ledger's timeout. The ledger's clock is replaced by one that
     advances 0.25 s per reading, so the test counts waits instead of timing them."""
-    import privembed.ledger as ledger_mod
+    import privembed.keys.ledger as ledger_mod
 
     p = where
     Ledger(p).close()
@@ -404,12 +404,12 @@ def test_lock_contention_is_a_bounded_wait_with_a_message(where, monkeypatch):
 def test_sigint_is_not_ignored_while_waiting_for_the_lock(where, monkeypatch, cooperative):
     """Ctrl-C during a lock wait ends the wait at once: the signal is sent when the first wait
     begins (a named checkpoint, no timer), and a second wait would fail the test. Under
-    :func:`privembed.cancel.cancellable` (the release front ends) the signal is recorded and the
+    :func:`privembed.core.cancel.cancellable` (the release front ends) the signal is recorded and the
     wait stops at its checkpoint; without it Python's own KeyboardInterrupt stops it."""
     import contextlib
     import signal
 
-    from privembed import cancel
+    from privembed.core import cancel
 
     p = where
     Ledger(p).close()
@@ -588,7 +588,7 @@ def test_per_record_check_with_mixed_histories_tests_each_record(where, tmp_path
     """The quick test takes the largest basic epsilon and the largest Gaussian part over all
     records as one history; when that fails although every record alone passes (one record's
     history is Laplace, another's Gaussian), each record is tested and the release goes on."""
-    from privembed.accounting import Composition, cost_of
+    from privembed.core.accounting import Composition, cost_of
 
     lap, gauss = LaplaceMechanism(epsilon=2.0), GaussianMechanism(epsilon=4.0, delta=1e-5)
     more = GaussianMechanism(epsilon=3.0, delta=1e-5)
@@ -633,7 +633,7 @@ def test_alias_claims_and_publication_commit_with_the_release(tmp_path):
 
 
 def test_an_alias_claimed_by_another_process_meanwhile_refuses_the_commit(where, tmp_path):
-    from privembed.ledger import AliasConflict
+    from privembed.keys.ledger import AliasConflict
 
     p = where
     mine, other = Ledger(p), Ledger(p)

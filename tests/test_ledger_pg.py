@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from privembed import LaplaceMechanism
-from privembed._validation import DataError
 from privembed.cli import app
-from privembed.ledger import (
+from privembed.core._validation import DataError
+from privembed.keys.ledger import (
     BudgetExceeded,
     Ledger,
     LedgerBusy,

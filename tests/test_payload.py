@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from privembed import DataError
-from privembed import payload as pl
-from privembed.payload import Payload, PayloadCodec, PayloadError, payload_size
+from privembed.keys import payload as pl
+from privembed.keys.payload import Payload, PayloadCodec, PayloadError, payload_size
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
@@ -165,7 +165,7 @@ def test_many_and_vectors_for_rerank(codec):
 
 
 def test_key_file_and_independence_from_the_noise_key(tmp_path, x):
-    from privembed.keyed import keygen, load_key
+    from privembed.keys.keyed import keygen, load_key
 
     path = tmp_path / "k.key"
     keygen(path)
@@ -240,7 +240,7 @@ def test_a_payload_of_an_older_release_is_refused(codec, x):
     """Finding 10: an old payload of an edited record opened without error (rollback). A payload
     names the release it belongs to (the digest of the protected vector beside it), under the
     tag: the store can neither put an old payload back nor relabel it."""
-    from privembed.payload import release_digest
+    from privembed.keys.payload import release_digest
 
     y1, y2 = x + 0.01, x - 0.01  # two releases of the record (before and after an edit)
     from privembed.release.core import _row_digests
@@ -273,7 +273,7 @@ def test_version_1_payloads_still_open(codec, x):
     """Stores written before releases were bound keep working (reported as unversioned)."""
     import struct
 
-    from privembed import payload as P
+    from privembed.keys import payload as P
 
     aes, ck = codec._collection("c")
     ad = codec._ad_record("r", "c")

@@ -15,7 +15,7 @@ import itertools
 import numpy as np
 import pytest
 
-from privembed.payload import PayloadCodec, PayloadError
+from privembed.keys.payload import PayloadCodec, PayloadError
 
 KEY = bytes(range(32))
 #: the binding check's place in a version-2 header (magic 3, version 1, flags 1, key check 4)

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from privembed import LaplaceMechanism
 from privembed.cli import app
-from privembed.io import read_embeddings, read_metadata, sidecar_path, write_embeddings
-from privembed.keyed import keygen
+from privembed.data.io import read_embeddings, read_metadata, sidecar_path, write_embeddings
+from privembed.keys.keyed import keygen
 from privembed.mechanisms.base import get_num_threads, set_num_threads
 from privembed.release import content_ids, protect_file
 
@@ -284,7 +284,7 @@ def test_cli_protect_erase(tmp_path):
 
 
 def test_typed_keys_fast_paths_equal_record_key():
-    from privembed.ledger import record_key
+    from privembed.keys.ledger import record_key
     from privembed.release import Release
 
     rel = Release(LaplaceMechanism(epsilon=5.0), rng=0)
@@ -302,7 +302,7 @@ def test_typed_keys_fast_paths_equal_record_key():
 def test_row_digests_and_commitments_equal_their_definitions():
     import hashlib
 
-    from privembed.keyed import tag_commitment, tag_commitments
+    from privembed.keys.keyed import tag_commitment, tag_commitments
     from privembed.release.core import _row_digests
 
     Y = np.random.default_rng(0).standard_normal((6, 5)).astype(np.float32)[:, ::-1]  # a view
@@ -321,7 +321,7 @@ def test_a_batch_refused_for_its_rows_can_be_corrected_and_given_again(tmp_path,
     """Ids are taken only once a batch is drawn: a NaN row refuses the batch, and the corrected
     batch with the same ids is then accepted (not refused as a repeat of itself)."""
     from privembed import DataError
-    from privembed.ledger import Ledger
+    from privembed.keys.ledger import Ledger
     from privembed.release import Release
 
     X = np.random.default_rng(0).standard_normal((5, 8))

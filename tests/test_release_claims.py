@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 
 from privembed import GaussianMechanism, LaplaceMechanism
 from privembed.cli import app
-from privembed.io import read_embeddings, sidecar_path, write_embeddings
-from privembed.keyed import content_ids, key_id, keygen, load_key
-from privembed.ledger import Ledger
+from privembed.data.io import read_embeddings, sidecar_path, write_embeddings
+from privembed.keys.keyed import content_ids, key_id, keygen, load_key
+from privembed.keys.ledger import Ledger
 from privembed.release import DuplicateIds, Release, protect
 
 from ._reads import holder_reads
@@ -378,7 +378,7 @@ def test_drifting_kernels_are_refused_and_a_keyed_release_falls_back_to_numpy(mo
     the self-check refuses the kernels with one warning, and a keyed release then draws what
     the pure-numpy path draws, bit for bit -- keyed noise does not depend on numba."""
     pytest.importorskip("numba")
-    from privembed import _jit, _jit_kernels
+    from privembed.core import _jit, _jit_kernels
 
     mech = GaussianMechanism(epsilon=5.0, delta=1e-5)
     X = np.random.default_rng(0).standard_normal((300, 16))

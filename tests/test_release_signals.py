@@ -1,7 +1,7 @@
 """Signals against the release: never an output without its ledger record, never a traceback.
 
 ``privembed protect`` with a ledger receives SIGINT, SIGTERM or SIGKILL at every named point of
-:mod:`privembed.cancel` -- from the interpreter's start-up to after the rename -- delivered by
+:mod:`privembed.core.cancel` -- from the interpreter's start-up to after the rename -- delivered by
 the process to itself when it reaches the point (``PRIVEMBED_FAULT_AT``), so every outcome is
 deterministic however busy the machine is (the earlier version of this test killed at fractions
 of a measured run time, and failed on a loaded CI machine). After every signal:
@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privembed.cancel import POINTS
-from privembed.io import write_embeddings
-from privembed.keyed import keygen
-from privembed.ledger import Ledger
+from privembed.core.cancel import POINTS
+from privembed.data.io import write_embeddings
+from privembed.keys.keyed import keygen
+from privembed.keys.ledger import Ledger
 
 N_ROWS, BATCH = 6000, 2000  # three batches: "#2" lands in the middle of the run
 SCRIPT = Path(sys.executable).with_name("privembed")
@@ -167,7 +167,8 @@ def test_a_stream_never_prints_an_uncharged_line(setup, point, tmp_path):
 def test_every_named_point_is_reached_by_a_protect_run(setup, tmp_path):
     """The points the tests above target all exist on the path (a renamed or removed
     checkpoint would make its kill point test nothing)."""
-    from privembed import LaplaceMechanism, cancel
+    from privembed import LaplaceMechanism
+    from privembed.core import cancel
     from privembed.release import protect_file
 
     _, src, key = setup

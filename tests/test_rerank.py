@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privembed import DataError, get_mechanism, theory
+from privembed import DataError, get_mechanism
+from privembed.core import theory
 from privembed.mechanisms import LaplaceMechanism
-from privembed.rerank import (
+from privembed.search.rerank import (
     RerankPlanner,
     ScoreProfile,
     cosine_law,
@@ -241,7 +242,7 @@ def test_subspace_profile_round_trips_and_refuses_what_it_cannot_model(tmp_path)
 
 
 def test_best_subspace_dimension_is_the_best_predicted_candidate():
-    from privembed.rerank import best_subspace_dimension
+    from privembed.search.rerank import best_subspace_dimension
 
     rng = np.random.default_rng(10)
     X, queries = _corpus(rng, n=2000, d=48)
@@ -259,7 +260,7 @@ def test_pseudo_queries_fetch_more_than_documents_standing_in_for_queries():
     built from them under-fetches. With queries that are noisy versions of documents (the
     synthetic corpus), the diluted pseudo-queries plan a larger k' that reaches the target
     within 0.03 on held-out queries, where plain documents stay below it."""
-    from privembed.rerank import pseudo_queries
+    from privembed.search.rerank import pseudo_queries
 
     rng = np.random.default_rng(5)
     X, queries = _corpus(rng)
@@ -282,7 +283,7 @@ def test_pseudo_queries_fetch_more_than_documents_standing_in_for_queries():
 
 
 def test_pseudo_query_profiles_leave_out_their_source_document():
-    from privembed.rerank import document_rows, pseudo_queries
+    from privembed.search.rerank import document_rows, pseudo_queries
 
     rng = np.random.default_rng(12)
     X, _ = _corpus(rng, n=500, d=32)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privembed import GaussianMechanism, LaplaceMechanism, rng
-from privembed.rng import as_generator, spawn, use_bit_generator
+from privembed import GaussianMechanism, LaplaceMechanism
+from privembed.core import rng
+from privembed.core.rng import as_generator, spawn, use_bit_generator
 
 
 def _draw(g: np.random.Generator) -> np.ndarray:

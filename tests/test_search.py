@@ -1,4 +1,4 @@
-"""Tests for privembed.search: bias-corrected k-NN search over PrivateProjection releases.
+"""Tests for privembed.search.projection: bias-corrected k-NN search over PrivateProjection releases.
 
 Every random draw has a fixed seed.
 """
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from privembed import DataError
+from privembed.core.rng import as_generator
 from privembed.mechanisms import LaplaceMechanism, PrivateProjection
-from privembed.rng import as_generator
-from privembed.search import projection_search
+from privembed.search.projection import projection_search
 
 
 def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:

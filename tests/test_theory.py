@@ -1,4 +1,4 @@
-"""Closed forms in ``privembed.theory``, cross-checked against independent computations.
+"""Closed forms in ``privembed.core.theory``, cross-checked against independent computations.
 
 * Gaussian calibration against Google's ``dp_accounting`` (its own analytic-Gaussian sigma
   search, its closed-form delta, and its privacy-loss-distribution accountant for one event).
@@ -19,7 +19,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.pld import privacy_loss_mechanism as plm
 from scipy import integrate, special, stats
 
-from privembed import theory
+from privembed.core import theory
 
 from .mechanisms._laws import ExactAngleLaw
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from privembed import DataError
-from privembed._validation import check_choice, check_embeddings, check_int, check_real
+from privembed.core._validation import check_choice, check_embeddings, check_int, check_real
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ carry the concept). The defender's noise is
 * ``smooth λ``    -- Mahalanobis with covariance smoothing λI + (1-λ)Σ ([F26] eq. 6);
 * ``permuted``    -- the concept's covariance diagonal under a secret random permutation;
 
-each with fresh noise per release and with keyed noise (:mod:`privembed.keyed`). Attackers:
+each with fresh noise per release and with keyed noise (:mod:`privembed.keys.keyed`). Attackers:
 ``template`` (eq. 5, templates = the L1-normalised covariance diagonals the attacker computes from
 the candidate masks and the public λ) and ``mlp`` (an MLP trained on the attacker's own simulated
 fingerprints from a disjoint document pool). ``across`` = ``releases`` is eq. 4; ``documents`` is
@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     from privembed.attacks import FingerprintClassifier, TemplateMatcher, simulate_fingerprints
     from privembed.concepts import ConceptProfile
+    from privembed.core.rng import spawn
     from privembed.mechanisms.mahalanobis import covariance_from_mask
-    from privembed.rng import spawn
 
     torch.set_num_threads(1)
     _t, X_att = doc_pool(args.pool, args.pool_seed + 101)

@@ -60,7 +60,7 @@ def lee_targets(n: int, seed: int, nlp) -> tuple[list[str], list[list[tuple[str,
 
 
 def note_targets(n: int, seed: int) -> tuple[list[str], list[list[tuple[str, str]]]]:
-    from privembed.datasets import synthetic_clinical_notes
+    from privembed.data.datasets import synthetic_clinical_notes
 
     notes = synthetic_clinical_notes(n, seed=seed)
     ents = [
@@ -137,8 +137,8 @@ def inversion(args, embedder, mechs) -> tuple[list[dict], list[str]]:
 
     from privembed.attacks import TransformerInversionAttack
     from privembed.attacks.transformer_inversion import strength_verdict
-    from privembed.cache import cache_dir
     from privembed.concepts.pairs import load_spacy
+    from privembed.core.cache import cache_dir
 
     model_dir = cache_dir("inversion", "models", args.model)
     nlp = load_spacy()
@@ -211,7 +211,7 @@ def attributes(args, mechs) -> list[dict]:
     log(f"attribute data: {len(texts)} sentences without the template ones; labelling")
     import hashlib
 
-    from privembed.cache import cache_dir
+    from privembed.core.cache import cache_dir
 
     digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
     ner_file = cache_dir("inversion", "labels") / f"ner-{digest}.npz"
@@ -368,7 +368,7 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
     from privembed.mechanisms import LaplaceMechanism
 
     torch.set_num_threads(args.threads)

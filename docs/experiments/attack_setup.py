@@ -8,7 +8,7 @@ experiment scripts can be rerun without embedding anything again.
   names -- learned with :func:`privembed.concepts.learn_profile` (hard-concrete masks, [T26]
   Alg. 2) on all-MiniLM-L6-v2, from seeded generated sentences;
 * a document pool for the fingerprint groups (generated sentences of all five concepts, mixed);
-* a PII corpus (templates + Faker: :func:`privembed.datasets.synthetic_clinical_notes`) with its
+* a PII corpus (templates + Faker: :func:`privembed.data.datasets.synthetic_clinical_notes`) with its
   embeddings, for the token-leakage table, and a combined "PII" profile (person, city, disease,
   symptom, drug) for the Mahalanobis row of that table.
 
@@ -115,7 +115,7 @@ def doc_pool(n: int, seed: int) -> tuple[list[str], np.ndarray]:
 def pii_corpus(n: int, seed: int) -> tuple[list[object], np.ndarray]:
     """``n`` synthetic clinical notes (templates + Faker) and their embeddings."""
     from privembed.concepts import embed_texts
-    from privembed.datasets import synthetic_clinical_notes
+    from privembed.data.datasets import synthetic_clinical_notes
 
     notes = synthetic_clinical_notes(n, seed=seed)
     X = embed_texts([nt.text for nt in notes])

@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> list[dict]:
 
     from privembed.attacks import MLCAttack
     from privembed.attacks.corpus import sensitive_tokens
+    from privembed.core.rng import spawn
     from privembed.evaluation.metrics import mean_cosine, self_retrieval
-    from privembed.rng import spawn
 
     torch.set_num_threads(1)
     notes, X = pii_corpus(args.notes, args.corpus_seed)

@@ -142,7 +142,7 @@ def main() -> None:
         generate_sentences,
         sensitivity_diagnostic,
     )
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
     from privembed.evaluation.metrics import mean_cosine, self_retrieval
 
     t_start = time.perf_counter()

@@ -1,7 +1,7 @@
 """Embed the GCIDE retrieval task once and cache it under /tmp (not in the repository).
 
 The corpus (every definition unit, the same for all splits, or a documented subset: see
-:func:`subset`) and deterministic samples of the dev and test queries are embedded with all-MiniLM-L6-v2 (:class:`privembed.embedders.Embedder`, L2-normalised
+:func:`subset`) and deterministic samples of the dev and test queries are embedded with all-MiniLM-L6-v2 (:class:`privembed.data.embedders.Embedder`, L2-normalised
 float32) in chunks of 5,000 texts, so an interrupted run resumes where it stopped. The cache
 folder is keyed by a digest of the texts, so a change to the loader never reuses stale vectors.
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privembed.embedders import Embedder
+from privembed.data.embedders import Embedder
 from privembed.evaluation.loaders import MTEBRetrieval, gcide_retrieval
 
 CHUNK = 5000

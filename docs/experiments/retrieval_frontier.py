@@ -8,7 +8,7 @@ pattern; both protected), on the GCIDE *test* queries:
 * NDCG@10 after fetching the top k' by protected similarity and re-ranking them with the exact
   vectors and the clean query (exact vectors in NumPy stand in for decrypted payloads), for
   k' = 100, 1,000 and the theory k' for a recall of 0.95 of the true top 10
-  (:func:`privembed.rerank.rerank_depth`, profile built from *dev* queries only);
+  (:func:`privembed.search.rerank.rerank_depth`, profile built from *dev* queries only);
 * recall of the true top 10 (by clean cosine) within the top k', measured and predicted.
 
 Nothing is tuned on test: the epsilon grid is fixed here, k' comes from the dev profile. The
@@ -42,7 +42,7 @@ sys.path.insert(0, str(HERE))
 from gcide_embed import DEFAULT_CACHE, load_embedded  # noqa: E402
 
 from privembed import get_mechanism  # noqa: E402
-from privembed.rerank import (  # noqa: E402
+from privembed.search.rerank import (  # noqa: E402
     RerankPlanner,
     ScoreProfile,
     protected_ranks,
@@ -131,7 +131,7 @@ def evaluate(C, P, relevant, depths):
 
 def latency(D, Qt, C, n_queries=100, seed=0):
     """Per-query cost of the trusted side: open k' payloads and re-rank them exactly."""
-    from privembed.payload import PayloadCodec, payload_size
+    from privembed.keys.payload import PayloadCodec, payload_size
 
     codec = PayloadCodec(bytes(range(32)))
     ids = [f"d{i}" for i in range(D.shape[0])]

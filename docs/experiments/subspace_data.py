@@ -129,7 +129,7 @@ def foldoc_entries(root: Path, n: int) -> list[str]:
 
 
 def make_embedder():
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     return Embedder(backend="onnx-int8")
 

@@ -45,16 +45,16 @@ from retrieval_frontier import evaluate, relevance_matrix, unit  # noqa: E402
 from subspace_data import load  # noqa: E402
 
 from privembed import get_mechanism  # noqa: E402
-from privembed.ledger import Ledger  # noqa: E402
+from privembed.keys.ledger import Ledger  # noqa: E402
+from privembed.keys.payload import payload_size  # noqa: E402
 from privembed.mechanisms.subspace import (  # noqa: E402
     SubspaceBasis,
     SubspaceMechanism,
     charge_basis,
     dp_pca,
 )
-from privembed.payload import payload_size  # noqa: E402
 from privembed.release import Release  # noqa: E402
-from privembed.rerank import (  # noqa: E402
+from privembed.search.rerank import (  # noqa: E402
     SUBSPACE_PSEUDO_QUERY_DILUTION,
     RerankPlanner,
     ScoreProfile,

@@ -62,7 +62,7 @@ def main() -> None:
     import faiss
     import numpy as np
 
-    from privembed.rng import spawn
+    from privembed.core.rng import spawn
     from privembed.text import NearestNeighbourIndex, Table, Vocabulary, analysis
 
     faiss.omp_set_num_threads(args.threads)

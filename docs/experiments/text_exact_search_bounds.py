@@ -31,7 +31,7 @@ def main() -> None:
     import faiss
     import numpy as np
 
-    from privembed.rng import as_generator
+    from privembed.core.rng import as_generator
     from privembed.text import NearestNeighbourIndex, Vocabulary, WordSanitizer
 
     faiss.omp_set_num_threads(args.threads)

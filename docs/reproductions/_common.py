@@ -33,7 +33,7 @@ def embed_cached(name: str, texts: Sequence[str], *, use_cache: bool = True) -> 
     import torch
 
     torch.set_num_threads(2)
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     X = Embedder(batch_size=64).encode(texts).astype(np.float32)
     if use_cache:

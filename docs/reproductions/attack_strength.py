@@ -16,8 +16,8 @@ import numpy as np
 
 from privembed.attacks import MLCAttack, sensitive_tokens
 from privembed.attacks.token_inference import AUDIT_SETTINGS, T26_SETTINGS
-from privembed.datasets import synthetic_clinical_notes
-from privembed.embedders import Embedder
+from privembed.data.datasets import synthetic_clinical_notes
+from privembed.data.embedders import Embedder
 from privembed.evaluation.loaders import pii_sentences
 from privembed.evaluation.pipeline import attacker_split
 

@@ -48,9 +48,9 @@ def main() -> None:
     args = ap.parse_args()
 
     from privembed.attacks import sensitive_tokens
-    from privembed.datasets import synthetic_clinical_notes
+    from privembed.core.rng import as_generator
+    from privembed.data.datasets import synthetic_clinical_notes
     from privembed.evaluation.baselines import evaluate_text_baselines, tradeoff_rate
-    from privembed.rng import as_generator
 
     notes = synthetic_clinical_notes(args.n, seed=0)
     texts = [n.text for n in notes]

@@ -46,7 +46,7 @@ K26_D = 1920
 
 
 def run(runs: int, seed: int) -> tuple[list[dict], int, int]:
-    from privembed import theory
+    from privembed.core import theory
     from privembed.evaluation import UtilityEvaluator, grid, run_sweep
     from privembed.evaluation.loaders import lee_background
 

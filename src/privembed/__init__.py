@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._validation import DataError
-from .accounting import ApproxDP, Guarantee, MetricDP, NoGuarantee, PureDP, guarantee_from_dict
+from .core._validation import DataError
+from .core.accounting import ApproxDP, Guarantee, MetricDP, NoGuarantee, PureDP, guarantee_from_dict
+from .core.rng import as_generator, spawn
 from .mechanisms import (
     EmpiricalGaussianMechanism,
     GaussianMechanism,
@@ -20,7 +21,6 @@ from .mechanisms import (
     PurkayasthaMechanism,
     get_mechanism,
 )
-from .rng import as_generator, spawn
 
 try:
     __version__ = version("privembed")

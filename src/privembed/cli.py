@@ -128,8 +128,8 @@ def embed(
     """
     from . import __version__
     from ._cli.common import print_json, progress_done
-    from .embedders import Embedder
-    from .io import detect_format, read_text_table, write_embeddings
+    from .data.embedders import Embedder
+    from .data.io import detect_format, read_text_table, write_embeddings
 
     out_format = detect_format(output)
     if output.exists() and not overwrite:
@@ -294,9 +294,9 @@ def protect(
     """
     from ._cli.common import progress_callback
     from ._cli.stores import check_basis_options, subspace_basis
+    from .core.rng import bit_generator_name, use_bit_generator
     from .mechanisms import build_mechanism
     from .release import check_randomness, protect_file
-    from .rng import bit_generator_name, use_bit_generator
 
     check_basis_options(mechanism, basis, basis_epsilon, basis_delta)
     subspace = subspace_basis(
@@ -375,7 +375,7 @@ def _charge_line(summary: Any, ledger: Any) -> str:
     """What the release cost, consistent with the ledger: a free re-release is not 'charged'."""
     if ledger is None:
         return f"{summary.charge}; no ledger records it"
-    from .ledger import redact_url
+    from .keys.ledger import redact_url
 
     ledger = redact_url(str(ledger))
     fresh, free = summary.fresh or 0, summary.free or 0
@@ -398,7 +398,7 @@ def _text_embedder(
 
     if not is_text_file(input, text_field=text_field):
         raise ValueError("--backend applies to texts; this input holds embeddings.")
-    from .embedders import Embedder
+    from .data.embedders import Embedder
 
     return Embedder(model, backend=backend)
 
@@ -425,7 +425,7 @@ def info(
 ) -> None:
     """What an embeddings file holds: rows, dimension, norms, model, and for a protected file
     the mechanism, its parameters, its guarantee and the key id."""
-    from .io import describe_file
+    from .data.io import describe_file
 
     report = describe_file(file, column=column)
     if as_json:
@@ -543,7 +543,7 @@ def demo(
     )
     summary = {**res, "rows": [r.to_dict() for r in res["rows"]]}
     if output is not None:
-        from .io import atomic_output
+        from .data.io import atomic_output
 
         with atomic_output(output, overwrite=overwrite) as tmp:
             tmp.write_text(json.dumps(summary, indent=2))
@@ -604,7 +604,7 @@ def keygen(
     ] = False,
 ) -> None:
     """Create a 256-bit secret key for keyed (repeat-safe) noise."""
-    from .keyed import keygen as _keygen
+    from .keys.keyed import keygen as _keygen
 
     kid = _keygen(output, overwrite=overwrite)
     if as_json:

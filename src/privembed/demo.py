@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from .datasets import synthetic_clinical_notes
-from .embedders import Embedder
+from .core.rng import spawn
+from .data.datasets import synthetic_clinical_notes
+from .data.embedders import Embedder
 from .evaluation.metrics import mean_cosine, self_retrieval
 from .mechanisms import get_mechanism
-from .rng import spawn
 
 __all__ = ["DEFAULT_CONFIGS", "DemoRow", "run_demo", "working_path"]
 
@@ -142,7 +142,7 @@ def working_path(
     guarantee, the recall of the clean top 10 by plain search of the protected store (k = 10)
     and by the re-ranked search (k' candidates, exact re-rank), the measured re-identification
     rate at that setting with its blind baseline, and one line per threat model. Queries are
-    pseudo-queries (documents diluted with noise, :func:`privembed.rerank.pseudo_queries`).
+    pseudo-queries (documents diluted with noise, :func:`privembed.search.rerank.pseudo_queries`).
     ``key`` is the collection's noise and payload key (default: a fresh one, kept in memory):
     the index is a fresh noise draw, not one that advise measured, so its recall varies around
     advise's by a draw's spread (advise's floor holds on each of 3 draws at the lower end of a
@@ -153,7 +153,7 @@ def working_path(
 
     from .evaluation.modes import advise_modes
     from .integrations.collection import ProtectedCollection
-    from .rerank import pseudo_queries
+    from .search.rerank import pseudo_queries
 
     say = on_step or (lambda _msg: None)
     g_pick, g_q = spawn(seed, 2)

@@ -105,7 +105,7 @@ def test_result_is_the_largest_n_against_a_single_release_with_a_paired_t_interv
     from scipy.stats import ttest_rel
 
     from privembed.attacks.base import ScoredReport
-    from privembed.geometry import unit_pairs
+    from privembed.search.geometry import unit_pairs
 
     X = _originals()
     R = release_stack(LaplaceMechanism(epsilon=10.0), X, 32, rng=1)

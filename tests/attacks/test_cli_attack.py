@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from privembed.cli import app
-from privembed.io import write_embeddings
+from privembed.data.io import write_embeddings
 
 from .conftest import bow_corpus
 

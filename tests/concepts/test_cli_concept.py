@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from privembed.cli import app
 from privembed.concepts import ConceptProfile
-from privembed.io import read_embeddings, write_embeddings
+from privembed.data.io import read_embeddings, write_embeddings
 
 from .test_profile import CountingEmbedder
 
@@ -23,9 +23,11 @@ runner = CliRunner()
 
 @pytest.fixture
 def toy_model(monkeypatch, tmp_path):
-    import privembed.embedders
+    import privembed.data.embedders
 
-    monkeypatch.setattr(privembed.embedders, "Embedder", lambda model=None: CountingEmbedder(16))
+    monkeypatch.setattr(
+        privembed.data.embedders, "Embedder", lambda model=None: CountingEmbedder(16)
+    )
     monkeypatch.setenv("PRIVEMBED_CACHE_DIR", str(tmp_path / "cache"))
 
 

@@ -47,7 +47,7 @@ def _probe_auc(X_pos: np.ndarray, X_neg: np.ndarray, dims: np.ndarray) -> float:
 
 
 def test_learned_disease_mask_beats_random_dimensions_on_held_out_sentences(tmp_path):
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     concept = builtin_concept("disease")
     embedder = Embedder(backend="torch")  # the reference model: no ONNX export, no home cache

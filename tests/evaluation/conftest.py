@@ -20,7 +20,7 @@ class Corpus:
 
 
 def _embed(texts: list[str]) -> np.ndarray:
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     return np.asarray(Embedder().encode(texts))
 
@@ -29,7 +29,7 @@ def _embed(texts: list[str]) -> np.ndarray:
 def demo_corpus() -> Corpus:
     """The demo's corpus (``privembed demo``): 300 seeded synthetic clinical notes."""
     from privembed.attacks import sensitive_tokens
-    from privembed.datasets import synthetic_clinical_notes
+    from privembed.data.datasets import synthetic_clinical_notes
 
     notes = synthetic_clinical_notes(300, seed=0)
     texts = [n.text for n in notes]

@@ -11,6 +11,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from privembed.core.theory import (
+    expected_cosine_gaussian,
+    expected_cosine_laplace,
+    expected_cosine_purkayastha,
+)
 from privembed.evaluation import Floor, Linkage
 from privembed.evaluation.advice import (
     USEFUL_COSINE,
@@ -23,11 +28,6 @@ from privembed.evaluation.advice import (
 )
 from privembed.evaluation.pipeline import build_configs
 from privembed.mechanisms import get_mechanism
-from privembed.theory import (
-    expected_cosine_gaussian,
-    expected_cosine_laplace,
-    expected_cosine_purkayastha,
-)
 
 
 def test_setting_note_flags_low_cosine_and_vacuous_guarantees():
@@ -163,7 +163,7 @@ def _app():
 
 
 def test_advise_command_json(tmp_path):
-    from privembed.io import write_embeddings
+    from privembed.data.io import write_embeddings
 
     X = _clustered().astype(np.float32)
     write_embeddings(tmp_path / "e.npz", X)
@@ -227,7 +227,7 @@ def test_plain_only_rows_are_labelled_by_what_was_measured_there():
 
 
 def test_advise_plain_only_at_80_columns_splits_no_word(tmp_path):
-    from privembed.io import write_embeddings
+    from privembed.data.io import write_embeddings
 
     X = _clustered().astype(np.float32)
     write_embeddings(tmp_path / "e.npz", X)

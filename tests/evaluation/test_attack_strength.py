@@ -62,7 +62,7 @@ def test_an_attack_at_chance_on_clean_data_is_labelled_and_not_plotted(tmp_path)
 
 def test_the_evaluate_command_labels_a_weak_attack(tmp_path):
     from privembed._cli.evaluate import register
-    from privembed.io import write_embeddings
+    from privembed.data.io import write_embeddings
 
     X, texts = _unrelated(80)
     ids = [f"r{i}" for i in range(80)]

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 def test_mask_delta_and_attack_lr_reach_the_sweep(tmp_path):
     from privembed.cli import app
-    from privembed.io import write_embeddings
+    from privembed.data.io import write_embeddings
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((40, 8)).astype(np.float32)

@@ -152,7 +152,7 @@ def _app():
 
 
 def test_advise_command_at_80_columns_splits_no_word(tmp_path):
-    from privembed.io import write_embeddings
+    from privembed.data.io import write_embeddings
 
     X, _ = _corpus(n=300)
     write_embeddings(tmp_path / "e.npz", X.astype(np.float32))
@@ -171,7 +171,7 @@ def test_advise_command_at_80_columns_splits_no_word(tmp_path):
 
 
 def test_advise_command_refuses_plain_only_options_without_plain_only(tmp_path):
-    from privembed.io import write_embeddings
+    from privembed.data.io import write_embeddings
 
     X, _ = _corpus(n=60)
     write_embeddings(tmp_path / "e.npz", X.astype(np.float32))
@@ -224,7 +224,7 @@ def test_more_attacks_run_at_the_recommended_setting_only_and_join_the_verdicts(
 
 
 def test_advise_command_with_real_queries_and_a_public_basis(tmp_path):
-    from privembed.io import write_embeddings
+    from privembed.data.io import write_embeddings
 
     X, Q = _corpus(d=64, clusters=8)
     public, _ = _corpus(n=400, d=64, clusters=8)

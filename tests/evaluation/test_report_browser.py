@@ -120,8 +120,8 @@ def bow_embed(texts: list[str], d: int = 64) -> np.ndarray:
 def report(tmp_path_factory):
     from privembed.attacks import sensitive_tokens
     from privembed.cli import app
-    from privembed.datasets import synthetic_clinical_notes
-    from privembed.io import write_embeddings
+    from privembed.data.datasets import synthetic_clinical_notes
+    from privembed.data.io import write_embeddings
 
     d = tmp_path_factory.mktemp("evaluate")
     notes = synthetic_clinical_notes(100, seed=0)

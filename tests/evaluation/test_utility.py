@@ -17,7 +17,7 @@ from privembed.evaluation import (
     sts_correlation,
 )
 from privembed.mechanisms import LaplaceMechanism, PrivateProjection
-from privembed.search import projection_search
+from privembed.search.projection import projection_search
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privembed.io import write_embeddings
+from privembed.data.io import write_embeddings
 
 # Telemetry off and no token file in ~/.ray for the local test clusters.
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from privembed.cli import app
+from privembed.data.io import read_embeddings, write_embeddings
 from privembed.integrations.stores import open_store
-from privembed.io import read_embeddings, write_embeddings
 
 from .conftest import near_copies
 

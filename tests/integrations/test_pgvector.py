@@ -96,8 +96,8 @@ def test_index_and_search_with_recall_through_the_command_line(pg_url, tmp_path,
     from typer.testing import CliRunner
 
     from privembed.cli import app
-    from privembed.io import write_embeddings
-    from privembed.keyed import keygen
+    from privembed.data.io import write_embeddings
+    from privembed.keys.keyed import keygen
 
     monkeypatch.setenv("PRIVEMBED_PG_DSN", pg_url)
     key = tmp_path / "k.key"

@@ -10,7 +10,7 @@ import pytest
 
 from privembed import get_mechanism
 from privembed.integrations.collection import ProtectedCollection, Searcher
-from privembed.payload import PayloadError
+from privembed.keys.payload import PayloadError
 
 from .conftest import KEY, clustered, near_copies
 
@@ -151,7 +151,7 @@ def test_cli_index_texts_with_payloads_and_search_with_rerank(tmp_path):
     from typer.testing import CliRunner
 
     from privembed.cli import app
-    from privembed.keyed import keygen
+    from privembed.keys.keyed import keygen
 
     runner = CliRunner()
     key = tmp_path / "k.key"
@@ -213,8 +213,8 @@ def test_cli_index_with_payloads_into_a_new_folder(tmp_path, store):
     from typer.testing import CliRunner
 
     from privembed.cli import app
-    from privembed.io import write_embeddings
-    from privembed.keyed import keygen
+    from privembed.data.io import write_embeddings
+    from privembed.keys.keyed import keygen
 
     key = tmp_path / "k.key"
     keygen(key)
@@ -235,8 +235,8 @@ def test_cli_index_with_payloads_into_a_new_folder(tmp_path, store):
 def test_profile_from_real_queries_and_where_it_came_from(tmp_path):
     """index_file takes real queries for the k' profile (a file of embeddings); the profile
     records its source, so search can warn when documents stood in for queries."""
+    from privembed.data.io import write_embeddings
     from privembed.integrations.collection import index_file
-    from privembed.io import write_embeddings
 
     X, Q = _corpus(400, 16)
     src, qf = tmp_path / "e.parquet", tmp_path / "q.npz"
@@ -267,8 +267,8 @@ def test_half_precision_faiss_index_reranks_to_the_same_hits(tmp_path):
     from typer.testing import CliRunner
 
     from privembed.cli import app
-    from privembed.io import write_embeddings
-    from privembed.keyed import keygen
+    from privembed.data.io import write_embeddings
+    from privembed.keys.keyed import keygen
 
     runner = CliRunner()
     X, Q = _corpus(800, 32, seed=5)
@@ -397,7 +397,7 @@ def test_a_rolled_back_record_is_refused_by_a_search_that_holds_the_ledger(tmp_p
     re-ranking with the ledger refuses it ("stale"); without the ledger it cannot know."""
     import shutil
 
-    from privembed.ledger import Ledger
+    from privembed.keys.ledger import Ledger
 
     X, _ = _corpus(200, 16)
     ids = list(range(200)) if typed == "int" else [f"n{i}" for i in range(200)]

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from privembed import get_mechanism
 from privembed.cli import app
+from privembed.data.io import read_embeddings, write_embeddings
 from privembed.integrations.shards import protect_shards
-from privembed.io import read_embeddings, write_embeddings
-from privembed.ledger import Ledger
+from privembed.keys.ledger import Ledger
 
 from .conftest import KEY
 

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from privembed import get_mechanism
 from privembed.cli import app
+from privembed.data.io import write_embeddings
 from privembed.integrations.sentence_transformers import PrivateSentenceTransformer
-from privembed.io import write_embeddings
 
 from .conftest import KEY
 
@@ -79,7 +79,7 @@ def test_a_plain_callable_works_as_a_model():
 @pytest.mark.slow
 def test_real_model_text_path_index_and_search(tmp_path, key_file):
     """MiniLM end to end: embed notes, index protected vectors, search with a text query."""
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     notes = [
         "patient reports chest pain radiating to the left arm",

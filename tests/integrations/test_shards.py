@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from privembed import DataError, get_mechanism
 from privembed.cli import app
+from privembed.data.io import read_embeddings, read_metadata, write_embeddings
 from privembed.integrations.shards import protect_shards, resolve_shards
-from privembed.io import read_embeddings, read_metadata, write_embeddings
-from privembed.ledger import BudgetExceeded, Ledger
+from privembed.keys.ledger import BudgetExceeded, Ledger
 from privembed.release import protect
 
 from .conftest import KEY

@@ -88,7 +88,7 @@ def test_rng_is_a_deprecated_spelling_of_random_state(tmp_path):
 
 
 def test_key_file_path_is_accepted(tmp_path):
-    from privembed.keyed import keygen
+    from privembed.keys.keyed import keygen
 
     X, _ = _data(10)
     path = tmp_path / "k.key"

@@ -25,7 +25,7 @@ from .._reads import holder_reads
 from .conftest import KEY, clustered
 
 STORES = ["faiss", "chroma", "qdrant"]
-#: the payload format (privembed.payload): 45-byte header, then ciphertext and a 16-byte tag;
+#: the payload format (privembed.keys.payload): 45-byte header, then ciphertext and a 16-byte tag;
 #: the plaintext is u32 d, the vector, then u32 length and the text
 HEADER, TAG = 45, 16
 

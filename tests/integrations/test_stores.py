@@ -18,7 +18,7 @@ import pytest
 from privembed import DataError, get_mechanism
 from privembed.integrations.collection import ProtectedCollection
 from privembed.integrations.stores import FaissStore, Hit, open_store
-from privembed.ledger import BudgetExceeded, Ledger
+from privembed.keys.ledger import BudgetExceeded, Ledger
 from privembed.release import protect
 
 from .conftest import KEY, brute_topk, clustered, cosines, near_copies

@@ -9,11 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from privembed.cli import app
+from privembed.data.io import write_embeddings
 from privembed.integrations.collection import ProtectedCollection, Searcher, index_file
 from privembed.integrations.stores import open_store
-from privembed.io import write_embeddings
-from privembed.keyed import keygen
-from privembed.ledger import Ledger, record_key
+from privembed.keys.keyed import keygen
+from privembed.keys.ledger import Ledger, record_key
 from privembed.mechanisms.subspace import SubspaceBasis, SubspaceMechanism
 
 from .conftest import KEY, cosines
@@ -87,7 +87,7 @@ def test_a_subspace_collection_needs_its_key_and_its_sealed_basis(tmp_path):
         col.add([f"r{i}" for i in range(len(X))], X)
     with pytest.raises(ValueError, match="keeps its basis and mean with the key holder"):
         ProtectedCollection(open_store("faiss", tmp_path / "db", "col", create=False))
-    from privembed.payload import PayloadError
+    from privembed.keys.payload import PayloadError
 
     with pytest.raises(PayloadError):  # another key cannot open it
         ProtectedCollection(open_store("faiss", tmp_path / "db", "col", create=False),
@@ -164,7 +164,7 @@ def test_index_file_with_a_public_basis_file(tmp_path):
 
 
 def test_cli_protect_with_a_public_basis_and_with_dp_pca(tmp_path):
-    from privembed.io import read_embeddings
+    from privembed.data.io import read_embeddings
 
     X, _ = _corpus(300)
     src, pub = tmp_path / "e.parquet", tmp_path / "public.npz"

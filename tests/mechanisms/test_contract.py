@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from privembed import DataError, theory
-from privembed.accounting import Guarantee, guarantee_from_dict
+from privembed import DataError
+from privembed.core import theory
+from privembed.core.accounting import Guarantee, guarantee_from_dict
+from privembed.core.rng import as_generator
 from privembed.mechanisms import MECHANISMS, Mechanism, get_mechanism
-from privembed.rng import as_generator
 
 D = 16  # dimension used throughout the contract tests
 

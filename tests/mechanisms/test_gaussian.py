@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privembed import ApproxDP, EmpiricalGaussianMechanism, GaussianMechanism, theory
+from privembed import ApproxDP, EmpiricalGaussianMechanism, GaussianMechanism
+from privembed.core import theory
 
 from ._laws import K_SE, P_MIN, assert_mean_within, ks_pvalue, unit_rows
 

@@ -17,6 +17,7 @@ import pytest
 from scipy import linalg, stats
 
 from privembed import DataError
+from privembed.core.rng import as_generator
 from privembed.mechanisms import JLProjection, PrivateProjection
 from privembed.mechanisms.jl import (
     KINDS,
@@ -27,7 +28,6 @@ from privembed.mechanisms.jl import (
     jl_target_dim,
     srht_matrix,
 )
-from privembed.rng import as_generator
 
 
 def _unit(rng: np.random.Generator, n: int, d: int) -> np.ndarray:

@@ -15,10 +15,11 @@ import math
 import numpy as np
 import pytest
 
-from privembed import LaplaceMechanism, MetricDP, PureDP, theory
+from privembed import LaplaceMechanism, MetricDP, PureDP
+from privembed.core import theory
+from privembed.core.rng import as_generator
 from privembed.mechanisms.base import GeneratorSource
 from privembed.mechanisms.laplace import sample_l2_laplace
-from privembed.rng import as_generator
 
 from ._laws import K_SE, assert_mean_within, check_radius_and_direction, unit_rows
 

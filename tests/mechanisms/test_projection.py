@@ -14,7 +14,8 @@ import pytest
 from scipy import stats
 
 from privembed import DataError
-from privembed.accounting import guarantee_from_dict
+from privembed.core.accounting import guarantee_from_dict
+from privembed.core.rng import as_generator
 from privembed.mechanisms import (
     MECHANISMS,
     LaplaceMechanism,
@@ -23,7 +24,6 @@ from privembed.mechanisms import (
     get_mechanism,
 )
 from privembed.mechanisms.projection import require_projection
-from privembed.rng import as_generator
 
 KINDS = ("gaussian", "sparse", "srht")
 

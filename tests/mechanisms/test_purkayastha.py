@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privembed import DataError, MetricDP, PureDP, PurkayasthaMechanism, theory
+from privembed import DataError, MetricDP, PureDP, PurkayasthaMechanism
+from privembed.core import theory
 from privembed.mechanisms.purkayastha import AngleTable
 
 from ._laws import (

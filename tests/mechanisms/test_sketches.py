@@ -12,9 +12,9 @@ import re
 import numpy as np
 import pytest
 
+from privembed.core.rng import as_generator
 from privembed.mechanisms import JLSketch
 from privembed.mechanisms.sketches import blocki_threshold
-from privembed.rng import as_generator
 
 
 def test_sketch_refuses_small_singular_values() -> None:

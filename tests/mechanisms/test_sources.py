@@ -26,10 +26,10 @@ from privembed import (
     MahalanobisMechanism,
     PurkayasthaMechanism,
 )
+from privembed.core.rng import GeneratorSource, as_generator
 from privembed.mechanisms import Mechanism, PrivateProjection
 from privembed.mechanisms import laplace as laplace_module
 from privembed.release import Release
-from privembed.rng import GeneratorSource, as_generator
 
 from ._laws import (
     K_SE,

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privembed import DataError, theory
-from privembed.accounting import ApproxDP, MetricDP, PureDP, UnsupportedGuarantee
+from privembed import DataError
 from privembed.audit import audit, whitebox_check
-from privembed.ledger import BudgetExceeded, Ledger, record_key
+from privembed.core import theory
+from privembed.core.accounting import ApproxDP, MetricDP, PureDP, UnsupportedGuarantee
+from privembed.keys.ledger import BudgetExceeded, Ledger, record_key
 from privembed.mechanisms import build_mechanism
 from privembed.mechanisms.subspace import (
     SecondMoments,
@@ -151,7 +152,7 @@ def test_guarantees_state_the_per_record_charge_of_each_noise() -> None:
     assert purk.guarantee.metric.startswith("angular (great-circle distance between the centred")
     none = SubspaceMechanism(basis=P, epsilon=5.0, input_norm="none")
     with pytest.raises(UnsupportedGuarantee):  # unbounded inputs: no per-record charge
-        from privembed.accounting import cost_of
+        from privembed.core.accounting import cost_of
 
         cost_of(none.guarantee)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from privembed.keyed import keygen, load_key
+from privembed.keys.keyed import keygen, load_key
 from privembed.server import config_from_dict, create_app, hash_api_key, running_server
 
 from ._fake_upstream import UPSTREAM_KEY, FakeUpstream, serve_app

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from privembed.cli import app
-from privembed.embedders import BACKENDS
-from privembed.keyed import keygen
+from privembed.data.embedders import BACKENDS
+from privembed.keys.keyed import keygen
 from privembed.server import (
     BackendConfig,
     ConfigError,

@@ -15,7 +15,7 @@ import openai
 import pytest
 
 from privembed import get_mechanism
-from privembed.keyed import text_digests
+from privembed.keys.keyed import text_digests
 from privembed.release import Release
 from privembed.server import backend_key, text_record_id
 from privembed.server.logs import JsonFormatter

@@ -15,7 +15,7 @@ import numpy as np
 import openai
 import pytest
 
-from privembed.ledger import Ledger
+from privembed.keys.ledger import Ledger
 from privembed.server import text_record_id
 from privembed.server.service import Service
 

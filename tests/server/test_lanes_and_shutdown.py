@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from privembed.ledger import Ledger
+from privembed.keys.ledger import Ledger
 
 from ._fake_upstream import UPSTREAM_KEY, FakeUpstream, serve_app
 from .conftest import API_KEYS, FULL_KEY, proxy, queued_texts, service_of

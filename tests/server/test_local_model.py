@@ -30,7 +30,7 @@ def local_server(server_key):
 
 
 def test_local_minilm_protected_by_the_gaussian_law(local_server):
-    from privembed.datasets import synthetic_clinical_notes
+    from privembed.data.datasets import synthetic_clinical_notes
 
     texts = [n.text for n in synthetic_clinical_notes(48, seed=11)]
     with openai.OpenAI(
@@ -40,7 +40,7 @@ def test_local_minilm_protected_by_the_gaussian_law(local_server):
 
 
 def check(c: openai.OpenAI, texts: list[str]) -> None:
-    from privembed.embedders import Embedder
+    from privembed.data.embedders import Embedder
 
     r = c.embeddings.create(model="docs", input=texts)
     Y = np.array([d.embedding for d in r.data])

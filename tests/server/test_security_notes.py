@@ -12,8 +12,8 @@ import httpx
 import numpy as np
 import pytest
 
-from privembed.keyed import canonical_text, load_key, text_digests
-from privembed.ledger import BudgetRaise, Ledger
+from privembed.keys.keyed import canonical_text, load_key, text_digests
+from privembed.keys.ledger import BudgetRaise, Ledger
 from privembed.release import Release
 from privembed.server import config_from_dict, create_app, running_server, text_record_id
 from privembed.server.logs import JsonFormatter
@@ -86,8 +86,8 @@ def test_each_backend_draws_with_its_own_noise_key(server_key, tmp_path):
     import hmac
     import sqlite3
 
-    from privembed import labels
-    from privembed.keyed import key_id
+    from privembed.core import labels
+    from privembed.keys.keyed import key_id
 
     text = "the same text through two backends"
     rows = []

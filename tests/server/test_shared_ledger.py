@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from privembed.ledger import Ledger
+from privembed.keys.ledger import Ledger
 from privembed.server import hash_api_key
 from privembed.server.service import text_record_id
 

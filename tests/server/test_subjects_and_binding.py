@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from privembed.ledger import Ledger
+from privembed.keys.ledger import Ledger
 from privembed.server import config_from_dict, create_app, hash_api_key, running_server
 from privembed.server.errors import ConfigError
 
@@ -121,7 +121,7 @@ def test_subjects_written_before_namespacing_are_reported_at_start(server_key, t
     import logging
 
     from privembed import LaplaceMechanism
-    from privembed.ledger import record_key
+    from privembed.keys.ledger import record_key
 
     ledger = tmp_path / "ledger.sqlite"
     with Ledger(ledger) as led:

@@ -9,8 +9,8 @@ from scipy import stats
 
 import privembed.mechanisms.laplace as laplace_module
 from privembed import DataError, MetricDP
+from privembed.core.rng import as_generator
 from privembed.mechanisms.base import GeneratorSource
-from privembed.rng import as_generator
 from privembed.text import NearestNeighbourIndex, Vocabulary, WordSanitizer
 from privembed.text.sanitizer import neighbours_at_rank, sample_ranks
 

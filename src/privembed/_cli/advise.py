@@ -161,9 +161,9 @@ def advise(
 ) -> None:
     """Per deployment mode, the smallest epsilon at which search stays useful, its cost and the
     threats it defends against."""
+    from ..data.io import check_input_format
     from ..evaluation import Linkage, UtilityEvaluator
     from ..evaluation.advice import advise as run_advice
-    from ..io import check_input_format
 
     check_input_format(input)
     goal, ceilings = _goal_and_ceilings(min_cosine, min_overlap, target, ceiling, plain_only)
@@ -254,8 +254,8 @@ def _vectors_and_texts(
 ) -> tuple[Any, list[str] | None, Any]:
     """The clean vectors of INPUT (texts are embedded here) and the texts behind them with their
     sensitive tokens, for the token attack (None when there are none)."""
+    from ..data.io import holds_texts
     from ..evaluation.pipeline import read_attack_texts
-    from ..io import holds_texts
 
     if not holds_texts(input):
         X, ids, _metadata = read_clean_embeddings(input, column)
@@ -263,8 +263,8 @@ def _vectors_and_texts(
             return X, None, None
         all_texts, sensitive = read_attack_texts(texts, ids)
         return X, all_texts, sensitive
-    from ..embedders import Embedder
-    from ..io import read_texts
+    from ..data.embedders import Embedder
+    from ..data.io import read_texts
 
     sensitive = None
     _ids, all_texts = read_texts(input)
@@ -295,8 +295,8 @@ def _advise_modes(
     as_json: bool,
     attacks: list[Any],
 ) -> None:
+    from ..data.io import read_embeddings
     from ..evaluation.modes import advise_modes
-    from ..io import read_embeddings
 
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     Q = None

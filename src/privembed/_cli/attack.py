@@ -198,7 +198,7 @@ def _mechanism(
 def _key(key_file: Path | None, seed: int | None) -> bytes | None:
     if key_file is None:
         return None
-    from ..keyed import load_key
+    from ..keys.keyed import load_key
     from ..release import check_randomness
 
     check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")
@@ -207,14 +207,14 @@ def _key(key_file: Path | None, seed: int | None) -> bytes | None:
 
 
 def _read_embeddings(path: Path) -> tuple[np.ndarray, list[Any] | None]:
-    from ..io import read_embeddings
+    from ..data.io import read_embeddings
 
     t = read_embeddings(path)
     return np.asarray(t.X, dtype=np.float64), None if t.ids is None else list(t.ids.tolist())
 
 
 def _encode(texts: list[str], model: str | None) -> np.ndarray:
-    from ..embedders import Embedder
+    from ..data.embedders import Embedder
 
     with progress_done("embedding", len(texts), unit="texts") as on_progress:
         return np.asarray(Embedder(model).encode(texts, on_progress=on_progress), np.float64)
@@ -223,7 +223,7 @@ def _encode(texts: list[str], model: str | None) -> np.ndarray:
 def _texts_and_embeddings(
     texts: Path, embeddings: Path | None, model: str | None
 ) -> tuple[list[Any], list[str], np.ndarray]:
-    from ..io import read_texts
+    from ..data.io import read_texts
 
     ids, tx = read_texts(texts)
     if ids is None:  # texts without ids: attack rows are numbered (no keyed noise needed here)
@@ -240,7 +240,7 @@ def _texts_and_embeddings(
 
 def _pool(data: Path | None, model: str | None) -> tuple[list[Any], np.ndarray]:
     """Embeddings (and ids) of INPUT: an embeddings file, or texts embedded here."""
-    from ..io import check_input_format, holds_texts
+    from ..data.io import check_input_format, holds_texts
 
     if data is None:
         raise ValueError("give INPUT: an embeddings file, or texts to embed.")
@@ -293,7 +293,7 @@ def _corpus(
 
 
 def _split(n: int, fraction: float, seed: int | None) -> tuple[np.ndarray, np.ndarray]:
-    from .._validation import check_real
+    from ..core._validation import check_real
 
     check_real("aux_fraction", fraction, gt=0, lt=1)
     perm = np.random.default_rng(seed).permutation(n)
@@ -356,7 +356,7 @@ def _write(output: Path | None, obj: dict[str, Any], overwrite: bool, as_json: b
         print_json(obj)
     if output is None:
         return
-    from ..io import atomic_output
+    from ..data.io import atomic_output
 
     with atomic_output(output, overwrite=overwrite) as tmp:
         tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
@@ -1089,7 +1089,7 @@ def _transformer_inversion(
     """Train (or fine-tune) the transformer attack on the attacker's texts and score the rest."""
     from ..attacks import TransformerInversionAttack, score_against_blind, score_reconstructions
     from ..attacks.transformer_inversion import strength_verdict
-    from ..embedders import Embedder
+    from ..data.embedders import Embedder
 
     aux_tx, aux_X = split.aux_texts, split.aux_X
     t_tx, t_sens = split.texts, split.sensitive

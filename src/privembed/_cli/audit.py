@@ -104,7 +104,7 @@ OptFailUnlessConsistent = Annotated[
 def _from_file(path: Path, mask: Path | None, covariance: Path | None) -> tuple[Any, int]:
     """The mechanism recorded in a protected file's metadata, and the file's input dimension."""
     from ..audit import mechanism_from_config
-    from ..io import iter_batches, read_metadata
+    from ..data.io import iter_batches, read_metadata
 
     meta = read_metadata(path)
     config = meta.get("mechanism")
@@ -339,7 +339,7 @@ def _noise_paths(*, keyed: bool, fresh_noise: bool, generator: str) -> tuple[str
         return noise, [None]
     gens: list[str | None] = ["philox", "aes"] if generator == "both" else [generator]
     if "aes" in gens:  # before the first audit runs, not after it
-        from .._optional import require
+        from ..core._optional import require
 
         require("randomgen", "secure", purpose="keyed AES noise (--keyed-generator aes)")
     return noise, gens

@@ -25,8 +25,8 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from .._validation import DataError
-from ..cancel import Cancelled
+from ..core._validation import DataError
+from ..core.cancel import Cancelled
 from ..mechanisms import MECHANISMS
 from .options import delta_flag, epsilon_flag, k_flag
 
@@ -79,7 +79,7 @@ ProjectionKind = Literal["gaussian", "sparse", "srht"]
 Neighbouring = Literal["record", "attribute"]
 #: how inputs reach the sphere a sensitivity bound assumes
 InputNorm = Literal["normalize", "clip", "none"]
-#: keyed-noise stream generators (:mod:`privembed.keyed`)
+#: keyed-noise stream generators (:mod:`privembed.keys.keyed`)
 KeyedGenerator = Literal["philox", "aes"]
 
 # ---- the mechanism options, declared once (protect, audit) -----------------------------------
@@ -127,11 +127,11 @@ MECHANISM_OPTIONS = (
     "epsilon", "delta", "sigma", "calibration", "covariance", "mask", "mask_delta", "smoothing",
     "k", "kind", "projection_seed", "neighbouring", "input_norm", "renormalize",
 )  # fmt: skip
-#: randomness policies (:func:`privembed.rng.set_bit_generator`; aes/chacha need randomgen)
+#: randomness policies (:func:`privembed.core.rng.set_bit_generator`; aes/chacha need randomgen)
 BitGeneratorName = Literal["pcg64", "pcg64dxsm", "philox", "sfc64", "aes", "chacha"]
 #: vector stores (:mod:`privembed.integrations.stores`)
 StoreKind = Literal["chroma", "qdrant", "faiss", "pgvector"]
-#: embedding runtimes (:data:`privembed.embedders.BACKENDS`)
+#: embedding runtimes (:data:`privembed.data.embedders.BACKENDS`)
 EmbedBackend = Literal["auto", "torch", "onnx", "onnx-int8"]
 
 USER_ERRORS: tuple[type[BaseException], ...] = (
@@ -356,7 +356,7 @@ def user_errors(func: F) -> F:
         except (typer.Exit, typer.Abort):
             raise
         except KeyboardInterrupt as exc:
-            # a release stopped at a checkpoint (privembed.cancel), or Ctrl-C elsewhere: one
+            # a release stopped at a checkpoint (privembed.core.cancel), or Ctrl-C elsewhere: one
             # line and 128 + the signal, never a traceback and never click's "Aborted!" (1)
             code = exc.exit_code if isinstance(exc, Cancelled) else 130
             err_console.print("interrupted" if code == 130 else "terminated", highlight=False)
@@ -478,7 +478,7 @@ def progress_callback(
 
 @contextlib.contextmanager
 def progress_done(description: str, total: int, *, unit: str) -> Iterator[Callable[[int], None]]:
-    """Yield ``on_progress(done)`` (a cumulative count, as :meth:`privembed.embedders.Embedder.encode`
+    """Yield ``on_progress(done)`` (a cumulative count, as :meth:`privembed.data.embedders.Embedder.encode`
     reports it) driving a progress bar on a terminal (stderr)."""
     if not show_progress():
         yield lambda _done: None

@@ -226,7 +226,7 @@ def _corpus(concept: str, texts: Path | None, *, n: int, seed: int | None) -> tu
     """The texts to learn from and where they came from: the corpus given, else ``n`` generated
     sentences for a built-in concept."""
     from ..concepts.sources import _canonical, generate_sentences
-    from ..io import read_texts
+    from ..data.io import read_texts
 
     if texts is not None:
         _ids, corpus = read_texts(texts)
@@ -289,7 +289,7 @@ def _fit_eraser(
         "method": method,
     }  # fmt: skip
     if eraser_texts is not None:
-        from ..io import read_text_table
+        from ..data.io import read_text_table
 
         table = read_text_table(eraser_texts)
         labels = None

@@ -213,7 +213,7 @@ def read_clean_embeddings(
 ) -> tuple[np.ndarray, list[str], dict[str, Any]]:
     """The embeddings of ``path``, their ids as text (row numbers where it has none) and its
     metadata; a protected file is refused (evaluate and advise protect the clean vectors)."""
-    from ..io import read_embeddings
+    from ..data.io import read_embeddings
 
     table = read_embeddings(path, column=column)
     refuse_protected(table.metadata, path, hint=_CLEAN_ONLY)
@@ -392,7 +392,7 @@ def _task_embeddings(
     model: str | None,
 ) -> tuple[Any, list[str], Any, dict[str, Any]]:
     """Load and embed a retrieval task (corpus subset, query sample) with a progress bar."""
-    from ..embedders import Embedder
+    from ..data.embedders import Embedder
     from ..evaluation.loaders import gcide_retrieval
     from ..evaluation.pipeline import embed_retrieval_task
     from .common import progress_callback

@@ -18,7 +18,7 @@ import typer
 from rich.padding import Padding
 from rich.table import Table
 
-from ..ledger import Ledger, administer_budget, display_key, key_value, open_existing
+from ..keys.ledger import Ledger, administer_budget, display_key, key_value, open_existing
 from .common import console, err_console, mechanism_text, print_json, user_errors
 from .options import delta_flag, epsilon_flag, json_flag
 
@@ -41,7 +41,7 @@ def _when(t: float | None) -> str:
 
 def _guarantee_text(g: object) -> str:
     """A recorded guarantee in words (``?`` when it cannot be read)."""
-    from ..accounting import guarantee_from_dict
+    from ..core.accounting import guarantee_from_dict
 
     if not isinstance(g, dict):
         return "?"

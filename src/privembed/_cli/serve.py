@@ -110,8 +110,8 @@ def _print_check(cfg: Any, config: Path) -> None:
     warning for each upstream backend whose API key variable is not set."""
     import os
 
-    from ..keyed import key_id
-    from ..ledger_pg import redact_url
+    from ..keys.keyed import key_id
+    from ..keys.ledger_pg import redact_url
 
     console.print(f"config {config}: OK (key id {key_id(cfg.key)}, noise {cfg.server.noise})")
     for m in cfg.models.values():

@@ -173,7 +173,7 @@ def _key(key_file: Path | None) -> bytes | None:
     """The secret key ``--key-file`` names (None without one)."""
     if key_file is None:
         return None
-    from ..keyed import load_key
+    from ..keys.keyed import load_key
 
     return load_key(key_file)
 
@@ -297,8 +297,8 @@ def index(
     Already-protected files (privembed protect) are indexed as they are, under the
     configuration they record. Plain vectors need --mechanism (or --mechanism none).
     """
+    from ..data.io import check_input_format
     from ..integrations.collection import index_file
-    from ..io import check_input_format
     from .common import progress_callback
 
     check_input_format(input)  # embeddings or texts: the message lists both
@@ -521,7 +521,7 @@ def _read_only_ledger(ledger: str | None) -> Any:
     """The existing ledger search checks payloads against (None without --ledger)."""
     if ledger is None:
         return None
-    from ..ledger import open_existing
+    from ..keys.ledger import open_existing
 
     return open_existing(ledger)
 
@@ -574,7 +574,7 @@ def _search_given(
         advance,
     ):
         if query_embeddings is not None:
-            from ..io import iter_batches
+            from ..data.io import iter_batches
 
             n, _dim, _meta, batches = iter_batches(query_embeddings, batch_rows=step)
             set_total(n)
@@ -676,7 +676,7 @@ def protect_stream(
         else:
             src = sys.stdin.buffer
         if output is not None:
-            from ..io import atomic_output
+            from ..data.io import atomic_output
 
             tmp = stack.enter_context(atomic_output(output, src=input))
             dst = stack.enter_context(tmp.open("wb"))
@@ -786,7 +786,7 @@ def protect_shards(
         highlight=False,
     )
     if ledger is not None:
-        from ..ledger import redact_url
+        from ..keys.ledger import redact_url
 
         err_console.print(
             f"ledger {redact_url(ledger)}: {summary['ledger_releases']} release(s), one per "

@@ -107,7 +107,7 @@ def sanitize(
     ] = False,
 ) -> None:
     """Sanitise text word by word; punctuation, spacing and capitalisation are kept."""
-    from ..io import _require_exists
+    from ..data.io import _require_exists
     from ..text import ExponentialSanitizer, NearestNeighbourIndex, WordSanitizer
 
     if (text is None) == (file is None):
@@ -178,8 +178,8 @@ def analyze(
     limit: LimitOpt = None,
 ) -> None:
     """Output proportions, neighbour gaps (Table 2) and the noisy dot product, as tables and plots."""
-    from .._validation import check_choice, check_int, check_real
-    from ..rng import as_generator
+    from ..core._validation import check_choice, check_int, check_real
+    from ..core.rng import as_generator
     from ..text import NearestNeighbourIndex, analysis
 
     # validate everything before the (slow) vocabulary load

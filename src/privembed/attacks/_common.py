@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._optional import require
-from .._validation import DataError, check_embeddings, check_int, check_real
-from ..rng import as_generator, spawn
+from ..core._optional import require
+from ..core._validation import DataError, check_embeddings, check_int, check_real
+from ..core.rng import as_generator, spawn
 
 __all__ = [
     "as_token_sets",

@@ -36,9 +36,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.stats import norm, rankdata
 
-from .._optional import require
-from .._validation import DataError, check_choice, check_int, check_real
-from ..rng import as_generator
+from ..core._optional import require
+from ..core._validation import DataError, check_choice, check_int, check_real
+from ..core.rng import as_generator
 from ._common import check_hidden, embeddings_f64, protect_copies, standard_scale
 from .base import AttackResult
 

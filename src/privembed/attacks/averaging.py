@@ -10,7 +10,7 @@ average to the original is, for large d,
     \qquad \mu = E[a],\ m_2 = E[a^2]
 
 (:func:`expected_average_cosine`): the orthogonal noise shrinks like :math:`1/\sqrt N`. With
-*keyed* noise (:mod:`privembed.keyed`) every re-release is bit-identical, so the average is the
+*keyed* noise (:mod:`privembed.keys.keyed`) every re-release is bit-identical, so the average is the
 single release and the attacker gains exactly nothing -- the reason keyed noise exists.
 
 Token leakage of the averaged vectors is measured with any fitted token attack (e.g.
@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_int, check_real
-from ..geometry import mean_cosine, unit_pairs
+from ..core._validation import DataError, check_int, check_real
+from ..search.geometry import mean_cosine, unit_pairs
 from ._common import embeddings_f64
 from .base import AttackResult
 

@@ -1,6 +1,6 @@
 """A PII corpus with ground truth for the token attacks: synthetic clinical notes (templates + Faker).
 
-Each note of :func:`privembed.datasets.synthetic_clinical_notes` records its sensitive values
+Each note of :func:`privembed.data.datasets.synthetic_clinical_notes` records its sensitive values
 (name, age, city, disease, symptom, drug); their lower-cased word tokens, minus a few function
 words, are the note's *sensitive tokens* -- what Leakage ([T26] eq. 13) counts.
 """
@@ -14,7 +14,7 @@ from ._common import word_tokens
 
 __all__ = ["FUNCTION_WORDS", "SENSITIVE_FIELDS", "PIICorpus", "pii_corpus", "sensitive_tokens"]
 
-#: fields of a :class:`~privembed.datasets.ClinicalNote` that hold personal information
+#: fields of a :class:`~privembed.data.datasets.ClinicalNote` that hold personal information
 SENSITIVE_FIELDS = ("name", "age", "city", "disease", "symptom", "drug")
 #: words inside sensitive values that carry no personal information by themselves
 FUNCTION_WORDS = frozenset(
@@ -74,7 +74,7 @@ def pii_corpus(n: int = 2000, *, seed: int = 0) -> PIICorpus:
     >>> len(c), c.ids[0], "modafinil" in c.sensitive[1] or len(c.sensitive[1]) > 3
     (2, 'note-00000', True)
     """
-    from ..datasets import synthetic_clinical_notes
+    from ..data.datasets import synthetic_clinical_notes
 
     notes = synthetic_clinical_notes(n, seed=seed)
     return PIICorpus(

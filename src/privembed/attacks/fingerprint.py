@@ -51,8 +51,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_choice, check_int, check_real
-from ..rng import as_generator, spawn
+from ..core._validation import DataError, check_choice, check_int, check_real
+from ..core.rng import as_generator, spawn
 from . import metrics
 from ._common import (
     build_mlp,
@@ -94,7 +94,7 @@ def release_stack(
 
     Fresh noise draws every release from its own child of ``rng``. With ``key`` every release is
     keyed by (key, mechanism, id) and therefore bit-identical to the first (the contract of
-    :mod:`privembed.keyed`, tested there); the first release is computed once and repeated.
+    :mod:`privembed.keys.keyed`, tested there); the first release is computed once and repeated.
     """
     n_releases = check_int("n_releases", n_releases, ge=1)
     arr = embeddings_f64(X)

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_int
-from ..geometry import retrieval_ranks
+from ..core._validation import DataError, check_int
+from ..search.geometry import retrieval_ranks
 from ._common import embeddings_f64
 from .base import AttackResult
 

@@ -37,8 +37,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.stats import rankdata
 
-from .._validation import DataError, check_int, check_real
-from ..rng import as_generator
+from ..core._validation import DataError, check_int, check_real
+from ..core.rng import as_generator
 
 __all__ = [
     "accuracy",
@@ -142,7 +142,7 @@ def auc(scores: Any, labels: Any) -> float:
     n_pos = int(y.sum())
     if n_pos == 0 or n_pos == y.size:
         return float("nan")
-    from .._optional import require
+    from ..core._optional import require
 
     sk = require("sklearn.metrics", "learn", purpose="ROC AUC")
     return float(sk.roc_auc_score(y, s))

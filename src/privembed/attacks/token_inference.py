@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_int, check_real
-from ..rng import as_generator
+from ..core._validation import DataError, check_int, check_real
+from ..core.rng import as_generator
 from . import metrics
 from ._common import (
     as_token_sets,

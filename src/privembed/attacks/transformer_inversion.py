@@ -53,8 +53,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_choice, check_int, check_real
-from ..rng import as_generator
+from ..core._validation import DataError, check_choice, check_int, check_real
+from ..core.rng import as_generator
 from ._common import embeddings_f64, seed_from, standard_scale, torch_module, torch_threads
 from .reconstruction import ReconstructionReport, score_against_blind
 
@@ -138,8 +138,8 @@ class PieceTokenizer:
 
 def minilm_tokenizer() -> Any:
     """The WordPiece tokenizer (``tokenizers.Tokenizer``) of the offline all-MiniLM-L6-v2."""
-    from .._optional import require
-    from ..embedders import resolve_model
+    from ..core._optional import require
+    from ..data.embedders import resolve_model
 
     tk = require("tokenizers", "embed", purpose="the WordPiece tokenizer of the inversion attack")
     _, target, local = resolve_model(None)

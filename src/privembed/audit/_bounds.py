@@ -32,7 +32,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from .._validation import check_int, check_real
+from ..core._validation import check_int, check_real
 
 __all__ = [
     "ScoreLaw",

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._optional import require
-from .._validation import check_choice, check_int, check_real
+from ..core._optional import require
+from ..core._validation import check_choice, check_int, check_real
+from ..core.rng import spawn
 from ..mechanisms import Mechanism, get_mechanism
-from ..rng import spawn
 from ._bounds import ScoreLaw, evaluate_threshold, max_certifiable_epsilon, select_threshold
 from ._families import Claim, Family, Pair, auditor_for
 from ._paths import NoisePath

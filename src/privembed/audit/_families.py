@@ -28,9 +28,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, special, stats
 
-from .. import theory
-from .._validation import DataError, check_real
-from ..accounting import ApproxDP, MetricDP, Neighbouring, PureDP
+from ..core import theory
+from ..core._validation import DataError, check_real
+from ..core.accounting import ApproxDP, MetricDP, Neighbouring, PureDP
 from ..mechanisms.base import Mechanism
 from ._bounds import ScoreLaw
 from ._paths import NoisePath

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import check_choice
+from ..core._validation import check_choice
 from ..mechanisms.base import Mechanism
 from ..release import Release, default_keyed_generator
 

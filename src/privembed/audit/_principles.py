@@ -4,7 +4,7 @@ and first principles -- never the attribute under check.
 * **Gaussian sigma**: the smallest sigma that gives (epsilon, delta) at sensitivity Delta,
   found by Google's ``dp_accounting`` (its own search over Balle & Wang's exact delta), or the
   classic closed form :math:`\Delta\sqrt{2\ln(1.25/\delta)}/\varepsilon`. Not
-  :mod:`privembed.theory`, which is what the mechanisms calibrate with.
+  :mod:`privembed.core.theory`, which is what the mechanisms calibrate with.
 * **Sensitivity**: from the neighbouring relation: any two vectors of the unit ball are at most
   2 apart (record level); a bounded relation states its distance (the ``sensitivity``
   parameter); a projection's is :math:`2\|P\|_2` (record) or :math:`\max_j\|Pe_j\|_2`
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._optional import require
+from ..core._optional import require
 from ..mechanisms.jl import JLProjection
 
 __all__ = [

@@ -3,7 +3,7 @@ save them as a concept profile, and protect them with elliptical (Mahalanobis) n
 
 The pipeline, from "protect diseases" to protected vectors::
 
-    from privembed.concepts import builtin_concept, generate_sentences, learn_profile
+    from . import builtin_concept, generate_sentences, learn_profile
     concept = builtin_concept("disease")
     profile = learn_profile(generate_sentences("disease", 2000, rng=0), concept, rng=0)
     profile.save("disease.profile")

@@ -22,15 +22,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError
-from ..io import atomic_output
+from ..core._validation import DataError
+from ..data.io import atomic_output
 
 __all__ = ["cache_key", "default_cache_dir", "embed_texts"]
 
 
 def default_cache_dir() -> Path:
     """``$PRIVEMBED_CACHE_DIR`` (the folder itself), else ``embeddings/`` under the cache root
-    of :func:`privembed.embedders.onnx_cache_dir`."""
+    of :func:`privembed.data.embedders.onnx_cache_dir`."""
     env = os.environ.get("PRIVEMBED_CACHE_DIR")
     if env:
         return Path(env).expanduser()
@@ -76,7 +76,7 @@ def embed_texts(
     texts : sequence of str
     embedder : object, optional
         Anything with ``encode(list[str]) -> (n, d) array`` and ``metadata() -> dict``
-        (default: :class:`privembed.embedders.Embedder` for ``model``).
+        (default: :class:`privembed.data.embedders.Embedder` for ``model``).
     model : str, optional
         Model for the default embedder (offline all-MiniLM-L6-v2 if None).
     cache_dir : path, optional
@@ -87,7 +87,7 @@ def embed_texts(
     if not texts:
         raise DataError("texts must be non-empty.")
     if embedder is None:
-        from ..embedders import Embedder
+        from ..data.embedders import Embedder
 
         embedder = Embedder(model)
     meta = dict(embedder.metadata())

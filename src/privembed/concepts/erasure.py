@@ -48,10 +48,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._optional import require
-from .._validation import DataError, check_choice, check_embeddings, check_real
-from ..io import atomic_output
-from ..rng import as_generator
+from ..core._optional import require
+from ..core._validation import DataError, check_choice, check_embeddings, check_real
+from ..core.rng import as_generator
+from ..data.io import atomic_output
 
 __all__ = [
     "ERASER_FORMAT",
@@ -679,7 +679,7 @@ def learn_eraser(
 
     texts = list(texts)
     if embedder is None:
-        from ..embedders import Embedder
+        from ..data.embedders import Embedder
 
         embedder = Embedder(model)
     emb = embedder.metadata()

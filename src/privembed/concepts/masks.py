@@ -52,9 +52,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from .._optional import require
-from .._validation import DataError, check_embeddings, check_int, check_real
-from ..rng import as_generator
+from ..core._optional import require
+from ..core._validation import DataError, check_embeddings, check_int, check_real
+from ..core.rng import as_generator
 
 __all__ = [
     "GAMMA",

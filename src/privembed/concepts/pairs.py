@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._optional import require
-from .._validation import DataError
+from ..core._optional import require
+from ..core._validation import DataError
 from .sources import Concept
 
 __all__ = [

@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_choice, check_int
-from ..io import atomic_output
+from ..core._validation import DataError, check_choice, check_int
+from ..data.io import atomic_output
 from ..mechanisms.mahalanobis import (
     DEFAULT_MASK_DELTA,
     MahalanobisMechanism,
@@ -486,7 +486,7 @@ def learn_profile(
             "removal); at least 2 are needed."
         )
     if embedder is None:
-        from ..embedders import Embedder
+        from ..data.embedders import Embedder
 
         embedder = Embedder(model)
     X = embed_texts(

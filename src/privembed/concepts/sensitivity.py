@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
-from .._validation import DataError, check_embeddings, check_real
+from ..core._validation import DataError, check_embeddings, check_real
 
 __all__ = ["SensitivityDiagnostic", "neuron_sensitivity", "sensitivity_diagnostic"]
 

@@ -22,9 +22,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .._optional import require
-from .._validation import DataError, check_int
-from ..rng import as_generator
+from ..core._optional import require
+from ..core._validation import DataError, check_int
+from ..core.rng import as_generator
 
 __all__ = [
     "BUILTIN_CONCEPTS",

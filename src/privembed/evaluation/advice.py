@@ -4,7 +4,7 @@ Three questions an engineer asks before releasing vectors, answered from theory 
 form exists and by measurement otherwise:
 
 * :func:`setting_note` -- *what does this setting do?* The expected mean cosine between a
-  protected vector and its original (closed form, :mod:`privembed.theory`) and one-line notes
+  protected vector and its original (closed form, :mod:`privembed.core.theory`) and one-line notes
   when it is below a useful level (:data:`USEFUL_COSINE`) or when the guarantee is vacuous
   (:data:`VACUOUS_LDP_EPSILON`, :data:`VACUOUS_DELTA`). ``protect`` and ``index`` print it.
 * :func:`epsilon_for_cosine` / :func:`theory_grid` -- *where is the transition?* The epsilon at
@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import DataError, check_embeddings, check_int, check_real
+from ..core._validation import DataError, check_embeddings, check_int, check_real
+from ..core.rng import spawn
 from ..release.setting import (
     USEFUL_COSINE,
     VACUOUS_DELTA,
@@ -36,7 +37,6 @@ from ..release.setting import (
     implied_ldp,
     setting_note,
 )
-from ..rng import spawn
 from .privacy import Release, StrengthCheck, Unprotected
 from .recommend import (
     REID_CHANCE_MULTIPLE,
@@ -130,7 +130,7 @@ def epsilon_for_cosine(
 
     For ``empirical`` the parameter is sigma (the largest sigma reaching ``target``); for the
     others epsilon (the smallest). Found by bisection on the closed form
-    (:func:`~privembed.theory.expected_cosine_gaussian`, ``_laplace``, ``_purkayastha``), which
+    (:func:`~privembed.core.theory.expected_cosine_gaussian`, ``_laplace``, ``_purkayastha``), which
     increases with epsilon.
 
     Returns
@@ -142,7 +142,7 @@ def epsilon_for_cosine(
     Examples
     --------
     >>> eps = epsilon_for_cosine("laplace", 0.5, 384)
-    >>> from privembed.theory import expected_cosine_laplace
+    >>> from privembed.core.theory import expected_cosine_laplace
     >>> round(expected_cosine_laplace(eps, 384), 3)
     0.5
     """

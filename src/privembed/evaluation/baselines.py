@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError
-from ..rng import as_generator
+from ..core._validation import DataError
+from ..core.rng import as_generator
 
 __all__ = [
     "METHODS",
@@ -251,7 +251,7 @@ def semantic_replacement(
     (``CARDINAL``, ``MONEY``, ...) get another span of the same type seen in the texts (or the
     span itself if it is the only one of its type).
     """
-    from .._optional import require
+    from ..core._optional import require
 
     _check(texts, spans)
     fake = require("faker", "data", purpose="semantic replacement").Faker("en_US")

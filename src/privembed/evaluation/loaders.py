@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._optional import require
-from .._validation import DataError, check_choice, check_int
+from ..core._optional import require
+from ..core._validation import DataError, check_choice, check_int
 from .utility import STSTask
 
 __all__ = [

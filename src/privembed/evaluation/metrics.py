@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_embeddings, check_int
-from ..geometry import mean_cosine, retrieval_ranks, unit_pairs
+from ..core._validation import DataError, check_embeddings, check_int
 from ..mechanisms.base import unit_rows
+from ..search.geometry import mean_cosine, retrieval_ranks, unit_pairs
 
 __all__ = [
     "TIES",
@@ -289,7 +289,7 @@ def ndcg_at_k(ranking: Any, qrels: Any, *, k: int = 10) -> float:
     >>> round(ndcg_at_k({"q1": ["b", "x", "a"], "q2": ["c"]}, qrels, k=3), 6)
     0.880094
     """
-    from .._optional import require
+    from ..core._optional import require
 
     ndcg_score = require("sklearn.metrics", "report", purpose="NDCG").ndcg_score
     k = check_int("k", k, ge=1)

@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_embeddings, check_int, check_real
+from ..core._validation import DataError, check_embeddings, check_int, check_real
+from ..core.rng import spawn
 from ..mechanisms import Mechanism, build_mechanism
-from ..rng import spawn
 from .advice import implied_ldp
 from .threats import (
     DOES_NOT_DEFEND,
@@ -91,7 +91,7 @@ class QueryData:
         Unit query vectors.
     source : str
         ``"queries"`` (given by the user) or ``"pseudo-queries"`` (documents diluted with
-        :func:`privembed.rerank.pseudo_queries`: no real queries were given).
+        :func:`privembed.search.rerank.pseudo_queries`: no real queries were given).
     """
 
     Q: NDArray[np.float64]
@@ -525,7 +525,7 @@ def advise_modes(
         The documents' clean embeddings.
     queries : array_like (nq, d), optional
         Real query embeddings; without them up to ``n_queries`` documents, diluted by
-        :func:`privembed.rerank.pseudo_queries`, stand in (the result says so).
+        :func:`privembed.search.rerank.pseudo_queries`, stand in (the result says so).
     modes : sequence of str
         Any of :data:`MODES`.
     mechanisms : sequence of str
@@ -641,7 +641,7 @@ def _query_data(
 ) -> QueryData:
     """The real queries as unit rows, else up to ``n_queries`` pseudo-queries from ``D``."""
     if queries is None:
-        from ..rerank import pseudo_queries
+        from ..search.rerank import pseudo_queries
 
         n = D.shape[0]
         nq = min(check_int("n_queries", n_queries, ge=2), n)
@@ -819,7 +819,7 @@ def _setting(
     qd: QueryData,
     linkage_records: int,
 ) -> ModeSetting:
-    from ..payload import payload_size
+    from ..keys.payload import payload_size
 
     m = p.mech
     composed = getattr(m, "composed_guarantee", None)

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_embeddings
-from ..rng import as_generator
+from ..core._validation import DataError, check_embeddings
+from ..core.rng import as_generator
 from .advice import DEFAULT_COSINES, theory_grid
 from .privacy import Linkage, TokenLeakage
 from .recommend import REID_CHANCE_MULTIPLE, Floor, Recommendation, recommend
@@ -394,7 +394,7 @@ def embed_retrieval_task(
     counts the corpus, then the queries.
     """
     if embedder is None:
-        from ..embedders import Embedder
+        from ..data.embedders import Embedder
 
         embedder = Embedder()
     done = {"docs": 0}

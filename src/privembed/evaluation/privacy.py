@@ -47,10 +47,10 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_int
-from ..accounting import NoGuarantee
+from ..core._validation import DataError, check_int
+from ..core.accounting import NoGuarantee
+from ..core.rng import as_generator
 from ..mechanisms.base import Mechanism
-from ..rng import as_generator
 
 __all__ = [
     "NOT_CHECKED",

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .._optional import require
+from ..core._optional import require
 from ._report_template import CSS, TEMPLATE
 from .privacy import WEAK_ATTACK
 from .recommend import (
@@ -445,7 +445,7 @@ def write_report(
         Extra paragraphs (e.g. warnings from the command line).
     """
     from .. import __version__
-    from ..io import atomic_output
+    from ..data.io import atomic_output
 
     jinja2 = require("jinja2", "report", purpose="HTML reports")
     out = Path(out_dir)

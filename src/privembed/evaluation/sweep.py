@@ -17,7 +17,7 @@ a file written for anything else is refused rather than mixed in.
 Random streams. The noise of cell (configuration c, run r) comes from
 ``spawn(root_c, runs)[r]`` where ``root_c`` is a 128-bit integer derived from the sweep seed and
 c's canonical parameters (:func:`cell_streams`): runs are independent spawned streams
-(:func:`privembed.rng.spawn`), and a cell's stream depends only on (seed, configuration, run),
+(:func:`privembed.core.rng.spawn`), and a cell's stream depends only on (seed, configuration, run),
 not on the order of the grid or on which cells were already done -- so an interrupted and
 resumed sweep gives exactly the numbers of an uninterrupted one. Each cell's stream is split
 into a noise stream and an attack stream.
@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_embeddings, check_int
-from ..accounting import Guarantee, NoGuarantee, guarantee_from_dict
+from ..core._validation import DataError, check_embeddings, check_int
+from ..core.accounting import Guarantee, NoGuarantee, guarantee_from_dict
+from ..core.rng import spawn
 from ..mechanisms import MECHANISMS, Mechanism, build_mechanism
-from ..rng import spawn
 from .privacy import (
     NOT_CHECKED,
     Column,
@@ -280,7 +280,7 @@ def cell_streams(seed: int, config: SweepConfig, run: int, runs: int) -> tuple[A
     """(noise generator, attack generator) of one sweep cell.
 
     ``root = int(sha256(f"{seed}:{canonical}"))`` (128 bits), the run's stream is
-    ``spawn(root, runs)[run]``, and that is split by :func:`privembed.rng.spawn` into two.
+    ``spawn(root, runs)[run]``, and that is split by :func:`privembed.core.rng.spawn` into two.
     """
     g = spawn(_stream_root(seed, config.canonical), runs)[run]
     noise, attack = spawn(g, 2)
@@ -676,7 +676,7 @@ class SweepResult:
     configs : list of SweepConfig
     records : list of dict
         One per (configuration, run): ``key``, ``label``, ``run``, ``guarantee`` (a
-        :meth:`~privembed.accounting.Guarantee.to_dict`), ``metrics`` (column -> value or None),
+        :meth:`~privembed.core.accounting.Guarantee.to_dict`), ``metrics`` (column -> value or None),
         ``seconds``.
     baseline : dict
         Utility metrics of the unprotected embeddings.
@@ -890,7 +890,7 @@ class SweepResult:
     def save(self, out_dir: str | Path) -> dict[str, Path]:
         """Write ``results.csv`` (tidy summary), ``results.parquet`` (if pyarrow is installed),
         ``results.json`` (everything) and ``runs.csv`` (one row per run) into ``out_dir``."""
-        from ..io import atomic_output
+        from ..data.io import atomic_output
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

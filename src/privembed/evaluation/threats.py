@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from .._validation import check_real
 from ..attacks.base import AttackResult
+from ..core._validation import check_real
 
 __all__ = [
     "DEFENDS",

@@ -44,9 +44,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_embeddings, check_int
+from ..core._validation import DataError, check_embeddings, check_int
+from ..core.rng import as_generator
 from ..mechanisms.base import Mechanism, unit_rows
-from ..rng import as_generator
 from .metrics import _check_ties, hits_at_k, pearson, retrieval_metrics, spearman
 
 __all__ = ["RetrievalTask", "STSTask", "UtilityEvaluator", "utility_columns"]

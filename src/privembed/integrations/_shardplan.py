@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._validation import DataError
+from ..core._validation import DataError
 from ..release import refuse_protected, release_metadata
 
 __all__ = ["PARQUET_SUFFIXES", "ShardPlan", "output_metadata", "plan_shards", "resolve_shards"]
@@ -102,7 +102,7 @@ def plan_shards(
     ValueError
         A shard is already protected (and ``allow_reprotect`` is false).
     """
-    from ..io import iter_batches, read_ids
+    from ..data.io import iter_batches, read_ids
 
     rows, dims, metas = [], [], []
     for f in files:
@@ -122,7 +122,7 @@ def plan_shards(
     if need_ids:
         ids = []
         seen: set[Any] = set()
-        from ..keyed import typed_id
+        from ..keys.keyed import typed_id
 
         for f in files:
             got = read_ids(f, id_column=id_column)

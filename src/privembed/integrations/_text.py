@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError
-from ..keyed import resolve_key, text_digests
+from ..core._validation import DataError
+from ..core.rng import as_generator
+from ..keys.keyed import resolve_key, text_digests
 from ..mechanisms import Mechanism
 from ..release import Release, check_randomness, content_ids
-from ..rng import as_generator
 from .query import QueryTreatment, query_treatment
 
 __all__ = ["TextProtector"]
@@ -25,7 +25,7 @@ class TextProtector:
 
     With a ``key`` each document is a record whose id is a keyed HMAC of its text
     (:func:`privembed.release.content_ids`) and whose content digest is the canonical text and
-    ``model_id`` (:func:`privembed.keyed.text_digests`): the same text always gets the same
+    ``model_id`` (:func:`privembed.keys.keyed.text_digests`): the same text always gets the same
     noise, in any batch, any process, and the ledger counts its re-release as free. The model's
     own float output may jitter with the batch (padding: about 1e-7 for all-MiniLM-L6-v2), and
     the released vector then differs by that jitter only -- the difference of two releases is

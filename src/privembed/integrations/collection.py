@@ -15,7 +15,7 @@ model in the store's metadata, so a later process (``privembed search``) can que
 with nothing but the store path, and refuses to mix vectors of different mechanisms or models in
 one collection (their scores would not be comparable).
 
-Ledger: with a :class:`~privembed.ledger.Ledger`, every :meth:`~ProtectedCollection.add` is one
+Ledger: with a :class:`~privembed.keys.ledger.Ledger`, every :meth:`~ProtectedCollection.add` is one
 release, budget-checked before anything is sent and recorded *before* the upsert -- a store
 upsert is not atomic, so a failure part-way over-counts (the safe direction) rather than leaving
 released vectors unrecorded.
@@ -36,13 +36,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_embeddings, check_int
-from ..cancel import checkpoint, cooperative
-from ..keyed import resolve_key
+from ..core._validation import DataError, check_embeddings, check_int
+from ..core.cancel import checkpoint, cooperative
+from ..core.rng import as_generator
+from ..keys.keyed import resolve_key
+from ..keys.payload import PayloadCodec, PayloadError, release_digest
 from ..mechanisms import Mechanism
-from ..payload import PayloadCodec, PayloadError, release_digest
 from ..release import Release, setting_note
-from ..rng import as_generator
 from .query import QueryTreatment, protect_queries, query_treatment
 from .stores import Hit, VectorStore
 
@@ -117,7 +117,7 @@ class ProtectedCollection:
         ledger: Any = None,
     ) -> None:
         self.store = store
-        #: a :class:`~privembed.ledger.Ledger` that re-ranking checks payloads against: a
+        #: a :class:`~privembed.keys.ledger.Ledger` that re-ranking checks payloads against: a
         #: payload of an older release of its record (a rollback by the store) is refused
         self.ledger = ledger
         stored = store.info.get("protection")
@@ -303,7 +303,7 @@ class ProtectedCollection:
         """Protect ``X`` (n, d) and upsert it under ``ids``; returns the released vectors.
 
         With ``mechanism="none"`` the vectors are upserted as they are. ``ledger`` (a
-        :class:`~privembed.ledger.Ledger`) records the release before the upsert. When the
+        :class:`~privembed.keys.ledger.Ledger`) records the release before the upsert. When the
         collection stores payloads, each record's exact vector (and its text, if ``texts``
         are given) is sealed with the key and stored beside the protected vector: the store
         holds ciphertext only.
@@ -312,7 +312,7 @@ class ProtectedCollection:
         ------
         privembed.DataError
             Bad rows, ids, metadata or texts.
-        privembed.ledger.BudgetExceeded
+        privembed.keys.ledger.BudgetExceeded
             The ledger's per-record budget would be passed (nothing is sent).
         """
         id_list = list(ids)
@@ -351,7 +351,7 @@ class ProtectedCollection:
         self, ids: list[Any], X: Any, texts: Sequence[str] | None, released: Any
     ) -> list[bytes] | None:
         """Sealed payloads of the clean rows (None when the collection stores none), each
-        bound to the release it is stored beside (:func:`privembed.payload.release_digest` of
+        bound to the release it is stored beside (:func:`privembed.keys.payload.release_digest` of
         its row of ``released``)."""
         if self.codec is None:
             return None
@@ -362,7 +362,7 @@ class ProtectedCollection:
                     "pad_to": self.codec.pad_to,
                     "key_check": self.codec.key_check,
                     "texts": texts is not None,
-                    "format": "privembed.payload/2 (AES-256-GCM)",
+                    "format": "privembed.keys.payload/2 (AES-256-GCM)",
                 }
             )
         clean = np.asarray(X, dtype=np.float32)
@@ -383,8 +383,8 @@ class ProtectedCollection:
         (a subspace basis and mean) beside the store, with the key; the store never sees them."""
         if not self._sealed or self.mechanism is None or self._arrays_path().exists():
             return
-        from ..io import atomic_output
-        from ..payload import PayloadCodec
+        from ..data.io import atomic_output
+        from ..keys.payload import PayloadCodec
 
         assert self.key is not None  # checked when the collection was opened
         params = self.mechanism.params
@@ -404,8 +404,8 @@ class ProtectedCollection:
 
     def _open_arrays(self, config: dict[str, Any]) -> Mechanism:
         """The collection's mechanism, rebuilt from its configuration and the sealed arrays."""
+        from ..keys.payload import PayloadCodec
         from ..mechanisms import build_mechanism
-        from ..payload import PayloadCodec
 
         path = self._arrays_path()
         if not path.exists():
@@ -470,7 +470,7 @@ class ProtectedCollection:
         cosines otherwise.
 
         Private retrieval (DESIGN.md): with ``rerank=k'`` (or ``recall``: k' from theory,
-        :class:`privembed.rerank.RerankPlanner` on the profile saved at indexing), the ``k'``
+        :class:`privembed.search.rerank.RerankPlanner` on the profile saved at indexing), the ``k'``
         nearest records by protected similarity are fetched, their payloads opened here with
         the key, and the top ``k`` re-ranked by the exact cosine to the clean query; the hits
         then carry exact cosines and the stored texts. ``protect_query`` protects the query
@@ -485,7 +485,7 @@ class ProtectedCollection:
 
         Raises
         ------
-        privembed.payload.PayloadError
+        privembed.keys.payload.PayloadError
             A wrong key, a missing, truncated or tampered payload, or one moved between records.
         ValueError
             Re-ranking asked of a collection made without payloads, or without the key.
@@ -554,9 +554,9 @@ class ProtectedCollection:
         protect_query: Mechanism | None = None,
     ) -> int:
         """Queries :meth:`query` searches together for these settings: as many as keep their
-        k' candidates each within :data:`privembed.rerank.SEARCH_BATCH_BYTES`
-        (:func:`privembed.rerank.query_batch_size`)."""
-        from ..rerank import query_batch_size
+        k' candidates each within :data:`privembed.search.rerank.SEARCH_BATCH_BYTES`
+        (:func:`privembed.search.rerank.query_batch_size`)."""
+        from ..search.rerank import query_batch_size
 
         k = check_int("k", k, ge=1)
         depth = self._depth(k, rerank, recall, protect_query) or k
@@ -638,11 +638,11 @@ class ProtectedCollection:
 
     def _current_releases(self, ids: list[str]) -> dict[str, frozenset[bytes]]:
         """For each store id the ledger recorded, the releases its payload may belong to
-        (:meth:`privembed.ledger.Ledger.current_releases`; the store id ``"5"`` was the ledger's
+        (:meth:`privembed.keys.ledger.Ledger.current_releases`; the store id ``"5"`` was the ledger's
         int 5 or string "5": both are looked up)."""
         if self.ledger is None or not ids:
             return {}
-        from ..ledger import record_key
+        from ..keys.ledger import record_key
 
         keys: dict[str, list[str]] = {}
         for rid in ids:
@@ -663,11 +663,11 @@ class ProtectedCollection:
         score (``None`` when scores are not estimates, or the law is not known).
 
         The estimate is :math:`t / \bar c` with
-        :math:`t = c\,s + \sqrt{1-c^2}\sqrt{1-s^2}\,\xi` (:mod:`privembed.rerank`;
+        :math:`t = c\,s + \sqrt{1-c^2}\sqrt{1-s^2}\,\xi` (:mod:`privembed.search.rerank`;
         :math:`\xi` has variance :math:`1/(d-1)`), so its variance is at most
         :math:`\max(\mathrm{Var}\,c,\ E[1-c^2]/(d-1)) / \bar c^2` whatever the clean cosine
         :math:`s`. The half-width is 1.96 times the square root of that bound, from the law of
-        :math:`c` (:func:`privembed.rerank.cosine_law`, 20,000 draws, fixed seed). It holds
+        :math:`c` (:func:`privembed.search.rerank.cosine_law`, 20,000 draws, fixed seed). It holds
         for one record taken alone: the best-scoring hits of a search are selected for their
         high scores, so theirs lean high (the winner's curse).
         """
@@ -677,7 +677,7 @@ class ProtectedCollection:
             return None
         d = int(d)
         if d not in cache:
-            from ..rerank import cosine_law
+            from ..search.rerank import cosine_law
 
             try:
                 c = cosine_law(self.treatment.mechanism, d, n=20_000, rng=0)
@@ -700,16 +700,16 @@ class ProtectedCollection:
         ``documents`` are the corpus' clean vectors (or a uniform sample of them) and
         ``sample`` the rows that stand in for future queries: real queries when there are
         some (``source="queries"``), or rows of ``documents`` (``source="documents"``), which
-        are diluted into pseudo-queries first (:func:`privembed.rerank.pseudo_queries`):
+        are diluted into pseudo-queries first (:func:`privembed.search.rerank.pseudo_queries`):
         documents used as they are make ``k'`` too small where queries and documents differ
         (on the GCIDE task, recall 0.05 below target on average, docs/retrieval.md). The profile holds similarity
         histograms of the clean corpus, so it is sealed with the key like a payload, beside
         the store.
         """
-        from .._validation import check_choice
+        from ..core._validation import check_choice
 
         source = check_choice("source", source, ("queries", "documents"))
-        from ..rerank import (
+        from ..search.rerank import (
             SUBSPACE_PSEUDO_QUERY_DILUTION,
             ScoreProfile,
             document_rows,
@@ -759,7 +759,7 @@ class ProtectedCollection:
             collection=self.store.collection,
             text=base64.b64encode(buf.getvalue()).decode("ascii"),
         )
-        from ..io import atomic_output
+        from ..data.io import atomic_output
 
         path = self._profile_path()
         path.parent.mkdir(parents=True, exist_ok=True)  # a store may not have written yet
@@ -778,8 +778,8 @@ class ProtectedCollection:
         return self.__dict__.get("_profile_source")
 
     def planner(self, protect_query: Mechanism | None = None) -> Any:
-        """The :class:`privembed.rerank.RerankPlanner` of this collection (needs its profile)."""
-        from ..rerank import RerankPlanner, ScoreProfile
+        """The :class:`privembed.search.rerank.RerankPlanner` of this collection (needs its profile)."""
+        from ..search.rerank import RerankPlanner, ScoreProfile
 
         cache: dict[str | None, Any] = self.__dict__.setdefault("_planners", {})
         key = None if protect_query is None else protect_query.fingerprint
@@ -807,7 +807,7 @@ class ProtectedCollection:
         self, texts: str | Sequence[str], k: int = 10, *, model: str | None = None
     ) -> list[list[Hit]]:
         """Embed ``texts`` with the collection's model (or ``model``) and :meth:`query`."""
-        from ..embedders import Embedder
+        from ..data.embedders import Embedder
 
         name = model or self.embedding_model
         if name is None:
@@ -945,7 +945,7 @@ class Searcher:
         if texts is None:
             return {}
         if isinstance(texts, str | Path):
-            from ..io import read_texts
+            from ..data.io import read_texts
 
             ids, items = read_texts(texts)
             if ids is None:
@@ -956,7 +956,7 @@ class Searcher:
     def embed(self, queries: Sequence[str]) -> NDArray[np.float32]:
         """Embed text queries with the collection's model (loaded once)."""
         if self._embedder is None:
-            from ..embedders import Embedder
+            from ..data.embedders import Embedder
 
             if self.model_name is None:
                 raise ValueError(
@@ -1066,8 +1066,8 @@ def _text_batches(
     on_batch: Any = None,
 ) -> tuple[int, str, Any]:
     """(n, model id, iterator of (ids, X, texts, start)) for a file of texts, embedded here."""
-    from ..embedders import Embedder
-    from ..io import read_texts
+    from ..data.embedders import Embedder
+    from ..data.io import read_texts
     from ..release import content_ids
 
     ids, texts = read_texts(path, text_key=text_field, id_key=id_field)
@@ -1099,12 +1099,12 @@ def _profile_query_vectors(queries: Any, model: str | None) -> NDArray[np.float3
         if not qp.exists():
             raise FileNotFoundError(f"profile queries not found: {qp}")
         if is_text_file(qp):
-            from ..embedders import Embedder
-            from ..io import read_text_table
+            from ..data.embedders import Embedder
+            from ..data.io import read_text_table
 
             Q = Embedder(model).encode(read_text_table(qp).texts)
         else:
-            from ..io import read_embeddings
+            from ..data.io import read_embeddings
 
             Q = read_embeddings(qp).X
     else:
@@ -1177,7 +1177,7 @@ def _index_input(
     key: Any,
 ) -> _IndexInput:
     """Open a file of texts (embedded here) or of embeddings for :func:`index_file`."""
-    from ..io import iter_batches
+    from ..data.io import iter_batches
     from ..release import is_text_file
 
     input = Path(input)
@@ -1434,7 +1434,7 @@ def index_file(
     documents (a uniform sample beyond that). ``profile_queries`` is a file of real queries
     (texts, embedded with the collection's model, or embeddings) or an array of their
     embeddings -- best -- or a number of documents to stand in for them, diluted into
-    pseudo-queries (:func:`privembed.rerank.pseudo_queries`; documents as they are make ``k'``
+    pseudo-queries (:func:`privembed.search.rerank.pseudo_queries`; documents as they are make ``k'``
     too small where queries and documents differ).
 
     ``store_options`` go to the store (:func:`privembed.integrations.stores.open_store`), e.g.

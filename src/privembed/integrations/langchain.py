@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .._optional import require
+from ..core._optional import require
 from ..mechanisms import Mechanism
 
 require("langchain_core", "integrations", purpose="the LangChain Embeddings wrapper")
@@ -43,7 +43,7 @@ class PrivateEmbeddings(Embeddings):
     Parameters
     ----------
     embeddings : langchain_core.embeddings.Embeddings, optional
-        The model that embeds texts. Default: privembed's :class:`~privembed.embedders.Embedder`
+        The model that embeds texts. Default: privembed's :class:`~privembed.data.embedders.Embedder`
         (offline all-MiniLM-L6-v2, or ``model``).
     mechanism : Mechanism
     key : bytes, optional
@@ -82,7 +82,7 @@ class PrivateEmbeddings(Embeddings):
         model_identity: str | None = None,
     ) -> None:
         if embeddings is None:
-            from ..embedders import Embedder
+            from ..data.embedders import Embedder
 
             emb = Embedder(model)
             encode: Any = emb.encode

@@ -58,9 +58,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .. import labels
-from .._validation import check_embeddings, check_int
-from ..keyed import resolve_key, vector_digests
+from ..core import labels
+from ..core._validation import check_embeddings, check_int
+from ..keys.keyed import resolve_key, vector_digests
 from ..mechanisms import MECHANISMS, Mechanism, build_mechanism
 from ..release import Release
 

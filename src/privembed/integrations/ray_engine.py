@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .._optional import require
-from .._validation import DataError
+from ..core._optional import require
+from ..core._validation import DataError
 from ..release import Release
 from ._shardplan import ShardPlan, output_metadata
 
@@ -51,7 +51,7 @@ def _protect_table(
     """The ``map_batches`` function: one Arrow table in, the protected table out."""
     import pyarrow as pa
 
-    from ..io import _list_to_numpy, _numpy_to_list
+    from ..data.io import _list_to_numpy, _numpy_to_list
 
     X = _list_to_numpy(table.column(column), column)
     ids = table.column(id_column).to_pylist() if id_column else None
@@ -127,7 +127,7 @@ def run_ray(
     keep_columns: tuple[str, ...] = (),
 ) -> None:
     """Run the Ray Data job for a checked :class:`ShardPlan`, writing Parquet into ``stage``."""
-    from ..io import _embedding_column, _open_parquet
+    from ..data.io import _embedding_column, _open_parquet
 
     first = plan.files[0]
     schema = _open_parquet(first).schema_arrow

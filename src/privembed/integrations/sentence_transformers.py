@@ -1,7 +1,7 @@
 """A sentence-transformers wrapper whose ``encode`` returns protected vectors.
 
 :class:`PrivateSentenceTransformer` wraps a :class:`sentence_transformers.SentenceTransformer`
-(or privembed's offline :class:`~privembed.embedders.Embedder`, the default) and follows its
+(or privembed's offline :class:`~privembed.data.embedders.Embedder`, the default) and follows its
 encoding API: ``encode`` / ``encode_document`` return protected embeddings, ``encode_query``
 returns queries treated as the mechanism requires (:mod:`privembed.integrations.query`: the plain
 query for noise mechanisms, the same public projection without noise for ``PrivateProjection``).
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .._optional import require
+from ..core._optional import require
 from ..mechanisms import Mechanism
 from ._text import TextProtector
 
@@ -28,7 +28,7 @@ class PrivateSentenceTransformer:
     Parameters
     ----------
     model : str, SentenceTransformer, Embedder or None
-        ``None`` or a name/folder: privembed's :class:`~privembed.embedders.Embedder` (offline
+        ``None`` or a name/folder: privembed's :class:`~privembed.data.embedders.Embedder` (offline
         all-MiniLM-L6-v2 by default, L2-normalised). A ``SentenceTransformer`` (or anything with
         its ``encode``) is used as it is; its ``encode_query`` (query prompts) if it has one.
     mechanism : Mechanism
@@ -55,7 +55,7 @@ class PrivateSentenceTransformer:
         rng: Any = None,
     ) -> None:
         if model is None or isinstance(model, str):
-            from ..embedders import Embedder
+            from ..data.embedders import Embedder
 
             model = Embedder(model)
         self.model = model
@@ -79,7 +79,7 @@ class PrivateSentenceTransformer:
     @staticmethod
     def _encoder(model: Any, method: str) -> Any:
         fn = getattr(model, method)
-        from ..embedders import Embedder
+        from ..data.embedders import Embedder
 
         if isinstance(model, Embedder):
             return fn
@@ -139,11 +139,11 @@ class PrivateSentenceTransformer:
 def _model_id(model: Any) -> str:
     """The wrapped model's identity for keyed noise: its name and a digest of what computes
     the vectors (module classes and configurations, every weight tensor, the tokenizer:
-    :func:`privembed.embedders.loaded_model_digest`), so that two models never share a text's
+    :func:`privembed.data.embedders.loaded_model_digest`), so that two models never share a text's
     noise -- the difference of their releases would otherwise be the exact difference of their
-    clean vectors. A privembed :class:`~privembed.embedders.Embedder` gives its own
-    :attr:`~privembed.embedders.Embedder.identity`."""
-    from ..embedders import loaded_model_digest
+    clean vectors. A privembed :class:`~privembed.data.embedders.Embedder` gives its own
+    :attr:`~privembed.data.embedders.Embedder.identity`."""
+    from ..data.embedders import loaded_model_digest
 
     ident = getattr(model, "identity", None)
     if isinstance(ident, str) and ident:

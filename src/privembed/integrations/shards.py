@@ -8,7 +8,7 @@ engines that produce **bit-identical vectors** for the same input, mechanism and
 * ``engine="ray"`` -- Ray Data, ``read_parquet -> map_batches(protect) -> write_parquet``
   (:mod:`privembed.integrations.ray_engine`); output file names are Ray's.
 
-Keyed noise (:mod:`privembed.keyed`) is what makes the engines agree: the noise of a record is a
+Keyed noise (:mod:`privembed.keys.keyed`) is what makes the engines agree: the noise of a record is a
 function of (key, configuration, model, record id, content) only, not of which shard, block or
 batch the record lands in. Without a key the local engine can be seeded (experiments; each row
 has its own stream); the Ray engine draws fresh OS entropy in every task.
@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._validation import check_choice, check_int
+from ..core._validation import check_choice, check_int
 from ..mechanisms import Mechanism
 from ..release import Release, open_ledger
 from ._shardplan import (
@@ -94,7 +94,7 @@ def _staging(output_dir: Path, overwrite: bool) -> Iterator[Path]:
 
 def _account_shards(rel: Release, plan: ShardPlan, batch_rows: int) -> None:
     """Stage every input record of the plan in the driver's release (ids, keyed tags)."""
-    from ..io import iter_batches
+    from ..data.io import iter_batches
 
     for f in plan.files:
         _n, _d, _m, batches = iter_batches(
@@ -138,7 +138,7 @@ def _kept_columns(
 ) -> tuple[tuple[str, ...], list[str]]:
     """The other columns copied as they are and those dropped; every shard must have the kept
     ones (checked before any work)."""
-    from ..io import other_columns
+    from ..data.io import other_columns
 
     keep = tuple(dict.fromkeys(str(c) for c in keep_columns))
     dropped: list[str] = []
@@ -252,7 +252,7 @@ def protect_shards(
     batch_rows : int
         Rows per protected batch (bounds memory; does not change keyed output).
     ledger, budget_epsilon, budget_delta
-        Privacy ledger file and per-record budget (see :mod:`privembed.ledger`).
+        Privacy ledger file and per-record budget (see :mod:`privembed.keys.ledger`).
     keep_columns : sequence of str
         Other columns to copy into the output as they are (not protected); the rest are
         dropped. Every shard must have them.
@@ -322,7 +322,7 @@ def _run_local(
     on_shard: Callable[[Path, int], None] | None,
     keep_columns: tuple[str, ...] = (),
 ) -> None:
-    from ..io import transform_file
+    from ..data.io import transform_file
 
     offset = 0
     for f, n in zip(plan.files, plan.rows, strict=True):

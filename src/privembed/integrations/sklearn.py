@@ -10,7 +10,7 @@ experiments only: two different datasets transformed with the same int get the s
 by row), a :class:`numpy.random.Generator` is advanced by each call, and ``None`` draws fresh
 OS entropy every call. The earlier spelling ``rng=`` still works and warns (``FutureWarning``).
 With a ``key`` the noise of each row is keyed by the SHA-256 of the row itself
-(:mod:`privembed.keyed`): identical rows always get identical releases (no averaging attack),
+(:mod:`privembed.keys.keyed`): identical rows always get identical releases (no averaging attack),
 the result does not depend on batching or row order, and
 :meth:`~PrivatizeTransformer.transform` is deterministic.
 """
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._optional import require
+from ..core._optional import require
 
 require("sklearn", "integrations", purpose="the scikit-learn transformer")
 
@@ -47,7 +47,7 @@ class _KeyId:
     """Stands in for a key in reprs: ``<key id 0123456789abcdef>``."""
 
     def __init__(self, key: Any) -> None:
-        from ..keyed import key_id, resolve_key
+        from ..keys.keyed import key_id, resolve_key
 
         try:
             self.text = f"<key id {key_id(resolve_key(key))}>"

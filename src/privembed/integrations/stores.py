@@ -40,8 +40,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from .._optional import require
-from .._validation import DataError, check_choice, check_embeddings, check_int
+from ..core._optional import require
+from ..core._validation import DataError, check_choice, check_embeddings, check_int
 from .query import METRICS
 
 __all__ = [
@@ -69,7 +69,7 @@ _CHROMA_MAX_HITS = 16_000
 class Hit:
     """One search result: record id, similarity score, stored metadata, optionally the vector.
 
-    ``payload`` is the record's sealed payload (AES-GCM ciphertext, :mod:`privembed.payload`)
+    ``payload`` is the record's sealed payload (AES-GCM ciphertext, :mod:`privembed.keys.payload`)
     when the collection stores them; ``text`` is filled in by an exact re-rank that opened it.
     """
 
@@ -297,7 +297,7 @@ class VectorStore(abc.ABC):
         metadata : sequence of dict or None, length n, optional
             Flat per-record metadata (str, int, float, bool values; ``None`` values dropped).
         payloads : sequence of bytes, length n, optional
-            Sealed payloads (:mod:`privembed.payload`), stored beside each vector and returned
+            Sealed payloads (:mod:`privembed.keys.payload`), stored beside each vector and returned
             in :attr:`Hit.payload` (Chroma and Qdrant: base64 under a reserved metadata key;
             FAISS: raw bytes in a file beside the index, read by id).
 
@@ -1286,7 +1286,7 @@ class FaissStore(VectorStore):
         self._write(rewrite=True)
 
     def _write(self, *, rewrite: bool) -> None:
-        from ..io import atomic_output
+        from ..data.io import atomic_output
 
         self.path.mkdir(parents=True, exist_ok=True)
         old = self._rewrite_payloads() if rewrite else None
@@ -1406,7 +1406,7 @@ class PgVectorStore(VectorStore):
     ) -> None:
         import os
 
-        from ..ledger_pg import redact_url
+        from ..keys.ledger_pg import redact_url
 
         check_collection_name(collection)
         if len(collection) > _PG_MAX_NAME:
@@ -1436,7 +1436,7 @@ class PgVectorStore(VectorStore):
     # ---- the connection ------------------------------------------------------------------------
     def _fail(self, exc: BaseException, doing: str) -> Exception:
         """One line naming what failed, never the DSN's password."""
-        from ..ledger_pg import scrub
+        from ..keys.ledger_pg import scrub
 
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         psycopg = self._pg

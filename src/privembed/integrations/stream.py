@@ -41,8 +41,8 @@ from typing import IO, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_choice, check_int
-from ..cancel import checkpoint, cooperative
+from ..core._validation import DataError, check_choice, check_int
+from ..core.cancel import checkpoint, cooperative
 from ..mechanisms import Mechanism
 from ..release import Release, ReleasedIds, check_randomness
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import DataError
-from ..rng import GeneratorSource, NoiseSource
+from ..core._validation import DataError
+from ..core.rng import GeneratorSource, NoiseSource
 from .base import Mechanism
 from .gaussian import EmpiricalGaussianMechanism, GaussianMechanism
 from .jl import JLProjection

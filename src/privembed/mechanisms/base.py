@@ -1,7 +1,7 @@
 """The shared Mechanism base: parameters, validation, input normalisation, dtype, blocks, threads.
 
 A concrete mechanism implements only :meth:`Mechanism._perturb`, which receives a float64
-block of (already normalised) inputs and a :class:`~privembed.rng.NoiseSource`, and returns
+block of (already normalised) inputs and a :class:`~privembed.core.rng.NoiseSource`, and returns
 the noisy block, plus its :attr:`~Mechanism.guarantee`. Everything else -- recording the
 constructor's parameters (so the configuration and its fingerprint cover every keyword by
 construction), checking the batch, normalising or clipping inputs, processing in bounded
@@ -16,7 +16,7 @@ Randomness
   with its own generator spawned from one fresh seed (bulk draws; blocks run in parallel).
 * an int or a :class:`numpy.random.Generator` -- reproducible noise. Each *row* draws from its
   own counter-based stream identified by (seed, absolute row number)
-  (:class:`~privembed.rng.CounterSource`), so a seeded result is identical whatever the
+  (:class:`~privembed.core.rng.CounterSource`), so a seeded result is identical whatever the
   thread count, block size, or the batches a file is streamed in (pass ``row_offset`` for a
   batch that starts inside a larger array).
 
@@ -42,9 +42,9 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_choice, check_embeddings, check_int
-from ..accounting import Guarantee
-from ..rng import CounterSource, GeneratorSource, NoiseSource, seed_stream_key
+from ..core._validation import DataError, check_choice, check_embeddings, check_int
+from ..core.accounting import Guarantee
+from ..core.rng import CounterSource, GeneratorSource, NoiseSource, seed_stream_key
 
 __all__ = [
     "GeneratorSource",
@@ -468,7 +468,7 @@ class Mechanism(abc.ABC):
         """The block-source factory :meth:`privatize` uses for ``rng`` (see the module docs)."""
         if rng is None:
             root = np.random.SeedSequence()
-            from ..rng import _from_seedseq
+            from ..core.rng import _from_seedseq
 
             def fresh(start: int, stop: int) -> NoiseSource:
                 child = np.random.SeedSequence(root.entropy, spawn_key=(start,))

@@ -13,10 +13,10 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from .. import theory
-from .._validation import check_choice, check_real
-from ..accounting import ApproxDP, Guarantee, Neighbouring
-from ..rng import NoiseSource
+from ..core import theory
+from ..core._validation import check_choice, check_real
+from ..core.accounting import ApproxDP, Guarantee, Neighbouring
+from ..core.rng import NoiseSource
 from .base import Mechanism
 
 __all__ = ["EmpiricalGaussianMechanism", "GaussianMechanism"]

@@ -34,7 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_choice, check_embeddings, check_int, check_real
+from ..core._validation import DataError, check_choice, check_embeddings, check_int, check_real
 
 __all__ = [
     "KINDS",
@@ -206,7 +206,7 @@ class JLProjection:
 
     ``P`` is a deterministic function of ``(kind, d, k, seed)``: it is drawn from a PCG64
     generator seeded with ``SeedSequence([seed, kind_code, d, k])`` -- a fixed bit generator,
-    independent of the noise-randomness policy in :mod:`privembed.rng` -- so every party that
+    independent of the noise-randomness policy in :mod:`privembed.core.rng` -- so every party that
     must compare vectors rebuilds the same matrix. It is **public**: never use it as a secret,
     and never draw it from the noise ``rng``. Because the draw depends on ``d``, matrices are
     built lazily for each input dimension seen and cached. :meth:`save` / :meth:`load` give a

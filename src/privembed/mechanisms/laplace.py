@@ -13,10 +13,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from .. import theory
-from .._validation import check_noise_epsilon
-from ..accounting import Guarantee, MetricDP, PureDP
-from ..rng import NoiseSource
+from ..core import theory
+from ..core._validation import check_noise_epsilon
+from ..core.accounting import Guarantee, MetricDP, PureDP
+from ..core.rng import NoiseSource
 from .base import Mechanism
 
 __all__ = ["LaplaceMechanism", "sample_l2_laplace"]

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_noise_epsilon, check_real
-from ..accounting import Guarantee, MetricDP, PureDP
-from ..rng import NoiseSource
+from ..core._validation import DataError, check_noise_epsilon, check_real
+from ..core.accounting import Guarantee, MetricDP, PureDP
+from ..core.rng import NoiseSource
 from .base import Mechanism
 
 __all__ = [

@@ -5,7 +5,7 @@ r"""The private projection: a public JL projection, then Gaussian noise ([MC25] 
 :class:`~privembed.mechanisms.jl.JLProjection` and sigma calibrated to the sensitivity of
 ``P x`` under a stated neighbouring relation, with the unbiased distance, inner-product and
 cosine estimators of [MC25] §5.2. The bias-corrected k-NN search over its releases is
-:func:`privembed.search.projection_search`; the JL-only sketch of Blocki et al. (central DP,
+:func:`privembed.search.projection.projection_search`; the JL-only sketch of Blocki et al. (central DP,
 no added noise) is in :mod:`privembed.mechanisms.sketches`.
 
 References
@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .. import theory
-from .._validation import DataError, check_choice, check_embeddings, check_int, check_real
-from ..accounting import ApproxDP, Guarantee, Neighbouring
-from ..rng import NoiseSource
+from ..core import theory
+from ..core._validation import DataError, check_choice, check_embeddings, check_int, check_real
+from ..core.accounting import ApproxDP, Guarantee, Neighbouring
+from ..core.rng import NoiseSource
 from .base import Mechanism
 from .jl import KINDS, JLProjection
 
@@ -69,7 +69,7 @@ class PrivateProjection(Mechanism):
     renormalize : bool, default False
         Scale outputs to unit length (post-processing, guarantee unchanged). **Off by default,
         unlike the other mechanisms**: the unbiased estimators below (subtracting
-        :math:`2k\sigma^2` etc.) and :func:`privembed.search.projection_search` need the raw
+        :math:`2k\sigma^2` etc.) and :func:`privembed.search.projection.projection_search` need the raw
         outputs.
     input_dim : int, optional
         Build ``P`` (and sigma) for this input dimension now instead of on first use.
@@ -92,7 +92,7 @@ class PrivateProjection(Mechanism):
 
     Examples
     --------
-    >>> from privembed.rng import as_generator
+    >>> from privembed.core.rng import as_generator
     >>> m = PrivateProjection(k=16, epsilon=5.0, delta=1e-5, input_dim=64)
     >>> X = as_generator(0).standard_normal((3, 64))
     >>> m.privatize(X, rng=1).shape
@@ -305,7 +305,7 @@ class PrivateProjection(Mechanism):
         """``P`` applied to inputs prepared like releases (``input_norm``) but with no noise.
 
         This is what a querying party that holds plain embeddings compares with releases
-        (:func:`privembed.search.projection_search` does this for its queries).
+        (:func:`privembed.search.projection.projection_search` does this for its queries).
         """
         arr, single = check_embeddings(X, allow_zero=self.input_norm == "none")
         out = self.projection.apply(self.prepare_inputs(arr), check_input=False)
@@ -368,7 +368,7 @@ class PrivateProjection(Mechanism):
         :math:`\|Px\|^2` (the corrected norms then fluctuate around zero). Dividing by the *raw*
         norms instead shrinks every value towards 0 by about :math:`\|Px\|/\|y\|`; for
         *ranking*, however, that raw cosine does better (see
-        :func:`privembed.search.projection_search`).
+        :func:`privembed.search.projection.projection_search`).
         """
         ip = self.inner_product_estimate(y_i, y_j)
         floor = 1e-12
@@ -381,7 +381,7 @@ def require_projection(mechanism: Any, *, name: str = "mechanism") -> PrivatePro
     """Return ``mechanism`` if it is a :class:`PrivateProjection`, else raise ``TypeError``.
 
     For functions outside this package that only make sense for the projection's releases
-    (:func:`privembed.search.projection_search`): they refuse other mechanisms with a one-line
+    (:func:`privembed.search.projection.projection_search`): they refuse other mechanisms with a one-line
     message here rather than test the concrete class themselves.
 
     Examples

@@ -15,10 +15,10 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from .. import theory
-from .._validation import DataError, check_int, check_real
-from ..accounting import Guarantee, MetricDP, PureDP
-from ..rng import NoiseSource
+from ..core import theory
+from ..core._validation import DataError, check_int, check_real
+from ..core.accounting import Guarantee, MetricDP, PureDP
+from ..core.rng import NoiseSource
 from .base import Mechanism
 
 __all__ = ["AngleTable", "PurkayasthaMechanism", "purkayastha_angle_table"]

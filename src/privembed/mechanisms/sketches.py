@@ -27,9 +27,9 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_embeddings, check_int, check_real
-from ..accounting import ApproxDP, Guarantee
-from ..rng import as_generator
+from ..core._validation import DataError, check_embeddings, check_int, check_real
+from ..core.accounting import ApproxDP, Guarantee
+from ..core.rng import as_generator
 
 __all__ = ["GraphSketch", "JLSketch", "blocki_threshold"]
 

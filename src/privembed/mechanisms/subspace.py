@@ -41,7 +41,7 @@ full d-dimensional vectors.
 
 **Choosing k.** :func:`subspace_dimension` picks k from epsilon, the noise law and the basis'
 spectrum (where the noise's energy catches up with the captured signal's), checked against
-the k' rank model; :func:`privembed.rerank.best_subspace_dimension` picks it for a given k'
+the k' rank model; :func:`privembed.search.rerank.best_subspace_dimension` picks it for a given k'
 from sample queries; ``k=`` overrides both. For DP-PCA k never goes beyond the components that
 stand above the noise floor of the released matrix (the rest are noise directions).
 
@@ -70,8 +70,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from .. import theory
-from .._validation import (
+from ..core import theory
+from ..core._validation import (
     DataError,
     check_choice,
     check_embeddings,
@@ -79,8 +79,8 @@ from .._validation import (
     check_noise_epsilon,
     check_real,
 )
-from ..accounting import ApproxDP, Cost, Guarantee, MetricDP, Neighbouring, PureDP, compose
-from ..rng import NoiseSource, as_generator
+from ..core.accounting import ApproxDP, Cost, Guarantee, MetricDP, Neighbouring, PureDP, compose
+from ..core.rng import NoiseSource, as_generator
 from .base import Mechanism, canonical_params, unit_rows
 from .laplace import sample_l2_laplace
 from .purkayastha import purkayastha_angle_table
@@ -321,7 +321,7 @@ class SubspaceBasis:
 
         It holds the key holder's projection: keep it inside the trust boundary.
         """
-        from ..io import atomic_output
+        from ..data.io import atomic_output
 
         p = Path(path)
         with atomic_output(p) as tmp:
@@ -331,7 +331,7 @@ class SubspaceBasis:
     @classmethod
     def from_bytes(cls, blob: bytes, *, name: str = "basis") -> SubspaceBasis:
         """Read what :meth:`to_bytes` wrote."""
-        from ..accounting import guarantee_from_dict
+        from ..core.accounting import guarantee_from_dict
 
         try:
             with np.load(_io.BytesIO(blob), allow_pickle=False) as z:
@@ -667,10 +667,10 @@ def charge_basis(
 
     Raises
     ------
-    privembed.ledger.BudgetExceeded
+    privembed.keys.ledger.BudgetExceeded
         A record (or the subject) would pass its budget: nothing is recorded.
     """
-    from ..ledger import record_key
+    from ..keys.ledger import record_key
 
     charge = BasisCharge(basis)  # refuses a public basis before the ledger is touched
     staged = ledger.stage(charge, subject=subject, destination=destination)
@@ -747,12 +747,12 @@ def subspace_dimension(
     a DP-PCA basis at the components whose eigenvalue stands above twice the noise floor
     (beyond it the directions are the noise's, not the data's).
 
-    It is a rule of thumb checked against the k' rank model (:mod:`privembed.rerank`), not an
+    It is a rule of thumb checked against the k' rank model (:mod:`privembed.search.rerank`), not an
     optimum: on the GCIDE dev task (Laplace, 40,000 documents) the k that maximises the
     predicted recall of the true top 10 at k' = 5% of the corpus was 16, 32, 64, 128 at
     epsilon 25, 50, 100, 200 (exact PCA) and 12, 24, 48, 128 (DP-PCA, epsilon_p = 1); this
     rule gives 11, 28, 71, 170 and 11, 30, 68, 68 (``docs/retrieval.md``). With sample queries,
-    :func:`privembed.rerank.best_subspace_dimension` picks k for a given k' directly.
+    :func:`privembed.search.rerank.best_subspace_dimension` picks k for a given k' directly.
 
     Parameters
     ----------
@@ -1146,7 +1146,7 @@ class SubspaceMechanism(Mechanism):
         >>> g.epsilon, g.delta
         (21.0, 1e-05)
         """
-        from ..accounting import cost_of
+        from ..core.accounting import cost_of
 
         releases = check_int("releases", releases, ge=1)
         delta = check_real("delta", delta, gt=0, lt=1)
@@ -1306,7 +1306,7 @@ def _corpus_moments(
     path: Path, *, column: str | None, id_column: str | None, batch_rows: int, with_ids: bool
 ) -> tuple[SecondMoments, list[Any]]:
     """One pass over a private embeddings file: its second moments and (``with_ids``) its ids."""
-    from .. import io
+    from ..data import io
 
     if not path.exists():
         raise FileNotFoundError(f"file not found: {path}")
@@ -1340,10 +1340,10 @@ def _public_basis(
     path: Path, *, column: str | None, model: str | None, max_components: int | None
 ) -> SubspaceBasis:
     """The exact PCA basis of public data: an embeddings file, or texts embedded with ``model``."""
-    from .. import io
+    from ..data import io
 
     if io.holds_texts(path):
-        from ..embedders import Embedder
+        from ..data.embedders import Embedder
 
         texts = io.read_text_table(path).texts
         emb = Embedder(model)

@@ -7,7 +7,7 @@ embeddings into a release through :class:`Release`, so the rules below are writt
 * **Randomness.** Fresh OS entropy (default), a seed (experiments; each row has its own stream,
   so the result does not depend on batching or threads), or *keyed* noise: a record's noise is
   a function of (secret key, configuration, embedding model, input dimension, bit generator,
-  typed record id, **content digest**) -- see :mod:`privembed.keyed`. Re-releasing the same
+  typed record id, **content digest**) -- see :mod:`privembed.keys.keyed`. Re-releasing the same
   content returns the identical vector; changed content under the same id gets independent
   noise and is charged as a new release of that id.
 * **Ids.** Keyed noise and the ledger need real record ids, typed canonically (``1`` and
@@ -17,7 +17,7 @@ embeddings into a release through :class:`Release`, so the rules below are writt
 * **Ledger before publish.** The records of a release are staged while the output is
   computed; :meth:`Release.commit` checks the budgets and records the release; only then is
   the output published (:func:`protect_file` renames the finished file inside the commit
-  hook of :func:`privembed.io.atomic_output`, with SIGINT/SIGTERM held).
+  hook of :func:`privembed.data.io.atomic_output`, with SIGINT/SIGTERM held).
 * **Checks.** Inputs are validated per block (NaN/inf/zero rows, dimension), outputs are
   checked finite before anything is published, the input dtype is kept.
 
@@ -34,7 +34,7 @@ front ends (``integrations``: stream, collection, shards; the server) are source
 
 from __future__ import annotations
 
-from ..ledger import DuplicateIds
+from ..keys.ledger import DuplicateIds
 from .core import Release, ReleaseSummary, protect
 from .files import is_text_file, protect_file
 from .ids import ReleasedIds

@@ -12,10 +12,17 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_embeddings, check_int
-from ..cancel import checkpoint
-from ..keyed import key_id as _key_id
-from ..keyed import (
+from ..core._validation import DataError, check_embeddings, check_int
+from ..core.cancel import checkpoint
+from ..core.rng import (
+    CounterSource,
+    GeneratorSource,
+    NoiseSource,
+    expect_counter_rows,
+    seed_stream_key,
+)
+from ..keys.keyed import key_id as _key_id
+from ..keys.keyed import (
     keyed_source,
     record_tags,
     release_context,
@@ -23,15 +30,8 @@ from ..keyed import (
     tag_commitments,
     vector_tags,
 )
-from ..ledger import Ledger, StagedRelease
+from ..keys.ledger import Ledger, StagedRelease
 from ..mechanisms.base import Mechanism
-from ..rng import (
-    CounterSource,
-    GeneratorSource,
-    NoiseSource,
-    expect_counter_rows,
-    seed_stream_key,
-)
 from .ids import ReleasedIds, typed_keys
 from .policy import charge_text, check_randomness, default_keyed_generator
 from .setting import SettingNote, setting_note
@@ -208,8 +208,8 @@ class Release:
         ids : sequence, length n, optional
             Record ids (required with a key or ledger).
         digests : sequence of bytes, optional
-            Content digests (keyed noise); default: :func:`privembed.keyed.vector_digests` of
-            ``X``. Text front ends pass :func:`privembed.keyed.text_digests`.
+            Content digests (keyed noise); default: :func:`privembed.keys.keyed.vector_digests` of
+            ``X``. Text front ends pass :func:`privembed.keys.keyed.text_digests`.
         row_offset : int, optional
             Absolute number of the batch's first row (default: rows released so far).
         subjects : sequence, length n, optional
@@ -300,7 +300,7 @@ class Release:
             return seeded
         assert self._root is not None
         entropy = self._root.entropy
-        from ..rng import _from_seedseq
+        from ..core.rng import _from_seedseq
 
         def fresh(start: int, stop: int) -> NoiseSource:
             child = np.random.SeedSequence(entropy, spawn_key=(offset + start,))
@@ -401,7 +401,7 @@ class Release:
 
     def expect_rows(self, n: int) -> None:
         """Hint that this release will draw about ``n`` rows (a file's row count): keyed and
-        seeded noise load the compiled per-record kernels (:mod:`privembed._jit`) up front when
+        seeded noise load the compiled per-record kernels (:mod:`privembed.core._jit`) up front when
         that many rows pay for them, instead of after the first 200,000. Output is unchanged."""
         if (self.key is not None and self.generator == "philox") or self._stream_key is not None:
             expect_counter_rows(n)

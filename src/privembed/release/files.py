@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_int
-from ..cancel import checkpoint, cooperative
-from ..keyed import text_digests
-from ..ledger import Ledger
+from ..core._validation import DataError, check_int
+from ..core.cancel import checkpoint, cooperative
+from ..keys.keyed import text_digests
+from ..keys.ledger import Ledger
 from ..mechanisms.base import Mechanism
 from .core import Release, ReleaseSummary
 from .policy import content_ids, open_ledger, refuse_protected, release_metadata
@@ -101,7 +101,7 @@ def _check_request(
 ) -> None:
     """Refuse a file release before anything is read or written: formats, a missing input, an
     existing output, content ids without a key."""
-    from .. import io
+    from ..data import io
 
     io.detect_format(dst)
     io.check_input_format(src)  # embeddings or texts: the message lists both
@@ -169,10 +169,10 @@ def protect_file(
     ------
     privembed.DataError, ValueError, FileNotFoundError, FileExistsError
         Bad input, parameters or destination -- before anything is written.
-    privembed.ledger.BudgetExceeded
+    privembed.keys.ledger.BudgetExceeded
         The ledger refused the release (nothing is published).
     """
-    from .. import io
+    from ..data import io
 
     src, dst = Path(src), Path(dst)
     _check_request(src, dst, overwrite=overwrite, ids_from_content=ids_from_content, key=key)
@@ -192,7 +192,7 @@ def protect_file(
         on_wait=on_wait,
     )
     erase = check_eraser(eraser)
-    io.preload(src, dst)  # no lazy import runs once the output is open (cancel.py)
+    io.preload(src, dst)  # no lazy import runs once the output is open (core/cancel.py)
     checkpoint("command.start")
     common = dict(
         ids_from_content=ids_from_content,
@@ -236,7 +236,7 @@ def _protect_vectors_file(
 ) -> ReleaseSummary:
     """An embeddings file, batch by batch: read, (erase,) protect, write; renamed into place in
     the ledger commit."""
-    from .. import io
+    from ..data import io
 
     meta_in = io.read_metadata(src)
     refuse_protected(meta_in, src, allow=allow_reprotect)
@@ -295,8 +295,8 @@ def _protect_vectors_file(
 
 def is_text_file(path: str | Path, *, text_field: str = "text") -> bool:
     """Whether ``path`` holds texts (``.txt``, ``.csv``, JSONL or Parquet with a
-    ``text_field`` and no embeddings) rather than embeddings (:func:`privembed.io.holds_texts`)."""
-    from ..io import holds_texts
+    ``text_field`` and no embeddings) rather than embeddings (:func:`privembed.data.io.holds_texts`)."""
+    from ..data.io import holds_texts
 
     return holds_texts(path, text_field=text_field)
 
@@ -306,7 +306,7 @@ def _read_texts(
 ) -> tuple[Any, list[str], list[str]]:
     """The texts' table, the fields to keep (checked against it and the output format) and
     its other fields."""
-    from .. import io
+    from ..data import io
 
     table = io.read_text_table(src, text_field=text_field, id_field=id_field)
     others = [] if table.columns is None else list(table.columns.column_names)
@@ -371,7 +371,7 @@ def _protect_texts_file(
 ) -> ReleaseSummary:
     """A file of texts: embedded in one pass after the ledger's budget check, protected with the
     noise bound to each text, written atomically inside the ledger commit."""
-    from .. import io
+    from ..data import io
 
     table, keep, others = _read_texts(src, dst, text_field, id_field, keep_columns)
     ids, texts = table.ids, table.texts
@@ -384,7 +384,7 @@ def _protect_texts_file(
             )
         ids = content_ids(key=settings.key, texts=texts)
     if embedder is None:
-        from ..embedders import Embedder
+        from ..data.embedders import Embedder
 
         embedder = Embedder(model)
     emb_meta = embedder.metadata()

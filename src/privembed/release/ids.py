@@ -1,4 +1,4 @@
-"""Record ids of a release: typed canonically (:func:`privembed.ledger.record_key`) and unique
+"""Record ids of a release: typed canonically (:func:`privembed.keys.ledger.record_key`) and unique
 across every batch of a run, in bounded memory."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import DataError
-from ..ledger import DuplicateIds, display_key, record_key
+from ..core._validation import DataError
+from ..keys.ledger import DuplicateIds, display_key, record_key
 
 
 def typed_keys(ids: Sequence[Any], *, where: str, first_row: int | None = None) -> list[str]:
     """The ids typed canonically, as the ledger and keyed noise see them
-    (:func:`privembed.ledger.record_key`: ``1`` and ``"1"`` differ, ``numpy.int64(1)`` and ``1``
+    (:func:`privembed.keys.ledger.record_key`: ``1`` and ``"1"`` differ, ``numpy.int64(1)`` and ``1``
     do not); an id of no supported type is a :class:`DataError` naming ``where`` (and its row,
     counted from ``first_row``).
 
@@ -66,7 +66,7 @@ class ReleasedIds:
     >>> seen.add_ids(["a"], where="batch 3")
     Traceback (most recent call last):
     ...
-    privembed.ledger.DuplicateIds: record ids must be unique within one release; repeated: 'a' (equal ids would release one record twice).
+    privembed.keys.ledger.DuplicateIds: record ids must be unique within one release; repeated: 'a' (equal ids would release one record twice).
     """
 
     def __init__(self, spill: int = 1_000_000) -> None:
@@ -85,7 +85,7 @@ class ReleasedIds:
         return db
 
     def add_ids(self, ids: Sequence[Any], *, where: str) -> None:
-        """Take a batch's ids (as :func:`privembed.ledger.record_key` types them) or refuse the
+        """Take a batch's ids (as :func:`privembed.keys.ledger.record_key` types them) or refuse the
         whole batch: an id of no supported type is a :class:`DataError` naming ``where``."""
         keys = typed_keys(ids, where=where)
         self.add(keys)

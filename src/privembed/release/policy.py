@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..accounting import MetricDP, PureDP, cost_of
-from ..keyed import content_ids as _keyed_content_ids
-from ..keyed import resolve_key
-from ..ledger import Ledger, ledger_for_command
+from ..core.accounting import MetricDP, PureDP, cost_of
+from ..core.rng import bit_generator_name
+from ..keys.keyed import content_ids as _keyed_content_ids
+from ..keys.keyed import resolve_key
+from ..keys.ledger import Ledger, ledger_for_command
 from ..mechanisms.base import Mechanism
-from ..rng import bit_generator_name
 
 #: the entries of file metadata that describe a protection
 PROTECTION_KEYS = (
@@ -32,12 +32,12 @@ PROTECTION_KEYS = (
 )
 
 
-#: bit generators of :mod:`privembed.rng` that are cryptographic: keyed noise then uses AES
+#: bit generators of :mod:`privembed.core.rng` that are cryptographic: keyed noise then uses AES
 _CSPRNGS = ("aes", "chacha")
 
 
 def default_keyed_generator() -> str:
-    """``"aes"`` when the randomness policy is a CSPRNG (:func:`privembed.rng.set_bit_generator`),
+    """``"aes"`` when the randomness policy is a CSPRNG (:func:`privembed.core.rng.set_bit_generator`),
     else ``"philox"``: the CSPRNG choice reaches keyed noise too."""
     return "aes" if bit_generator_name() in _CSPRNGS else "philox"
 
@@ -45,7 +45,7 @@ def default_keyed_generator() -> str:
 def content_ids(*, key: Any, texts: Sequence[str] | None = None, X: Any = None) -> list[str]:
     """Record ids derived from content, for inputs that carry none (explicit opt-in).
 
-    Keyed (:func:`privembed.keyed.content_ids`): ``"cid:"`` and 128 bits of an HMAC of the
+    Keyed (:func:`privembed.keys.keyed.content_ids`): ``"cid:"`` and 128 bits of an HMAC of the
     canonical text, or of the canonical float32 row, under the release key. Equal contents get
     equal ids (and, keyed, identical releases); without the key the ids say nothing about the
     content. There is no unkeyed form: a plain digest of a text published as its id lets
@@ -189,7 +189,7 @@ def open_ledger(
 
     ``path`` None: no ledger, and then no budget may be given (a budget nobody enforces would be
     a false promise). A path or ``postgresql://`` URL is opened for this one use
-    (:func:`privembed.ledger.ledger_for_command`: a ledger file this use created is removed again
+    (:func:`privembed.keys.ledger.ledger_for_command`: a ledger file this use created is removed again
     if it fails before committing anything), an open :class:`Ledger` is used as it is. The
     budgets may set a first budget or confirm or lower the stored one, never raise it
     (:meth:`Ledger.confirm_budget`; raising is ``privembed ledger budget --raise``).

@@ -3,7 +3,7 @@ release carries (:attr:`privembed.release.ReleaseSummary.setting`), ``protect`` 
 print, and :mod:`privembed.evaluation.advice` builds on.
 
 The expected mean cosine between a protected vector and its original comes from the mechanism's
-closed form (``Mechanism.expected_cosine``, from :mod:`privembed.theory`); a one-line note is
+closed form (``Mechanism.expected_cosine``, from :mod:`privembed.core.theory`); a one-line note is
 added when it is below a useful level (:data:`USEFUL_COSINE`) or when the guarantee is vacuous
 (:data:`VACUOUS_LDP_EPSILON`, :data:`VACUOUS_DELTA`).
 """
@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .._validation import check_int
-from ..accounting import ApproxDP, Guarantee, MetricDP, NoGuarantee, PureDP
+from ..core._validation import check_int
+from ..core.accounting import ApproxDP, Guarantee, MetricDP, NoGuarantee, PureDP
 from ..mechanisms.base import Mechanism
 
 __all__ = [

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_embeddings
+from ..core._validation import DataError, check_embeddings
 
 
 def check_eraser(eraser: Any) -> Any:

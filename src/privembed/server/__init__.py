@@ -19,7 +19,7 @@ Needs the ``serve`` extra (``pip install 'privembed[serve]'``).
 
 from __future__ import annotations
 
-from .._optional import require
+from ..core._optional import require
 
 require("fastapi", "serve", purpose="the embeddings server")
 require("uvicorn", "serve", purpose="the embeddings server")

@@ -1,7 +1,7 @@
 """Embedding backends: where clean vectors come from, before any protection.
 
 * :class:`LocalBackend` -- a sentence-transformers model in this process
-  (:class:`privembed.embedders.Embedder`; offline all-MiniLM-L6-v2 by default), run on one
+  (:class:`privembed.data.embedders.Embedder`; offline all-MiniLM-L6-v2 by default), run on one
   worker thread (the model parallelises internally).
 * :class:`UpstreamBackend` -- an OpenAI-compatible ``POST {base_url}/embeddings`` over
   ``httpx``; its API key comes from an environment variable, never from the config file.
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..rng import as_generator
+from ..core.rng import as_generator
 from .config import BackendConfig
 
 __all__ = [
@@ -113,7 +113,7 @@ class Backend:
 
 
 class LocalBackend(Backend):
-    """An embedding model in-process (:class:`privembed.embedders.Embedder`: ONNX Runtime or
+    """An embedding model in-process (:class:`privembed.data.embedders.Embedder`: ONNX Runtime or
     PyTorch, by ``runtime``; L2-normalised float32 outputs), on one worker thread."""
 
     def __init__(self, config: BackendConfig) -> None:
@@ -127,7 +127,7 @@ class LocalBackend(Backend):
 
     @property
     def identity(self) -> str:
-        """``local|`` and the loaded model's :attr:`~privembed.embedders.Embedder.identity`: a
+        """``local|`` and the loaded model's :attr:`~privembed.data.embedders.Embedder.identity`: a
         digest of its weights, tokenizer, pooling and runtime, never the configured path (two
         folders with one name, or a folder changed in place, are other models)."""
         if self._embedder is None:
@@ -136,7 +136,7 @@ class LocalBackend(Backend):
 
     def _load(self) -> Any:
         """Build the embedder (on the worker thread, which then runs every model call)."""
-        from ..embedders import Embedder
+        from ..data.embedders import Embedder
 
         cfg = self.config
         emb = Embedder(

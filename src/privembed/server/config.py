@@ -75,7 +75,7 @@ __all__ = [
     "load_config",
 ]
 
-#: embedding runtimes of a local backend (``privembed.embedders.BACKENDS``)
+#: embedding runtimes of a local backend (``privembed.data.embedders.BACKENDS``)
 RUNTIMES = ("auto", "torch", "onnx", "onnx-int8")
 DEFAULT_BACKEND = "local"
 
@@ -121,7 +121,7 @@ def _as_path(value: Any, info: ValidationInfo) -> Any:
 
 def _as_ledger(value: Any, info: ValidationInfo) -> Any:
     """A ledger file (a path, as :func:`_as_path`) or a ``postgresql://`` URL (kept as text)."""
-    from ..ledger_pg import is_postgres_url
+    from ..keys.ledger_pg import is_postgres_url
 
     if is_postgres_url(value):
         return value
@@ -226,7 +226,7 @@ class _LocalTable(BaseModel):
     def _resolve(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        from ..embedders import resolve_model
+        from ..data.embedders import resolve_model
 
         try:
             return resolve_model(value)[0]
@@ -444,7 +444,7 @@ class BackendConfig:
     device: str = "cpu"
     batch_size: int = 64
     threads: int | None = None  # torch intra-op / ONNX Runtime threads (None: the default)
-    runtime: str = "auto"  # "auto" | "torch" | "onnx" | "onnx-int8" (privembed.embedders)
+    runtime: str = "auto"  # "auto" | "torch" | "onnx" | "onnx-int8" (privembed.data.embedders)
     # upstream
     base_url: str | None = None
     api_key_env: str | None = None
@@ -465,7 +465,7 @@ class BackendConfig:
         and share one.
         """
         if self.type == "local":
-            from ..embedders import DEFAULT_MODEL
+            from ..data.embedders import DEFAULT_MODEL
 
             suffix = "+onnx-int8" if self.runtime == "onnx-int8" else ""
             return f"local|{self.model or DEFAULT_MODEL}{suffix}"
@@ -789,13 +789,13 @@ def _load_key(ctx: _Ctx, server: ServerSettings, key: bytes | None) -> bytes:
                 "key_file is required: the secret key derives the record id of each text and "
                 "the keyed noise (create one with: privembed keygen -o serve.key).",
             )
-        from ..keyed import load_key
+        from ..keys.keyed import load_key
 
         try:
             return bytes(load_key(server.key_file))
         except (OSError, ValueError) as exc:
             raise ctx.fail("[server]", f"key_file: {exc}") from None
-    from ..keyed import key_id
+    from ..keys.keyed import key_id
 
     try:
         key_id(key)

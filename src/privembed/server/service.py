@@ -8,7 +8,7 @@ stripped, and case-folded unless ``casefold = false``
 (``HMAC-SHA256(K, "privembed/serve/text/v1" || 0x00 || canonical)``, first 128 bits). With a
 ledger, texts whose clean embeddings are bit-identical share one identity too: the first
 identity seen for a clean vector claims it -- an *alias* keyed by an HMAC of the vector under
-the backend's key, never the vector, kept in the ledger (:meth:`privembed.ledger.Ledger.
+the backend's key, never the vector, kept in the ledger (:meth:`privembed.keys.ledger.Ledger.
 claim_aliases`: bounded, surviving restarts, shared by every server using the ledger) -- so
 variants the canonical form misses (accents, zero-width characters that the model's tokenizer
 drops) still land on one record. The ids reveal nothing about the texts to anyone without
@@ -16,7 +16,7 @@ drops) still land on one record. The ids reveal nothing about the texts to anyon
 is bound to the exact text anyway.)
 
 The *content* that keyed noise is bound to is the exact text and the backend's identity
-(:func:`privembed.keyed.text_digests`, no canonicalisation): the same text gets the same noise
+(:func:`privembed.keys.keyed.text_digests`, no canonicalisation): the same text gets the same noise
 however it is batched, while any other text -- a variant of the same identity included -- gets
 independent noise and is charged as a new release of that identity. So 256 case and whitespace
 variants of one note are one identity whose budget admits only as many as it allows.
@@ -88,8 +88,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .. import labels
-from ..keyed import canonical_text, key_id, text_digests, vector_digests
+from ..core import labels
+from ..keys.keyed import canonical_text, key_id, text_digests, vector_digests
 from ..release import Release
 from .backends import Backend, BackendError, make_backend
 from .batcher import Job, MicroBatcher, QueueFull, ShuttingDown
@@ -151,7 +151,7 @@ class LedgerUnavailable(Exception):
 
 def _unavailable(health: LedgerHealth, exc: BaseException) -> LedgerUnavailable:
     """What a ledger that could not be used answers (503), with ``/healthz`` updated."""
-    from ..ledger import LedgerUnreachable
+    from ..keys.ledger import LedgerUnreachable
 
     unreachable = isinstance(exc, LedgerUnreachable)
     health.set("unreachable" if unreachable else "busy", str(exc))
@@ -580,7 +580,7 @@ class Service:
         ledger = self._ledger
         if ledger is None:
             return self._rounds(mech, backend, ids, texts, X, subject, None, None)
-        from ..ledger import AliasConflict, LedgerBusy
+        from ..keys.ledger import AliasConflict, LedgerBusy
 
         for _ in range(3):  # another process may claim a looked-up alias meanwhile: look again
             try:
@@ -635,7 +635,7 @@ class Service:
     ) -> NDArray[np.float32]:
         """One release; with a ledger it is committed -- with the alias ``claims`` and marked
         published -- in one transaction (the response follows at once)."""
-        from ..ledger import BudgetExceeded, LedgerBusy
+        from ..keys.ledger import BudgetExceeded, LedgerBusy
 
         s = self.config.server
         keyed = self.keyed

@@ -130,7 +130,7 @@ def init_config(path: str | Path = "serve.toml") -> tuple[str, Path]:
     FileExistsError
         ``path`` or its key file exists (nothing is written).
     """
-    from ..keyed import keygen
+    from ..keys.keyed import keygen
 
     cfg = Path(path)
     key_path = cfg.with_suffix(".key")

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._optional import require
-from .._validation import DataError, check_choice, check_int, check_real
-from ..rng import as_generator
+from ..core._optional import require
+from ..core._validation import DataError, check_choice, check_int, check_real
+from ..core.rng import as_generator
 from . import dx_theory
 from .exponential import sample_exponential
 from .index import NearestNeighbourIndex

@@ -41,10 +41,10 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from .._validation import check_choice, check_int, check_real
+from ..core._validation import check_choice, check_int, check_real
+from ..core.rng import as_generator
 from ..mechanisms import laplace as _laplace
 from ..mechanisms.base import GeneratorSource
-from ..rng import as_generator
 
 __all__ = [
     "angular_cdf",

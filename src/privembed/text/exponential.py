@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import check_choice, check_int, check_real
-from ..accounting import Guarantee, MetricDP
-from ..rng import as_generator
+from ..core._validation import check_choice, check_int, check_real
+from ..core.accounting import Guarantee, MetricDP
+from ..core.rng import as_generator
 from .index import DistanceRows
 from .sanitizer import METRIC, OOV_POLICIES, TextSanitizer
 from .vocab import Vocabulary

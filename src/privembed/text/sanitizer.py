@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._validation import DataError, check_choice, check_real
-from ..accounting import Guarantee, MetricDP
+from ..core._validation import DataError, check_choice, check_real
+from ..core.accounting import Guarantee, MetricDP
+from ..core.rng import as_generator
 from ..mechanisms.base import GeneratorSource
 from ..mechanisms.laplace import LaplaceMechanism
-from ..rng import as_generator
 from .index import INDEX_METHODS, NearestNeighbourIndex
 from .tokenize import restore_case, tokenize
 from .vocab import Vocabulary

@@ -26,9 +26,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from .._optional import require
-from .._validation import DataError, check_int
-from ..io import _require_exists
+from ..core._optional import require
+from ..core._validation import DataError, check_int
+from ..data.io import _require_exists
 
 __all__ = ["Vocabulary"]
 

@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from . import labels
-from ._validation import DataError, check_choice
-from .rng import CounterSource, _verify_kernels
+from ..core import labels
+from ..core._validation import DataError, check_choice
+from ..core.rng import CounterSource, _verify_kernels
 
 __all__ = [
     "KEY_BYTES",
@@ -87,7 +87,7 @@ def _check_key(key: Any) -> bytes:
     if not isinstance(key, bytes | bytearray):
         raise TypeError(
             f"key must be bytes, got key of type {type(key).__name__} (load a key file with "
-            "privembed.keyed.load_key(path), or pass the path to resolve_key)."
+            "privembed.keys.keyed.load_key(path), or pass the path to resolve_key)."
         )
     if len(key) < 16:
         raise ValueError(
@@ -385,12 +385,12 @@ _hmac_checked: bool | None = None
 
 
 def _compiled_hmac() -> Any:
-    """The compiled kernels if their HMAC (``privembed._jit_kernels.hmac_rows``: libcrypto's
+    """The compiled kernels if their HMAC (``privembed.core._jit_kernels.hmac_rows``: libcrypto's
     SHA-256 called without the GIL, so tags scale with the sampling threads) is usable, or None.
     Used only once the compiled noise kernels are loaded, and only if it gives hashlib's bytes
     on a check (keys of every length class, empty and long ids, a ``-0.0``)."""
     global _hmac_checked
-    from . import _jit
+    from ..core import _jit
 
     k = _jit.kernels(0, verify=_verify_kernels)
     if k is None or not getattr(k, "HAVE_HMAC", False) or _hmac_checked is False:
@@ -492,7 +492,7 @@ def _stream_key(key: bytes) -> bytes:
 
 
 def keyed_source(key: bytes, tags: Sequence[bytes], *, generator: str = "philox") -> CounterSource:
-    """The :class:`~privembed.rng.CounterSource` whose row ``i`` is keyed by ``tags[i]``
+    """The :class:`~privembed.core.rng.CounterSource` whose row ``i`` is keyed by ``tags[i]``
     (its first 16 bytes, as two little-endian 64-bit words)."""
     n = len(tags)
     if isinstance(tags, _Tags) and tags.rows.shape == (n, 32):

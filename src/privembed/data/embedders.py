@@ -57,9 +57,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from . import labels
-from ._optional import require
-from ._validation import DataError, check_choice, check_int
+from ..core import labels
+from ..core._optional import require
+from ..core._validation import DataError, check_choice, check_int
 
 __all__ = [
     "BACKENDS",
@@ -85,7 +85,7 @@ _CHUNK_ROWS = 8192  # texts tokenised, length-sorted and batched together
 # padded tokens per ONNX call: 384-768 ran fastest on 2 cores (fp32 GCIDE definitions; 128:
 # -15 %, 4096: -17 %), on a quiet and on a loaded machine alike
 _TOKENS_PER_CALL = 512
-_log = logging.getLogger("privembed.embedders")
+_log = logging.getLogger("privembed.data.embedders")
 
 ProgressCallback = Callable[[int], None]
 
@@ -272,7 +272,7 @@ def onnx_cache_dir(cache_dir: str | Path | None = None) -> Path:
     >>> onnx_cache_dir("/tmp/pe-cache").as_posix()
     '/tmp/pe-cache/onnx'
     """
-    from .cache import cache_root
+    from ..core.cache import cache_root
 
     root = Path(cache_dir) if cache_dir is not None else cache_root()
     return root.expanduser() / "onnx"
@@ -1001,7 +1001,7 @@ class Embedder:
         model; :func:`loaded_model_digest` of a model loaded from a hub name), the backend
         (``torch``, ``onnx``, ``onnx-int8``: each its own identity, their vectors are not
         bit-identical), the ONNX export version and the torch device. Keyed noise for texts is
-        bound to it (:func:`privembed.keyed.text_digests`): a different model under the same
+        bound to it (:func:`privembed.keys.keyed.text_digests`): a different model under the same
         name -- a folder updated in place, another folder with the same base name -- gets
         independent noise and is charged as a new release, instead of noise that would cancel in
         the difference of the two releases and reveal the clean difference.

@@ -306,7 +306,7 @@ def cost_of(g: Guarantee) -> Cost:
     >>> cost_of(NoGuarantee("plain"))
     Traceback (most recent call last):
     ...
-    privembed.accounting.UnsupportedGuarantee: a release with no formal guarantee (plain) cannot be accounted; the ledger records only mechanisms with a formal guarantee.
+    privembed.core.accounting.UnsupportedGuarantee: a release with no formal guarantee (plain) cannot be accounted; the ledger records only mechanisms with a formal guarantee.
     """
     if isinstance(g, ApproxDP):
         if g.noise_multiplier is not None:

@@ -1,18 +1,18 @@
 """Compiled per-record draws for keyed and seeded noise (optional: numba, extra ``fast``).
 
-:class:`privembed.rng.CounterSource` gives every record its own Philox-4x64 stream. In pure
+:class:`privembed.core.rng.CounterSource` gives every record its own Philox-4x64 stream. In pure
 numpy each record costs a repositioning of the bit generator and a separate fill call from
 Python, which holds the GIL (about 10 µs per 384-d record, against about 1 µs for the numbers
 themselves). These kernels run the same loop in compiled code: for each row they write the
 row's key and counter into the *same* numpy ``Philox`` bit generator's C state (the in-place
-layout that :class:`~privembed.rng._PhiloxCursor` verified against numpy's public API) and draw
+layout that :class:`~privembed.core.rng._PhiloxCursor` verified against numpy's public API) and draw
 through numba's implementation of numpy's ``Generator`` methods, which calls that bit generator
 and uses numpy's own algorithms (ziggurat normals, Marsaglia-Tsang gammas, 53-bit doubles).
 The output is therefore bit-identical to the pure-numpy path (tested row for row, and checked
 again in every process before first use), and the loops release the GIL, so blocks on two
 threads run in parallel.
 
-This module does not import numba; :func:`kernels` loads :mod:`privembed._jit_kernels` (numba,
+This module does not import numba; :func:`kernels` loads :mod:`privembed.core._jit_kernels` (numba,
 compiled or read from its on-disk cache) on demand, and returns ``None`` when numba is not
 installed, the kernels fail their check, or ``PRIVEMBED_JIT=0``.
 """
@@ -46,7 +46,7 @@ def kernels(rows: int = 0, *, verify: Callable[[Any], str | None] | None = None)
     (a negative ``rows`` loads now).
 
     ``verify(module)`` runs once, when the kernels are first loaded: ``None`` accepts them, a
-    string refuses them and says why (:func:`privembed.rng._verify_kernels` checks them against
+    string refuses them and says why (:func:`privembed.core.rng._verify_kernels` checks them against
     numpy's own draws). Any failure means the pure-numpy path from then on; a
     ``RuntimeWarning`` says why, once.
     """

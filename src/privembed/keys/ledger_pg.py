@@ -1,6 +1,6 @@
 """The PostgreSQL backend of the privacy ledger: several processes and machines, one ledger.
 
-:class:`privembed.ledger.Ledger` keeps the ledger's semantics once (staging, free keyed
+:class:`privembed.keys.ledger.Ledger` keeps the ledger's semantics once (staging, free keyed
 re-releases, per-record and per-subject budgets, running subject totals, aliases, the budget
 history, read-only inspection); this module holds only what PostgreSQL does differently: the
 connection, the SQL dialect (``%s`` placeholders, no SQLite planner hints), the schema's types
@@ -21,7 +21,7 @@ commit is visible).
 Lost connections
 ----------------
 A connection that breaks (the server stopped or restarted, the backend terminated, the network
-cut) raises :class:`privembed.ledger.LedgerUnreachable` from the operation that found it,
+cut) raises :class:`privembed.keys.ledger.LedgerUnreachable` from the operation that found it,
 whatever it was doing: a release whose commit was interrupted is never reported as recorded, so
 its output is never published (if the ``COMMIT`` reached the server before the cut, the release
 is charged without output -- the conservative direction). The next operation connects again; a

@@ -81,9 +81,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from ._validation import DataError, check_embeddings, check_int, check_real
-from .mechanisms.base import Mechanism
-from .rng import as_generator
+from ..core._validation import DataError, check_embeddings, check_int, check_real
+from ..core.rng import as_generator
+from ..mechanisms.base import Mechanism
 
 __all__ = [
     "RerankPlanner",
@@ -151,7 +151,7 @@ MAX_QUERY_BATCH = 1024
 def candidate_bytes(dim: int, *, payload_itemsize: int = 4) -> int:
     """Memory one fetched candidate holds while its batch is re-ranked, in bytes.
 
-    Its sealed payload (``payload_itemsize * dim + 45`` bytes, :mod:`privembed.payload`), its
+    Its sealed payload (``payload_itemsize * dim + 45`` bytes, :mod:`privembed.keys.payload`), its
     plaintext (kept until the batch's texts are read) and its vector's bytes gathered for the
     batch (``payload_itemsize * dim`` each), the opened vector as a float32 row and as a
     float64 row for the exact cosine, and about 1.5 KiB of Python objects (the hit, its

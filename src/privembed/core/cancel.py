@@ -11,7 +11,7 @@ command line prints one line and exits with ``128 + signal`` (130 for Ctrl-C). A
 of the same kind interrupts at once: an impatient user is never stuck.
 
 Between the ledger commit and the rename both signals are also *blocked*
-(:func:`privembed.io.atomic_output`): a commit and its publication happen together.
+(:func:`privembed.data.io.atomic_output`): a commit and its publication happen together.
 
 Fault injection
 ---------------

@@ -38,9 +38,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ._optional import require
-from ._validation import DataError, check_embeddings
-from .cancel import checkpoint
+from ..core._optional import require
+from ..core._validation import DataError, check_embeddings
+from ..core.cancel import checkpoint
 
 __all__ = [
     "TEXT_FORMATS",

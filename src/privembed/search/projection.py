@@ -5,7 +5,7 @@ r"""Searching over protected releases.
 and FAISS's conventions (``(D, I)``, float32 scores, int64 indices, ``-1`` padding). Exact
 search with encrypted payloads and re-ranking inside the trust boundary is
 :mod:`privembed.integrations.stores`; how many candidates to fetch for a target recall is
-:mod:`privembed.rerank`.
+:mod:`privembed.search.rerank`.
 
 References
 ----------
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ._validation import DataError, check_choice, check_embeddings, check_int
-from .mechanisms.projection import PrivateProjection, require_projection
+from ..core._validation import DataError, check_choice, check_embeddings, check_int
+from ..mechanisms.projection import PrivateProjection, require_projection
 
 __all__ = ["projection_search"]
 
@@ -218,7 +218,7 @@ def projection_search(
     Examples
     --------
     >>> from privembed.mechanisms import PrivateProjection
-    >>> from privembed.rng import as_generator
+    >>> from privembed.core.rng import as_generator
     >>> m = PrivateProjection(k=16, epsilon=1e4, delta=1e-5)
     >>> X = as_generator(0).standard_normal((5, 64))
     >>> D, I = projection_search(m, X, m.privatize(X, rng=1), 2)

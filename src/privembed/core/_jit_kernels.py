@@ -1,6 +1,6 @@
-"""numba kernels behind :mod:`privembed._jit` (imported only through it).
+"""numba kernels behind :mod:`privembed.core._jit` (imported only through it).
 
-Every kernel takes the numpy ``Generator`` of a :class:`~privembed.rng._PhiloxCursor` and views
+Every kernel takes the numpy ``Generator`` of a :class:`~privembed.core.rng._PhiloxCursor` and views
 of its bit generator's C state (``key_mem``: 2 uint64 words, ``ctr_mem``: 4, ``pos_mem``: the
 buffer position), and positions it for row ``i`` exactly as ``_PhiloxCursor.position`` does:
 key, counter ``ctrs[i]``, buffer position 4 (exhausted, so the next draw computes a fresh block).
@@ -77,7 +77,7 @@ def normal_gamma_rows(gen, key_mem, ctr_mem, pos_mem, key, ctrs, shape, out, r):
 # hashlib holds the GIL for messages under 2,048 bytes (a 384-d float32 row is 1,536), so keyed
 # tags computed in Python run one thread at a time. The same libcrypto that backs hashlib is
 # called here from compiled code (its SHA256_* functions: SHA-NI where the CPU has it), with the
-# keyed pads and the shared prefix absorbed once; privembed.keyed checks the bytes against
+# keyed pads and the shared prefix absorbed once; privembed.keys.keyed checks the bytes against
 # hashlib before first use.
 
 _SHA_SYMBOLS = ("SHA256_Init", "SHA256_Update", "SHA256_Final")

@@ -1,11 +1,11 @@
 """The privacy ledger: every fresh release of a record spends budget; the ledger remembers.
 
 A ledger -- an SQLite file, or a PostgreSQL database that several processes and machines share
-(a ``postgresql://`` URL; :mod:`privembed.ledger_pg`) -- records each release of each record -- its canonically typed id, the subject
+(a ``postgresql://`` URL; :mod:`privembed.keys.ledger_pg`) -- records each release of each record -- its canonically typed id, the subject
 it is charged to (a user or API client, if any), the configuration fingerprint, the key id and
-*tag commitment* of keyed noise (:func:`privembed.keyed.tag_commitment`), what the release costs
-(:func:`privembed.accounting.cost_of`), a digest of the output -- and composes a record's
-releases with :class:`privembed.accounting.Composition` (exact closed form for Gaussian noise, basic
+*tag commitment* of keyed noise (:func:`privembed.keys.keyed.tag_commitment`), what the release costs
+(:func:`privembed.core.accounting.cost_of`), a digest of the output -- and composes a record's
+releases with :class:`privembed.core.accounting.Composition` (exact closed form for Gaussian noise, basic
 composition otherwise). A keyed re-release with the same tag (same key, configuration, model, id *and
 content*) returns the identical vector, so it is recorded as *free*; changed content under the
 same id has another tag and is charged.
@@ -41,7 +41,7 @@ Backends
 The semantics above live once, in :class:`Ledger` and :class:`StagedRelease`; a backend holds
 only what its database does differently: the connection, the SQL dialect, the schema's types,
 staging tables and the write lock (:class:`_SQLiteBackend` here: ``BEGIN IMMEDIATE`` on a file;
-:class:`privembed.ledger_pg.PostgresBackend`: a transaction-scoped advisory lock). Both take the
+:class:`privembed.keys.ledger_pg.PostgresBackend`: a transaction-scoped advisory lock). Both take the
 write lock in bounded steps, so the ledger's timeout (:class:`LedgerBusy`) and its cooperative
 checkpoint (``ledger.wait``) are the same. A PostgreSQL connection that breaks raises
 :class:`LedgerUnreachable` (a :class:`LedgerBusy`: try again later) from whatever operation
@@ -63,8 +63,8 @@ from typing import Any
 
 import numpy as np
 
-from ._validation import DataError, check_real
-from .accounting import (
+from ..core._validation import DataError, check_real
+from ..core.accounting import (
     Composition,
     Cost,
     Neighbouring,
@@ -72,7 +72,7 @@ from .accounting import (
     cost_of,
     exceeds_budget,
 )
-from .cancel import checkpoint
+from ..core.cancel import checkpoint
 from .keyed import typed_id
 from .ledger_pg import PostgresBackend, is_postgres_url, redact_url
 
@@ -486,7 +486,7 @@ class Ledger:
     path : str or Path
         The ledger file (created if missing, unless ``readonly``), or a ``postgresql://`` URL
         of a database that several processes and machines share (its tables are created in
-        the connection's current schema if it has none; see :mod:`privembed.ledger_pg`).
+        the connection's current schema if it has none; see :mod:`privembed.keys.ledger_pg`).
     readonly : bool
         Open for inspection only: the file is opened read-only and never modified (a
         PostgreSQL session is read-only: the server refuses writes).
@@ -900,7 +900,7 @@ class Ledger:
 
         Raises
         ------
-        privembed.accounting.UnsupportedGuarantee
+        privembed.core.accounting.UnsupportedGuarantee
             The mechanism's guarantee cannot be accounted (refused before any work).
         """
         return StagedRelease(
@@ -958,7 +958,7 @@ class Ledger:
 
     def current_releases(self, keys: Sequence[str]) -> dict[str, frozenset[bytes]]:
         """The releases a reader may still meet for each ledger key: the 16-byte output digests
-        (:func:`privembed.payload.release_digest`) of its latest *published* release and of any
+        (:func:`privembed.keys.payload.release_digest`) of its latest *published* release and of any
         committed after it (their output may not have been published yet). A key the ledger
         never recorded is absent. Used to refuse a rolled-back payload (issue 24, finding 10):
         an older release's payload opens under the key, but its digest is not current.
@@ -1376,7 +1376,7 @@ class StagedRelease:
         aggregated in SQL in one streaming pass (no sort), and the *largest* basic epsilon,
         delta and Gaussian ``sum 1/s^2`` over them are tested as one history -- if that passes,
         every record passes (composition is monotone in each). Only otherwise is every record
-        tested, vectorised (:func:`privembed.accounting.exceeds_budget`), to name the ones over.
+        tested, vectorised (:func:`privembed.core.accounting.exceeds_budget`), to name the ones over.
         """
         led = self.ledger
         budget = led.budget

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ._optional import require
-from ._validation import check_int
+from ..core._optional import require
+from ..core._validation import check_int
 
 __all__ = ["ClinicalNote", "synthetic_clinical_notes"]
 

@@ -12,16 +12,16 @@ was altered, truncated, or moved from another record or collection.
 
 Construction
 ------------
-* **Keys.** From the user's key ``K`` (the privembed key file, :func:`privembed.keyed.load_key`)
+* **Keys.** From the user's key ``K`` (the privembed key file, :func:`privembed.keys.keyed.load_key`)
   ``M = HKDF-SHA256(K, salt="privembed/payload", info="privembed/payload/v1")``; per collection
   ``C``, the data key ``K_C = HMAC-SHA256(M, "collection" || 0x00 || C)`` (256 bits). The noise
-  keys of :mod:`privembed.keyed` use HMAC(K, "privembed/keyed/...") directly, so payload keys and
+  keys of :mod:`privembed.keys.keyed` use HMAC(K, "privembed/keyed/...") directly, so payload keys and
   noise keys are independent PRF outputs of ``K`` (different domains). A key per collection
   keeps the 2^32-messages-per-key bound of random 96-bit nonces per collection.
 * **Encryption.** AES-256-GCM with a fresh random 96-bit nonce from the OS for every seal (never
   derived from the content: encrypting the same record twice gives unrelated ciphertexts, so
   there is no deterministic encryption to compare). Associated data: a domain string, the
-  collection, the canonical typed record id (:func:`privembed.keyed.typed_id`: ``5`` and
+  collection, the canonical typed record id (:func:`privembed.keys.keyed.typed_id`: ``5`` and
   ``"5"`` differ) and the payload's header, so a payload only opens for the record and
   collection it was sealed for.
 * **Diagnosis.** GCM's tag failure cannot say *why* it failed. The header therefore carries two
@@ -72,7 +72,7 @@ Examples
 >>> codec.open(blob, record_id="doc-2", collection="notes")
 Traceback (most recent call last):
 ...
-privembed.payload.PayloadError: payload does not belong to record 'doc-2' in collection 'notes' (it was sealed for another record or collection; the store swapped or misplaced it).
+privembed.keys.payload.PayloadError: payload does not belong to record 'doc-2' in collection 'notes' (it was sealed for another record or collection; the store swapped or misplaced it).
 """
 
 from __future__ import annotations
@@ -90,9 +90,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from . import labels
-from ._optional import require
-from ._validation import DataError, check_choice, check_int
+from ..core import labels
+from ..core._optional import require
+from ..core._validation import DataError, check_choice, check_int
 from .keyed import load_key, typed_id
 
 __all__ = [
@@ -248,7 +248,7 @@ class PayloadCodec:
     Parameters
     ----------
     key : bytes
-        The user's privembed key (at least 16 bytes; :func:`privembed.keyed.load_key`). Only
+        The user's privembed key (at least 16 bytes; :func:`privembed.keys.keyed.load_key`). Only
         derived keys are kept.
     dtype : {"float32", "float16"}, default "float32"
         How :meth:`seal` stores vectors. :meth:`open` reads either.
@@ -288,7 +288,7 @@ class PayloadCodec:
     def from_key_file(
         cls, path: str | Path, *, dtype: str = "float32", pad_to: int | str = "padme"
     ) -> PayloadCodec:
-        """A codec for the key in a privembed key file (:func:`privembed.keyed.keygen`)."""
+        """A codec for the key in a privembed key file (:func:`privembed.keys.keyed.keygen`)."""
         return cls(load_key(path), dtype=dtype, pad_to=pad_to)
 
     @property

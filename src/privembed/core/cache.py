@@ -3,7 +3,7 @@
 Never the repository or the installed package: a cache is per user, may hold large files and
 must survive upgrades. The root is ``$PRIVEMBED_CACHE`` if set, else
 ``$XDG_CACHE_HOME/privembed``, else ``~/.cache/privembed`` (the XDG base-directory rule; the
-ONNX exports of :mod:`privembed.embedders` use the same root).
+ONNX exports of :mod:`privembed.data.embedders` use the same root).
 
 Folders are created owner-only (mode 0700): cached decoder weights are an attacker's tool trained
 on someone's texts, and cached embeddings are personal data.

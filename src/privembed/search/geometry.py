@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ._validation import DataError, check_embeddings
-from .mechanisms.base import unit_rows
+from ..core._validation import DataError, check_embeddings
+from ..mechanisms.base import unit_rows
 
 __all__ = ["mean_cosine", "retrieval_ranks", "unit_pairs"]
 

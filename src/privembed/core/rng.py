@@ -317,7 +317,7 @@ class CounterSource(NoiseSource):
     counter mode with key = its row identifier XOR the stream key and counter ``j << 64``
     (a vetted cipher, at a higher cost per row).
 
-    Used for keyed noise (row ids from :func:`privembed.keyed.record_tags`) and for seeded
+    Used for keyed noise (row ids from :func:`privembed.keys.keyed.record_tags`) and for seeded
     experiments (row ids = absolute row numbers, stream key from :func:`seed_stream_key`).
     """
 
@@ -355,7 +355,7 @@ class CounterSource(NoiseSource):
         return out
 
     def _kernel(self, name: str) -> Any:
-        """The compiled per-row kernel ``name`` (:mod:`privembed._jit`; same output as the
+        """The compiled per-row kernel ``name`` (:mod:`privembed.core._jit`; same output as the
         Python loop, row for row), or None: then the rows are drawn in the Python loop."""
         if self.generator != "philox" or not self._cursor._fast:
             return None
@@ -442,14 +442,14 @@ class CounterSource(NoiseSource):
 
 def expect_counter_rows(n: int) -> None:
     """Hint that about ``n`` :class:`CounterSource` rows are coming: the compiled kernels
-    (:mod:`privembed._jit`) load now if that many rows pay for loading them."""
+    (:mod:`privembed.core._jit`) load now if that many rows pay for loading them."""
     from . import _jit
 
     _jit.kernels(max(0, int(n)), verify=_verify_kernels)
 
 
 def _verify_kernels(k: Any) -> str | None:
-    """Check compiled kernels (:mod:`privembed._jit`) against the pure-numpy loop on a few
+    """Check compiled kernels (:mod:`privembed.core._jit`) against the pure-numpy loop on a few
     random rows, before their first use: ``None`` if every method gives exactly numpy's
     numbers, else why not (an empty string: unusable here, nothing to report).
 
