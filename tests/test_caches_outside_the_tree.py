@@ -36,7 +36,7 @@ def test_compiled_kernels_cache_under_the_user_cache_not_the_package(tmp_path):
     env = {**os.environ, "PRIVEMBED_CACHE": str(tmp_path / "cache"), "PRIVEMBED_JIT": "1"}
     env.pop("NUMBA_CACHE_DIR", None)
     code = (
-        "from privembed import _jit; from privembed.core.rng import _verify_kernels; "
+        "from privembed.core import _jit; from privembed.core.rng import _verify_kernels; "
         "assert _jit.kernels(-1, verify=_verify_kernels) is not None"
     )
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

@@ -67,7 +67,10 @@ def _protect_table(
     return pa.table(cols).replace_schema_metadata({b"privembed": meta})
 
 
-_REMOTE_DATA_ERROR = re.compile(r"privembed\._validation\.DataError: (.+)")
+#: how a remote traceback names our error (from the class itself: a module move cannot stale it)
+_REMOTE_DATA_ERROR = re.compile(
+    re.escape(f"{DataError.__module__}.{DataError.__qualname__}") + ": (.+)"
+)
 
 
 def _user_error(exc: BaseException) -> BaseException | None:

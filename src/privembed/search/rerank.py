@@ -270,7 +270,8 @@ def cosine_law(
 
     Examples
     --------
-    >>> from privembed import get_mechanism, theory
+    >>> from privembed import get_mechanism
+    >>> from privembed.core import theory
     >>> c = cosine_law(get_mechanism("laplace", epsilon=200.0), 384, n=200_000, rng=0)
     >>> bool(abs(c.mean() - theory.expected_cosine_laplace(200.0, 384)) < 1e-3)
     True
