@@ -174,6 +174,22 @@ def _attacked(means, *, token_strong=True, chance=0.01):
     return res
 
 
+def test_text_baselines_are_shown_as_a_table(tmp_path):
+    """A report with text-level baselines rendered (the template read the dict's ``keys``
+    method instead of its column names, and every such report failed with a TypeError)."""
+    X = np.random.default_rng(0).standard_normal((60, 8))
+    res = run_sweep(X, grid(["laplace"], epsilon=[50]), runs=1)
+    rows = [
+        {"method": "word-level dx", "epsilon": 10.0, "token_leakage": 0.25},
+        {"method": "redaction", "epsilon": None, "note": "names removed"},
+    ]
+    html = write_report(res, tmp_path, text_baselines=rows).read_text(encoding="utf-8")
+    assert "Text-level baselines" in html
+    for cell in ("method", "token_leakage", "note", "word-level dx", "redaction", "names removed"):
+        assert f">{cell}<" in html, cell
+    assert html.count("<td") >= 8  # two rows of four columns (a missing value shown as a dash)
+
+
 def test_recommendation_never_exceeds_the_attack_ceiling():
     """Default ceilings: reid@1 <= 5 x chance (0.05 here) and leakage_excess_low <= 0."""
     res = _attacked(

@@ -100,7 +100,7 @@ compose: see the ledger). The table scrolls sideways inside its box; the configu
 ([T26] App. F.3, Table 9). R = ΔLeakage / ΔUtility relative to the unprotected embeddings: leakage
 removed per unit of utility lost (higher is better).</p>
 <div class="scroll"><table>
-<tr>{% for k in baselines.keys %}<th class="l{% if loop.first %} id{% endif %}">{{ k }}</th>{% endfor %}</tr>
+<tr>{% for k in baselines.columns %}<th class="l{% if loop.first %} id{% endif %}">{{ k }}</th>{% endfor %}</tr>
 {% for r in baselines.rows %}<tr>{% for v in r %}<td class="l{% if loop.first %} id{% endif %}">{{ v }}</td>{% endfor %}</tr>
 {% endfor %}</table></div>
 {% endif %}

@@ -380,7 +380,7 @@ def _baselines_view(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
             return "–"
         return _num(v) if isinstance(v, float) else str(v)
 
-    return {"keys": list(keys), "rows": [[cell(r.get(k)) for k in keys] for r in rows]}
+    return {"columns": list(keys), "rows": [[cell(r.get(k)) for k in keys] for r in rows]}
 
 
 def frontier_axes(
