@@ -342,3 +342,33 @@ def test_a_batch_refused_for_its_rows_can_be_corrected_and_given_again(tmp_path,
             rel.commit()
     if led is not None:
         led.close()
+
+
+def test_a_release_accounts_its_guarantee_once(tmp_path, monkeypatch):
+    """The charge printed and the charge the ledger stages are one cost_of of the guarantee
+    (issue 25: it ran twice per release, once for the text and once for the ledger); without
+    a ledger the text still has its own."""
+    import privembed.keys.ledger as ledger_mod
+    import privembed.release.policy as policy_mod
+    from privembed.keys.ledger import Ledger
+    from privembed.release import protect
+
+    calls: list[str] = []
+    real = policy_mod.cost_of
+
+    def counting(where):
+        def f(g):
+            calls.append(where)
+            return real(g)
+
+        return f
+
+    monkeypatch.setattr(policy_mod, "cost_of", counting("text"))
+    monkeypatch.setattr(ledger_mod, "cost_of", counting("ledger"))
+    X = np.random.default_rng(0).standard_normal((3, 8))
+    with Ledger(tmp_path / "l.db") as led:
+        protect(X, LaplaceMechanism(epsilon=5.0), ids=["a", "b", "c"], rng=1, ledger=led)
+    assert calls == ["ledger"]
+    calls.clear()
+    protect(X, LaplaceMechanism(epsilon=5.0), rng=1)
+    assert calls == ["text"]

@@ -142,7 +142,7 @@ class Release:
         self.summary = ReleaseSummary(
             destination=destination,
             guarantee=mechanism.guarantee.describe(),
-            charge=charge_text(mechanism),
+            charge=charge_text(mechanism, None if self.staged is None else self.staged.cost),
             randomness=self.randomness,
         )
         self.dim: int | None = None

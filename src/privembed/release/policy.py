@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.accounting import MetricDP, PureDP, cost_of
+from ..core.accounting import Cost, MetricDP, PureDP, cost_of
 from ..core.rng import bit_generator_name
 from ..keys.keyed import content_ids as _keyed_content_ids
 from ..keys.keyed import resolve_key
@@ -144,8 +144,10 @@ def check_randomness(key: Any, rng: Any, *, key_name: str = "key", rng_name: str
         raise ValueError(f"give {rng_name} or {key_name}, not both (keyed noise is deterministic).")
 
 
-def charge_text(mechanism: Mechanism) -> str:
-    """What one release charges per record, in words, at the point of use.
+def charge_text(mechanism: Mechanism, cost: Cost | None = None) -> str:
+    """What one release charges per record, in words, at the point of use (``cost``: the
+    mechanism's :func:`~privembed.core.accounting.cost_of` where the caller has it already --
+    the ledger's staged release -- so a release accounts its guarantee once).
 
     Examples
     --------
@@ -155,7 +157,7 @@ def charge_text(mechanism: Mechanism) -> str:
     """
     g = mechanism.guarantee
     try:
-        c = cost_of(g)
+        c = cost_of(g) if cost is None else cost
     except ValueError as exc:
         return f"not chargeable: {exc}"
     if c.noise_multiplier is not None:
