@@ -10,6 +10,7 @@ import ast
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "privembed"
 
@@ -56,6 +57,41 @@ def shared_flag_uses() -> Counter[str]:
     return uses
 
 
+def command_options() -> tuple[int, int, Counter[str], set[str]]:
+    """The options of every command as the CLI builds them (not as the source spells them):
+    how many (command, option) uses there are, how many distinct declarations serve them (an
+    ``Opt*`` alias used by five commands is one declaration), the flags declared at more than
+    one site, and which of those are shared flags of ``_cli/options.py`` (one spelling, the help
+    worded per command)."""
+    import typing
+
+    from typer.models import OptionInfo
+
+    from privembed import cli
+    from privembed._cli.options import SHARED
+
+    def commands(app: Any) -> Any:
+        for c in app.registered_commands:
+            yield c.callback
+        for g in app.registered_groups:
+            yield from commands(g.typer_instance)
+
+    sites: dict[str, set[int]] = {}
+    uses = 0
+    for f in commands(cli.app):
+        for name, hint in typing.get_type_hints(f, include_extras=True).items():
+            for m in getattr(hint, "__metadata__", ()):
+                if not isinstance(m, OptionInfo):
+                    continue
+                decls = [*([m.default] if isinstance(m.default, str) else []), *m.param_decls]
+                long = [d for d in decls if str(d).startswith("--")]
+                flag = long[0] if long else "--" + name.replace("_", "-")
+                sites.setdefault(flag, set()).add(id(m))
+                uses += 1
+    repeated = Counter({k: len(v) for k, v in sites.items() if len(v) > 1})
+    return uses, sum(len(v) for v in sites.values()), repeated, set(SHARED)
+
+
 def policy_copies() -> dict[str, list[str]]:
     """Places outside the release path that spell a release rule themselves."""
     rules = {
@@ -96,6 +132,14 @@ def main() -> None:
         f"shared flags (declared once in _cli/options.py): {len(uses)}, used {sum(uses.values())} "
         "times: " + ", ".join(f"{k} x{v}" for k, v in uses.most_common(6))
     )
+    uses_n, sites_n, repeated, shared = command_options()
+    own = Counter({k: v for k, v in repeated.items() if k not in shared})
+    print(
+        f"options as the commands have them: {uses_n} uses, {sites_n} declarations; flags "
+        f"declared at several sites: {len(repeated)} ({len(repeated) - len(own)} of them shared "
+        "flags of _cli/options.py, one spelling with the help worded per command)"
+    )
+    print("  others: " + ", ".join(f"{k} x{v}" for k, v in own.most_common(8)))
     print("release policy outside the release path:")
     for rule, where in policy_copies().items():
         print(f"  {rule}: {len(where)} {where}")

@@ -24,6 +24,12 @@ from rich.table import Table
 from ..mechanisms.mahalanobis import DEFAULT_MASK_DELTA
 from .common import (
     MechanismName,
+    OptDelta,
+    OptEpsilon,
+    OptMask,
+    OptMaskDelta,
+    OptSigma,
+    OptSmoothing,
     console,
     err_console,
     parse_floats,
@@ -34,7 +40,6 @@ from .common import (
 from .options import (
     aux_fraction_flag,
     copies_flag,
-    delta_flag,
     epochs_flag,
     epsilon_flag,
     json_flag,
@@ -63,14 +68,6 @@ Mechanism = Annotated[
         help="Protect internally with this mechanism; omit to attack the given files as they are.",
     ),
 ]
-Epsilon = Annotated[float | None, epsilon_flag(help="Privacy parameter epsilon.")]
-Delta = Annotated[float | None, delta_flag(help="delta (Gaussian, projection).")]
-Sigma = Annotated[float | None, typer.Option(help="Noise scale (empirical).")]
-MaskOpt = Annotated[
-    Path | None, typer.Option("--mask", help="Concept mask .npy or profile (Mahalanobis).")
-]
-MaskDelta = Annotated[float | None, typer.Option(help="delta added to the mask (Mahalanobis).")]
-Smoothing = Annotated[float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")]
 Seed = Annotated[int | None, seed_flag(help="Seed (data split, noise, training).")]
 KeyFile = Annotated[
     Path | None, typer.Option(help="Secret key file: protect with keyed (repeat-safe) noise.")
@@ -425,12 +422,12 @@ def token(
     sensitive: Sensitive = None,
     n: CorpusSize = 1000,
     mechanism: Mechanism = None,
-    epsilon: Epsilon = None,
-    delta: Delta = None,
-    sigma: Sigma = None,
-    mask: MaskOpt = None,
-    mask_delta: MaskDelta = None,
-    smoothing: Smoothing = None,
+    epsilon: OptEpsilon = None,
+    delta: OptDelta = None,
+    sigma: OptSigma = None,
+    mask: OptMask = None,
+    mask_delta: OptMaskDelta = None,
+    smoothing: OptSmoothing = None,
     aux_fraction: AuxFraction = 0.5,
     copies: Annotated[int, copies_flag(help="Protected copies per auxiliary text.")] = 1,
     settings: Annotated[
@@ -766,12 +763,12 @@ def averaging(
     ] = None,
     release: ReleaseFiles = None,
     mechanism: Mechanism = None,
-    epsilon: Epsilon = None,
-    delta: Delta = None,
-    sigma: Sigma = None,
-    mask: MaskOpt = None,
-    mask_delta: MaskDelta = None,
-    smoothing: Smoothing = None,
+    epsilon: OptEpsilon = None,
+    delta: OptDelta = None,
+    sigma: OptSigma = None,
+    mask: OptMask = None,
+    mask_delta: OptMaskDelta = None,
+    smoothing: OptSmoothing = None,
     releases: Annotated[int, typer.Option(help="Largest N (mechanism mode).")] = 32,
     seed: Seed = None,
     key_file: KeyFile = None,
@@ -853,12 +850,12 @@ def linkage(
         typer.Option(help="Candidate originals: rows with the protected file's ids, or row i."),
     ] = None,
     mechanism: Mechanism = None,
-    epsilon: Epsilon = None,
-    delta: Delta = None,
-    sigma: Sigma = None,
-    mask: MaskOpt = None,
-    mask_delta: MaskDelta = None,
-    smoothing: Smoothing = None,
+    epsilon: OptEpsilon = None,
+    delta: OptDelta = None,
+    sigma: OptSigma = None,
+    mask: OptMask = None,
+    mask_delta: OptMaskDelta = None,
+    smoothing: OptSmoothing = None,
     ks: Annotated[
         str, typer.Option("--ks", help="Comma-separated k of the top-k success rates.")
     ] = "1,5,10",
@@ -937,12 +934,12 @@ def inversion(
     sensitive: Sensitive = None,
     n: CorpusSize = 1000,
     mechanism: Mechanism = None,
-    epsilon: Epsilon = None,
-    delta: Delta = None,
-    sigma: Sigma = None,
-    mask: MaskOpt = None,
-    mask_delta: MaskDelta = None,
-    smoothing: Smoothing = None,
+    epsilon: OptEpsilon = None,
+    delta: OptDelta = None,
+    sigma: OptSigma = None,
+    mask: OptMask = None,
+    mask_delta: OptMaskDelta = None,
+    smoothing: OptSmoothing = None,
     aux_fraction: AuxFraction = 0.5,
     epochs: Annotated[int, epochs_flag(help="Decoder training epochs.")] = 20,
     hidden: Annotated[int, typer.Option(help="GRU state size.")] = 256,
@@ -1198,12 +1195,12 @@ def attribute(
         typer.Option(help="Term list (.txt/.json/.jsonl): a text mentioning one is positive."),
     ] = None,
     mechanism: Mechanism = None,
-    epsilon: Epsilon = None,
-    delta: Delta = None,
-    sigma: Sigma = None,
-    mask: MaskOpt = None,
-    mask_delta: MaskDelta = None,
-    smoothing: Smoothing = None,
+    epsilon: OptEpsilon = None,
+    delta: OptDelta = None,
+    sigma: OptSigma = None,
+    mask: OptMask = None,
+    mask_delta: OptMaskDelta = None,
+    smoothing: OptSmoothing = None,
     probe: Annotated[
         Literal["linear", "mlp"], typer.Option(help="Logistic regression or an MLP.")
     ] = "linear",
