@@ -22,7 +22,9 @@ Randomness
 
 Keyed noise (a record's noise bound to a secret key, the configuration, its id and content)
 is not chosen here: :mod:`privembed.release` builds keyed sources and calls
-:meth:`Mechanism.privatize_rows` -- the one release path.
+:meth:`Mechanism.privatize_rows`. A mechanism is the pure sampler: :meth:`Mechanism.privatize`
+draws noise and returns it, and records nothing -- no ids, no ledger, no published file. The
+one release path, which does, is :class:`privembed.release.Release`.
 """
 
 from __future__ import annotations
@@ -435,7 +437,8 @@ class Mechanism(abc.ABC):
         return out
 
     def privatize(self, X: Any, *, rng: Any = None, row_offset: int = 0) -> NDArray[Any]:
-        """Release protected embeddings (fresh or seeded noise).
+        """Protected embeddings from fresh or seeded noise: the pure sampler (nothing is recorded
+        in a ledger and no id is checked; releases go through :class:`privembed.release.Release`).
 
         Parameters
         ----------
