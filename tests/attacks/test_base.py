@@ -135,3 +135,27 @@ def test_averaging_result_is_the_average_against_a_single_release():
         rep.single_cosine,
     )
     assert r.beats_blind and r.to_dict()["beats_blind"] is True
+
+
+def test_one_attacker_split_under_the_randomness_policy():
+    """The sweeps, evaluate and the attack commands split records with one function, which
+    draws through the randomness policy (issue 25: the CLI's copy used numpy's default
+    generator whatever the policy said)."""
+    from pathlib import Path
+
+    import privembed
+    from privembed.attacks.base import attacker_split
+    from privembed.core.rng import as_generator, use_bit_generator
+    from privembed.evaluation import pipeline
+
+    assert pipeline.attacker_split is attacker_split
+    with use_bit_generator("philox"):
+        aux, tgt = attacker_split(40, 0.5, seed=3)
+        want = np.sort(as_generator(3).permutation(40)[:20])
+    assert np.array_equal(aux, want)
+    assert not np.array_equal(aux, np.sort(np.random.default_rng(3).permutation(40)[:20]))
+    assert sorted([*aux, *tgt]) == list(range(40))
+    with pytest.raises(ValueError, match="too few to split"):
+        attacker_split(3, 0.5, seed=0)
+    cli = (Path(privembed.__file__).parent / "_cli" / "attack.py").read_text(encoding="utf-8")
+    assert "default_rng(" not in cli and ".permutation(" in cli  # the fingerprint halves only

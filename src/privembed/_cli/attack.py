@@ -289,17 +289,6 @@ def _corpus(
     return _Corpus(ids, tx, X, sens, str(texts.name))
 
 
-def _split(n: int, fraction: float, seed: int | None) -> tuple[np.ndarray, np.ndarray]:
-    from ..core._validation import check_real
-
-    check_real("aux_fraction", fraction, gt=0, lt=1)
-    perm = np.random.default_rng(seed).permutation(n)
-    k = round(fraction * n)
-    if k < 1 or k >= n:
-        raise ValueError(f"aux_fraction={fraction} leaves no texts on one side of {n}.")
-    return np.sort(perm[:k]), np.sort(perm[k:])
-
-
 class _Split(NamedTuple):
     """What a trained attack learns from (the attacker's texts and their embeddings) and what it
     is scored on (the target texts, their clean vectors, ids and sensitive tokens)."""
@@ -331,7 +320,9 @@ def _attacker_split(
         _i, aux_tx, aux_X = _texts_and_embeddings(train_texts, train_embeddings, model)
         tgt = np.arange(len(tx))
     else:
-        aux, tgt = _split(len(tx), aux_fraction, seed)
+        from ..attacks.base import attacker_split
+
+        aux, tgt = attacker_split(len(tx), aux_fraction, seed)
         aux_tx, aux_X = [tx[i] for i in aux], X[aux]
     sens = None if corpus.sensitive is None else [corpus.sensitive[i] for i in tgt]
     return _Split(aux_tx, aux_X, [tx[i] for i in tgt], X[tgt], [corpus.ids[i] for i in tgt], sens)
@@ -718,9 +709,10 @@ def _simulate_fingerprints(
     template matcher on the fingerprints (and an MLP trained on the other half, as the
     attacker simulates it)."""
     from ..attacks import FingerprintClassifier, permuted_diagonal, simulate_fingerprints
+    from ..core.rng import as_generator
     from ..mechanisms import LaplaceMechanism, MahalanobisMechanism
 
-    gen = np.random.default_rng(seed)
+    gen = as_generator(seed)  # under the randomness policy, as every draw
     half = gen.permutation(X.shape[0])
     test_pool, ref_pool = X[np.sort(half[: X.shape[0] // 2])], X[np.sort(half[X.shape[0] // 2 :])]
     defender: dict[str, Any] = {}
@@ -1229,7 +1221,9 @@ def attribute(
     key = _key(key_file, seed)
     ids, tx, X = _texts_and_embeddings(input, embeddings, model)
     y, what = _attribute_labels(tx, entity, terms)
-    train, test = _split(len(tx), 1.0 - test_fraction, seed)
+    from ..attacks.base import attacker_split
+
+    train, test = attacker_split(len(tx), 1.0 - test_fraction, seed)
     for part, name in ((train, "training"), (test, "test")):
         if y[part].all() or not y[part].any():
             raise ValueError(

@@ -36,7 +36,13 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["AttackResult", "ScoredReport"]
+import numpy as np
+from numpy.typing import NDArray
+
+from ..core._validation import check_real
+from ..core.rng import as_generator
+
+__all__ = ["AttackResult", "ScoredReport", "attacker_split"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +101,34 @@ class ScoredReport(Protocol):
     """A report that states its headline number against its blind baseline."""
 
     def result(self) -> AttackResult: ...
+
+
+def attacker_split(
+    n: int, aux_fraction: float = 0.5, seed: Any = None
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The records an attacker owns (its training set) and the records it attacks, both sorted:
+    a random ``aux_fraction`` of ``n`` under the randomness policy
+    (:func:`privembed.core.rng.as_generator`; ``seed`` None draws fresh entropy). The one split
+    of the sweeps, ``evaluate`` and the ``attack`` commands. Each side needs at least two
+    records: an attack trained on one record, or scored on one, is evidence of nothing.
+
+    Examples
+    --------
+    >>> aux, tgt = attacker_split(10, 0.3, seed=1)
+    >>> len(aux), len(tgt), sorted([*aux, *tgt]) == list(range(10))
+    (3, 7, True)
+    >>> attacker_split(3, 0.5, seed=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: 3 records are too few to split into attacker and target records (aux_fraction=0.5 leaves 2 and 1; each side needs at least 2).
+    """
+    check_real("aux_fraction", aux_fraction, gt=0, lt=1)
+    order = as_generator(seed).permutation(n)
+    n_aux = round(aux_fraction * n)
+    if n_aux < 2 or n - n_aux < 2:
+        raise ValueError(
+            f"{n} records are too few to split into attacker and target records "
+            f"(aux_fraction={aux_fraction:g} leaves {n_aux} and {n - n_aux}; each side needs "
+            "at least 2)."
+        )
+    return np.sort(order[:n_aux]), np.sort(order[n_aux:])

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from ..attacks.base import attacker_split
 from ..core._validation import DataError, check_embeddings
-from ..core.rng import as_generator
 from .advice import DEFAULT_COSINES, theory_grid
 from .privacy import Linkage, TokenLeakage
 from .recommend import REID_CHANCE_MULTIPLE, Floor, Recommendation, recommend
@@ -75,26 +75,6 @@ def read_attack_texts(
     if any(s is None for s in sens):
         raise ValueError(f"{p}: 'sensitive' is given for some texts but not all.")
     return texts, [{str(t).lower() for t in s} for s in sens]
-
-
-def attacker_split(
-    n: int, aux_fraction: float = 0.5, seed: int = 0
-) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
-    """Rows the token attacker owns (its training set) and the rows it attacks (sorted).
-
-    Examples
-    --------
-    >>> aux, tgt = attacker_split(10, 0.3, seed=1)
-    >>> len(aux), len(tgt), sorted([*aux, *tgt]) == list(range(10))
-    (3, 7, True)
-    """
-    if not 0 < aux_fraction < 1:
-        raise ValueError(f"aux_fraction must be in (0, 1), got aux_fraction={aux_fraction!r}.")
-    order = as_generator(seed).permutation(n)
-    n_aux = round(aux_fraction * n)
-    if n_aux < 2 or n - n_aux < 2:
-        raise ValueError(f"{n} texts are too few to split into attacker and target records.")
-    return np.sort(order[:n_aux]), np.sort(order[n_aux:])
 
 
 def token_attack(
