@@ -58,3 +58,49 @@ def test_every_registered_mechanism_has_its_family_auditor():
 
     for name in MECHANISMS:
         assert name in AUDITORS and type(AUDITORS[name]) is not Family, f"{name}: no auditor"
+
+
+def test_every_keyword_of_every_registered_mechanism_is_described():
+    """A mechanism registered with a keyword nobody described fails here (and its help
+    raises): the meaning of a parameter is written once, in mechanisms/params.py."""
+    from privembed.mechanisms.params import PARAMETERS, describe, takers
+
+    for name, cls in MECHANISMS.items():
+        missing = [p for p in cls.parameter_names() if p not in PARAMETERS]
+        assert not missing, f"{name}: undescribed constructor keywords {missing}"
+    assert set(PARAMETERS) == {p for c in MECHANISMS.values() for p in c.parameter_names()}
+    assert takers("mask") == ["mahalanobis"] and describe("mask").endswith("(mahalanobis).")
+
+
+def test_a_new_mechanism_keyword_needs_a_description(monkeypatch):
+    import pytest
+
+    from privembed.mechanisms.params import describe, takers
+
+    class Extra(Mechanism):
+        name = "extra"
+
+        def __init__(self, *, epsilon: float, width: int = 3) -> None:
+            self.epsilon, self.width = epsilon, width
+
+    monkeypatch.setitem(MECHANISMS, "extra", Extra)
+    assert "extra" in takers("epsilon") and "(" in describe("epsilon")  # not every one now
+    with pytest.raises(KeyError, match="'width' is not described"):
+        describe("width")
+
+
+def test_the_mechanism_options_help_is_the_description():
+    """protect's and audit's mechanism options say what mechanisms/params.py says, with the
+    mechanisms that take each read from the registry (no hand-kept list of names)."""
+    import typer
+
+    from privembed._cli.common import MECHANISM_OPTIONS
+    from privembed.cli import app
+    from privembed.mechanisms.params import describe
+
+    group = typer.main.get_group(app)
+    for command in ("protect", "audit"):
+        params = {p.name: p for p in group.commands[command].params}
+        for name in MECHANISM_OPTIONS:
+            # the help may go on to list a choice's values ("One of: ...", common.tidy_help)
+            assert params[name].help.startswith(describe(name)), (command, name)

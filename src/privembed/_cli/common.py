@@ -28,6 +28,7 @@ from typer.core import TyperGroup
 from ..core._validation import DataError
 from ..core.cancel import Cancelled
 from ..mechanisms import MECHANISMS
+from ..mechanisms.params import describe
 from .options import delta_flag, epsilon_flag, k_flag
 
 __all__ = [
@@ -83,43 +84,38 @@ InputNorm = Literal["normalize", "clip", "none"]
 KeyedGenerator = Literal["philox", "aes"]
 
 # ---- the mechanism options, declared once (protect, audit) -----------------------------------
+# the help of each is the parameter's description (privembed.mechanisms.params.describe): its
+# meaning and which registered mechanisms take it, read from their constructors
 #: ``--epsilon``
-OptEpsilon = Annotated[float | None, epsilon_flag(help="Privacy parameter epsilon.")]
+OptEpsilon = Annotated[float | None, epsilon_flag(help=describe("epsilon"))]
 #: ``--delta``
-OptDelta = Annotated[float | None, delta_flag(help="delta (Gaussian, projection).")]
+OptDelta = Annotated[float | None, delta_flag(help=describe("delta"))]
 #: ``--sigma``
-OptSigma = Annotated[float | None, typer.Option(help="Noise scale (empirical).")]
+OptSigma = Annotated[float | None, typer.Option(help=describe("sigma"))]
 #: ``--calibration``
-OptCalibration = Annotated[
-    Calibration | None, typer.Option(help="Sigma calibration (gaussian, projection).")
-]
+OptCalibration = Annotated[Calibration | None, typer.Option(help=describe("calibration"))]
 #: ``--covariance``
-OptCovariance = Annotated[
-    Path | None, typer.Option(help="Covariance .npy, (d,) or (d, d) (Mahalanobis).")
-]
+OptCovariance = Annotated[Path | None, typer.Option(help=describe("covariance"))]
 #: ``--mask``
-OptMask = Annotated[
-    Path | None, typer.Option(help="Concept mask .npy or profile .npz (Mahalanobis).")
-]
+OptMask = Annotated[Path | None, typer.Option(help=describe("mask"))]
 #: ``--mask-delta``
-OptMaskDelta = Annotated[float | None, typer.Option(help="delta added to the mask (Mahalanobis).")]
+OptMaskDelta = Annotated[float | None, typer.Option(help=describe("mask_delta"))]
 #: ``--smoothing``
-OptSmoothing = Annotated[float | None, typer.Option(help="Covariance smoothing lambda in [0, 1].")]
+OptSmoothing = Annotated[float | None, typer.Option(help=describe("smoothing"))]
 #: ``--k``
-OptK = Annotated[int | None, k_flag(help="Output dimension (projection, subspace).")]
+OptK = Annotated[int | None, k_flag(help=describe("k"))]
 #: ``--kind``
-OptKind = Annotated[ProjectionKind | None, typer.Option(help="Public matrix kind (projection).")]
+OptKind = Annotated[ProjectionKind | None, typer.Option(help=describe("kind"))]
 #: ``--projection-seed``
-OptProjectionSeed = Annotated[int | None, typer.Option(help="Public projection seed.")]
+OptProjectionSeed = Annotated[int | None, typer.Option(help=describe("projection_seed"))]
 #: ``--neighbouring``
-OptNeighbouring = Annotated[
-    Neighbouring | None, typer.Option(help="Neighbouring relation (projection).")
-]
+OptNeighbouring = Annotated[Neighbouring | None, typer.Option(help=describe("neighbouring"))]
 #: ``--input-norm``
-OptInputNorm = Annotated[InputNorm | None, typer.Option(help="How inputs reach the unit sphere.")]
+OptInputNorm = Annotated[InputNorm | None, typer.Option(help=describe("input_norm"))]
 #: ``--renormalize/--no-renormalize``
 OptRenormalize = Annotated[
-    bool | None, typer.Option("--renormalize/--no-renormalize", help="Unit-length outputs.")
+    bool | None,
+    typer.Option("--renormalize/--no-renormalize", help=describe("renormalize")),
 ]
 #: the keyword arguments of :func:`privembed.mechanisms.build_mechanism` these options give,
 #: in the order the commands declare them (checked by a test)

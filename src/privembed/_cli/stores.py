@@ -123,14 +123,21 @@ def cli_mechanism(
 def check_basis_options(
     mechanism: str | None, basis: str | None, basis_epsilon: float | None, basis_delta: float | None
 ) -> None:
-    """Refuse basis options without the subspace mechanism, and the subspace without a basis."""
-    if mechanism != "subspace" and (basis, basis_epsilon, basis_delta) != (None, None, None):
+    """Refuse basis options for a mechanism that takes no basis, and a mechanism that needs one
+    without it (which mechanisms: read from their constructors, ``needs("basis")``)."""
+    from ..mechanisms import MECHANISMS
+    from ..mechanisms.params import takers
+
+    cls = MECHANISMS.get(mechanism or "")
+    takes = cls is not None and "basis" in cls.parameter_names()
+    if not takes and (basis, basis_epsilon, basis_delta) != (None, None, None):
+        which = ", ".join(f"-m {n}" for n in takers("basis"))
         raise ValueError(
-            f"--basis/--basis-epsilon/--basis-delta apply to -m subspace, got -m {mechanism}."
+            f"--basis/--basis-epsilon/--basis-delta apply to {which}, got -m {mechanism}."
         )
-    if mechanism == "subspace" and basis is None:
+    if cls is not None and cls.needs("basis") and basis is None:
         raise ValueError(
-            "-m subspace needs a basis: --basis PUBLIC_DATA (embeddings or texts), a saved "
+            f"-m {mechanism} needs a basis: --basis PUBLIC_DATA (embeddings or texts), a saved "
             "basis, or --basis dp-pca with --basis-epsilon and --basis-delta."
         )
 
