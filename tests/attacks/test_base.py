@@ -77,14 +77,14 @@ def test_an_attack_refuses_row_numbers_as_ids_for_keyed_noise():
     """Attempt: simulate a keyed release with ids 0..n-1 (what the release path forbids); the
     auditor must release exactly as the release path does, so it refuses too."""
     from privembed import DataError
-    from privembed.attacks import protect
+    from privembed.attacks import simulate_release
     from privembed.mechanisms import LaplaceMechanism
 
     X = np.random.default_rng(0).standard_normal((4, 8))
     mech = LaplaceMechanism(epsilon=10.0)
     with pytest.raises(DataError, match="keyed noise needs record ids"):
-        protect(mech, X, key=b"k" * 32)
-    Y = protect(mech, X, key=b"k" * 32, ids=["a", "b", "c", "d"])
+        simulate_release(mech, X, key=b"k" * 32)
+    Y = simulate_release(mech, X, key=b"k" * 32, ids=["a", "b", "c", "d"])
     from privembed.release import protect as release
 
     np.testing.assert_array_equal(Y, release(X, mech, ids=["a", "b", "c", "d"], key=b"k" * 32))

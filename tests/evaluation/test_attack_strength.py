@@ -13,13 +13,13 @@ from typer.testing import CliRunner
 
 from privembed.evaluation import WEAK_ATTACK, Linkage, TokenLeakage, grid, run_sweep
 from privembed.evaluation.pipeline import token_attack
-from privembed.evaluation.privacy import Release, Unprotected
+from privembed.evaluation.privacy import CellRelease, Unprotected
 from privembed.evaluation.report import frontier_axes, recommend, write_report
 
 
 def _plain(X, seed=0):
     ident = Unprotected()
-    return Release(ident, X, ident.privatize(X), np.random.default_rng(seed))
+    return CellRelease(ident, X, ident.privatize(X), np.random.default_rng(seed))
 
 
 def _unrelated(n=120, d=16, seed=0):

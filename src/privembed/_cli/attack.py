@@ -329,9 +329,9 @@ def _attacker_split(
 
 
 def _protect(mech: Any, X: np.ndarray, ids: list[Any], seed: int | None, key: bytes | None) -> Any:
-    from ..attacks import protect
+    from ..attacks import simulate_release
 
-    return protect(mech, X, rng=seed, key=key, ids=ids)
+    return simulate_release(mech, X, rng=seed, key=key, ids=ids)
 
 
 def _console(as_json: bool) -> Console:

@@ -32,7 +32,7 @@ References
 from __future__ import annotations
 
 from . import metrics
-from ._common import protect, protect_copies, word_tokens
+from ._common import protect_copies, simulate_release, word_tokens
 from .attribute import (
     AttributeProbe,
     AttributeReport,
@@ -100,7 +100,6 @@ __all__ = [
     "ner_labels",
     "permuted_diagonal",
     "pii_corpus",
-    "protect",
     "protect_copies",
     "release_stack",
     "score_against_blind",
@@ -108,6 +107,7 @@ __all__ = [
     "sensitive_tokens",
     "sentence_tokens",
     "simulate_fingerprints",
+    "simulate_release",
     "variance_fingerprint",
     "word_tokens",
 ]

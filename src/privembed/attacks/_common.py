@@ -22,9 +22,9 @@ from ..core.rng import as_generator, spawn
 __all__ = [
     "as_token_sets",
     "check_hidden",
-    "protect",
     "protect_copies",
     "seed_from",
+    "simulate_release",
     "word_tokens",
 ]
 
@@ -163,7 +163,7 @@ def embeddings_f64(X: Any, name: str = "X") -> NDArray[np.float64]:
     return np.array(arr, dtype=np.float64)
 
 
-def protect(
+def simulate_release(
     mechanism: Any,
     X: Any,
     *,

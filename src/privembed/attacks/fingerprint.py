@@ -58,8 +58,8 @@ from ._common import (
     build_mlp,
     check_hidden,
     embeddings_f64,
-    protect,
     seed_from,
+    simulate_release,
     standard_scale,
     torch_module,
     torch_threads,
@@ -101,7 +101,7 @@ def release_stack(
     if key is not None:
         if rng is not None:
             raise ValueError("give rng or key, not both (keyed noise is deterministic).")
-        Y = np.asarray(protect(mechanism, arr, key=key, ids=ids), dtype=np.float64)
+        Y = np.asarray(simulate_release(mechanism, arr, key=key, ids=ids), dtype=np.float64)
         return np.repeat(Y[None], n_releases, axis=0)
     return np.stack([mechanism.privatize(arr, rng=g) for g in spawn(rng, n_releases)]).astype(
         np.float64

@@ -29,7 +29,15 @@ from .metrics import (
     spearman,
     sts_correlation,
 )
-from .privacy import WEAK_ATTACK, Averaging, Column, Linkage, Release, StrengthCheck, TokenLeakage
+from .privacy import (
+    WEAK_ATTACK,
+    Averaging,
+    CellRelease,
+    Column,
+    Linkage,
+    StrengthCheck,
+    TokenLeakage,
+)
 from .recommend import Floor, Recommendation, default_ceilings, parse_floors, recommend
 from .report import write_report
 from .sweep import SweepConfig, SweepResult, grid, run_sweep
@@ -38,11 +46,11 @@ from .utility import RetrievalTask, STSTask, UtilityEvaluator
 __all__ = [
     "WEAK_ATTACK",
     "Averaging",
+    "CellRelease",
     "Column",
     "Floor",
     "Linkage",
     "Recommendation",
-    "Release",
     "RetrievalTask",
     "STSTask",
     "StrengthCheck",

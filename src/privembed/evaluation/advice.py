@@ -37,7 +37,7 @@ from ..release.setting import (
     implied_ldp,
     setting_note,
 )
-from .privacy import Release, StrengthCheck, Unprotected
+from .privacy import CellRelease, StrengthCheck, Unprotected
 from .recommend import (
     REID_CHANCE_MULTIPLE,
     Floor,
@@ -458,7 +458,7 @@ def _mean_measure(
         noise, attack_rng = cell_streams(seed, cfg, run, runs)
         Y = mech.privatize(X, rng=noise)
         vals: dict[str, float] = dict(evaluator.evaluate(Y, mech))
-        rel = Release(mech, X, Y, attack_rng, {"label": cfg.label, "run": run})
+        rel = CellRelease(mech, X, Y, attack_rng, {"label": cfg.label, "run": run})
         for m in attacks:
             vals.update(m(rel))
         for k, v in vals.items():
@@ -564,7 +564,7 @@ def _check_attacks(
     if attacks:
         say("checking the attacks on the unprotected embeddings")
         ident = Unprotected()
-        plain = Release(ident, A, ident.privatize(A), baseline_stream(seed))
+        plain = CellRelease(ident, A, ident.privatize(A), baseline_stream(seed))
         for m in attacks:
             check = getattr(m, "check", None)
             if callable(check):

@@ -786,14 +786,14 @@ def _run_attacks(
     """Each attack's strength check on the clean vectors and its result at the setting, as
     evidence: a metric with ``check(release) -> (columns, StrengthCheck)`` (e.g.
     :class:`~privembed.evaluation.TokenLeakage`)."""
-    from .privacy import Release, Unprotected
+    from .privacy import CellRelease, Unprotected
 
     clean_rng, rng = spawn(seed, 2)
     ident = Unprotected()
     out = []
     for a in attacks:
-        _, clean = a.check(Release(ident, D, ident.privatize(D), clean_rng))
-        _, at = a.check(Release(mech, D, np.asarray(Y), rng))
+        _, clean = a.check(CellRelease(ident, D, ident.privatize(D), clean_rng))
+        _, at = a.check(CellRelease(mech, D, np.asarray(Y), rng))
         low, high = at.chance + at.excess_low, at.chance + at.excess_high
         out.append(
             AttackEvidence(

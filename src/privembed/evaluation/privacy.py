@@ -1,6 +1,6 @@
 """Privacy metrics for sweeps: attacks run on every release, as pluggable callables.
 
-A privacy metric is any callable that takes a :class:`Release` (the mechanism, the originals,
+A privacy metric is any callable that takes a :class:`CellRelease` (the mechanism, the originals,
 the protected vectors and a random generator reserved for the attack) and returns a mapping of
 column name -> float. A sweep stores whatever columns its metrics return, and the report shows
 them; nothing else is assumed. Columns are described (and told apart from utility columns) by
@@ -33,7 +33,7 @@ Examples
 ...     return {"norm_gap": round(float(abs(np.linalg.norm(release.Y, axis=1) - 1).max()), 9)}
 >>> from privembed.mechanisms import LaplaceMechanism
 >>> m = LaplaceMechanism(epsilon=10.0); X = np.eye(4)
->>> norm_gap(Release(m, X, m.privatize(X, rng=0), rng=np.random.default_rng(1)))
+>>> norm_gap(CellRelease(m, X, m.privatize(X, rng=0), rng=np.random.default_rng(1)))
 {'norm_gap': 0.0}
 """
 
@@ -56,10 +56,10 @@ __all__ = [
     "NOT_CHECKED",
     "WEAK_ATTACK",
     "Averaging",
+    "CellRelease",
     "Column",
     "Linkage",
     "PrivacyMetric",
-    "Release",
     "StrengthCheck",
     "TokenLeakage",
     "Unprotected",
@@ -198,8 +198,9 @@ class StrengthCheck:
 
 
 @dataclass
-class Release:
-    """One protected release, handed to every privacy metric of a sweep cell.
+class CellRelease:
+    """One sweep cell's protected vectors, handed to every privacy metric of the cell (what the
+    attacks measure, not a publication: releases are :class:`privembed.release.Release`).
 
     Attributes
     ----------
@@ -253,7 +254,7 @@ class Unprotected:
 class PrivacyMetric(Protocol):
     """A callable ``metric(release) -> {column: value}``; ``columns`` is optional."""
 
-    def __call__(self, release: Release) -> Mapping[str, float]: ...
+    def __call__(self, release: CellRelease) -> Mapping[str, float]: ...
 
 
 def describe_columns(metric: Callable[..., Any]) -> dict[str, Column]:
@@ -324,7 +325,7 @@ class Linkage:
     def signature(self) -> Any:
         return {"linkage": list(self.ks), "max_records": self.max_records, "version": 2}
 
-    def _run(self, release: Release) -> tuple[dict[str, float], Any]:
+    def _run(self, release: CellRelease) -> tuple[dict[str, float], Any]:
         from ..attacks import LinkageAttack
 
         C = release.reference()
@@ -339,10 +340,10 @@ class Linkage:
         out.update({f"reid_chance@{k}": float(v) for k, v in rep.chance.items()})
         return out, rep
 
-    def __call__(self, release: Release) -> dict[str, float]:
+    def __call__(self, release: CellRelease) -> dict[str, float]:
         return self._run(release)[0]
 
-    def check(self, release: Release) -> tuple[dict[str, float], StrengthCheck]:
+    def check(self, release: CellRelease) -> tuple[dict[str, float], StrengthCheck]:
         """Run on unprotected embeddings: the columns, and top-1 linkage against a random
         guess (1 / candidates) with the Wilson interval of the rate."""
         out, rep = self._run(release)
@@ -460,7 +461,7 @@ class TokenLeakage:
 
         return MLCAttack(**self.attack_kwargs)
 
-    def _run(self, release: Release) -> tuple[dict[str, float], Any]:
+    def _run(self, release: CellRelease) -> tuple[dict[str, float], Any]:
         Y = release.Y if self.rows is None else release.Y[self.rows]
         if Y.shape[0] != len(self.texts):
             raise DataError(
@@ -484,10 +485,10 @@ class TokenLeakage:
         }
         return out, rep
 
-    def __call__(self, release: Release) -> dict[str, float]:
+    def __call__(self, release: CellRelease) -> dict[str, float]:
         return self._run(release)[0]
 
-    def check(self, release: Release) -> tuple[dict[str, float], StrengthCheck]:
+    def check(self, release: CellRelease) -> tuple[dict[str, float], StrengthCheck]:
         """Run on unprotected embeddings: the columns, and leakage against the blind
         (token-frequency) attacker with a paired bootstrap interval over the target texts."""
         out, rep = self._run(release)
@@ -530,21 +531,21 @@ class Averaging:
     def signature(self) -> Any:
         return {"averaging": self.n_releases, "max_records": self.max_records}
 
-    def _run(self, release: Release) -> tuple[dict[str, float], Any, Any]:
+    def _run(self, release: CellRelease) -> tuple[dict[str, float], Any, Any]:
         from ..attacks import averaging_attack, release_stack
 
         X = release.X
         if self.max_records is not None and X.shape[0] > self.max_records:
             X = X[np.sort(as_generator(0).choice(X.shape[0], self.max_records, replace=False))]
         R = release_stack(release.mechanism, X, self.n_releases, rng=release.rng)
-        ref = Release(release.mechanism, X, R[0], release.rng).reference()
+        ref = CellRelease(release.mechanism, X, R[0], release.rng).reference()
         rep = averaging_attack(R, ref, n_releases=[self.n_releases])
         return {f"avg{self.n_releases}_cosine": float(rep.mean_cosine[-1])}, R, ref
 
-    def __call__(self, release: Release) -> dict[str, float]:
+    def __call__(self, release: CellRelease) -> dict[str, float]:
         return self._run(release)[0]
 
-    def check(self, release: Release) -> tuple[dict[str, float], StrengthCheck]:
+    def check(self, release: CellRelease) -> tuple[dict[str, float], StrengthCheck]:
         """Run on unprotected embeddings: the columns, and the averages' cosine to their
         originals against a blind guess -- the centroid of the other records -- with a normal
         interval of the mean per-record difference."""

@@ -45,8 +45,8 @@ from ..core.rng import spawn
 from ..mechanisms import MECHANISMS, Mechanism, build_mechanism
 from .privacy import (
     NOT_CHECKED,
+    CellRelease,
     Column,
-    Release,
     StrengthCheck,
     Unprotected,
     describe_columns,
@@ -375,7 +375,7 @@ class _ResultsFile:
 
 
 #: a privacy metric: a release in, named columns out
-_Metric = Callable[[Release], Mapping[str, float]]
+_Metric = Callable[[CellRelease], Mapping[str, float]]
 
 
 def _clean(metrics: Mapping[str, Any]) -> dict[str, float | None]:
@@ -393,7 +393,7 @@ def run_sweep(
     runs: int = 5,
     seed: int = 0,
     utility: UtilityEvaluator | None = None,
-    privacy: Sequence[Callable[[Release], Mapping[str, float]]] = (),
+    privacy: Sequence[Callable[[CellRelease], Mapping[str, float]]] = (),
     results: str | Path | None = None,
     restart: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
@@ -416,7 +416,7 @@ def run_sweep(
         Default: ``UtilityEvaluator(X)``.
     privacy : sequence of callables
         Privacy metrics (:mod:`privembed.evaluation.privacy`), called with a
-        :class:`~privembed.evaluation.privacy.Release`; any returned columns are kept.
+        :class:`~privembed.evaluation.privacy.CellRelease`; any returned columns are kept.
     results : path, optional
         JSON-lines file of finished cells, for resuming (see the module notes).
     restart : bool
@@ -552,7 +552,7 @@ def _baseline(
         # against (the same attacker trained and scored on unprotected vectors), and the
         # check that it beats its blind baseline there at all
         ident = Unprotected()
-        plain = Release(ident, A, ident.privatize(A), baseline_stream(seed))
+        plain = CellRelease(ident, A, ident.privatize(A), baseline_stream(seed))
         for m in metrics:
             check = getattr(m, "check", None)
             if callable(check):
@@ -627,7 +627,7 @@ class _Cells:
         Y = mech.privatize(A, rng=noise)
         t_release = time.perf_counter() - t0
         values: dict[str, Any] = dict(self.ev.evaluate(Y, mech))
-        rel = Release(mech, A, Y, attack, {"label": cfg.label, "run": run})
+        rel = CellRelease(mech, A, Y, attack, {"label": cfg.label, "run": run})
         for m in self.metrics:
             got = m(rel)
             clash = set(got) & set(values)
