@@ -19,6 +19,10 @@ report                        statistic        blind baseline (interval of the e
                                                re-releases add (paired t over records)
 ============================  ===============  =============================================
 
+``InversionReport`` (:func:`~privembed.attacks.score_reconstructions`) has no ``result()``: its
+leakage of sensitive tokens is a descriptive column beside an inversion attack's evidence, which
+is that attack's ``ReconstructionReport`` (``attack inversion`` prints both).
+
 The strength check of an attack is then one rule for all: run it on *unprotected* vectors; it
 is evidence about protection only when :attr:`AttackResult.beats_blind` holds there
 (:mod:`privembed.evaluation.threats` applies it).
