@@ -159,3 +159,14 @@ def test_one_attacker_split_under_the_randomness_policy():
         attacker_split(3, 0.5, seed=0)
     cli = (Path(privembed.__file__).parent / "_cli" / "attack.py").read_text(encoding="utf-8")
     assert "default_rng(" not in cli and ".permutation(" in cli  # the fingerprint halves only
+
+
+def test_the_adaptive_fit_is_written_once():
+    """The adaptive attacker (protect the auxiliary embeddings with the mechanism under test,
+    then fit) is one implementation for the attacks trained by fit(targets, embeddings)."""
+    from privembed.attacks import GEIAAttack, MLCAttack
+    from privembed.attacks.base import AdaptiveFit
+
+    for cls in (GEIAAttack, MLCAttack):
+        assert issubclass(cls, AdaptiveFit)
+        assert cls.fit_adaptive is AdaptiveFit.fit_adaptive, cls

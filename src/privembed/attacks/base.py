@@ -37,6 +37,7 @@ Examples
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,8 +46,9 @@ from numpy.typing import NDArray
 
 from ..core._validation import check_real
 from ..core.rng import as_generator
+from ._common import protect_copies
 
-__all__ = ["AttackResult", "ScoredReport", "attacker_split"]
+__all__ = ["AdaptiveFit", "AttackResult", "ScoredReport", "attacker_split"]
 
 
 @dataclass(frozen=True)
@@ -136,3 +138,33 @@ def attacker_split(
             "at least 2)."
         )
     return np.sort(order[:n_aux]), np.sort(order[n_aux:])
+
+
+class AdaptiveFit:
+    """``fit_adaptive`` for an attack trained by ``fit(targets, embeddings, rng=, on_epoch=)``:
+    the adaptive attacker ([T26] App. I.3) protects its auxiliary embeddings with the very
+    mechanism and parameters it attacks -- ``n_copies`` fresh releases of each (data
+    augmentation) -- and fits on those. Written once here; an attack whose targets need
+    preparing (token sets) overrides :meth:`_adaptive_targets`.
+    """
+
+    fit: Callable[..., Any]
+
+    def _adaptive_targets(self, texts: Iterable[Any]) -> list[Any]:
+        return list(texts)
+
+    def fit_adaptive(
+        self,
+        texts: Iterable[Any],
+        embeddings: Any,
+        mechanism: Any,
+        *,
+        n_copies: int = 1,
+        rng: Any = None,
+        on_epoch: Callable[[int], None] | None = None,
+    ) -> Any:
+        """Train on auxiliary embeddings protected by ``mechanism`` (the adaptive attacker)."""
+        gen = as_generator(rng)
+        targets = self._adaptive_targets(texts)
+        Xp = protect_copies(mechanism, embeddings, n_copies, rng=gen)
+        return self.fit(targets * n_copies, Xp, rng=gen, on_epoch=on_epoch)

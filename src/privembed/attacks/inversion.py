@@ -48,12 +48,12 @@ from . import metrics
 from ._common import (
     as_token_sets,
     embeddings_f64,
-    protect_copies,
     seed_from,
     standard_scale,
     torch_module,
     torch_threads,
 )
+from .base import AdaptiveFit
 
 __all__ = [
     "GEIAAttack",
@@ -258,7 +258,7 @@ def _decoder_class(torch: Any) -> Any:
     return Decoder
 
 
-class GEIAAttack:
+class GEIAAttack(AdaptiveFit):
     """Embedding-conditioned word-level GRU decoder trained from scratch (GEIA-style).
 
     Parameters
@@ -409,22 +409,6 @@ class GEIAAttack:
             self.model_.eval()
         self._blind = self.reconstruct(self._mu[None, :])[0]
         return self
-
-    def fit_adaptive(
-        self,
-        texts: Sequence[str],
-        embeddings: Any,
-        mechanism: Any,
-        *,
-        n_copies: int = 1,
-        rng: Any = None,
-        on_epoch: Callable[[int], None] | None = None,
-    ) -> GEIAAttack:
-        """Train on auxiliary embeddings protected by ``mechanism`` (the adaptive attacker)."""
-        gen = as_generator(rng)
-        texts = list(texts)
-        Xp = protect_copies(mechanism, embeddings, n_copies, rng=gen)
-        return self.fit(texts * n_copies, Xp, rng=gen, on_epoch=on_epoch)
 
     def reconstruct(self, embeddings: Any, *, beam: int | None = None) -> list[str]:
         """Decoded sentence of every embedding (greedy, or beam search of width ``beam``)."""

@@ -41,14 +41,13 @@ from ._common import (
     build_mlp,
     check_hidden,
     embeddings_f64,
-    protect_copies,
     seed_from,
     standard_scale,
     torch_module,
     torch_threads,
     train_minibatch,
 )
-from .base import AttackResult
+from .base import AdaptiveFit, AttackResult
 
 __all__ = ["AUDIT_SETTINGS", "T26_SETTINGS", "MLCAttack", "TokenInferenceReport", "TokenVocabulary"]
 
@@ -184,7 +183,7 @@ class TokenInferenceReport:
         return asdict(self)
 
 
-class MLCAttack:
+class MLCAttack(AdaptiveFit):
     """Multi-label token classifier on (protected) embeddings ([SR20]; [T26] App. I.3).
 
     Parameters
@@ -343,24 +342,8 @@ class MLCAttack:
             )
         return self
 
-    def fit_adaptive(
-        self,
-        texts: Iterable[Any],
-        embeddings: Any,
-        mechanism: Any,
-        *,
-        n_copies: int = 1,
-        rng: Any = None,
-        on_epoch: Callable[[int], None] | None = None,
-    ) -> MLCAttack:
-        """The adaptive attacker: protect the auxiliary embeddings with ``mechanism`` and fit.
-
-        ``n_copies`` fresh releases of every auxiliary embedding are used (data augmentation).
-        """
-        gen = as_generator(rng)
-        sets = as_token_sets(texts)
-        Xp = protect_copies(mechanism, embeddings, n_copies, rng=gen)
-        return self.fit(sets * n_copies, Xp, rng=gen, on_epoch=on_epoch)
+    def _adaptive_targets(self, texts: Iterable[Any]) -> list[Any]:
+        return as_token_sets(texts)  # the adaptive fit (AdaptiveFit) repeats the sets
 
     def _inputs(self, X: NDArray[np.float64]) -> NDArray[np.float32]:
         return ((X - self._mu) / self._sd).astype(np.float32)
