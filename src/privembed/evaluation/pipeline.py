@@ -203,7 +203,6 @@ def evaluate_embeddings(
     X: Any,
     output: str | Path,
     *,
-    ids: Sequence[str] | None = None,
     mechanisms: Sequence[str] = ("gaussian", "laplace", "mahalanobis", "purkayastha"),
     epsilon: Sequence[float] | None = None,
     runs: int = 5,
