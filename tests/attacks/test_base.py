@@ -170,3 +170,12 @@ def test_the_adaptive_fit_is_written_once():
     for cls in (GEIAAttack, MLCAttack):
         assert issubclass(cls, AdaptiveFit)
         assert cls.fit_adaptive is AdaptiveFit.fit_adaptive, cls
+
+
+def test_the_trained_attacks_follow_one_protocol():
+    from privembed.attacks import AttributeProbe, GEIAAttack, MLCAttack, TransformerInversionAttack
+    from privembed.attacks.base import TrainedAttack
+
+    for cls in (AttributeProbe, GEIAAttack, MLCAttack, TransformerInversionAttack):
+        assert issubclass(cls, TrainedAttack), cls
+    assert not issubclass(AttackResult, TrainedAttack)

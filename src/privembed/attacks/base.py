@@ -48,7 +48,7 @@ from ..core._validation import check_real
 from ..core.rng import as_generator
 from ._common import protect_copies
 
-__all__ = ["AdaptiveFit", "AttackResult", "ScoredReport", "attacker_split"]
+__all__ = ["AdaptiveFit", "AttackResult", "ScoredReport", "TrainedAttack", "attacker_split"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,19 @@ class ScoredReport(Protocol):
     """A report that states its headline number against its blind baseline."""
 
     def result(self) -> AttackResult: ...
+
+
+@runtime_checkable
+class TrainedAttack(Protocol):
+    """An attack that learns from the attacker's own data: ``fit`` on plain auxiliary vectors,
+    ``fit_adaptive`` on auxiliary vectors protected by the mechanism under test (the attacker
+    who knows the mechanism, [T26] App. I.3). Its scores become a :class:`ScoredReport`, whose
+    ``result()`` run on unprotected vectors is the strength check. The token, GEIA, transformer
+    inversion and attribute attacks are such attacks (a test checks it)."""
+
+    def fit(self, *args: Any, **kwargs: Any) -> Any: ...
+
+    def fit_adaptive(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def attacker_split(
