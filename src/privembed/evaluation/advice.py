@@ -37,7 +37,7 @@ from ..release.setting import (
     implied_ldp,
     setting_note,
 )
-from .privacy import CellRelease, StrengthCheck, Unprotected
+from .privacy import CellRelease, StrengthCheck, run_on_plain
 from .recommend import (
     REID_CHANCE_MULTIPLE,
     Floor,
@@ -563,15 +563,8 @@ def _check_attacks(
     base: dict[str, float] = {}
     if attacks:
         say("checking the attacks on the unprotected embeddings")
-        ident = Unprotected()
-        plain = CellRelease(ident, A, ident.privatize(A), baseline_stream(seed))
-        for m in attacks:
-            check = getattr(m, "check", None)
-            if callable(check):
-                got, verdict = check(plain)
-                checks.append(verdict.with_columns(list(got)))
-            else:
-                got = m(plain)
+        checks, columns = run_on_plain(A, attacks, baseline_stream(seed))
+        for got in columns:
             base.update({k: float(v) for k, v in got.items()})
     return checks, base
 

@@ -64,6 +64,7 @@ __all__ = [
     "TokenLeakage",
     "Unprotected",
     "describe_columns",
+    "run_on_plain",
 ]
 
 #: the label of every number of an attack that does not beat chance on unprotected embeddings
@@ -574,3 +575,25 @@ class Averaging:
 def _unit_rows(A: NDArray[np.float64]) -> NDArray[np.float64]:
     norms = np.linalg.norm(A, axis=1, keepdims=True)
     return A / np.where(norms > 0, norms, 1.0)
+
+
+def run_on_plain(
+    A: NDArray[Any], metrics: Sequence[Any], rng: np.random.Generator
+) -> tuple[list[StrengthCheck], list[Mapping[str, Any]]]:
+    """Every privacy metric once on the unprotected embeddings ``A``: the reference its numbers
+    are read against (the same attacker trained and scored on unprotected vectors) and, for a
+    metric with ``check``, whether it beats its blind baseline there at all. Returns the
+    strength checks and each metric's columns, in the order of ``metrics``."""
+    ident = Unprotected()
+    plain = CellRelease(ident, A, ident.privatize(A), rng)
+    checks: list[StrengthCheck] = []
+    columns: list[Mapping[str, Any]] = []
+    for m in metrics:
+        check = getattr(m, "check", None)
+        if callable(check):
+            got, verdict = check(plain)
+            checks.append(verdict.with_columns(list(got)))
+        else:
+            got = m(plain)
+        columns.append(got)
+    return checks, columns

@@ -48,10 +48,10 @@ from .privacy import (
     CellRelease,
     Column,
     StrengthCheck,
-    Unprotected,
     describe_columns,
     metric_name,
     metric_signature,
+    run_on_plain,
 )
 from .utility import UtilityEvaluator
 
@@ -547,19 +547,9 @@ def _baseline(
         return store.baseline
     base_values: dict[str, Any] = dict(ev.baseline())
     checks: list[StrengthCheck] = []
-    if metrics:
-        # every attack once on the plain embeddings: the reference its numbers are read
-        # against (the same attacker trained and scored on unprotected vectors), and the
-        # check that it beats its blind baseline there at all
-        ident = Unprotected()
-        plain = CellRelease(ident, A, ident.privatize(A), baseline_stream(seed))
-        for m in metrics:
-            check = getattr(m, "check", None)
-            if callable(check):
-                got, verdict = check(plain)
-                checks.append(verdict.with_columns(list(got)))
-            else:
-                got = m(plain)
+    if metrics:  # every attack once on the plain embeddings (its reference and strength check)
+        checks, columns = run_on_plain(A, metrics, baseline_stream(seed))
+        for got in columns:
             for col, val in got.items():
                 base_values.setdefault(col, val)
     baseline = {
