@@ -328,3 +328,19 @@ def test_batcher_waits_for_company_by_its_clock():
 
     asyncio.run(run())
     assert batches == [["a", "c"], ["d", "e", "f"]]
+
+
+def test_a_backend_built_in_code_has_the_defaults_of_a_file():
+    """BackendConfig's defaults are the tables' own (max_concurrency was 1 in code and 4 in a
+    file): every key of either table is a field, with the table's default."""
+    import dataclasses
+
+    from privembed.server.config import _LocalTable, _UpstreamTable
+
+    fields = {f.name: f for f in dataclasses.fields(BackendConfig)}
+    for table in (_LocalTable, _UpstreamTable):
+        for key, info in table.model_fields.items():
+            assert key in fields, key
+            if key not in ("type", "model", "base_url", "api_key_env", "dimensions"):
+                assert fields[key].default == info.default, key
+    assert BackendConfig(name="u", type="upstream").max_concurrency == 4

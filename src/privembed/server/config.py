@@ -433,28 +433,37 @@ class _File(BaseModel):
 # ---- the resolved configuration --------------------------------------------------------------
 
 
+def _default(table: type[BaseModel], key: str) -> Any:
+    """The default the file's table declares for ``key`` (one declaration for both forms)."""
+    return table.model_fields[key].default
+
+
 @dataclass(frozen=True)
 class BackendConfig:
-    """One ``[backends.NAME]`` table, validated (keys of the other type keep their defaults)."""
+    """One ``[backends.NAME]`` table, validated (keys of the other type keep their defaults).
+
+    The defaults are the tables' own (:class:`_LocalTable`, :class:`_UpstreamTable`), read from
+    them: a backend built in code gets what the same table in a file gets.
+    """
 
     name: str
     type: str  # "local" | "upstream"
     model: str | None = None
     # local
-    device: str = "cpu"
-    batch_size: int = 64
-    threads: int | None = None  # torch intra-op / ONNX Runtime threads (None: the default)
-    runtime: str = "auto"  # "auto" | "torch" | "onnx" | "onnx-int8" (privembed.data.embedders)
+    device: str = _default(_LocalTable, "device")
+    batch_size: int = _default(_LocalTable, "batch_size")
+    threads: int | None = _default(_LocalTable, "threads")  # torch / ONNX Runtime threads
+    runtime: str = _default(_LocalTable, "runtime")  # privembed.data.embedders runtimes
     # upstream
     base_url: str | None = None
     api_key_env: str | None = None
-    timeout_s: float = 30.0
-    max_concurrency: int = 1
-    encoding_format: str = "base64"
+    timeout_s: float = _default(_UpstreamTable, "timeout_s")
+    max_concurrency: int = _default(_UpstreamTable, "max_concurrency")
+    encoding_format: str = _default(_UpstreamTable, "encoding_format")
     dimensions: int | None = None
-    max_attempts: int = 3
-    retry_deadline_s: float = 10.0
-    retry_backoff_s: float = 0.25
+    max_attempts: int = _default(_UpstreamTable, "max_attempts")
+    retry_deadline_s: float = _default(_UpstreamTable, "retry_deadline_s")
+    retry_backoff_s: float = _default(_UpstreamTable, "retry_backoff_s")
 
     @property
     def identity(self) -> str:
