@@ -1063,7 +1063,6 @@ def _text_batches(
     ids_from_content: bool,
     needs_ids: bool,
     key: Any = None,
-    on_batch: Any = None,
 ) -> tuple[int, str, Any]:
     """(n, model id, iterator of (ids, X, texts, start)) for a file of texts, embedded here."""
     from ..data.embedders import Embedder
