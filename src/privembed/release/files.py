@@ -27,8 +27,9 @@ from .steps import check_eraser, erased, erasure_metadata
 
 @dataclass(frozen=True)
 class _Settings:
-    """What both sources of :func:`protect_file` release under: the randomness, the ledger and
-    its budgets, the subject -- one block, so the two paths cannot drift apart."""
+    """What both sources of :func:`protect_file` share: the randomness, the ledger and its
+    budgets, the subjects, the model, the pre-noise step, the output and progress -- one block,
+    so the two paths cannot drift apart."""
 
     key: Any
     rng: Any
@@ -40,6 +41,14 @@ class _Settings:
     subject_budget: tuple[float | None, float | None]
     ledger_timeout: float
     on_wait: Callable[[Path], None] | None
+    ids_from_content: bool
+    model: str | None
+    overwrite: bool
+    keep_columns: Sequence[str]
+    erase: Any
+    subject_column: str | None
+    on_start: Callable[[int], None] | None
+    on_batch: Callable[[int], None] | None
 
     @property
     def needs_ids(self) -> bool:
@@ -190,28 +199,25 @@ def protect_file(
         subject_budget=(subject_budget_epsilon, subject_budget_delta),
         ledger_timeout=ledger_timeout,
         on_wait=on_wait,
-    )
-    erase = check_eraser(eraser)
-    io.preload(src, dst)  # no lazy import runs once the output is open (core/cancel.py)
-    checkpoint("command.start")
-    common = dict(
         ids_from_content=ids_from_content,
         model=model,
         overwrite=overwrite,
         keep_columns=keep_columns,
-        erase=erase,
+        erase=check_eraser(eraser),
         subject_column=subject_column,
         on_start=on_start,
         on_batch=on_batch,
     )
+    io.preload(src, dst)  # no lazy import runs once the output is open (core/cancel.py)
+    checkpoint("command.start")
     if is_text_file(src, text_field=text_field):
         return _protect_texts_file(
             src, dst, mechanism, settings, text_field=text_field, id_field=id_column or "id",
-            embedder=embedder, **common,
+            embedder=embedder,
         )  # fmt: skip
     return _protect_vectors_file(
         src, dst, mechanism, settings, column=column, id_column=id_column, batch_rows=batch_rows,
-        allow_reprotect=allow_reprotect, **common,
+        allow_reprotect=allow_reprotect,
     )  # fmt: skip
 
 
@@ -225,14 +231,6 @@ def _protect_vectors_file(
     id_column: str | None,
     batch_rows: int,
     allow_reprotect: bool,
-    ids_from_content: bool,
-    model: str | None,
-    overwrite: bool,
-    keep_columns: Sequence[str],
-    erase: Any,
-    subject_column: str | None,
-    on_start: Callable[[int], None] | None,
-    on_batch: Callable[[int], None] | None,
 ) -> ReleaseSummary:
     """An embeddings file, batch by batch: read, (erase,) protect, write; renamed into place in
     the ledger commit."""
@@ -241,7 +239,7 @@ def _protect_vectors_file(
     meta_in = io.read_metadata(src)
     refuse_protected(meta_in, src, allow=allow_reprotect)
     model_id = (
-        model
+        settings.model
         or meta_in.get("embedding_model_identity")
         or meta_in.get("embedding_model")
         or meta_in.get("model")
@@ -250,27 +248,31 @@ def _protect_vectors_file(
 
         def fn(batch: Any) -> NDArray[Any]:
             ids = batch.ids
-            if ids is None and ids_from_content and rel.needs_ids:
+            if ids is None and settings.ids_from_content and rel.needs_ids:
                 ids = content_ids(key=rel.key, X=batch.X)  # the vectors as given, before erasure
-            X = batch.X if erase is None else erased(erase, batch.X, src.name, batch.start)
+            X = (
+                batch.X
+                if settings.erase is None
+                else erased(settings.erase, batch.X, src.name, batch.start)
+            )
             subjects = (
                 None
-                if subject_column is None
-                else _column_values(batch.extra, subject_column, src.name)
+                if settings.subject_column is None
+                else _column_values(batch.extra, settings.subject_column, src.name)
             )
             return rel.protect(X, ids, row_offset=batch.start, subjects=subjects)
 
         def meta(m: dict[str, Any]) -> dict[str, Any]:
             _n, dim, _, _ = io.iter_batches(src, batch_rows=1, column=column, id_column=id_column)
             out = release_metadata(m, rel.metadata(dim if dim > 0 else None))
-            if erase is not None:
-                out["concept_erasure"] = erasure_metadata(erase)
+            if settings.erase is not None:
+                out["concept_erasure"] = erasure_metadata(settings.erase)
             return out
 
         def started(n: int) -> None:
             rel.expect_rows(n)
-            if on_start is not None:
-                on_start(n)
+            if settings.on_start is not None:
+                settings.on_start(n)
 
         done = io.transform_file(
             src,
@@ -281,14 +283,14 @@ def _protect_vectors_file(
             column=column,
             id_column=id_column,
             on_start=started,
-            on_batch=on_batch,
+            on_batch=settings.on_batch,
             commit=rel.commit,
-            overwrite=overwrite,
-            keep_columns=keep_columns,
+            overwrite=settings.overwrite,
+            keep_columns=settings.keep_columns,
         )
         checkpoint("publish.after", stop=False)  # complete: a late signal changes nothing
         rel.mark_published()
-        _note_columns(rel, keep_columns, done["dropped_columns"], "columns")
+        _note_columns(rel, settings.keep_columns, done["dropped_columns"], "columns")
         rel.note_setting()
         return rel.summary
 
@@ -360,23 +362,15 @@ def _protect_texts_file(
     text_field: str,
     id_field: str,
     embedder: Any,
-    ids_from_content: bool,
-    model: str | None,
-    overwrite: bool,
-    keep_columns: Sequence[str],
-    erase: Any,
-    subject_column: str | None,
-    on_start: Callable[[int], None] | None,
-    on_batch: Callable[[int], None] | None,
 ) -> ReleaseSummary:
     """A file of texts: embedded in one pass after the ledger's budget check, protected with the
     noise bound to each text, written atomically inside the ledger commit."""
     from ..data import io
 
-    table, keep, others = _read_texts(src, dst, text_field, id_field, keep_columns)
+    table, keep, others = _read_texts(src, dst, text_field, id_field, settings.keep_columns)
     ids, texts = table.ids, table.texts
     if ids is None and settings.needs_ids:
-        if not ids_from_content:
+        if not settings.ids_from_content:
             raise DataError(
                 f"{src.name}: keyed noise and the ledger need record ids, and these texts have "
                 f"none (line numbers are not ids); add an {id_field!r} field (--id-field) or "
@@ -386,7 +380,7 @@ def _protect_texts_file(
     if embedder is None:
         from ..data.embedders import Embedder
 
-        embedder = Embedder(model)
+        embedder = Embedder(settings.model)
     emb_meta = embedder.metadata()
     # keyed noise is bound to what computes the vectors (a digest), never to a model's name;
     # embedders of the caller's own say what identifies them in their metadata
@@ -396,18 +390,22 @@ def _protect_texts_file(
         or emb_meta.get("embedding_model")
     )
     subjects = (
-        None if subject_column is None else _column_values(table.columns, subject_column, src.name)
+        None
+        if settings.subject_column is None
+        else _column_values(table.columns, settings.subject_column, src.name)
     )
+    erasure = None if settings.erase is None else erasure_metadata(settings.erase)
     with settings.release(mechanism, src, dst, model_id) as rel:
-        X = _embed(embedder, texts, on_start, on_batch)  # after the ledger's budget check
+        # embedded after the ledger's budget check
+        X = _embed(embedder, texts, settings.on_start, settings.on_batch)
         digests = None
         if settings.key is not None:  # the noise is bound to the text and, with an eraser, to it
             digests = text_digests(texts, model_id)
-            if erase is not None:
-                salt = erasure_metadata(erase)["digest"].encode()
+            if erasure is not None:
+                salt = erasure["digest"].encode()
                 digests = [hashlib.sha256(salt + d).digest() for d in digests]
-        if erase is not None:
-            X = erased(erase, X, src.name, 0)
+        if settings.erase is not None:
+            X = erased(settings.erase, X, src.name, 0)
         Y = rel.protect(X, ids, digests=digests, subjects=subjects)
         io.write_embeddings(
             dst,
@@ -416,12 +414,12 @@ def _protect_texts_file(
             metadata={
                 **emb_meta,
                 **rel.metadata(X.shape[1]),
-                **({} if erase is None else {"concept_erasure": erasure_metadata(erase)}),
+                **({} if erasure is None else {"concept_erasure": erasure}),
             },
             extra=table.columns.select(keep) if keep else None,
             src=src,
             commit=rel.commit,
-            overwrite=overwrite,
+            overwrite=settings.overwrite,
         )
         checkpoint("publish.after", stop=False)
         rel.mark_published()
