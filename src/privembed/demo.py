@@ -100,7 +100,7 @@ def run_demo(
                 "reports it as the requested guarantee)."
             )
         rows.append(DemoRow(label, mech.guarantee.short(), mean_cosine(X, Y), self_retrieval(Y, X)))
-    path = working_path(np.asarray(X), seed=seed, on_step=say)
+    path = working_path(np.asarray(X), seed=seed, model=emb.name, on_step=say)
     # what an attacker gets without protection: a nearest-neighbour baseline between notes
     S = X @ X.T
     np.fill_diagonal(S, -np.inf)
@@ -134,6 +134,7 @@ def working_path(
     min_recall: float = 0.9,
     max_depth: int = 100,
     key: bytes | None = None,
+    model: str | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """advise -> protect -> index with payloads -> search with re-rank, on the embeddings ``X``.
@@ -163,7 +164,7 @@ def working_path(
     say("advise: the smallest epsilon at which search stays useful, per mode")
     adv = advise_modes(X, queries=Q, modes=("plain", "rerank", "query"),
                        mechanisms=("laplace",), min_recall=min_recall, max_depth=max_depth,
-                       seed=seed)  # fmt: skip
+                       seed=seed, model=model)  # fmt: skip
     out: dict[str, Any] = {"advice": adv.sentence(), "recommended": None}
     r = adv.recommended
     if r is None or r.epsilon is None:

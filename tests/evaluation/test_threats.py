@@ -123,13 +123,28 @@ def test_bad_evidence_is_refused_with_the_parameter(kw: dict, match: str) -> Non
 
 def test_store_only_is_never_judged_by_attacks_it_cannot_run():
     """The adaptive token attack trains on auxiliary text: it measures the attacker with public
-    text. Its success does not show that a store-only attacker succeeds; its failure (when it
-    is strong on clean vectors) does show that the weaker store-only attacker fails."""
+    text. Neither its success nor its failure is a measurement of a store-only attacker (no
+    such attack is implemented): the verdict is "not measured", with the stronger attacker's
+    verdict quoted -- never a "defends (implied)" that nothing proves (issue 37)."""
     t = THREATS["store_only"]
     loud = ev("token_inference", 0.4, 0.2, 0.02, clean_low=0.1)
     v = judge(t, [loud])
     assert v.verdict == NOT_MEASURED and "does not defend" in v.reason
     quiet = ev("token_inference", 0.205, 0.2, 0.005, clean_low=0.1)
-    assert judge(t, [quiet]).verdict == DEFENDS
+    v = judge(t, [quiet])
+    assert v.verdict == NOT_MEASURED and "defends" in v.reason and not v.defends
     weak = ev("token_inference", 0.2, 0.2, 0.005, clean_low=-0.1)
     assert judge(t, [weak]).verdict == NOT_MEASURED
+
+
+def test_attack_that_beats_blind_by_less_than_the_margin_on_clean_is_no_evidence():
+    """Issue 37's case: token leakage 0.199 on clean vectors against blind 0.182 (lower end of
+    the excess below the 0.02 margin), 0.169 at the setting. Beating blind at all is not
+    enough: only an attack that beats it by the margin can show, by staying within the margin,
+    that the noise stopped it."""
+    t = THREATS["auxiliary_text"]
+    barely = ev("token_inference", 0.169, 0.182, 0.005, clean_low=0.012)
+    v = judge(t, [barely])
+    assert v.verdict == NO_EVIDENCE and not v.defends and "margin" in v.reason
+    strong = ev("token_inference", 0.169, 0.182, 0.005, clean_low=0.021)
+    assert judge(t, [strong]).verdict == DEFENDS

@@ -169,7 +169,9 @@ def advise(
     goal, ceilings = _goal_and_ceilings(min_cosine, min_overlap, target, ceiling, plain_only)
     names = parse_names(mechanisms)
     params = _mechanism_params(names, delta, profile)
-    X, all_texts, sensitive = _vectors_and_texts(input, texts, column=column, model=model)
+    X, all_texts, sensitive, model_name = _vectors_and_texts(
+        input, texts, column=column, model=model
+    )
     token = _token_attacks(X, all_texts, sensitive, aux_fraction=aux_fraction, seed=seed,
                            epochs=attack_epochs, lr=attack_lr)  # fmt: skip
     if not plain_only:
@@ -177,7 +179,7 @@ def advise(
             X, modes=modes, names=names, delta=delta, min_recall=min_recall,
             min_cosine=min_cosine, max_depth=max_depth, queries=queries, basis=basis,
             basis_epsilon=basis_epsilon, max_ldp_epsilon=max_ldp_epsilon, seed=seed,
-            column=column, as_json=as_json, attacks=token,
+            column=column, as_json=as_json, attacks=token, model=model_name,
         )  # fmt: skip
         return
     attacks: list[Any] = [*([Linkage()] if linkage else []), *token]
@@ -251,18 +253,22 @@ def _mechanism_params(names: list[str], delta: float, profile: Path | None) -> d
 
 def _vectors_and_texts(
     input: Path, texts: Path | None, *, column: str | None, model: str | None
-) -> tuple[Any, list[str] | None, Any]:
-    """The clean vectors of INPUT (texts are embedded here) and the texts behind them with their
-    sensitive tokens, for the token attack (None when there are none)."""
+) -> tuple[Any, list[str] | None, Any, str | None]:
+    """The clean vectors of INPUT (texts are embedded here), the texts behind them with their
+    sensitive tokens, for the token attack (None when there are none), and the embedding model's
+    name (from the file's metadata or the embedder; None when unknown), which decides whether
+    the project's stored evidence may support a "defends"."""
     from ..data.io import holds_texts
     from ..evaluation.pipeline import read_attack_texts
 
     if not holds_texts(input):
-        X, ids, _metadata = read_clean_embeddings(input, column)
+        X, ids, metadata = read_clean_embeddings(input, column)
+        name = metadata.get("embedding_model") or metadata.get("model")
+        name = None if name is None else str(name)
         if texts is None:
-            return X, None, None
+            return X, None, None, name
         all_texts, sensitive = read_attack_texts(texts, ids)
-        return X, all_texts, sensitive
+        return X, all_texts, sensitive, name
     from ..data.embedders import Embedder
     from ..data.io import read_texts
 
@@ -272,9 +278,10 @@ def _vectors_and_texts(
         ids = [str(i) for i in (_ids if _ids and _ids[0] is not None else range(len(all_texts)))]
         all_texts, sensitive = read_attack_texts(input, ids)
     err_console.print(f"embedding {len(all_texts)} texts", highlight=False)
+    emb = Embedder(model)
     with progress_done("embedding", len(all_texts), unit="texts") as on_progress:
-        X = np.asarray(Embedder(model).encode(all_texts, on_progress=on_progress))
-    return X, all_texts, sensitive
+        X = np.asarray(emb.encode(all_texts, on_progress=on_progress))
+    return X, all_texts, sensitive, str(emb.metadata().get("embedding_model"))
 
 
 def _advise_modes(
@@ -294,6 +301,7 @@ def _advise_modes(
     column: str | None,
     as_json: bool,
     attacks: list[Any],
+    model: str | None = None,
 ) -> None:
     from ..data.io import read_embeddings
     from ..evaluation.modes import advise_modes
@@ -326,7 +334,7 @@ def _advise_modes(
             X, queries=Q, modes=chosen, mechanisms=names, params={"gaussian": {"delta": delta}},
             min_recall=min_recall, min_cosine=min_cosine, max_depth=max_depth,
             max_ldp_epsilon=max_ldp_epsilon, basis=B, basis_epsilon=basis_epsilon, seed=seed,
-            attacks=attacks, on_step=step,
+            attacks=attacks, model=model, on_step=step,
         )  # fmt: skip
         on_progress(total)
     if as_json:

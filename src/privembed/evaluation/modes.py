@@ -175,6 +175,7 @@ class ModesAdvice:
     settings: list[ModeSetting]
     max_ldp_epsilon: float | None = None
     seed: int = 0
+    model: str | None = None
 
     def _allowed(self, s: ModeSetting) -> bool:
         if not s.meets_floor or s.mode not in DOCUMENT_MODES:
@@ -478,21 +479,42 @@ def _linkage(
     return ev if name == "linkage" else AttackEvidence(name, *_fields(ev))
 
 
-def _verdicts(mode: str, evidence: Sequence[AttackEvidence]) -> list[ThreatVerdict]:
-    out = []
-    for t in threats_for(mode):
+def _verdicts(
+    mode: str,
+    evidence: Sequence[AttackEvidence],
+    *,
+    mechanism: str,
+    epsilon: float | None,
+    dim: int,
+    model: str | None,
+) -> list[ThreatVerdict]:
+    """Each threat's verdict: the attacks run now, never weaker than the project's stored
+    evidence for the same mechanism, epsilon, mode and dimension
+    (:func:`~privembed.evaluation.evidence.with_stored_evidence`)."""
+    from .evidence import with_stored_evidence
+
+    at = {"mechanism": mechanism, "epsilon": epsilon, "mode": mode, "dim": dim, "model": model}
+    out: dict[str, ThreatVerdict] = {}
+    for t in sorted(threats_for(mode), key=lambda t: t.implied_by is not None):
         if t.defended_by == "deployment":
             v = judge_structural(t, keyed=True, ledger=True)
-            out.append(
-                ThreatVerdict(
+            out[t.name] = ThreatVerdict(
+                t, v.verdict, v.reason + "; only when indexed with a key (--key-file) and a ledger"
+            )
+        elif t.implied_by is not None:  # quotes the stronger attacker's final verdict
+            v = judge(t, evidence)
+            stronger = out.get(t.implied_by)
+            if stronger is not None:
+                v = ThreatVerdict(
                     t,
                     v.verdict,
-                    v.reason + "; only when indexed with a key (--key-file) and a ledger",
+                    "no attack without auxiliary data is implemented; against "
+                    f"{stronger.threat.title} (who holds more): {stronger.verdict}",
                 )
-            )
+            out[t.name] = v
         else:
-            out.append(judge(t, evidence))
-    return out
+            out[t.name] = with_stored_evidence(judge(t, evidence), **at)
+    return [out[t.name] for t in threats_for(mode)]
 
 
 def advise_modes(
@@ -515,6 +537,7 @@ def advise_modes(
     linkage_records: int = 2000,
     seed: int = 0,
     grid: Sequence[float] = GRID,
+    model: str | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> ModesAdvice:
     """The smallest useful epsilon per deployment mode and mechanism, its cost and threats.
@@ -559,6 +582,10 @@ def advise_modes(
         in the threat verdicts.
     seed : int
         Seeds the pseudo-queries, DP-PCA and every noise draw.
+    model : str, optional
+        The embedding model's name or identity: the project's stored evidence
+        (:mod:`privembed.evaluation.evidence`) lowers a verdict on any model of its dimension,
+        and supports "defends" only on its own model.
 
     Returns
     -------
@@ -588,6 +615,7 @@ def advise_modes(
         linkage_records=linkage_records,
         params=_law_params(params, mechanisms),
         basis=_subspace_basis(modes, basis, D, basis_epsilon, basis_delta, g_basis, say),
+        model=model,
     )
     settings, releases = search.run(modes, mechanisms, say)
     result = search.advice(settings, max_ldp_epsilon)
@@ -700,6 +728,7 @@ class _Search:
     linkage_records: int
     params: Mapping[str, Mapping[str, Any]]
     basis: Any
+    model: str | None = None
 
     def run(
         self, modes: Sequence[str], mechanisms: Sequence[str], say: Callable[[str], None]
@@ -742,7 +771,9 @@ class _Search:
                 mode, name, None, False, math.nan, math.nan, metric, 0, probes, notes=[note]
             )
             return unavailable, None
-        setting = _setting(mode, name, eps, p, probes, runner, self.qd, self.linkage_records)
+        setting = _setting(
+            mode, name, eps, p, probes, runner, self.qd, self.linkage_records, self.model
+        )
         setting.at_grid_bottom = p.ok and eps == self.grid[0]
         return setting, p
 
@@ -759,6 +790,7 @@ class _Search:
             settings=settings,
             max_ldp_epsilon=max_ldp_epsilon,
             seed=self.seed,
+            model=self.model,
         )
 
 
@@ -777,7 +809,10 @@ def _attack_recommended(
         mech, Y = releases[(r.mode, r.mechanism)]
         say(f"{r.label}: running {len(attacks)} more attack(s) at the recommended setting")
         r.evidence.extend(_run_attacks(attacks, D, mech, Y, seed))
-        r.verdicts = _verdicts(r.mode, r.evidence)
+        r.verdicts = _verdicts(
+            r.mode, r.evidence, mechanism=r.mechanism, epsilon=r.epsilon, dim=D.shape[1],
+            model=result.model,
+        )  # fmt: skip
 
 
 def _run_attacks(
@@ -818,6 +853,7 @@ def _setting(
     runner: _ModeRunner,
     qd: QueryData,
     linkage_records: int,
+    model: str | None = None,
 ) -> ModeSetting:
     from ..keys.payload import payload_size
 
@@ -878,7 +914,16 @@ def _setting(
         else 0,
         decryptions_per_query=depth if mode in ("rerank", "subspace+rerank") else 0,
         evidence=evidence,
-        verdicts=_verdicts(mode, evidence) if p.ok else [],
+        verdicts=_verdicts(
+            mode,
+            evidence,
+            mechanism=name,
+            epsilon=float(eps),
+            dim=clean.D.shape[1],
+            model=model,
+        )
+        if p.ok
+        else [],
         notes=notes if p.ok else [*notes, f"nearest point: epsilon {eps:.4g}, top of the grid"],
     )
 

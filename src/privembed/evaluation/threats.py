@@ -8,14 +8,21 @@ its original among candidates succeeds almost always (issue 30). This module nam
 attackers once (:data:`THREATS`), and :func:`judge` applies one rule to measured attack results
 (:class:`AttackEvidence`):
 
-* an attack whose 95% interval of (clean value - blind baseline) does not exclude 0 on
-  **unprotected** vectors is too weak to be evidence about protection: the threat gets
-  :data:`NO_EVIDENCE` (never "defends": a weak attack failing on protected vectors says nothing);
+* an attack whose 95% interval of (clean value - blind baseline) on **unprotected** vectors
+  does not lie wholly above the threat's ``margin`` is too weak to be evidence about
+  protection: the threat gets :data:`NO_EVIDENCE` (never "defends": an attack that cannot beat
+  blind by the margin on clean vectors cannot show, by staying within the margin on protected
+  ones, that the noise stopped it);
 * among the attacks strong enough, the strongest one's excess over its blind baseline at the
   setting decides: the whole 95% interval at or below the threat's ``margin`` ->
   :data:`DEFENDS`; the whole interval above it -> :data:`DOES_NOT_DEFEND`; the interval
   straddling the margin -> :data:`INCONCLUSIVE` (more records are needed to say either);
-* a threat no measured attack covers is :data:`NOT_MEASURED`;
+* a threat no measured attack covers is :data:`NOT_MEASURED` -- the store-only attacker
+  included: no attack without auxiliary data is implemented, and what the attacker with public
+  text's attacks show is not a proof about attacks nobody ran, so its verdict is quoted in the
+  reason, never promoted to "defends";
+* :func:`privembed.evaluation.evidence.with_stored_evidence` then joins the project's stored
+  studies (the GPU inversion of docs/attacks.md): a verdict is never weaker than them;
 * a threat defended by the deployment rather than by epsilon (the repeated-release observer:
   keyed noise and the ledger) is judged from the deployment facts (:func:`judge_structural`).
 
@@ -94,8 +101,8 @@ class ThreatModel:
     note : str
         What a reader must know about the verdict.
     implied_by : str, optional
-        A stronger threat model (by name): a setting that defends against it defends against
-        this one; when it does not, this one is "not measured" (no attack of its own).
+        A stronger threat model (by name) whose verdict is quoted in this one's reason; this
+        one stays "not measured" (no attack of its own), whatever that verdict.
     """
 
     name: str
@@ -197,6 +204,12 @@ class AttackEvidence:
         """Whether the attack beat its blind baseline on unprotected vectors (95%)."""
         return self.clean_excess_low > 0
 
+    def strong_for(self, margin: float) -> bool:
+        """Whether the attack beat its blind baseline on unprotected vectors by more than
+        ``margin`` (the whole 95% interval): only such an attack staying within the margin on
+        protected vectors is evidence that the noise stopped it."""
+        return self.clean_excess_low > margin
+
     @property
     def excess(self) -> tuple[float, float, float]:
         """(value, low, high) minus the blind baseline."""
@@ -255,9 +268,9 @@ THREATS: Mapping[str, ThreatModel] = _registry(
         attacks=(),
         margin=0.02,
         implied_by="auxiliary_text",
-        note="no attack that needs no auxiliary data is implemented; it is weaker than the "
-        "attacker with public text, so a setting that defends against that one defends against "
-        "it, and otherwise it is not measured",
+        note="no attack that needs no auxiliary data is implemented, so it is not measured; "
+        "the verdict against the attacker with public text (who holds more) is quoted beside "
+        "it, but a measured attack failing is no proof that an unmeasured one fails",
     ),
     ThreatModel(
         name="auxiliary_text",
@@ -347,14 +360,6 @@ def judge(threat: ThreatModel, evidence: Sequence[AttackEvidence]) -> ThreatVerd
         )
     if threat.implied_by is not None:
         stronger = judge(THREATS[threat.implied_by], evidence)
-        if stronger.defends:
-            return ThreatVerdict(
-                threat,
-                DEFENDS,
-                f"implied: it defends against {stronger.threat.title}, a stronger attacker "
-                f"({stronger.reason})",
-                stronger.evidence,
-            )
         return ThreatVerdict(
             threat,
             NOT_MEASURED,
@@ -366,14 +371,14 @@ def judge(threat: ThreatModel, evidence: Sequence[AttackEvidence]) -> ThreatVerd
         return ThreatVerdict(
             threat, NOT_MEASURED, f"none of its attacks ({', '.join(threat.attacks)}) was run"
         )
-    strong = [e for e in mine if e.strong]
+    strong = [e for e in mine if e.strong_for(threat.margin)]
     if not strong:
         names = ", ".join(sorted({e.attack for e in mine}))
         return ThreatVerdict(
             threat,
             NO_EVIDENCE,
-            f"{names} did not beat its blind baseline on unprotected vectors, so its failure "
-            "on protected ones says nothing",
+            f"{names} did not beat its blind baseline by the margin ({threat.margin:g}) on "
+            "unprotected vectors, so its failure on protected ones says nothing",
         )
     # the strongest: the largest upper end of the excess, then the largest point estimate
     best = max(strong, key=lambda e: (e.excess[2], e.excess[0]))

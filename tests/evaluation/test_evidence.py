@@ -1,0 +1,124 @@
+"""The project's stored evidence (privembed.evaluation.evidence): a verdict is never weaker than
+the strongest attack the project measured for the same mechanism, epsilon, mode and dimension
+(issue 37)."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+
+from privembed.evaluation.evidence import stored_verdicts, studies, with_stored_evidence
+from privembed.evaluation.threats import (
+    DEFENDS,
+    DOES_NOT_DEFEND,
+    INCONCLUSIVE,
+    NO_EVIDENCE,
+    NOT_MEASURED,
+    THREATS,
+    AttackEvidence,
+    judge,
+)
+
+AUX = THREATS["auxiliary_text"]
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def live(verdict_of: str) -> object:
+    """A verdict of the attacks run now: defends (strong, at blind), no evidence (weak), or
+    not measured (no attack)."""
+    if verdict_of == "defends":
+        e = AttackEvidence("token_inference", "leakage", 0.183, 0.182, 0.178, 0.188, 0.05)
+    elif verdict_of == "weak":
+        e = AttackEvidence("token_inference", "leakage", 0.169, 0.182, 0.16, 0.18, 0.012)
+    else:
+        return judge(AUX, [])
+    return judge(AUX, [e])
+
+
+def test_the_stored_study_is_package_data_with_its_provenance() -> None:
+    text = resources.files("privembed.evaluation").joinpath("evidence.json").read_text()
+    doc = json.loads(text)
+    assert doc["format"] == "privembed/evidence/v1"
+    (s,) = studies()
+    assert s.attack == "inversion" and s.mechanism == "laplace" and s.dim == 384
+    assert "docs/attacks.md" in s.source and "H100" in s.machine
+    # the rows are the ones docs/attacks.md prints: 2 runs x 5 epsilons x 2 target sets
+    assert len(s.rows) == 20 and set(s.runs()) == {"inversion_gpu", "inversion_gpu_run1"}
+    assert s.epsilons("inversion_gpu") == [50.0, 100.0, 150.0, 200.0, 500.0]
+
+
+@pytest.mark.parametrize("eps", [200.0, 316.2, 562.3, 1000.0])
+@pytest.mark.parametrize("now", ["defends", "weak", "none"])
+def test_laplace_at_200_or_more_on_minilm_never_reads_defends(eps: float, now: str) -> None:
+    """docs/attacks.md's inversion beats blind by more than the margin from epsilon 200 on:
+    whatever the attacks run now say, the public-text verdict is "does not defend"."""
+    for mode in ("plain", "rerank"):
+        v = with_stored_evidence(
+            live(now), mechanism="laplace", epsilon=eps, mode=mode, dim=384, model=MINILM
+        )
+        assert v.verdict == DOES_NOT_DEFEND and not v.defends, (eps, now, mode, v.reason)
+        assert "stored evidence" in v.reason and "inversion" in v.reason
+
+
+def test_at_150_a_defends_from_a_small_attack_becomes_inconclusive() -> None:
+    v = with_stored_evidence(
+        live("defends"), mechanism="laplace", epsilon=150.0, mode="rerank", dim=384, model=MINILM
+    )
+    assert v.verdict == INCONCLUSIVE
+    assert "the attacks run now read 'defends'" in v.reason
+
+
+def test_stored_defends_carries_down_only_on_its_own_model() -> None:
+    weak = live("weak")
+    assert weak.verdict == NO_EVIDENCE
+    own = with_stored_evidence(
+        weak, mechanism="laplace", epsilon=40.0, mode="rerank", dim=384, model=MINILM
+    )
+    assert own.verdict == DEFENDS and "up to epsilon 50" in own.reason
+    other = with_stored_evidence(
+        weak, mechanism="laplace", epsilon=40.0, mode="rerank", dim=384, model="other-384d"
+    )
+    assert other.verdict == NO_EVIDENCE
+    unknown = with_stored_evidence(weak, mechanism="laplace", epsilon=100.0, mode="rerank", dim=384)
+    assert unknown.verdict == NO_EVIDENCE
+
+
+def test_a_downgrade_applies_on_any_model_of_the_dimension() -> None:
+    v = with_stored_evidence(
+        live("defends"), mechanism="laplace", epsilon=300.0, mode="plain", dim=384, model="x"
+    )
+    assert v.verdict == DOES_NOT_DEFEND and "all-MiniLM-L6-v2" in v.reason
+
+
+@pytest.mark.parametrize(
+    ("kw", "why"),
+    [
+        ({"dim": 768}, "another dimension: another noise radius"),
+        ({"mechanism": "gaussian"}, "another mechanism"),
+        ({"mode": "subspace+rerank"}, "the subspace mode has no study yet"),
+        ({"mode": "query"}, "queries only"),
+    ],
+)
+def test_studies_bear_only_on_their_own_setting(kw: dict, why: str) -> None:
+    at = {"mechanism": "laplace", "epsilon": 500.0, "mode": "rerank", "dim": 384, "model": MINILM}
+    v = with_stored_evidence(live("none"), **{**at, **kw})
+    assert v.verdict == NOT_MEASURED, why
+    assert stored_verdicts(AUX, **{**at, **kw}) == [], why
+
+
+def test_a_stronger_live_attack_is_kept() -> None:
+    loud = judge(AUX, [AttackEvidence("token_inference", "leakage", 0.4, 0.2, 0.38, 0.42, 0.1)])
+    v = with_stored_evidence(
+        loud, mechanism="laplace", epsilon=50.0, mode="rerank", dim=384, model=MINILM
+    )
+    assert v is loud and v.verdict == DOES_NOT_DEFEND
+
+
+def test_deployment_threats_are_left_alone() -> None:
+    from privembed.evaluation.threats import judge_structural
+
+    t = THREATS["repeated_release"]
+    v = judge_structural(t, keyed=True, ledger=True)
+    assert with_stored_evidence(v, mechanism="laplace", epsilon=500, mode="rerank", dim=384) is v
