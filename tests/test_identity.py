@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -310,6 +311,149 @@ def test_a_model_folder_changed_in_place_is_a_new_model(tmp_path):
     assert Embedder(str(folder), backend="torch").identity == before  # stable
     _set_pooling(folder, "cls")
     assert Embedder(str(folder), backend="torch").identity != before
+
+
+# ---- issue 39.1: a model folder's identity covers what is behind its symbolic links -----------
+def _pool_config(mode: str) -> str:
+    """A sentence-transformers pooling config; both modes give files of one length."""
+    flags = {f"pooling_mode_{m}": m == mode for m in ("mean_tokens", "cls_token")}
+    return json.dumps({"word_embedding_dimension": 8, **flags}, indent=2)
+
+
+def _linked_folders(root):
+    """``pools/{mean,cls}`` (configs of one size and one mtime) and model folders ``a``
+    (``1_Pooling -> ../pools/mean``) and ``b`` (``-> ../pools/cls``), otherwise identical."""
+    import os
+
+    for mode in ("mean", "cls"):
+        d = root / "pools" / mode
+        d.mkdir(parents=True)
+        (d / "config.json").write_text(
+            _pool_config(f"{mode}_tokens" if mode == "mean" else "cls_token")
+        )
+        os.utime(d / "config.json", ns=(1_700_000_000_000_000_000,) * 2)
+    assert (root / "pools/mean/config.json").stat().st_size == (
+        root / "pools/cls/config.json"
+    ).stat().st_size
+    folders = []
+    for name, mode in (("a", "mean"), ("b", "cls")):
+        f = root / name
+        f.mkdir()
+        (f / "modules.json").write_text('[{"idx": 1, "path": "1_Pooling"}]')
+        (f / "vocab.txt").write_text("[PAD]\nhello\n")
+        (f / "1_Pooling").symlink_to(Path("..") / "pools" / mode, target_is_directory=True)
+        folders.append(f)
+    return folders
+
+
+def _repoint(link, target) -> None:
+    """Point the symbolic link ``link`` at ``target`` (atomically, as a deployment would)."""
+    import os
+
+    tmp = link.with_name(link.name + ".new")
+    tmp.symlink_to(target, target_is_directory=True)
+    os.replace(tmp, link)
+
+
+def test_model_folders_that_differ_behind_a_linked_folder_are_two_models(tmp_path):
+    """Issue 39.1: ``Path.rglob`` does not enter linked folders, so two folders whose
+    ``1_Pooling`` links point at mean and at CLS pooling got one digest (one noise, the second
+    release recorded free)."""
+    import shutil
+
+    from privembed.data.embedders import model_digest
+
+    a, b = _linked_folders(tmp_path)
+    assert model_digest(a) != model_digest(b)
+    # the digest is of what the link leads to, not of the link: a copy is the same model
+    c = tmp_path / "c"
+    shutil.copytree(a, c, symlinks=False)
+    assert not (c / "1_Pooling").is_symlink()
+    assert model_digest(c) == model_digest(a)
+
+
+def test_repointing_a_link_is_seen_by_a_running_process(tmp_path):
+    """The per-process memo is keyed on the files the links resolve to: re-pointing a link
+    (to a file of the same size and mtime) gives the new digest without a restart."""
+    import os
+
+    from privembed.data.embedders import model_digest
+
+    a, b = _linked_folders(tmp_path)
+    mean, cls = model_digest(a), model_digest(b)
+    _repoint(a / "1_Pooling", Path("..") / "pools" / "cls")
+    assert model_digest(a) == cls
+    _repoint(a / "1_Pooling", Path("..") / "pools" / "mean")
+    assert model_digest(a) == mean
+    # a linked file, re-pointed at another file of the same size and mtime
+    (tmp_path / "v1.txt").write_text("[PAD]\nhello\n")
+    (tmp_path / "v2.txt").write_text("[PAD]\nworld\n")
+    for v in ("v1.txt", "v2.txt"):
+        os.utime(tmp_path / v, ns=(1_700_000_000_000_000_000,) * 2)
+    (a / "vocab.txt").unlink()
+    (a / "vocab.txt").symlink_to(tmp_path / "v1.txt")
+    before = model_digest(a)
+    link = a / "vocab.new"
+    link.symlink_to(tmp_path / "v2.txt")
+    os.replace(link, a / "vocab.txt")
+    assert model_digest(a) != before
+
+
+def test_a_link_cycle_in_a_model_folder_is_skipped(tmp_path):
+    """Links back to a folder they sit in are not followed (two of them would otherwise
+    enumerate 2**depth paths); what they lead to is already in the digest."""
+    import shutil
+
+    from privembed.data.embedders import model_digest
+
+    a, _ = _linked_folders(tmp_path)
+    c = tmp_path / "c"
+    shutil.copytree(a, c, symlinks=False)  # the same model without links
+    (a / "loop").symlink_to(".", target_is_directory=True)
+    (a / "again").symlink_to(".", target_is_directory=True)
+    (tmp_path / "pools" / "mean" / "self").symlink_to(".", target_is_directory=True)
+    (tmp_path / "pools" / "mean" / "model").symlink_to(a, target_is_directory=True)
+    assert model_digest(a) == model_digest(c)
+
+
+def test_the_onnx_cache_keeps_folders_that_differ_behind_a_link_apart(tmp_path, monkeypatch):
+    """Issue 39.1 (ONNX cache): the export cached for one folder was used for another whose
+    ``1_Pooling`` link pointed elsewhere; and an entry whose manifest names another model
+    folder is never used."""
+    import privembed.data.embedders as em
+
+    a, b = _linked_folders(tmp_path)
+    cache = tmp_path / "cache"
+    assert em._entry_dir(cache, "m", em.model_digest(a)) != em._entry_dir(
+        cache, "m", em.model_digest(b)
+    )
+    exported = []
+
+    def export(name, folder, dest):  # a stand-in for the torch export: the same files
+        exported.append(em.model_digest(folder))
+        (dest / "model.onnx").write_bytes(b"graph of " + em.model_digest(folder).encode())
+        (dest / "tokenizer.json").write_text("{}")
+        files = {n: em._sha256_file(dest / n) for n in ("model.onnx", "tokenizer.json")}
+        manifest = {"export_version": em._EXPORT_VERSION, "files": files}
+        (dest / "manifest.json").write_text(
+            json.dumps({**manifest, "model_digest": em.model_digest(folder)})
+        )
+
+    monkeypatch.setattr(em, "_export_fp32", export)
+    mean, cls = em.model_digest(a), em.model_digest(b)
+    first = em._get_entry("m", a, cache)
+    assert em._get_entry("m", a, cache).path == first.path and exported == [mean]  # reused
+    _repoint(a / "1_Pooling", Path("..") / "pools" / "cls")
+    second = em._get_entry("m", a, cache)
+    assert second.path != first.path and exported == [mean, cls]
+    assert second.manifest["model_digest"] == cls
+    # an entry in the right place whose manifest names another folder is rebuilt, not used
+    manifest = json.loads((second.path / "manifest.json").read_text())
+    (second.path / "manifest.json").write_text(
+        json.dumps({**manifest, "model_digest": first.manifest["model_digest"]})
+    )
+    third = em._get_entry("m", a, cache)
+    assert exported == [mean, cls, cls] and third.manifest["model_digest"] == cls
 
 
 def test_every_backend_is_its_own_identity():

@@ -183,37 +183,80 @@ def _read_pipeline(folder: Path) -> _Pipeline:
 
 
 _DIGEST_SUFFIXES = (".json", ".txt", ".model", ".safetensors", ".bin")
+#: sub-folders of a model folder that hold other exports or history, not the model
+_DIGEST_SKIP = frozenset({"onnx", "openvino", ".git"})
+
+#: what the per-process memo keys a file on: its path in the folder, the file it resolves to
+#: (symbolic links followed), and that file's device, inode, size, mtime and ctime
+_Stamp = tuple[tuple[str, str, int, int, int, int, int], ...]
 
 
 @lru_cache(maxsize=8)
-def _folder_digest(folder: str, stamp: tuple[tuple[str, int, int], ...]) -> str:
+def _folder_digest(stamp: _Stamp) -> str:
     h = hashlib.sha256()
-    for rel, size, _ in stamp:
+    for rel, real, _, _, size, _, _ in stamp:
         h.update(f"{rel}\0{size}\0".encode())
-        with open(Path(folder) / rel, "rb") as f:
+        with open(real, "rb") as f:
             while chunk := f.read(1 << 20):
                 h.update(chunk)
     return h.hexdigest()
 
 
+def _model_files(root: Path) -> list[tuple[tuple[str, ...], str]]:
+    """``(path parts in the folder, real path)`` of each file that defines the model, sorted.
+
+    Symbolic links are followed, to files and to folders alike (``1_Pooling -> ../pools/cls``
+    is the pooling the model computes with). A link back to a folder it sits in (a cycle)
+    is skipped: what it leads to is that folder, whose files are already listed.
+    """
+    files: list[tuple[tuple[str, ...], str]] = []
+    top = os.path.realpath(root)
+    # real paths of the folders from the root down to the one walked (a link to one is a cycle)
+    above: dict[str, frozenset[str]] = {str(root): frozenset({top})}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        on_path = above.pop(dirpath)
+        rel = Path(dirpath).relative_to(root).parts
+        keep = []
+        for d in sorted(dirnames):
+            real = os.path.realpath(os.path.join(dirpath, d))
+            if d in _DIGEST_SKIP or real in on_path:
+                continue
+            above[os.path.join(dirpath, d)] = on_path | {real}
+            keep.append(d)
+        dirnames[:] = keep
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            if os.path.splitext(name)[1] in _DIGEST_SUFFIXES and os.path.isfile(p):
+                files.append(((*rel, name), os.path.realpath(p)))
+    return sorted(files)
+
+
 def model_digest(folder: str | Path) -> str:
     """SHA-256 of a model folder's weights, configuration and tokenizer files.
 
-    Documentation and other exports in the folder (``onnx/``, ``openvino/``) are not part of the
-    digest. Memoised per process on (path, size, mtime) of each file.
+    Every file under the folder counts, symbolic links followed (to files and to folders: two
+    folders whose ``1_Pooling`` links point at different poolings have different digests); a
+    link to a folder that contains it (a cycle) is skipped, its files are already counted.
+    Documentation and other exports in the folder (``onnx/``, ``openvino/``) are not part of
+    the digest. Memoised per process on each file's path, the file it resolves to and that
+    file's inode, size, mtime and ctime (re-pointing a link is seen by a running process).
     """
     root = Path(folder)
-    files = sorted(
-        p
-        for p in root.rglob("*")
-        if p.is_file()
-        and p.suffix in _DIGEST_SUFFIXES
-        and not {"onnx", "openvino", ".git"} & set(p.relative_to(root).parts[:-1])
-    )
-    stamp = tuple(
-        (p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files
-    )
-    return _folder_digest(str(root.resolve()), stamp)
+    stamp = []
+    for parts, real in _model_files(root):
+        st = os.stat(real)
+        stamp.append(
+            (
+                "/".join(parts),
+                real,
+                st.st_dev,
+                st.st_ino,
+                st.st_size,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+            )
+        )
+    return _folder_digest(tuple(stamp))
 
 
 def loaded_model_digest(model: Any) -> str:
@@ -323,7 +366,9 @@ class _Entry:
         return self.path / "model-int8.onnx"
 
     @staticmethod
-    def load(path: Path) -> _Entry:
+    def load(path: Path, digest: str) -> _Entry:
+        """The entry in ``path``, checked: export version, files, and that it was exported
+        from the model folder whose :func:`model_digest` is ``digest``."""
         try:
             manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
             files = manifest["files"]
@@ -331,11 +376,13 @@ class _Entry:
             raise _CorruptCache(f"unreadable manifest.json ({type(exc).__name__})") from None
         if manifest.get("export_version") != _EXPORT_VERSION:
             raise _CorruptCache(f"export version {manifest.get('export_version')!r}")
-        for name, digest in files.items():
+        if manifest.get("model_digest") != digest:
+            raise _CorruptCache("exported from another model folder (model_digest differs)")
+        for name, sha in files.items():
             p = path / name
             if not p.is_file():
                 raise _CorruptCache(f"{name} is missing")
-            if _sha256_file(p) != digest:
+            if _sha256_file(p) != sha:
                 raise _CorruptCache(f"{name} does not match its SHA-256")
         return _Entry(path, manifest)
 
@@ -348,8 +395,10 @@ class _Entry:
         return self.int8.is_file() and _sha256_file(self.int8) == digest
 
 
-def _entry_dir(cache: Path, name: str, folder: Path) -> Path:
-    key = hashlib.sha256(f"{_EXPORT_VERSION}\n{model_digest(folder)}".encode()).hexdigest()
+def _entry_dir(cache: Path, name: str, digest: str) -> Path:
+    """The cache folder of the export of the model folder whose :func:`model_digest` is
+    ``digest`` (folders that differ behind a symbolic link have different ones)."""
+    key = hashlib.sha256(f"{_EXPORT_VERSION}\n{digest}".encode()).hexdigest()
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64]
     return cache / f"{safe}-{key[:16]}"
 
@@ -363,11 +412,16 @@ def _discard(path: Path) -> None:
 
 
 def _get_entry(name: str, folder: Path, cache: Path) -> _Entry:
-    """The verified cache entry for ``folder``, exporting (atomically) if absent or corrupt."""
-    final = _entry_dir(cache, name, folder)
+    """The verified cache entry for ``folder``, exporting (atomically) if absent or corrupt.
+
+    An entry is used only for the folder it was exported from: its manifest's ``model_digest``
+    must be the folder's, else it is rebuilt.
+    """
+    digest = model_digest(folder)
+    final = _entry_dir(cache, name, digest)
     if final.exists():
         try:
-            return _Entry.load(final)
+            return _Entry.load(final, digest)
         except _CorruptCache as why:
             _log.warning("ONNX cache %s is corrupt (%s); rebuilding it.", final, why)
             _discard(final)
@@ -388,7 +442,12 @@ def _get_entry(name: str, folder: Path, cache: Path) -> _Entry:
             # another process installed the same export first: use theirs
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return _Entry.load(final)
+    try:
+        return _Entry.load(final, digest)
+    except _CorruptCache as why:  # the folder changed during the export, or a racing writer
+        raise RuntimeError(
+            f"the ONNX export of {name!r} in {final} fails its check: {why}."
+        ) from None
 
 
 def _ensure_int8(entry: _Entry) -> Path:
@@ -1006,8 +1065,8 @@ class Embedder:
         independent noise and is charged as a new release, instead of noise that would cancel in
         the difference of the two releases and reveal the clean difference.
 
-        Computed once per embedder (file digests are memoised per process on path, size and
-        modification time).
+        Computed once per embedder (file digests are memoised per process, see
+        :func:`model_digest`).
         """
         if self._identity is None:
             parts: dict[str, Any] = {
