@@ -132,7 +132,7 @@ def working_path(
     *,
     seed: int = 0,
     min_recall: float = 0.9,
-    max_depth: int = 100,
+    max_depth: int | None = None,
     key: bytes | None = None,
     model: str | None = None,
     on_step: Callable[[str], None] | None = None,

@@ -4,7 +4,7 @@ against; ``--plain-only``: the former analysis of plain protected vectors under 
 
 Example::
 
-    privembed advise emb.parquet --min-recall 0.9 --max-depth 100
+    privembed advise emb.parquet --min-recall 0.9 --max-bytes-per-query 4e6
     privembed advise emb.parquet --queries queries.npy --basis public.npy --json
     privembed advise notes.jsonl --plain-only --min-overlap 0.3      # texts: embedded first
 
@@ -81,7 +81,25 @@ _OptMinRecall = Annotated[
     typer.Option(help="Utility floor: recall of the clean top 10 within the k' fetched."),
 ]
 _OptMaxDepth = Annotated[
-    int, typer.Option(help="Largest k' (candidates fetched and payloads opened per query).")
+    int | None,
+    typer.Option(
+        help="Largest k' (candidates fetched and payloads opened per query) outright; by "
+        "default k' follows from the cost budget and the corpus size."
+    ),
+]
+_OptMaxBytes = Annotated[
+    float,
+    typer.Option(
+        "--max-bytes-per-query",
+        help="Cost budget: bytes a query may fetch (candidates' vectors and sealed payloads).",
+    ),
+]
+_OptMaxLatency = Annotated[
+    float | None,
+    typer.Option(
+        "--max-latency-ms",
+        help="Cost budget: estimated milliseconds per query on this machine (scan + opening).",
+    ),
 ]
 _OptQueries = Annotated[
     Path | None,
@@ -151,7 +169,9 @@ def advise(
     ] = None,
     modes: _OptModes = "plain,rerank,subspace+rerank,query",
     min_recall: _OptMinRecall = 0.9,
-    max_depth: _OptMaxDepth = 100,
+    max_depth: _OptMaxDepth = None,
+    max_bytes_per_query: _OptMaxBytes = 4_000_000,
+    max_latency_ms: _OptMaxLatency = None,
     queries: _OptQueries = None,
     basis: _OptBasis = None,
     basis_epsilon: _OptBasisEpsilon = 1.0,
@@ -178,6 +198,7 @@ def advise(
         _advise_modes(
             X, modes=modes, names=names, delta=delta, min_recall=min_recall,
             min_cosine=min_cosine, max_depth=max_depth, queries=queries, basis=basis,
+            max_bytes_per_query=max_bytes_per_query, max_latency_ms=max_latency_ms,
             basis_epsilon=basis_epsilon, max_ldp_epsilon=max_ldp_epsilon, seed=seed,
             column=column, as_json=as_json, attacks=token, model=model_name,
         )  # fmt: skip
@@ -292,7 +313,7 @@ def _advise_modes(
     delta: float,
     min_recall: float,
     min_cosine: float | None,
-    max_depth: int,
+    max_depth: int | None,
     queries: Path | None,
     basis: Path | None,
     basis_epsilon: float,
@@ -302,6 +323,8 @@ def _advise_modes(
     as_json: bool,
     attacks: list[Any],
     model: str | None = None,
+    max_bytes_per_query: float | None = None,
+    max_latency_ms: float | None = None,
 ) -> None:
     from ..data.io import read_embeddings
     from ..evaluation.modes import advise_modes
@@ -333,6 +356,7 @@ def _advise_modes(
         result = advise_modes(
             X, queries=Q, modes=chosen, mechanisms=names, params={"gaussian": {"delta": delta}},
             min_recall=min_recall, min_cosine=min_cosine, max_depth=max_depth,
+            max_bytes_per_query=max_bytes_per_query, max_latency_ms=max_latency_ms,
             max_ldp_epsilon=max_ldp_epsilon, basis=B, basis_epsilon=basis_epsilon, seed=seed,
             attacks=attacks, model=model, on_step=step,
         )  # fmt: skip

@@ -48,6 +48,7 @@ from ..core._validation import DataError, check_embeddings, check_int, check_rea
 from ..core.rng import spawn
 from ..mechanisms import Mechanism, build_mechanism
 from .advice import implied_ldp
+from .cost import DEFAULT_MAX_BYTES, Budget, QueryCost, Rates, query_cost
 from .threats import (
     DOES_NOT_DEFEND,
     THREATS,
@@ -124,6 +125,8 @@ class ModeSetting:
     verdicts: list[ThreatVerdict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     at_grid_bottom: bool = False
+    cost: QueryCost | None = None
+    depth_cap: int = 0
 
     @property
     def label(self) -> str:
@@ -159,6 +162,8 @@ class ModeSetting:
             "verdicts": [v.to_dict() for v in self.verdicts],
             "notes": list(self.notes),
             "at_grid_bottom": self.at_grid_bottom,
+            "cost_per_query": None if self.cost is None else self.cost.to_dict(),
+            "depth_cap": self.depth_cap,
         }
 
 
@@ -168,7 +173,7 @@ class ModesAdvice:
 
     floor: float
     min_cosine: float | None
-    max_depth: int
+    budget: Budget
     queries: str
     n: int
     d: int
@@ -196,11 +201,15 @@ class ModesAdvice:
             key=lambda s: (
                 math.inf if s.ldp_epsilon is None else s.ldp_epsilon,
                 s.decryptions_per_query,
+                math.inf if s.cost is None else s.cost.bytes,
             ),
         )
 
     def floor_text(self) -> str:
-        out = f"recall of the clean top {TOP_K} within k' <= {self.max_depth} >= {self.floor:g}"
+        out = (
+            f"recall of the clean top {TOP_K} >= {self.floor:g} within a cost budget of "
+            f"{self.budget.text()} per query (k' <= 1/{DEPTH_SHARE} of the corpus)"
+        )
         if self.min_cosine is not None:
             out += f" (plain: mean cosine to the original >= {self.min_cosine:g})"
         return out
@@ -262,11 +271,8 @@ class ModesAdvice:
             f"{util} {s.utility:.3f} (95% lower end {s.utility_low:.3f})",
             s.guarantee_short,
         ]
-        if s.decryptions_per_query:
-            parts.append(
-                f"cost per query: {s.decryptions_per_query} payloads opened, "
-                f"{s.payload_bytes_per_query:,} bytes"
-            )
+        if s.cost is not None:
+            parts.append(f"cost per query: {s.cost.text()} (k' <= {s.depth_cap} fits the budget)")
         reid = s.reid()
         if reid is not None and s.evidence:
             parts.append(f"reid@1 {reid:.3f} (blind {s.evidence[0].blind:.3f})")
@@ -309,9 +315,9 @@ class ModesAdvice:
             "floor": {
                 "metric": "recall",
                 "value": self.floor,
-                "max_depth": self.max_depth,
                 "plain_min_cosine": self.min_cosine,
             },
+            "budget": self.budget.to_dict(),
             "queries": self.queries,
             "n": self.n,
             "d": self.d,
@@ -526,12 +532,15 @@ def advise_modes(
     params: Mapping[str, Mapping[str, Any]] | None = None,
     min_recall: float = 0.9,
     min_cosine: float | None = None,
-    max_depth: int = 100,
+    max_depth: int | None = None,
     max_ldp_epsilon: float | None = None,
     basis: Any = None,
     basis_epsilon: float = 1.0,
     basis_delta: float = 1e-5,
     n_queries: int = 200,
+    max_bytes_per_query: float | None = DEFAULT_MAX_BYTES,
+    max_latency_ms: float | None = None,
+    rates: Rates | None = None,
     draws: int = 3,
     attacks: Sequence[Any] = (),
     linkage_records: int = 2000,
@@ -561,10 +570,16 @@ def advise_modes(
         interval over queries).
     min_cosine : float, optional
         For ``plain`` only: the floor is the mean cosine to the original instead.
-    max_depth : int
-        Largest k' (candidates fetched, payloads opened per query) a mode may use; never more
-        than a quarter of the corpus (:data:`DEPTH_SHARE`): fetching more is close to fetching
-        all of it, and then any epsilon "works".
+    max_depth : int, optional
+        Largest k' (candidates fetched, payloads opened per query) a mode may use outright.
+        Whatever the budget, never more than a quarter of the corpus (:data:`DEPTH_SHARE`):
+        fetching more is close to fetching all of it, and then any epsilon "works".
+    max_bytes_per_query, max_latency_ms : float, optional
+        The cost budget per query, in the user's units (default 4 MB, no latency limit): each
+        mode's largest k' is what the budget pays for at this corpus size
+        (:mod:`privembed.evaluation.cost`), and every setting shows its cost.
+    rates : privembed.evaluation.cost.Rates, optional
+        Per-payload and per-scan times for the latency estimate (default: measured here).
     max_ldp_epsilon : float, optional
         Only settings whose per-record LDP epsilon is at most this are recommended.
     basis : SubspaceBasis, array (m, d) of public embeddings, or None
@@ -598,9 +613,10 @@ def advise_modes(
     """
     say = on_step or (lambda _msg: None)
     D = _documents(X)
-    seed, draws, max_depth, floor = _check_options(
+    seed, draws, floor = _check_options(
         D, seed, draws, max_depth, min_recall, modes, min_cosine, mechanisms
     )
+    budget = Budget(max_bytes_per_query, max_latency_ms, max_depth)
     g_pq, g_basis = spawn(seed, 2)
     qd = _query_data(queries, D, n_queries, g_pq)
     search = _Search(
@@ -608,7 +624,8 @@ def advise_modes(
         qd=qd,
         floor=floor,
         min_cosine=min_cosine,
-        max_depth=max_depth,
+        budget=budget,
+        rates=rates or Rates.measure(D.shape[1]),
         seed=seed,
         draws=draws,
         grid=grid,
@@ -637,18 +654,18 @@ def _check_options(
     D: NDArray[np.float64],
     seed: int,
     draws: int,
-    max_depth: int,
+    max_depth: int | None,
     min_recall: float,
     modes: Sequence[str],
     min_cosine: float | None,
     mechanisms: Sequence[str],
-) -> tuple[int, int, int, float]:
-    """The checked seed, draws, largest depth (at most :data:`DEPTH_SHARE` of the corpus) and
-    recall floor; the modes, the cosine floor and the noise laws are checked too."""
+) -> tuple[int, int, float]:
+    """The checked seed, draws and recall floor; the depth limit, the modes, the cosine floor
+    and the noise laws are checked too."""
     seed = check_int("seed", seed, ge=0)
     draws = check_int("draws", draws, ge=1)
-    n = D.shape[0]
-    max_depth = min(check_int("max_depth", max_depth, ge=TOP_K), max(TOP_K, n // DEPTH_SHARE))
+    if max_depth is not None:
+        check_int("max_depth", max_depth, ge=TOP_K)
     floor = check_real("min_recall", min_recall, gt=0, le=1)
     for m in modes:
         if m not in MODES:
@@ -661,7 +678,7 @@ def _check_options(
                 f"the mode advice tries the noise laws {', '.join(LAWS)} (also in a subspace), "
                 f"got mechanism {name!r}; use --plain-only for other mechanisms."
             )
-    return seed, draws, max_depth, floor
+    return seed, draws, floor
 
 
 def _query_data(
@@ -721,7 +738,8 @@ class _Search:
     qd: QueryData
     floor: float
     min_cosine: float | None
-    max_depth: int
+    budget: Budget
+    rates: Rates
     seed: int
     draws: int
     grid: Sequence[float]
@@ -752,6 +770,23 @@ class _Search:
             metric, floor = "mean_cosine", float(self.min_cosine)
         else:
             metric, floor = "recall", self.floor
+        n, d = self.clean.D.shape
+        store_dim = d
+        if mode == "subspace+rerank" and self.basis is not None:
+            # the mechanism keeps k <= m components: the budget is checked at m (an upper bound)
+            store_dim = min(d, int(self.basis.components.shape[0]))
+        cap = min(
+            max(TOP_K, n // DEPTH_SHARE),
+            self.budget.depth_cap(mode, n=n, d=d, store_dim=store_dim, rates=self.rates),
+        )
+        if cap < self.clean.k:
+            note = (
+                f"not available: the budget ({self.budget.text()} per query) does not pay for "
+                f"k' = {self.clean.k} at n = {n:,}"
+            )
+            return ModeSetting(
+                mode, name, None, False, math.nan, math.nan, metric, 0, 0, notes=[note]
+            ), None
         runner = _ModeRunner(
             mode,
             name,
@@ -759,7 +794,7 @@ class _Search:
             self.clean,
             floor=floor,
             metric=metric,
-            max_depth=self.max_depth,
+            max_depth=cap,
             seed=self.seed,
             basis=self.basis,
             draws=self.draws,
@@ -775,6 +810,11 @@ class _Search:
             mode, name, eps, p, probes, runner, self.qd, self.linkage_records, self.model
         )
         setting.at_grid_bottom = p.ok and eps == self.grid[0]
+        setting.depth_cap = cap if mode != "plain" else self.clean.k
+        held = setting.subspace_k if setting.subspace_k else store_dim
+        setting.cost = query_cost(
+            mode, n=n, d=d, store_dim=held, depth=setting.depth, rates=self.rates
+        )
         return setting, p
 
     def advice(self, settings: list[ModeSetting], max_ldp_epsilon: float | None) -> ModesAdvice:
@@ -783,7 +823,7 @@ class _Search:
         return ModesAdvice(
             floor=self.floor,
             min_cosine=None if self.min_cosine is None else float(self.min_cosine),
-            max_depth=self.max_depth,
+            budget=self.budget,
             queries=self.qd.source,
             n=n,
             d=d,

@@ -1,0 +1,73 @@
+"""The cost budget of advise (issue 37.1): k' follows from a budget in the user's units (bytes,
+milliseconds) and the corpus size, and every setting shows what a query costs."""
+
+from __future__ import annotations
+
+import pytest
+
+from privembed.evaluation.cost import Budget, Rates, query_cost
+from privembed.evaluation.modes import advise_modes
+from privembed.keys.payload import payload_size
+
+from .test_modes import _corpus
+
+#: fixed rates: no test depends on how fast this machine is
+RATES = Rates(open_ms=0.01, scan_ms_per_mdim=1.0, source="given")
+
+
+def test_bytes_are_candidates_times_vector_id_and_payload_plus_the_query() -> None:
+    c = query_cost("rerank", n=1000, d=384, store_dim=384, depth=50, rates=RATES)
+    assert c.bytes == 50 * (4 * 384 + 16 + payload_size(384)) + 4 * 384
+    assert c.payloads == 50
+    assert c.ms == pytest.approx(1.0 * 1000 * 384 / 1e6 + 0.01 * 50)
+    plain = query_cost("plain", n=1000, d=384, store_dim=384, depth=10, rates=RATES)
+    assert plain.payloads == 0 and plain.bytes == 10 * (4 * 384 + 16) + 4 * 384
+    sub = query_cost("subspace+rerank", n=1000, d=384, store_dim=74, depth=50, rates=RATES)
+    assert sub.bytes == 50 * (4 * 74 + 16 + payload_size(384)) + 4 * 74
+
+
+def test_the_depth_cap_is_the_largest_k_whose_cost_fits() -> None:
+    b = Budget(max_bytes=1e6)
+    cap = b.depth_cap("rerank", n=10**6, d=384, store_dim=384, rates=RATES)
+    fits = query_cost("rerank", n=10**6, d=384, store_dim=384, depth=cap, rates=RATES)
+    over = query_cost("rerank", n=10**6, d=384, store_dim=384, depth=cap + 1, rates=RATES)
+    assert fits.bytes <= 1e6 < over.bytes
+    # a latency budget: the scan of n rows first, then payloads at open_ms each
+    lat = Budget(max_bytes=None, max_latency_ms=10.0)
+    cap = lat.depth_cap("rerank", n=1000, d=384, store_dim=384, rates=RATES)
+    assert cap == int((10.0 - 0.384) // 0.01)
+    assert lat.depth_cap("rerank", n=10**6, d=384, store_dim=384, rates=RATES) == 0
+    # never more than the corpus
+    assert Budget(max_bytes=1e12).depth_cap("rerank", n=500, d=8, store_dim=8, rates=RATES) == 500
+
+
+@pytest.mark.parametrize("kw", [{"max_bytes": 0}, {"max_latency_ms": -1.0}, {"max_depth": 0}])
+def test_a_bad_budget_is_refused_with_its_name(kw: dict) -> None:
+    with pytest.raises(ValueError, match=next(iter(kw)).replace("max_bytes", "max_bytes_per")):
+        Budget(**kw)
+
+
+def test_a_larger_budget_buys_a_smaller_epsilon_and_every_setting_shows_its_cost() -> None:
+    X, Q = _corpus(n=600, d=48)
+    per = 4 * 48 + 16 + payload_size(48)
+    small = advise_modes(X, queries=Q, modes=("rerank",), mechanisms=("laplace",),
+                         max_bytes_per_query=30 * per, rates=RATES, seed=0)  # fmt: skip
+    large = advise_modes(X, queries=Q, modes=("rerank",), mechanisms=("laplace",),
+                         max_bytes_per_query=4e6, rates=RATES, seed=0)  # fmt: skip
+    s, g = small.settings[0], large.settings[0]
+    assert s.depth_cap == 29 and g.depth_cap == 600 // 4  # a quarter of the corpus at most
+    assert s.cost is not None and s.cost.bytes <= 30 * per and s.depth <= 29
+    assert g.epsilon is not None and s.epsilon is not None and g.epsilon < s.epsilon
+    for adv in (small, large):
+        line = adv.setting_line(adv.settings[0])
+        assert "cost per query" in line and "MB" in line and "payloads opened" in line
+        assert "budget" in adv.floor_text()
+        assert adv.to_dict()["settings"][0]["cost_per_query"]["bytes"] > 0
+
+
+def test_a_budget_that_cannot_pay_for_the_top_10_makes_the_mode_unavailable() -> None:
+    X, Q = _corpus(n=300, d=48)
+    adv = advise_modes(X, queries=Q, modes=("plain", "rerank"), mechanisms=("laplace",),
+                       max_bytes_per_query=2000, rates=RATES, seed=0)  # fmt: skip
+    rr = next(s for s in adv.settings if s.mode == "rerank")
+    assert not rr.meets_floor and "budget" in rr.notes[0] and "k' = 10" in rr.notes[0]
