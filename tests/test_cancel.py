@@ -10,6 +10,15 @@ import pytest
 from privembed.core import cancel
 from privembed.core.cancel import Cancelled, cancellable, cancelled, checkpoint
 
+from . import _signals
+
+
+@pytest.fixture(autouse=True)
+def _python_sigint():
+    """The tests send SIGINT: Python's handler, not what the runner inherited (tests/_signals.py)."""
+    with _signals.python_sigint():
+        yield
+
 
 def test_a_signal_waits_for_the_next_checkpoint_and_a_second_one_stops_at_once():
     before = signal.getsignal(signal.SIGINT)

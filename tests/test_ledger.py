@@ -31,6 +31,8 @@ from privembed.keys.ledger import (
     record_key,
 )
 
+from . import _signals
+
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def where(request, tmp_path) -> str:
@@ -425,7 +427,7 @@ def test_sigint_is_not_ignored_while_waiting_for_the_lock(where, monkeypatch, co
     monkeypatch.setattr(cancel, "_inject", inject)
     try:
         ctx = cancel.cancellable() if cooperative else contextlib.nullcontext()
-        with Ledger(p, timeout=3600) as led, ctx:
+        with _signals.python_sigint(), Ledger(p, timeout=3600) as led, ctx:
             with pytest.raises(KeyboardInterrupt) as info:
                 _release(led, ["a"], LaplaceMechanism(epsilon=1.0))
         assert isinstance(info.value, cancel.Cancelled) == cooperative

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,6 +31,8 @@ from privembed.core.cancel import POINTS
 from privembed.data.io import write_embeddings
 from privembed.keys.keyed import keygen
 from privembed.keys.ledger import Ledger
+
+from . import _signals
 
 N_ROWS, BATCH = 6000, 2000  # three batches: "#2" lands in the middle of the run
 SCRIPT = Path(sys.executable).with_name("privembed")
@@ -101,8 +102,8 @@ def test_no_output_without_its_ledger_rows_at_any_named_point(setup, point):
         work = root / f"{point}-{sig.name}"
         work.mkdir()
         out, led = work / "out.parquet", work / "ledger.db"
-        r = subprocess.run(_cmd(src, out, key, led), env={**env, "PRIVEMBED_FAULT_AT":
-                           _fault(point, sig)}, capture_output=True, text=True, timeout=300)  # fmt: skip
+        r = _signals.run(_cmd(src, out, key, led), env={**env, "PRIVEMBED_FAULT_AT":
+                         _fault(point, sig)}, capture_output=True, text=True, timeout=300)  # fmt: skip
         dest = str(out.resolve())
         published = out.exists()
         where = (point, sig.name, r.returncode, r.stderr[-500:])
@@ -118,8 +119,8 @@ def test_no_output_without_its_ledger_rows_at_any_named_point(setup, point):
                 with Ledger(led, readonly=True) as L:
                     assert [u["destination"] for u in L.unpublished()] == [dest]
             if stale:  # the next run on that destination removes it
-                again = subprocess.run(_cmd(src, out, key, led), env=env, capture_output=True,
-                                       text=True, timeout=300)  # fmt: skip
+                again = _signals.run(_cmd(src, out, key, led), env=env, capture_output=True,
+                                     text=True, timeout=300)  # fmt: skip
                 assert again.returncode == 0, again.stderr
                 assert not [t for t in _temps(work) if t.name.startswith(f".{out.name}.")]
             continue
@@ -146,7 +147,7 @@ def test_a_stream_never_prints_an_uncharged_line(setup, point, tmp_path):
     )
     for sig in (signal.SIGINT, signal.SIGTERM) if point == "batch.drawn" else (signal.SIGINT,):
         led = tmp_path / f"{sig.name}.db"
-        r = subprocess.run(
+        r = _signals.run(
             [str(SCRIPT), "protect-stream", "-m", "laplace", "--epsilon", "5", "--key-file",
              str(key), "--ledger", str(led), "--batch-rows", "10"],
             input=lines, capture_output=True, text=True, timeout=300,
@@ -183,3 +184,24 @@ def test_every_named_point_is_reached_by_a_protect_run(setup, tmp_path):
     expected = set(POINTS) - {"startup", "ledger.wait"}
     assert expected <= set(seen), expected - set(seen)
     assert seen.count("batch.drawn") == N_ROWS // BATCH
+
+
+def test_the_signal_tests_set_sigint_themselves_whatever_the_runner_inherited(setup, tmp_path):
+    """The issue: the suite started as a background job (``make test &``, ``nohup``) inherits
+    SIGINT *ignored*, privembed rightly keeps it so, and 16 signal tests failed. The tests set
+    the disposition they need (tests/_signals.py): with SIGINT ignored in this process, a run's
+    injected SIGINT still stops it, and Python's handler still raises here."""
+    _, src, key = setup
+    out, led = tmp_path / "out.parquet", tmp_path / "ledger.db"
+    env = {**os.environ, "PRIVEMBED_FAULT_AT": _fault("batch.drawn", signal.SIGINT)}
+    inherited = signal.signal(signal.SIGINT, signal.SIG_IGN)  # what a background job gets
+    try:
+        r = _signals.run(_cmd(src, out, key, led), env=env, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+        with _signals.python_sigint(), pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, inherited)
+    assert (r.returncode, r.stderr.strip().splitlines()) == (130, ["interrupted"]), r.stderr
+    assert not out.exists()

@@ -21,6 +21,7 @@ import pytest
 
 from privembed.keys.ledger import Ledger
 
+from .. import _signals
 from ._fake_upstream import UPSTREAM_KEY, FakeUpstream, serve_app
 from .conftest import API_KEYS, FULL_KEY, proxy, queued_texts, service_of
 
@@ -216,7 +217,7 @@ def test_sigterm_ends_the_process_with_status_0_after_a_clean_shutdown(server_ke
         )
         env = {**os.environ, "FAKE_UPSTREAM_KEY": UPSTREAM_KEY, "PYTHONUNBUFFERED": "1"}
         env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src")
-        with subprocess.Popen(
+        with _signals.popen(  # the signals' defaults, whatever the runner inherited
             [sys.executable, "-m", "privembed.cli", "serve", "--config", str(cfg)],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
