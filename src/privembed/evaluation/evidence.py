@@ -5,24 +5,32 @@ the CPU); the project has run stronger ones -- the adaptive transformer inversio
 docs/attacks.md, at evidence strength on a GPU. A verdict that reads "defends" at a setting
 where that stronger attack was measured to succeed would be the worst thing a privacy tool
 can print. So those measurements ship with the package (``evidence.json``, with where each
-came from) and :func:`with_stored_evidence` joins them to the verdict of the attacks run now:
+came from) and :func:`with_stored_evidence` joins them to the verdict of the attacks run now.
 
-* a study matches a setting by attack (one of the threat's), mechanism, deployment mode and
-  input dimension (epsilon means another noise radius at another dimension);
-* **monotonicity in epsilon** (a larger epsilon is less noise: an attacker who beats blind at
-  epsilon_r beats it at least as well at any epsilon >= epsilon_r, and one who stays at blind
-  at epsilon_r stays there for any smaller epsilon) carries a study's rows: its verdict at the
-  largest measured epsilon_r <= epsilon carries up when it is "does not defend" or
-  "inconclusive" (or when epsilon_r = epsilon); its verdict at the smallest epsilon_r >= epsilon
-  carries down when it is "defends" -- and only for the study's own embedding model (named by
-  ``model``): a downgrade is a warning worth giving on any model of that dimension, a
-  "defends" is not;
-* the final verdict is the worst of the verdicts that rest on evidence (does not defend >
+How a study bears on a setting
+------------------------------
+* It matches by attack (one of the threat's), deployment mode and input dimension, and by
+  mechanism: its own, or -- for a study of an isotropic mechanism -- any mechanism of its
+  ``family`` (multivariate Laplace, Gaussian, Purkayastha: noise whose direction is uniform, so
+  that after renormalisation a release is the clean vector turned by an angle whose law is set
+  by the noise level; in d = 384 the angle is concentrated within a few percent).
+* The **noise level** orders a study's rows: the expected cosine between a unit vector and its
+  release (``Mechanism.expected_cosine``, a closed form) where the study compares by it, else
+  epsilon for the study's own mechanism. Less noise can only help the attacker: an attacker who
+  beats blind at some level beats it with less noise, and one who stays at blind stays there
+  with more. So the row with the most noise that is still no noisier than the setting (largest
+  cosine <= the setting's) carries its verdict when that is "does not defend" or
+  "inconclusive"; the row with the least noise that is still no quieter than the setting
+  (smallest cosine >= the setting's) carries "defends" -- and only on the study's own embedding
+  model (``model``): a downgrade is a warning worth giving on any model of that dimension, a
+  "defends" is not.
+* The final verdict is the worst of the verdicts that rest on evidence (does not defend >
   inconclusive > defends); when neither the attacks run now nor a study bear on the setting,
   the verdict of the attacks run now stands ("no evidence", "not measured").
 
-The assumption behind the carrying is stated, not proved: it holds for the adaptive attacker
-that is retrained at each epsilon (the measured rows are monotone within their intervals).
+The monotonicity is an assumption about the attacker, stated, not proved: it holds for an
+adaptive attacker retrained at each level, and the measured rows are monotone within their
+intervals.
 
 Examples
 --------
@@ -30,13 +38,14 @@ Examples
 >>> live = judge(THREATS["auxiliary_text"], [])
 >>> live.verdict
 'not measured'
->>> with_stored_evidence(live, mechanism="laplace", epsilon=316.0, mode="rerank", dim=384).verdict
+>>> at = dict(mode="rerank", dim=384)
+>>> with_stored_evidence(live, mechanism="laplace", epsilon=316.0, **at).verdict
 'does not defend'
->>> with_stored_evidence(live, mechanism="laplace", epsilon=50.0, mode="rerank", dim=384,
-...                      model="sentence-transformers/all-MiniLM-L6-v2").verdict
-'defends'
->>> with_stored_evidence(live, mechanism="laplace", epsilon=50.0, mode="rerank", dim=384).verdict
+>>> with_stored_evidence(live, mechanism="laplace", epsilon=50.0, **at).verdict
 'not measured'
+>>> with_stored_evidence(live, mechanism="laplace", epsilon=50.0, model="all-MiniLM-L6-v2",
+...                      **at).verdict
+'defends'
 >>> with_stored_evidence(live, mechanism="laplace", epsilon=316.0, mode="rerank", dim=768).verdict
 'not measured'
 """
@@ -59,10 +68,30 @@ from .threats import (
     judge,
 )
 
-__all__ = ["Study", "stored_verdicts", "studies", "with_stored_evidence"]
+__all__ = ["Study", "noise_level", "stored_verdicts", "studies", "with_stored_evidence"]
 
 #: how bad a verdict that rests on evidence is (the worst wins)
 _RANK = {DEFENDS: 1, INCONCLUSIVE: 2, DOES_NOT_DEFEND: 3}
+
+
+def noise_level(mechanism: str, epsilon: float, dim: int, **params: Any) -> float | None:
+    """The expected cosine between a unit vector of dimension ``dim`` and its release by
+    ``mechanism`` at ``epsilon`` (None where there is no closed form or no such mechanism).
+
+    >>> round(noise_level("laplace", 200.0, 384), 3)
+    0.462
+    >>> round(noise_level("gaussian", 316.2, 384, delta=1e-5), 3)
+    0.477
+    """
+    from ..mechanisms import build_mechanism
+
+    try:
+        m = build_mechanism(mechanism, epsilon=float(epsilon), **params)
+    except (ValueError, TypeError):
+        return None
+    fn = getattr(m, "expected_cosine", None)
+    value = fn(int(dim)) if callable(fn) else None
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -70,13 +99,16 @@ class Study:
     """One measured study: an attack against one mechanism in some modes, at several epsilons.
 
     ``rows`` are ``(run, epsilon, AttackEvidence)``: one run is one training of the attacker,
-    scored on several target sets (one row per target set and epsilon).
+    scored on several target sets (one row per target set and epsilon). ``family``: the
+    mechanisms it bears on when ``compare`` is ``"expected_cosine"`` (isotropic noise).
     """
 
     id: str
     attack: str
     threat: str
     mechanism: str
+    family: tuple[str, ...]
+    compare: str
     modes: tuple[str, ...]
     model: str
     dim: int
@@ -85,10 +117,12 @@ class Study:
     machine: str
     rows: tuple[tuple[str, float, AttackEvidence], ...]
 
-    def matches(self, *, attack: str, mechanism: str, mode: str, dim: int) -> bool:
+    def bears_on(self, *, attacks: tuple[str, ...], mechanism: str, mode: str, dim: int) -> bool:
+        """Whether the study measures this threat's attacks for this mechanism, mode and d."""
+        mechs = self.family if self.compare == "expected_cosine" else (self.mechanism,)
         return (
-            self.attack == attack
-            and self.mechanism == mechanism
+            self.attack in attacks
+            and mechanism in mechs
             and mode in self.modes
             and self.dim == int(dim)
         )
@@ -99,8 +133,14 @@ class Study:
     def at(self, run: str, epsilon: float) -> list[AttackEvidence]:
         return [e for r, eps, e in self.rows if r == run and eps == epsilon]
 
-    def epsilons(self, run: str) -> list[float]:
-        return sorted({eps for r, eps, _ in self.rows if r == run})
+    def levels(self, run: str) -> list[tuple[float, float]]:
+        """``(level, epsilon)`` of each measured epsilon of ``run``, least noise last: the
+        level is the expected cosine (``compare = "expected_cosine"``) or epsilon itself."""
+        eps = sorted({e for r, e, _ in self.rows if r == run})
+        if self.compare == "expected_cosine":
+            out = [(noise_level(self.mechanism, e, self.dim), e) for e in eps]
+            return sorted((lv, e) for lv, e in out if lv is not None)
+        return [(e, e) for e in eps]
 
 
 @lru_cache(maxsize=1)
@@ -128,63 +168,81 @@ def studies() -> tuple[Study, ...]:
             )
             for r in s["rows"]
         )
+        compare = s.get("compare", "epsilon")
+        if compare not in ("epsilon", "expected_cosine"):
+            raise ValueError(f"evidence.json: study {s['id']!r} compares by {compare!r}.")
         out.append(
             Study(
-                id=s["id"],
-                attack=s["attack"],
-                threat=s["threat"],
-                mechanism=s["mechanism"],
-                modes=tuple(s["modes"]),
-                model=s["model"],
-                dim=int(s["dim"]),
-                setting=s["setting"],
-                source=s["source"],
-                machine=s["machine"],
-                rows=rows,
+                id=s["id"], attack=s["attack"], threat=s["threat"], mechanism=s["mechanism"],
+                family=tuple(s.get("family", [s["mechanism"]])), compare=compare,
+                modes=tuple(s["modes"]), model=s["model"], dim=int(s["dim"]),
+                setting=s["setting"], source=s["source"], machine=s["machine"], rows=rows,
             )
-        )
+        )  # fmt: skip
     return tuple(out)
 
 
 def stored_verdicts(
-    threat: Any, *, mechanism: str, epsilon: float, mode: str, dim: int, model: str | None = None
+    threat: Any,
+    *,
+    mechanism: str,
+    epsilon: float,
+    mode: str,
+    dim: int,
+    model: str | None = None,
+    params: dict[str, Any] | None = None,
+    cosine: float | None = None,
 ) -> list[ThreatVerdict]:
     """The verdicts the shipped studies carry to this setting (see the module docstring), one
-    per study run that bears on it; empty when none does."""
+    per study run that bears on it; empty when none does. The setting's noise level is
+    ``cosine`` (its expected cosine, from the built mechanism) or computed from ``mechanism``,
+    ``epsilon`` and ``params`` (its other parameters, e.g. the Gaussian's delta)."""
     if not (isinstance(epsilon, int | float) and math.isfinite(epsilon) and epsilon > 0):
         return []
     out: list[ThreatVerdict] = []
     for study in studies():
-        if study.threat != threat.name or not any(
-            study.matches(attack=a, mechanism=mechanism, mode=mode, dim=dim) for a in threat.attacks
+        if study.threat != threat.name or not study.bears_on(
+            attacks=threat.attacks, mechanism=mechanism, mode=mode, dim=dim
         ):
             continue
+        if study.compare == "expected_cosine":
+            level = (
+                cosine
+                if cosine is not None
+                else noise_level(mechanism, epsilon, dim, **(params or {}))
+            )
+            if level is None:
+                continue
+            what = f"{mechanism} epsilon {epsilon:.4g} (expected cosine {level:.3f})"
+        else:
+            level, what = float(epsilon), f"epsilon {epsilon:.4g}"
         own_model = model is not None and study.model.lower() in str(model).lower()
         for run in study.runs():
-            eps = study.epsilons(run)
-            below = [e for e in eps if e <= epsilon]
-            above = [e for e in eps if e >= epsilon]
-            for at, carries in (
-                (max(below) if below else None, (DOES_NOT_DEFEND, INCONCLUSIVE)),
-                (min(above) if above and own_model else None, (DEFENDS,)),
+            levels = study.levels(run)
+            noisier = [x for x in levels if x[0] <= level]
+            quieter = [x for x in levels if x[0] >= level] if own_model else []
+            for row, carries in (
+                (max(noisier) if noisier else None, (DOES_NOT_DEFEND, INCONCLUSIVE)),
+                (min(quieter) if quieter else None, (DEFENDS,)),
             ):
-                if at is None:
+                if row is None:
                     continue
-                v = judge(threat, study.at(run, at))
-                exact = at == epsilon and (own_model or v.verdict != DEFENDS)
-                if v.verdict in carries or (exact and v.verdict in _RANK):
-                    where = "at" if at == epsilon else ("up to" if at > epsilon else "from")
-                    out.append(
-                        ThreatVerdict(
-                            threat,
-                            v.verdict,
-                            f"stored evidence ({study.attack} {where} epsilon {at:g}, "
-                            f"{study.model} {study.dim}-d, run {run}; {study.source}): "
-                            f"{v.reason}",
-                            v.evidence,
-                        )
+                v = judge(threat, study.at(run, row[1]))
+                if v.verdict not in carries:
+                    continue
+                rel = "no more noise than" if carries[0] == DEFENDS else "at least as much noise as"
+                if study.compare == "expected_cosine":
+                    rel = f"expected cosine {row[0]:.3f}: {rel}"
+                out.append(
+                    ThreatVerdict(
+                        threat,
+                        v.verdict,
+                        f"stored evidence: {study.attack} against {study.mechanism} epsilon "
+                        f"{row[1]:g} ({rel} {what}; {study.model}, {study.dim}-d, run {run}; "
+                        f"{study.source}): {v.reason}",
+                        v.evidence,
                     )
-                    break  # the row at epsilon itself counts once
+                )
     return out
 
 
@@ -196,6 +254,8 @@ def with_stored_evidence(
     mode: str,
     dim: int,
     model: str | None = None,
+    params: dict[str, Any] | None = None,
+    cosine: float | None = None,
 ) -> ThreatVerdict:
     """The worst of ``live`` (attacks run now) and the stored studies' verdicts at the setting.
 
@@ -205,8 +265,9 @@ def with_stored_evidence(
     if epsilon is None or live.threat.defended_by != "epsilon":
         return live
     stored = stored_verdicts(
-        live.threat, mechanism=mechanism, epsilon=epsilon, mode=mode, dim=dim, model=model
-    )
+        live.threat, mechanism=mechanism, epsilon=epsilon, mode=mode, dim=dim, model=model,
+        params=params, cosine=cosine,
+    )  # fmt: skip
     bearing = [v for v in (live, *stored) if v.verdict in _RANK]
     if not bearing:
         return live

@@ -493,13 +493,18 @@ def _verdicts(
     epsilon: float | None,
     dim: int,
     model: str | None,
+    mech: Mechanism | None = None,
 ) -> list[ThreatVerdict]:
     """Each threat's verdict: the attacks run now, never weaker than the project's stored
     evidence for the same mechanism, epsilon, mode and dimension
     (:func:`~privembed.evaluation.evidence.with_stored_evidence`)."""
     from .evidence import with_stored_evidence
 
-    at = {"mechanism": mechanism, "epsilon": epsilon, "mode": mode, "dim": dim, "model": model}
+    cos = getattr(mech, "expected_cosine", None)
+    at = {
+        "mechanism": mechanism, "epsilon": epsilon, "mode": mode, "dim": dim, "model": model,
+        "cosine": cos(dim) if callable(cos) and mode in ("plain", "rerank") else None,
+    }  # fmt: skip
     out: dict[str, ThreatVerdict] = {}
     for t in sorted(threats_for(mode), key=lambda t: t.implied_by is not None):
         if t.defended_by == "deployment":
@@ -851,7 +856,7 @@ def _attack_recommended(
         r.evidence.extend(_run_attacks(attacks, D, mech, Y, seed))
         r.verdicts = _verdicts(
             r.mode, r.evidence, mechanism=r.mechanism, epsilon=r.epsilon, dim=D.shape[1],
-            model=result.model,
+            model=result.model, mech=mech,
         )  # fmt: skip
 
 
@@ -961,6 +966,7 @@ def _setting(
             epsilon=float(eps),
             dim=clean.D.shape[1],
             model=model,
+            mech=m,
         )
         if p.ok
         else [],
