@@ -318,6 +318,8 @@ class ProtectedCollection:
         id_list = list(ids)
         if texts is not None and len(texts) != len(id_list):
             raise DataError(f"texts has {len(texts)} entries but there are {len(id_list)} ids.")
+        # ids the store would merge (7 and "7") are refused before the ledger records anything
+        self.store.check_ids(id_list)
         if self.mechanism is None:
             if self.protection.get("protected"):
                 raise ValueError(
@@ -638,16 +640,18 @@ class ProtectedCollection:
 
     def _current_releases(self, ids: list[str]) -> dict[str, frozenset[bytes]]:
         """For each store id the ledger recorded, the releases its payload may belong to
-        (:meth:`privembed.keys.ledger.Ledger.current_releases`; the store id ``"5"`` was the ledger's
-        int 5 or string "5": both are looked up)."""
+        (:meth:`privembed.keys.ledger.Ledger.current_releases`). The store id ``"5"`` is the
+        record the collection's numeric ids make it (:meth:`VectorStore.record_id`: int 5 or
+        string "5"); in a collection that has not recorded their type, both are looked up."""
         if self.ledger is None or not ids:
             return {}
         from ..keys.ledger import record_key
 
+        untyped = self.store.numeric_ids is None
         keys: dict[str, list[str]] = {}
         for rid in ids:
-            forms = [record_key(rid)]
-            if rid.lstrip("-").isdigit() and str(int(rid)) == rid:
+            forms = [record_key(self.store.record_id(rid))]
+            if untyped and rid.lstrip("-").isdigit() and str(int(rid)) == rid:
                 forms.append(record_key(int(rid)))
             keys[rid] = forms
         found = self.ledger.current_releases([k for ks in keys.values() for k in ks])

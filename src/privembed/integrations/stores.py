@@ -18,6 +18,15 @@ Nothing here downloads anything: Chroma collections are created without an embed
 
 Scores returned by :meth:`VectorStore.search` are similarities, higher is better: the cosine for
 ``metric="cosine"``, the inner product for ``metric="ip"``.
+
+Record ids are ints or strings and typed (:func:`privembed.keys.keyed.typed_id`): ``7`` and
+``"7"`` are two records to the ledger, the keyed noise and the sealed payloads. Every store
+keys records by a string, ``str(id)``, which is the same for both; so a collection keeps its
+*numeric* ids -- those that print as an integer -- of one type, recorded in its info
+(``numeric_ids``: ``"int"`` or ``"str"``, set by the first upsert of one), and refuses the other
+type (:meth:`VectorStore.check_ids`) instead of letting ``"7"`` replace the record ``7``. Ids
+that do not print as an integer (``"doc-7"``, ``"007"``) go with either. Search returns the
+store id (:attr:`Hit.id`, a string); :meth:`VectorStore.record_id` gives the typed id back.
 """
 
 from __future__ import annotations
@@ -63,6 +72,10 @@ _FORMAT = 1
 PAYLOAD_KEY = "privembed_payload"
 #: hits per Chroma query call (SQLite allows 32,766 variables per statement)
 _CHROMA_MAX_HITS = 16_000
+#: the info entry that records the type of a collection's numeric ids ("int" or "str")
+_NUMERIC_IDS = "numeric_ids"
+#: a string that is ``str(n)`` of an int ``n``: the store id an int id shares with a str id
+_NUMERIC_ID = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +143,34 @@ def _check_metadata(metadata: Any, n: int) -> list[dict[str, Any]] | None:
                 clean[k] = v
         out.append(clean)
     return out
+
+
+def _is_int_id(rid: Any) -> bool:
+    """An int record id (Python or NumPy integer, not a bool), as :func:`typed_id` types it."""
+    return type(rid) is int or (
+        isinstance(rid, int | np.integer) and not isinstance(rid, bool | np.bool_)
+    )
+
+
+def _numeric_kinds(ids: Sequence[Any], keys: list[str]) -> tuple[int | None, str | None]:
+    """The first int id and the first str id that prints as an integer (``None``: none), a
+    str id named ``str(n)`` of an int ``n`` of ``ids`` preferred (the pair that collides)."""
+    first_int: int | None = None
+    first_str: str | None = None
+    ints: set[str] = set()
+    strs: list[Any] = []
+    for rid, key in zip(ids, keys, strict=True):
+        if _is_int_id(rid):
+            ints.add(key)
+            if first_int is None:
+                first_int = int(rid)
+        elif key and key[0] in "-0123456789" and _NUMERIC_ID.fullmatch(key):
+            strs.append(rid)
+    if strs:
+        first_str = str(next((r for r in strs if str(r) in ints), strs[0]))
+        if first_str in ints:
+            first_int = int(first_str)
+    return first_int, first_str
 
 
 class VectorStore(abc.ABC):
@@ -268,7 +309,7 @@ class VectorStore(abc.ABC):
 
     def update_info(self, **entries: Any) -> None:
         """Add JSON-serialisable entries to :attr:`info` (``metric``/``dim``/``store`` are fixed)."""
-        fixed = {"metric", "dim", "store", "format"} & set(entries)
+        fixed = {"metric", "dim", "store", "format", _NUMERIC_IDS} & set(entries)
         if fixed:
             raise ValueError(f"info entries {sorted(fixed)} are set by the store itself.")
         try:
@@ -292,7 +333,8 @@ class VectorStore(abc.ABC):
         Parameters
         ----------
         ids : sequence of str or int, length n
-            Record ids (stored as strings; must be unique within the call).
+            Record ids (unique within the call), kept as ``str(id)``: a collection's ids that
+            print as an integer are all ints or all strings (:meth:`check_ids`).
         vectors : array_like, shape (n, d)
         metadata : sequence of dict or None, length n, optional
             Flat per-record metadata (str, int, float, bool values; ``None`` values dropped).
@@ -304,16 +346,16 @@ class VectorStore(abc.ABC):
         Raises
         ------
         privembed.DataError
-            Bad vectors (NaN/inf), wrong dimension, duplicate ids, metadata of the wrong length.
+            Bad vectors (NaN/inf), wrong dimension, duplicate ids, an int and a str id that
+            print alike (``7`` and ``"7"``, in the call or with the collection's numeric ids),
+            metadata of the wrong length. Nothing is written.
         """
         self._check_open()
         X, _ = check_embeddings(vectors, name="vectors", dim=self.dim, allow_zero=True)
         n = X.shape[0]
-        id_list = [str(i) for i in ids]
+        id_list, numeric = self._store_ids(ids)
         if len(id_list) != n:
             raise DataError(f"ids has {len(id_list)} entries but there are {n} vectors.")
-        if len(set(id_list)) != n:
-            raise DataError("ids must be unique within one upsert.")
         meta = _check_metadata(metadata, n)
         blobs: list[bytes] | None = None
         if payloads is not None:
@@ -321,11 +363,100 @@ class VectorStore(abc.ABC):
             if len(blobs) != n:
                 raise DataError(f"payloads has {len(blobs)} entries but there are {n} vectors.")
         X32 = np.ascontiguousarray(X, dtype=np.float32)
+        if numeric is not None and _NUMERIC_IDS not in self._info:
+            # recorded before the records, so that no numeric record is ever stored untyped
+            self._info[_NUMERIC_IDS] = numeric
+            if self._exists:
+                self._write_info()
         if not self._exists:
             self._info["dim"] = int(X.shape[1])
             self._create(int(X.shape[1]))
             self._exists = True
         self._upsert(id_list, X32, meta, blobs)
+
+    @property
+    def numeric_ids(self) -> str | None:
+        """The type of the collection's ids that print as an integer: ``"int"``, ``"str"``, or
+        ``None`` before the first such id (and for collections written before privembed
+        recorded it, until their next upsert of one)."""
+        kind = self._info.get(_NUMERIC_IDS)
+        return None if kind is None else str(kind)
+
+    def check_ids(self, ids: Sequence[Any]) -> list[str]:
+        """The store ids (``str(id)``) of record ids about to be upserted, checked without
+        writing anything.
+
+        Two ids the ledger and the payloads keep apart must not become one store id: ``7``
+        and ``"7"`` are refused in one call, and a collection whose numeric ids are ints
+        refuses ``"7"`` (and one of str ids refuses ``7``) -- one line naming both ids.
+
+        Raises
+        ------
+        privembed.DataError
+            Duplicate ids, or an int and a str id that print alike.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp, FaissStore(tmp, "demo") as s:
+        ...     s.upsert([7, 8], np.eye(2))
+        ...     s.check_ids(["7"])
+        Traceback (most recent call last):
+        ...
+        privembed.core._validation.DataError: faiss collection 'demo' keeps its numeric record ids as ints: the str id '7' would share the store id '7' with the int id 7 (use one type; the ledger and the payloads keep 7 and '7' apart).
+        """
+        self._check_open()
+        return self._store_ids(ids)[0]
+
+    def _store_ids(self, ids: Sequence[Any]) -> tuple[list[str], str | None]:
+        """:meth:`check_ids`, and the type of the call's numeric ids (``None``: none)."""
+        rids = list(ids)
+        keys = [str(i) for i in rids]
+        first_int, first_str = _numeric_kinds(rids, keys)
+        if first_int is not None and first_str is not None:
+            if str(first_int) == str(first_str):
+                raise DataError(
+                    f"record ids {first_int!r} (int) and {first_str!r} (str) would share the "
+                    f"store id {str(first_str)!r}; a collection keeps its numeric ids of one "
+                    "type (the ledger and the payloads keep them apart)."
+                )
+            raise DataError(
+                f"record ids {first_int!r} (int) and {first_str!r} (str) mix types: a "
+                "collection keeps its numeric ids (those that print as an integer) of one "
+                f"type, so that {first_int!r} and {str(first_int)!r} never share a store id."
+            )
+        if len(set(keys)) != len(keys):
+            raise DataError("ids must be unique within one upsert.")
+        numeric = "int" if first_int is not None else "str" if first_str is not None else None
+        held = self._info.get(_NUMERIC_IDS)
+        if numeric is not None and held is not None and numeric != held:
+            got = first_int if first_int is not None else first_str
+            n = int(str(got))
+            other = str(n) if numeric == "int" else n
+            raise DataError(
+                f"{self.name} collection {self.collection!r} keeps its numeric record ids as "
+                f"{held}s: the {numeric} id {got!r} would share the store id {str(n)!r} with "
+                f"the {held} id {other!r} (use one type; the ledger and the payloads keep "
+                f"{n!r} and {str(n)!r} apart)."
+            )
+        return keys, numeric
+
+    def record_id(self, store_id: str) -> int | str:
+        """The record id a store id (:attr:`Hit.id`) stands for, typed: ``7`` for ``"7"`` in a
+        collection whose numeric ids are ints, else the string itself.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp, FaissStore(tmp, "demo") as s:
+        ...     s.upsert([7, 8], np.eye(2))
+        ...     hit = s.search([1.0, 0.0], k=1)[0][0]
+        ...     hit.id, s.record_id(hit.id)
+        ('7', 7)
+        """
+        if self._info.get(_NUMERIC_IDS) == "int" and _NUMERIC_ID.fullmatch(store_id):
+            return int(store_id)
+        return store_id
 
     def search(
         self, vectors: Any, k: int = 10, *, with_vectors: bool = False, with_payloads: bool = True
@@ -372,12 +503,22 @@ class VectorStore(abc.ABC):
         ...     s.upsert(["a", "b"], np.eye(2), payloads=[b"sealed-a", b"sealed-b"])
         ...     s.payloads(["b", "zz", "a"])
         [b'sealed-b', None, b'sealed-a']
+
+        ``ids`` are record ids or the store ids that :meth:`search` returns (``"7"`` is the
+        record ``7`` of a collection whose numeric ids are ints); an int id names no record
+        in a collection whose numeric ids are strings.
         """
         self._check_open()
-        id_list = [str(i) for i in ids]
+        rids = list(ids)
+        id_list = [str(i) for i in rids]
         if not self._exists or not id_list:
             return [None] * len(id_list)
-        return self._payloads(id_list)
+        uniq = list(dict.fromkeys(id_list))  # an id asked twice is fetched once (Chroma refuses)
+        found = dict(zip(uniq, self._payloads(uniq), strict=True))
+        got = [found[i] for i in id_list]
+        if self._info.get(_NUMERIC_IDS) == "str":
+            got = [None if _is_int_id(i) else b for i, b in zip(rids, got, strict=True)]
+        return got
 
     def count(self) -> int:
         """Number of vectors in the collection."""
