@@ -147,3 +147,27 @@ def test_deployment_threats_are_left_alone() -> None:
     t = THREATS["repeated_release"]
     v = judge_structural(t, keyed=True, ledger=True)
     assert with_stored_evidence(v, mechanism="laplace", epsilon=500, mode="rerank", dim=384) is v
+
+
+def test_between_a_defended_and_an_undefended_measurement_is_inconclusive() -> None:
+    """Laplace 120 on MiniLM: at 100 the inversion stayed within the margin, at 150 it
+    straddled it. The setting lies between: a strong small attack's "defends" becomes
+    "inconclusive", on any model of the dimension."""
+    v = with_stored_evidence(
+        live("defends"), mechanism="laplace", epsilon=120.0, mode="rerank", dim=384, model="x"
+    )
+    assert v.verdict == INCONCLUSIVE and "less noise, and no defence, than" in v.reason
+
+
+def test_advise_names_every_attack_it_ran_and_its_strength_on_clean_vectors() -> None:
+    from privembed.evaluation.modes import advise_modes
+
+    from .test_modes import _corpus
+
+    X, Q = _corpus(n=300, d=48)
+    adv = advise_modes(X, queries=Q, modes=("rerank",), mechanisms=("laplace",), seed=0)
+    lines = adv.attack_lines()
+    assert lines[0].startswith("Attacks run at the recommended setting (1)")
+    assert "linkage reid@1 on unprotected vectors 1.000 vs blind" in lines[1]
+    assert lines[1].endswith(": evidence")
+    assert "\n".join(lines) in "\n".join(adv.lines())

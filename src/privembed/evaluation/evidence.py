@@ -23,7 +23,8 @@ How a study bears on a setting
   "inconclusive"; the row with the least noise that is still no quieter than the setting
   (smallest cosine >= the setting's) carries "defends" -- and only on the study's own embedding
   model (``model``): a downgrade is a warning worth giving on any model of that dimension, a
-  "defends" is not.
+  "defends" is not. When that quieter row does *not* defend, the setting lies between a
+  measurement that (perhaps) defends and one that does not: it carries "inconclusive".
 * The final verdict is the worst of the verdicts that rest on evidence (does not defend >
   inconclusive > defends); when neither the attacks run now nor a study bear on the setting,
   the verdict of the attacks run now stands ("no evidence", "not measured").
@@ -136,11 +137,20 @@ class Study:
     def levels(self, run: str) -> list[tuple[float, float]]:
         """``(level, epsilon)`` of each measured epsilon of ``run``, least noise last: the
         level is the expected cosine (``compare = "expected_cosine"``) or epsilon itself."""
-        eps = sorted({e for r, e, _ in self.rows if r == run})
-        if self.compare == "expected_cosine":
-            out = [(noise_level(self.mechanism, e, self.dim), e) for e in eps]
-            return sorted((lv, e) for lv, e in out if lv is not None)
-        return [(e, e) for e in eps]
+        return list(_levels(self.mechanism, self.dim, self.compare, self._epsilons(run)))
+
+    def _epsilons(self, run: str) -> tuple[float, ...]:
+        return tuple(sorted({e for r, e, _ in self.rows if r == run}))
+
+
+@lru_cache(maxsize=64)
+def _levels(
+    mechanism: str, dim: int, compare: str, eps: tuple[float, ...]
+) -> tuple[tuple[float, float], ...]:
+    if compare == "expected_cosine":
+        out = [(noise_level(mechanism, e, dim), e) for e in eps]
+        return tuple(sorted((lv, e) for lv, e in out if lv is not None))
+    return tuple((e, e) for e in eps)
 
 
 @lru_cache(maxsize=1)
@@ -220,23 +230,27 @@ def stored_verdicts(
         for run in study.runs():
             levels = study.levels(run)
             noisier = [x for x in levels if x[0] <= level]
-            quieter = [x for x in levels if x[0] >= level] if own_model else []
-            for row, carries in (
-                (max(noisier) if noisier else None, (DOES_NOT_DEFEND, INCONCLUSIVE)),
-                (min(quieter) if quieter else None, (DEFENDS,)),
-            ):
-                if row is None:
-                    continue
+            quieter = [x for x in levels if x[0] >= level]
+            carried: list[tuple[tuple[float, float], str, ThreatVerdict, str]] = []
+            if noisier:
+                row = max(noisier)
                 v = judge(threat, study.at(run, row[1]))
-                if v.verdict not in carries:
-                    continue
-                rel = "no more noise than" if carries[0] == DEFENDS else "at least as much noise as"
+                if v.verdict in (DOES_NOT_DEFEND, INCONCLUSIVE):
+                    carried.append((row, v.verdict, v, "at least as much noise as"))
+            if quieter:
+                row = min(quieter)
+                v = judge(threat, study.at(run, row[1]))
+                if v.verdict == DEFENDS and own_model:
+                    carried.append((row, DEFENDS, v, "no more noise than"))
+                elif v.verdict in (DOES_NOT_DEFEND, INCONCLUSIVE) and row[0] > level:
+                    carried.append((row, INCONCLUSIVE, v, "less noise, and no defence, than"))
+            for row, verdict, v, rel in carried:
                 if study.compare == "expected_cosine":
                     rel = f"expected cosine {row[0]:.3f}: {rel}"
                 out.append(
                     ThreatVerdict(
                         threat,
-                        v.verdict,
+                        verdict,
                         f"stored evidence: {study.attack} against {study.mechanism} epsilon "
                         f"{row[1]:g} ({rel} {what}; {study.model}, {study.dim}-d, run {run}; "
                         f"{study.source}): {v.reason}",

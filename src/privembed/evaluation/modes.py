@@ -235,6 +235,18 @@ class ModesAdvice:
             f"(measured {r.utility:.3f}, 95% lower end {r.utility_low:.3f})."
         )
 
+    def attack_lines(self) -> list[str]:
+        """For the recommended setting: every attack run and how strong it was on unprotected
+        vectors (only an attack that beats blind there by the margin is evidence)."""
+        r = self.recommended
+        if r is None or not r.evidence:
+            return []
+        margin = min(t.margin for t in THREATS.values() if t.defended_by == "epsilon")
+        return [
+            f"Attacks run at the recommended setting ({len(r.evidence)}):",
+            *(f"- {e.strength_text(margin)}" for e in r.evidence),
+        ]
+
     def threat_lines(self) -> list[str]:
         """For the recommended setting: each threat model, what the attacker holds, and the
         verdict -- plainly, including what no setting that keeps search useful prevents."""
@@ -295,6 +307,7 @@ class ModesAdvice:
             if s.utility == s.utility:  # the notes of an unavailable row are its line
                 out += [f"  note: {n}" for n in s.notes if not n.startswith("protects queries")]
         out.append(self.sentence())
+        out += self.attack_lines()
         out += self.threat_lines()
         if any(s.mode == "query" for s in self.settings):
             out.append(
@@ -354,10 +367,11 @@ class _Clean:
 def _ranks(clean: _Clean, P: NDArray[np.float64]) -> NDArray[np.int64]:
     """1-based rank by protected score P (nq, n) of each query's clean top k (ties against)."""
     own = np.take_along_axis(P, clean.top, axis=1)
-    n = P.shape[1]
     R = np.empty(own.shape, dtype=np.int64)
-    for r in range(P.shape[0]):  # documents scoring >= each own score, itself included
-        R[r] = n - np.searchsorted(np.sort(P[r]), own[r], side="left")
+    step = max(1, (1 << 24) // max(1, P.shape[1] * own.shape[1]))  # ~16M comparisons a block
+    for s in range(0, P.shape[0], step):  # documents scoring >= each own score, itself included
+        blk = P[s : s + step]
+        R[s : s + step] = (blk[:, None, :] >= own[s : s + step, :, None]).sum(axis=2)
     return R
 
 
@@ -884,6 +898,7 @@ def _run_attacks(
                 min(low, at.value),
                 max(high, at.value),
                 clean.excess_low,
+                clean.value,
             )
         )
     return out
@@ -974,5 +989,5 @@ def _setting(
     )
 
 
-def _fields(e: AttackEvidence) -> tuple[str, float, float, float, float, float]:
-    return (e.statistic, e.value, e.blind, e.low, e.high, e.clean_excess_low)
+def _fields(e: AttackEvidence) -> tuple[str, float, float, float, float, float, float | None]:
+    return (e.statistic, e.value, e.blind, e.low, e.high, e.clean_excess_low, e.clean)

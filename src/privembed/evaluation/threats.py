@@ -154,8 +154,11 @@ class AttackEvidence:
     low, high : float
         95% interval of ``value`` at the setting.
     clean_excess_low : float
-        Lower end of the 95% interval of (value on unprotected vectors - blind): at or below 0,
-        the attack does not even beat blind on clean vectors and is no evidence.
+        Lower end of the 95% interval of (value on unprotected vectors - blind): at or below
+        the threat's margin, the attack does not beat blind on clean vectors by enough to be
+        evidence.
+    clean : float, optional
+        Its value on unprotected vectors (what the strength check measured), when known.
     """
 
     attack: str
@@ -165,6 +168,7 @@ class AttackEvidence:
     low: float
     high: float
     clean_excess_low: float
+    clean: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("value", "blind", "low", "high", "clean_excess_low"):
@@ -196,13 +200,26 @@ class AttackEvidence:
         low, high = at.blind + at.excess_low, at.blind + at.excess_high
         return cls(
             at.attack, at.statistic, at.value, at.blind, min(low, at.value), max(high, at.value),
-            clean.excess_low,
+            clean.excess_low, clean.value,
         )  # fmt: skip
 
     @property
     def strong(self) -> bool:
         """Whether the attack beat its blind baseline on unprotected vectors (95%)."""
         return self.clean_excess_low > 0
+
+    def strength_text(self, margin: float) -> str:
+        """How strong the attack was on unprotected vectors, in words (advise prints it)."""
+        clean = "" if self.clean is None else f"{self.clean:.3f} "
+        verdict = (
+            "evidence"
+            if self.strong_for(margin)
+            else f"too weak to be evidence (needs more than {margin:g} above blind)"
+        )
+        return (
+            f"{self.attack} {self.statistic} on unprotected vectors {clean}vs blind "
+            f"{self.blind:.3f}, lower end of the excess {self.clean_excess_low:+.3f}: {verdict}"
+        )
 
     def strong_for(self, margin: float) -> bool:
         """Whether the attack beat its blind baseline on unprotected vectors by more than
@@ -224,6 +241,7 @@ class AttackEvidence:
             "low": self.low,
             "high": self.high,
             "clean_excess_low": self.clean_excess_low,
+            "clean": self.clean,
             "strong": self.strong,
         }
 
