@@ -32,10 +32,13 @@ def main() -> None:
     if spec.startswith("startup:"):  # privembed.core.cancel's fault injection, at this point
         signal.raise_signal(signal.Signals[spec.split(":", 1)[1]])
     from privembed.cli import main as cli_main
+    from privembed.core.cancel import run_console
 
     for s, h in previous.items():
         signal.signal(s, h)
-    sys.exit(cli_main())
+    # a signal after a release published its output ends the process with one line, never
+    # by the signal itself during the interpreter's teardown
+    sys.exit(run_console(cli_main))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 
 import pytest
@@ -83,3 +84,48 @@ def test_faults_are_injected_at_the_nth_visit(monkeypatch):
     assert cancel._state.fault_counts == {"batch.drawn": 3}
     with cancellable(), pytest.raises(Cancelled):
         checkpoint("batch.read")
+
+
+_CONSOLE = """
+import os, signal, sys
+from privembed.core.cancel import cancellable, checkpoint, run_console
+
+class Teardown:  # sends SIGTERM from the interpreter's teardown, where a late kill may land
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+def main():
+    with cancellable():
+        if sys.argv[1] == "published":
+            checkpoint("publish.after", stop=False)
+    if sys.argv[2] != "-":
+        signal.raise_signal(signal.Signals[sys.argv[2]])  # while the command prints its summary
+    print("summary", flush=True)
+
+teardown = Teardown()
+sys.exit(run_console(main))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_after_publication_ends_the_console_with_its_status_and_one_line(sig):
+    """The issue: a signal after the output was published ended ``privembed protect`` by the
+    signal itself (-15/-2) with no message -- the release's handlers were gone, and the
+    interpreter's teardown restores the default disposition. Under :func:`run_console` it is
+    recorded wherever it lands after the publication, the command's output is not cut short,
+    and the process ends with 128 + signal and one line saying the output is complete."""
+    r = _signals.run([sys.executable, "-c", _CONSOLE, "published", sig], capture_output=True,
+                     text=True, timeout=120)  # fmt: skip
+    word = "interrupted" if sig == "SIGINT" else "terminated"
+    assert r.returncode == 128 + signal.Signals[sig], (r.returncode, r.stderr)
+    assert r.stderr.splitlines() == [f"{word}: the output was published and is complete"]
+    assert r.stdout == "summary\n"
+
+
+def test_the_console_never_dies_by_a_signal_in_the_interpreters_teardown():
+    """With a published release the process ends before the teardown (0: no signal came in
+    time); without one a signal in the teardown is ignored: the command's status stands."""
+    for published in ("published", "none"):
+        r = _signals.run([sys.executable, "-c", _CONSOLE, published, "-"], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+        assert (r.returncode, r.stdout, r.stderr) == (0, "summary\n", ""), published

@@ -355,7 +355,8 @@ def user_errors(func: F) -> F:
             # a release stopped at a checkpoint (privembed.core.cancel), or Ctrl-C elsewhere: one
             # line and 128 + the signal, never a traceback and never click's "Aborted!" (1)
             code = exc.exit_code if isinstance(exc, Cancelled) else 130
-            err_console.print("interrupted" if code == 130 else "terminated", highlight=False)
+            line = exc.message if isinstance(exc, Cancelled) else "interrupted"
+            err_console.print(line, highlight=False)
             raise typer.Exit(code) from None
         except USER_ERRORS as exc:
             if os.environ.get("PRIVEMBED_DEBUG") == "1":
