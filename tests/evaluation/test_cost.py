@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from privembed.evaluation.cost import Budget, Rates, query_cost
+from privembed.evaluation.cost import Budget, Rates, query_cost, sealed_cost
 from privembed.evaluation.modes import advise_modes
 from privembed.keys.payload import payload_size
 
@@ -71,3 +71,49 @@ def test_a_budget_that_cannot_pay_for_the_top_10_makes_the_mode_unavailable() ->
                        max_bytes_per_query=2000, rates=RATES, seed=0)  # fmt: skip
     rr = next(s for s in adv.settings if s.mode == "rerank")
     assert not rr.meets_floor and "budget" in rr.notes[0] and "k' = 10" in rr.notes[0]
+
+
+def test_a_small_corpus_is_recommended_sealed_and_defended_against_every_attacker() -> None:
+    """Issue 37: for the demo's 300 notes fetching every payload costs about 0.5 MB; a corpus of
+    up to ~38,000 records of d = 384 fits the default one-time fetch (64 MB). Then the store holds
+    no vector and every attacker without the key faces encryption, not epsilon."""
+    from privembed.evaluation.threats import DEFENDS, THREATS
+
+    X, Q = _corpus(n=300, d=384, clusters=30)
+    adv = advise_modes(X, queries=Q, modes=("sealed", "plain", "rerank"),
+                       mechanisms=("laplace",), rates=RATES, seed=0)  # fmt: skip
+    r = adv.recommended
+    assert r is not None and r.mode == "sealed" and r.epsilon is None
+    assert r.cost is not None and r.cost.bytes == 0
+    assert r.cost.sync_bytes == 300 * (16 + payload_size(384))
+    assert {v.threat.name for v in r.verdicts} == {
+        "store_only", "auxiliary_text", "candidate_holder", "repeated_release"
+    }  # fmt: skip
+    assert all(v.verdict == DEFENDS and "encryption" in v.reason for v in r.verdicts)
+    assert adv.sentence().startswith("Recommended: mode sealed")
+    text = "\n".join(adv.lines())
+    assert "no epsilon: encryption" in text and THREATS["candidate_holder"].title in text
+    # the other modes are still measured and shown, with their costs
+    assert {s.mode for s in adv.settings} == {"sealed", "plain", "rerank"}
+
+
+@pytest.mark.parametrize(
+    ("kw", "why"),
+    [
+        ({"max_sync_bytes": 100_000}, "the one-time fetch of 300 payloads is over 100 kB"),
+        ({"client_cache": False, "max_bytes_per_query": 100_000}, "every query fetches them all"),
+    ],
+)
+def test_sealed_is_not_recommended_over_the_budget(kw: dict, why: str) -> None:
+    X, Q = _corpus(n=300, d=384, clusters=30)
+    adv = advise_modes(X, queries=Q, modes=("sealed", "rerank"), mechanisms=("laplace",),
+                       rates=RATES, seed=0, **kw)  # fmt: skip
+    sealed = next(s for s in adv.settings if s.mode == "sealed")
+    assert not sealed.meets_floor and "over the budget" in sealed.notes[0], why
+    assert adv.recommended is None or adv.recommended.mode != "sealed"
+
+
+def test_a_large_corpus_is_too_large_to_fetch_whole_by_default() -> None:
+    big = sealed_cost(n=117_659, d=384, rates=RATES)
+    assert big.sync_bytes > 64e6 and not Budget().sealed_fits(big)
+    assert Budget().sealed_fits(sealed_cost(n=5000, d=384, rates=RATES))

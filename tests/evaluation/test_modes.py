@@ -105,15 +105,19 @@ def test_pseudo_queries_are_said():
 def test_none_meets_only_after_every_mode_with_nearest_points():
     X, Q = _corpus(n=200)
     adv = advise_modes(X, queries=Q, mechanisms=("laplace",), min_recall=1.0, max_depth=10,
-                       grid=(1.0, 10.0), seed=0)  # fmt: skip
+                       grid=(1.0, 10.0), max_sync_bytes=10_000, seed=0)  # fmt: skip
     assert adv.recommended is None
-    assert {s.mode for s in adv.settings} == {"plain", "rerank", "subspace+rerank", "query"}
+    modes = {s.mode for s in adv.settings}
+    assert modes == {"sealed", "plain", "rerank", "subspace+rerank", "query"}
     assert adv.sentence().startswith("No setting meets")
     for s in adv.settings:
         assert not s.meets_floor and s.epsilon is None
         line = adv.setting_line(s)
         assert "smallest meeting" not in line  # a row's label is true
-        assert "nearest" in line or "not available" in line
+        if s.mode == "sealed":  # 200 payloads fetched once: over a sync budget of 10 kB
+            assert "over the budget" in line and "over the budget" in s.notes[0]
+        else:
+            assert "nearest" in line or "not available" in line
 
 
 def test_rows_meeting_the_floor_say_so_and_those_missing_it_do_not():

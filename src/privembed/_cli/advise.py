@@ -73,7 +73,8 @@ _OptPlainOnly = Annotated[
 _OptModes = Annotated[
     str,
     typer.Option(
-        help="Comma-separated deployment modes, any of: plain, rerank, subspace+rerank, query."
+        help="Comma-separated deployment modes, any of: sealed, plain, rerank, "
+        "subspace+rerank, query."
     ),
 ]
 _OptMinRecall = Annotated[
@@ -167,7 +168,7 @@ def advise(
     model: Annotated[
         str | None, model_flag(help="Embedding model for text input (default: offline MiniLM).")
     ] = None,
-    modes: _OptModes = "plain,rerank,subspace+rerank,query",
+    modes: _OptModes = "sealed,plain,rerank,subspace+rerank,query",
     min_recall: _OptMinRecall = 0.9,
     max_depth: _OptMaxDepth = None,
     max_bytes_per_query: _OptMaxBytes = 4_000_000,

@@ -1,6 +1,12 @@
 """What one private search costs a client, in the user's units: bytes fetched, payloads opened
 and milliseconds -- and the largest depth k' a budget of them pays for.
 
+The sealed mode fetches every one of the ``n`` payloads (no vector, nothing about the query is
+sent): once per client session when the client keeps the opened vectors (in memory, or
+encrypted on disk) -- a one-time *sync* of ``n (16 + p)`` bytes checked against
+``max_sync_bytes``, after which a query costs a local exact scan and no byte -- or on every
+query when it does not (``client_cache=False``), checked against the per-query budget.
+
 The cost model of a query that fetches ``k'`` candidates from a store of ``n`` records:
 
 .. math::
@@ -37,14 +43,25 @@ import numpy as np
 
 from ..core._validation import check_int, check_real
 
-__all__ = ["DEFAULT_MAX_BYTES", "Budget", "QueryCost", "Rates", "query_cost"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_SYNC_BYTES",
+    "Budget",
+    "QueryCost",
+    "Rates",
+    "query_cost",
+    "sealed_cost",
+]
 
 #: the default budget of bytes fetched per query (4 MB)
 DEFAULT_MAX_BYTES = 4_000_000
+#: the default budget of a one-time fetch of every sealed payload by a client (64 MB: about
+#: 38,000 records of d = 384)
+DEFAULT_MAX_SYNC_BYTES = 64_000_000
 #: bytes that name a record in a response (an id and its framing)
 ID_BYTES = 16
 #: modes whose candidates carry a sealed payload that the client opens
-OPENS = ("rerank", "subspace+rerank")
+OPENS = ("rerank", "subspace+rerank", "sealed")
 
 
 @dataclass(frozen=True)
@@ -99,29 +116,53 @@ class QueryCost:
     bytes: int
     payloads: int
     ms: float
+    sync_bytes: int = 0  # fetched once per client session (the sealed mode with a cache)
 
     def text(self) -> str:
         """E.g. ``"0.32 MB, 100 payloads opened, ~2 ms"``."""
         opened = f"{self.payloads:,} payloads opened" if self.payloads else "no payload opened"
-        return f"{self.bytes / 1e6:.2f} MB, {opened}, ~{self.ms:.0f} ms"
+        out = f"{self.bytes / 1e6:.2f} MB, {opened}, ~{self.ms:.0f} ms"
+        if self.sync_bytes:
+            out += f" (after a one-time fetch of {self.sync_bytes / 1e6:.2f} MB per session)"
+        return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"bytes": self.bytes, "payloads": self.payloads, "ms": round(self.ms, 3)}
+        return {
+            "bytes": self.bytes,
+            "payloads": self.payloads,
+            "ms": round(self.ms, 3),
+            "sync_bytes": self.sync_bytes,
+        }
 
 
 def _per_candidate(mode: str, d: int, store_dim: int) -> int:
     from ..keys.payload import payload_size
 
-    return 4 * store_dim + ID_BYTES + (payload_size(d) if mode in OPENS else 0)
+    vector = 0 if mode == "sealed" else 4 * store_dim  # a sealed store holds no vector
+    return vector + ID_BYTES + (payload_size(d) if mode in OPENS else 0)
+
+
+def sealed_cost(*, n: int, d: int, rates: Rates, client_cache: bool = True) -> QueryCost:
+    """The cost of a query in the sealed mode: with ``client_cache`` a one-time fetch of every
+    payload (``sync_bytes``) and then a local scan per query; without it, every payload fetched
+    and opened on every query."""
+    n = check_int("n", n, ge=1)
+    fetch = n * _per_candidate("sealed", d, 0)
+    scan = rates.scan_ms_per_mdim * n * d / 1e6
+    if client_cache:
+        return QueryCost(0, 0, float(scan), sync_bytes=int(fetch))
+    return QueryCost(int(fetch), n, float(scan + rates.open_ms * n))
 
 
 def query_cost(mode: str, *, n: int, d: int, store_dim: int, depth: int, rates: Rates) -> QueryCost:
     """The cost of one query fetching ``depth`` candidates (see the module docstring)."""
     n = check_int("n", n, ge=1)
     depth = check_int("depth", depth, ge=1)
-    b = depth * _per_candidate(mode, d, store_dim) + 4 * store_dim
+    sent = 0 if mode == "sealed" else 4 * store_dim  # sealed: nothing about the query is sent
+    b = depth * _per_candidate(mode, d, store_dim) + sent
     payloads = depth if mode in OPENS else 0
-    ms = rates.scan_ms_per_mdim * n * store_dim / 1e6 + rates.open_ms * payloads
+    scan = 0.0 if mode == "sealed" else rates.scan_ms_per_mdim * n * store_dim / 1e6
+    ms = scan + rates.open_ms * payloads
     return QueryCost(int(b), payloads, float(ms))
 
 
@@ -133,6 +174,8 @@ class Budget:
     max_bytes: float | None = DEFAULT_MAX_BYTES
     max_latency_ms: float | None = None
     max_depth: int | None = None
+    max_sync_bytes: float | None = DEFAULT_MAX_SYNC_BYTES
+    client_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.max_bytes is not None:
@@ -141,6 +184,19 @@ class Budget:
             check_real("max_latency_ms", self.max_latency_ms, gt=0)
         if self.max_depth is not None:
             check_int("max_depth", self.max_depth, ge=1)
+        if self.max_sync_bytes is not None:
+            check_real("max_sync_bytes", self.max_sync_bytes, gt=0)
+
+    def sealed_fits(self, cost: QueryCost) -> bool:
+        """Whether the sealed mode's cost (:func:`sealed_cost`) fits: its one-time fetch within
+        ``max_sync_bytes``, its per-query bytes, payloads and milliseconds within the rest."""
+        if self.max_sync_bytes is not None and cost.sync_bytes > self.max_sync_bytes:
+            return False
+        if self.max_bytes is not None and cost.bytes > self.max_bytes:
+            return False
+        if self.max_depth is not None and cost.payloads > self.max_depth:
+            return False
+        return self.max_latency_ms is None or cost.ms <= self.max_latency_ms
 
     def depth_cap(self, mode: str, *, n: int, d: int, store_dim: int, rates: Rates) -> int:
         """The largest k' whose cost fits the budget (0 when even one candidate does not)."""
@@ -168,6 +224,8 @@ class Budget:
             parts.append(f"<= {self.max_latency_ms:g} ms")
         if self.max_depth is not None:
             parts.append(f"k' <= {self.max_depth}")
+        if self.max_sync_bytes is not None and self.client_cache:
+            parts.append(f"one-time fetch <= {self.max_sync_bytes / 1e6:g} MB")
         return ", ".join(parts) or "no limit"
 
     def to_dict(self) -> dict[str, Any]:
@@ -175,4 +233,6 @@ class Budget:
             "max_bytes_per_query": self.max_bytes,
             "max_latency_ms": self.max_latency_ms,
             "max_depth": self.max_depth,
+            "max_sync_bytes": self.max_sync_bytes,
+            "client_cache": self.client_cache,
         }

@@ -3,9 +3,13 @@ costs per query, and which threats that setting defends against.
 
 Judging plain protected vectors only (issue 26) misses the deployment that works: fetch k'
 candidates by protected similarity, open their sealed payloads inside the trust boundary and
-re-rank them exactly. This module measures four modes on the user's own embeddings, in memory
-(no store is built):
+re-rank them exactly -- or, when the corpus is small enough for the budget, keep no vector in
+the store at all. This module measures five modes on the user's own embeddings, in memory (no
+store is built):
 
+* ``sealed`` -- the store holds AES-GCM payloads only; the client fetches all of them and
+  ranks exactly (no epsilon: encryption, not noise; recommended whenever the cost of fetching
+  every payload fits the budget);
 * ``plain`` -- protected vectors searched directly (k' = k = 10, no payloads);
 * ``rerank`` -- top-k' by protected similarity, then exact re-rank with the clean vectors of
   the sealed payloads;
@@ -48,13 +52,22 @@ from ..core._validation import DataError, check_embeddings, check_int, check_rea
 from ..core.rng import spawn
 from ..mechanisms import Mechanism, build_mechanism
 from .advice import implied_ldp
-from .cost import DEFAULT_MAX_BYTES, Budget, QueryCost, Rates, query_cost
+from .cost import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_SYNC_BYTES,
+    Budget,
+    QueryCost,
+    Rates,
+    query_cost,
+    sealed_cost,
+)
 from .threats import (
     DOES_NOT_DEFEND,
     THREATS,
     AttackEvidence,
     ThreatVerdict,
     judge,
+    judge_sealed,
     judge_structural,
     threats_for,
 )
@@ -68,9 +81,9 @@ __all__ = [
 ]
 
 #: the deployment modes, in the order they are tried
-MODES = ("plain", "rerank", "subspace+rerank", "query")
+MODES = ("sealed", "plain", "rerank", "subspace+rerank", "query")
 #: modes whose store holds protected documents (the others protect queries only)
-DOCUMENT_MODES = ("plain", "rerank", "subspace+rerank")
+DOCUMENT_MODES = ("sealed", "plain", "rerank", "subspace+rerank")
 #: the epsilon grid: 8 points a decade from 1 to 1e5
 GRID = tuple(float(10 ** (j / 8)) for j in range(41))
 #: the noise laws tried in every mode (the subspace mode has the same three)
@@ -185,20 +198,22 @@ class ModesAdvice:
     def _allowed(self, s: ModeSetting) -> bool:
         if not s.meets_floor or s.mode not in DOCUMENT_MODES:
             return False
-        if self.max_ldp_epsilon is None:
+        if self.max_ldp_epsilon is None or s.mode == "sealed":
             return True
         return s.ldp_epsilon is not None and s.ldp_epsilon <= self.max_ldp_epsilon
 
     @property
     def recommended(self) -> ModeSetting | None:
-        """The document-protecting setting meeting the floor with the smallest per-record LDP
-        epsilon (then the fewest decryptions per query); None if none does."""
+        """The sealed mode when its cost fits the budget, else the document-protecting setting
+        meeting the floor with the smallest per-record LDP epsilon (then the fewest decryptions
+        per query); None if none does."""
         ok = [s for s in self.settings if self._allowed(s)]
         if not ok:
             return None
         return min(
             ok,
             key=lambda s: (
+                s.mode != "sealed",
                 math.inf if s.ldp_epsilon is None else s.ldp_epsilon,
                 s.decryptions_per_query,
                 math.inf if s.cost is None else s.cost.bytes,
@@ -228,6 +243,14 @@ class ModesAdvice:
                 f"({', '.join(sorted({s.mode for s in self.settings}))}); the nearest points "
                 "are in the table."
             )
+        if r.mode == "sealed":
+            assert r.cost is not None
+            return (
+                f"Recommended: mode sealed -- no vector in the store, only the {self.n:,} "
+                f"records' AES-GCM payloads; the client fetches all of them and ranks exactly "
+                f"(recall 1); cost per query {r.cost.text()}, within the budget of "
+                f"{self.budget.text()} (once only if the client caches the opened vectors)."
+            )
         extra = f", k = {r.subspace_k}" if r.subspace_k is not None else ""
         return (
             f"Recommended: mode {r.mode}, {r.mechanism} epsilon = {r.epsilon:.4g}{extra}, "
@@ -253,7 +276,8 @@ class ModesAdvice:
         r = self.recommended
         if r is None:
             return []
-        out = [f"Threat models at the recommended setting ({r.label}, epsilon {r.epsilon:.4g}):"]
+        at = "no epsilon: encryption" if r.epsilon is None else f"epsilon {r.epsilon:.4g}"
+        out = [f"Threat models at the recommended setting ({r.label}, {at}):"]
         for v in r.verdicts:
             out.append(f"- {v.text()}")
             out.append(f"  (holds {v.threat.holds})")
@@ -270,6 +294,13 @@ class ModesAdvice:
 
     def setting_line(self, s: ModeSetting) -> str:
         """One line per (mode, mechanism): the point, its utility, guarantee, cost and reid."""
+        if s.mode == "sealed":
+            cost = "" if s.cost is None else f"; cost per query: {s.cost.text()}"
+            fits = "fits the budget" if s.meets_floor else "over the budget"
+            return (
+                f"{s.label}: {fits}: no vector in the store, every payload fetched and ranked "
+                f"exactly on the client (recall 1){cost}"
+            )
         what = "smallest meeting the floor" if s.meets_floor else "none meets; nearest"
         if s.meets_floor and s.at_grid_bottom:
             what = "meets at the grid's smallest epsilon (a smaller one may too)"
@@ -559,6 +590,8 @@ def advise_modes(
     n_queries: int = 200,
     max_bytes_per_query: float | None = DEFAULT_MAX_BYTES,
     max_latency_ms: float | None = None,
+    max_sync_bytes: float | None = DEFAULT_MAX_SYNC_BYTES,
+    client_cache: bool = True,
     rates: Rates | None = None,
     draws: int = 3,
     attacks: Sequence[Any] = (),
@@ -597,6 +630,10 @@ def advise_modes(
         The cost budget per query, in the user's units (default 4 MB, no latency limit): each
         mode's largest k' is what the budget pays for at this corpus size
         (:mod:`privembed.evaluation.cost`), and every setting shows its cost.
+    max_sync_bytes, client_cache : optional
+        The sealed mode: with ``client_cache`` (default) the client fetches every payload once
+        per session (at most ``max_sync_bytes``, default 64 MB) and answers queries from the
+        opened vectors; without it every query fetches them all (the per-query budget).
     rates : privembed.evaluation.cost.Rates, optional
         Per-payload and per-scan times for the latency estimate (default: measured here).
     max_ldp_epsilon : float, optional
@@ -635,7 +672,7 @@ def advise_modes(
     seed, draws, floor = _check_options(
         D, seed, draws, max_depth, min_recall, modes, min_cosine, mechanisms
     )
-    budget = Budget(max_bytes_per_query, max_latency_ms, max_depth)
+    budget = Budget(max_bytes_per_query, max_latency_ms, max_depth, max_sync_bytes, client_cache)
     g_pq, g_basis = spawn(seed, 2)
     qd = _query_data(queries, D, n_queries, g_pq)
     search = _Search(
@@ -774,6 +811,10 @@ class _Search:
         out: list[ModeSetting] = []
         releases: dict[tuple[str, str], tuple[Mechanism, Any]] = {}
         for mode in modes:
+            if mode == "sealed":  # no noise law: one setting
+                say("sealed: the cost of fetching every payload")
+                out.append(self.sealed())
+                continue
             for name in mechanisms:
                 say(f"{mode} / {name}: searching the smallest epsilon")
                 setting, p = self.setting(mode, name)
@@ -781,6 +822,39 @@ class _Search:
                 if p is not None:
                     releases[(mode, name)] = (p.mech, p.Y)
         return out, releases
+
+    def sealed(self) -> ModeSetting:
+        """The sealed mode: exact, so the floor is met; whether fetching all ``n`` payloads
+        per query fits the budget decides whether it is available."""
+        from ..keys.payload import payload_size
+
+        n, d = self.clean.D.shape
+        cost = sealed_cost(n=n, d=d, rates=self.rates, client_cache=self.budget.client_cache)
+        fits = self.budget.sealed_fits(cost)
+        notes = [] if fits else [
+            f"fetching all {n:,} payloads costs {cost.text()}, over the budget "
+            f"({self.budget.text()})"
+        ]  # fmt: skip
+        return ModeSetting(
+            mode="sealed",
+            mechanism="aes-gcm",
+            epsilon=None,
+            meets_floor=fits,
+            utility=1.0,
+            utility_low=1.0,
+            metric="recall",
+            depth=n,
+            probes=0,
+            config={"mode": "sealed", "cipher": "AES-256-GCM", "padding": "padme"},
+            guarantee="sealed (AES-256-GCM, padded payloads): no vector in the store",
+            guarantee_short="sealed: no vector in the store",
+            payload_bytes_per_query=n * payload_size(d),
+            decryptions_per_query=n,
+            verdicts=[judge_sealed(t) for t in threats_for("sealed")] if fits else [],
+            notes=notes,
+            cost=cost,
+            depth_cap=n if fits else 0,
+        )
 
     def setting(self, mode: str, name: str) -> tuple[ModeSetting, _Probe | None]:
         """The smallest epsilon of one (mode, law) meeting the floor, or the nearest point, and
@@ -864,6 +938,10 @@ def _attack_recommended(
     """Run the extra ``attacks`` at the recommended setting only; their evidence joins its
     threat verdicts."""
     r = result.recommended
+    if r is not None and r.mode == "sealed":
+        if attacks:
+            say("sealed: no attack on the store applies (it holds ciphertext only)")
+        return
     if attacks and r is not None:
         mech, Y = releases[(r.mode, r.mechanism)]
         say(f"{r.label}: running {len(attacks)} more attack(s) at the recommended setting")

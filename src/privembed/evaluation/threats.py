@@ -57,6 +57,7 @@ __all__ = [
     "ThreatModel",
     "ThreatVerdict",
     "judge",
+    "judge_sealed",
     "judge_structural",
     "threats_for",
 ]
@@ -410,6 +411,30 @@ def judge(threat: ThreatModel, evidence: Sequence[AttackEvidence]) -> ThreatVerd
     if lo > threat.margin:
         return ThreatVerdict(threat, DOES_NOT_DEFEND, nums, best)
     return ThreatVerdict(threat, INCONCLUSIVE, nums, best)
+
+
+def judge_sealed(threat: ThreatModel) -> ThreatVerdict:
+    """The verdict on any threat in the sealed mode: the store holds AES-256-GCM ciphertext
+    of padded payloads and no vector, so every attacker without the key -- the store holder,
+    one with public text, one with candidate texts, one who collects repeated releases --
+    faces encryption, not noise. Computational security (AES-GCM under a key the attacker does
+    not hold), not differential privacy; what remains visible is stated in the reason.
+
+    Examples
+    --------
+    >>> judge_sealed(THREATS["candidate_holder"]).verdict
+    'defends'
+    """
+    if not isinstance(threat, ThreatModel):
+        raise TypeError(f"threat must be a ThreatModel, got threat={threat!r}.")
+    return ThreatVerdict(
+        threat,
+        DEFENDS,
+        "sealed: the store holds AES-256-GCM ciphertext and no vector; without the key an "
+        "attacker sees the record count, the padded payload sizes and when the client fetches "
+        "(every query fetches every payload, so the access pattern says nothing about the "
+        "query); defended by encryption, not by epsilon",
+    )
 
 
 def judge_structural(threat: ThreatModel, *, keyed: bool, ledger: bool) -> ThreatVerdict:
