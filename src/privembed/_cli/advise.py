@@ -95,6 +95,22 @@ _OptMaxBytes = Annotated[
         help="Cost budget: bytes a query may fetch (candidates' vectors and sealed payloads).",
     ),
 ]
+_OptMaxSync = Annotated[
+    float,
+    typer.Option(
+        "--max-sync-bytes",
+        help="Cost budget of the sealed mode: bytes a client may fetch once per session (every "
+        "payload) to answer queries from the opened vectors.",
+    ),
+]
+_OptClientCache = Annotated[
+    bool,
+    typer.Option(
+        "--client-cache/--no-client-cache",
+        help="Whether a sealed client keeps the opened vectors between queries (without: every "
+        "query fetches every payload, within --max-bytes-per-query).",
+    ),
+]
 _OptMaxLatency = Annotated[
     float | None,
     typer.Option(
@@ -173,6 +189,8 @@ def advise(
     max_depth: _OptMaxDepth = None,
     max_bytes_per_query: _OptMaxBytes = 4_000_000,
     max_latency_ms: _OptMaxLatency = None,
+    max_sync_bytes: _OptMaxSync = 64_000_000,
+    client_cache: _OptClientCache = True,
     queries: _OptQueries = None,
     basis: _OptBasis = None,
     basis_epsilon: _OptBasisEpsilon = 1.0,
@@ -199,7 +217,8 @@ def advise(
         _advise_modes(
             X, modes=modes, names=names, delta=delta, min_recall=min_recall,
             min_cosine=min_cosine, max_depth=max_depth, queries=queries, basis=basis,
-            max_bytes_per_query=max_bytes_per_query, max_latency_ms=max_latency_ms,
+            budget={"max_bytes_per_query": max_bytes_per_query, "max_latency_ms": max_latency_ms,
+                    "max_sync_bytes": max_sync_bytes, "client_cache": client_cache},
             basis_epsilon=basis_epsilon, max_ldp_epsilon=max_ldp_epsilon, seed=seed,
             column=column, as_json=as_json, attacks=token, model=model_name,
         )  # fmt: skip
@@ -324,8 +343,7 @@ def _advise_modes(
     as_json: bool,
     attacks: list[Any],
     model: str | None = None,
-    max_bytes_per_query: float | None = None,
-    max_latency_ms: float | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> None:
     from ..data.io import read_embeddings
     from ..evaluation.modes import advise_modes
@@ -357,8 +375,7 @@ def _advise_modes(
         result = advise_modes(
             X, queries=Q, modes=chosen, mechanisms=names, params={"gaussian": {"delta": delta}},
             min_recall=min_recall, min_cosine=min_cosine, max_depth=max_depth,
-            max_bytes_per_query=max_bytes_per_query, max_latency_ms=max_latency_ms,
-            max_ldp_epsilon=max_ldp_epsilon, basis=B, basis_epsilon=basis_epsilon, seed=seed,
+            max_ldp_epsilon=max_ldp_epsilon, **(budget or {}), basis=B, basis_epsilon=basis_epsilon, seed=seed,
             attacks=attacks, model=model, on_step=step,
         )  # fmt: skip
         on_progress(total)

@@ -245,11 +245,17 @@ class ModesAdvice:
             )
         if r.mode == "sealed":
             assert r.cost is not None
+            c = r.cost
+            fetch = (
+                f"a one-time fetch of {c.sync_bytes / 1e6:.2f} MB per client session, then a "
+                f"local exact scan per query (~{c.ms:.0f} ms)"
+                if c.sync_bytes
+                else f"every payload fetched on every query ({c.text()})"
+            )
             return (
                 f"Recommended: mode sealed -- no vector in the store, only the {self.n:,} "
-                f"records' AES-GCM payloads; the client fetches all of them and ranks exactly "
-                f"(recall 1); cost per query {r.cost.text()}, within the budget of "
-                f"{self.budget.text()} (once only if the client caches the opened vectors)."
+                f"records' AES-GCM payloads, which the client fetches and ranks exactly "
+                f"(recall 1): {fetch}; within the budget ({self.budget.text()})."
             )
         extra = f", k = {r.subspace_k}" if r.subspace_k is not None else ""
         return (
@@ -278,6 +284,10 @@ class ModesAdvice:
             return []
         at = "no epsilon: encryption" if r.epsilon is None else f"epsilon {r.epsilon:.4g}"
         out = [f"Threat models at the recommended setting ({r.label}, {at}):"]
+        if r.mode == "sealed" and r.verdicts:  # one reason for all: say it once
+            out.append(f"  {r.verdicts[0].reason[0].upper()}{r.verdicts[0].reason[1:]}.")
+            out += [f"- against {v.threat.title}: {v.verdict}" for v in r.verdicts]
+            return out
         for v in r.verdicts:
             out.append(f"- {v.text()}")
             out.append(f"  (holds {v.threat.holds})")
@@ -345,7 +355,10 @@ class ModesAdvice:
                 "Mode query protects queries only: the store holds the documents in the clear "
                 "(use it for public documents)."
             )
-        if not any(e.attack == "token_inference" for r in self.settings for e in r.evidence):
+        rec = self.recommended
+        if (rec is None or rec.mode != "sealed") and not any(
+            e.attack == "token_inference" for r in self.settings for e in r.evidence
+        ):
             out.append(
                 "No token inference attack was run (give --texts): the threats 'store-only "
                 "attacker' and 'attacker with public text' read 'not measured'."

@@ -431,9 +431,9 @@ def judge_sealed(threat: ThreatModel) -> ThreatVerdict:
         threat,
         DEFENDS,
         "sealed: the store holds AES-256-GCM ciphertext and no vector; without the key an "
-        "attacker sees the record count, the padded payload sizes and when the client fetches "
-        "(every query fetches every payload, so the access pattern says nothing about the "
-        "query); defended by encryption, not by epsilon",
+        "attacker sees the record count, the padded payload sizes and when a client fetches "
+        "(always every payload, once per session or once per query, so the access pattern says "
+        "nothing about any query); defended by encryption, not by epsilon",
     )
 
 
