@@ -133,6 +133,119 @@ def test_ledger_bound_work_is_admitted_apart_and_refused_when_its_lane_is_full(
         assert first.response is not None and first.response.status_code == 200
 
 
+# ---- issue 39.6: a request's whole wait for the ledger is bounded --------------------------------
+
+LANE_MODELS = {
+    **MODELS,
+    "queries-protected": {"role": "queries", "documents": "docs", "query": "protect"},
+    "proj": {"backend": "up", "mechanism": "projection", "dimensions": [8],
+             "params": {"k": 8, "epsilon": 50.0, "delta": 1e-5}},
+    "proj-queries": {"role": "queries", "documents": "proj"},
+}  # fmt: skip
+
+
+def test_ledger_bound_requests_wait_one_timeout_in_all_and_queries_are_answered_meanwhile(
+    server_key, tmp_path
+):
+    """The issue: with ``ledger_timeout_s = 2`` ledger-bound requests waited 6.5-8.1 s -- each
+    group queued in the ledger lane waited the whole timeout for the lock again when its turn
+    came. Here a document and a fresh protected query share one batch (two groups in the lane)
+    while another connection holds the ledger's write lock: the first group waits for the lock
+    until the deadline; the second, whose turn comes after it, is refused without waiting again
+    (one deadline per request); both get 503 ``ledger_busy`` with Retry-After. While the lock is
+    still held, clean and projected queries and a repeated protected query (an identical keyed
+    re-release, already recorded) are answered."""
+    ledger = tmp_path / "ledger.sqlite"
+    Ledger(ledger).close()
+    with proxy(
+        server_key[0],
+        server={"ledger": str(ledger), "ledger_timeout_s": 1.0, "cache_size": 64},
+        backend={"max_concurrency": 1},
+        models=LANE_MODELS,
+        api_keys=[API_KEYS[0]],
+    ) as (handle, fake, _):
+        repeated = {"input": "a repeated query", "model": "queries-protected"}
+        first = _post(handle, repeated)
+        assert first.status_code == 200
+        waits: list[str] = []
+        service_of(handle)._ledger.on_wait = lambda path: waits.append(str(path))
+        holder = sqlite3.connect(ledger, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")  # another process holds the ledger
+        try:
+            fake.hold()  # one model call in flight: the next two requests share a batch
+            blocker = _Call(handle, {"input": "a clean query", "model": "queries"})
+            blocker.start()
+            assert fake.wait_for_calls(2)
+            bound = [
+                _Call(handle, {"input": "a new document", "model": "docs"}),
+                _Call(handle, {"input": "a new protected query", "model": "queries-protected"}),
+            ]
+            with queued_texts(handle, 2) as queued:
+                for c in bound:
+                    c.start()
+                assert queued.wait(60)
+            fake.release()
+            for c in (blocker, *bound):
+                c.join(120)
+            assert blocker.response is not None and blocker.response.status_code == 200
+            for c in bound:
+                assert c.response is not None, "a ledger-bound request waited on"
+                r = c.response
+                assert r.status_code == 503 and r.json()["error"]["code"] == "ledger_busy"
+                assert int(r.headers["Retry-After"]) >= 1
+            assert len(waits) <= 1, "the second group waited for the lock again"
+            for body in (
+                {"input": "another clean query", "model": "queries"},
+                {"input": "a projected query", "model": "proj-queries"},
+                repeated,
+            ):
+                r = _post(handle, body)
+                assert r.status_code == 200, (body, r.text)
+            assert r.json()["data"] == first.json()["data"]
+        finally:
+            fake.release()
+            holder.execute("ROLLBACK")
+            holder.close()
+
+
+def test_a_request_behind_a_stuck_ledger_thread_is_answered_at_its_deadline(server_key, tmp_path):
+    """However long the work ahead of a group holds the ledger thread, the group's requests
+    are answered 503 at the deadline plus the stated margin, and when its turn comes at last it
+    is skipped: nothing is charged for it. The work ahead here is a task that waits for the test
+    on the ledger thread."""
+    ledger = tmp_path / "ledger.sqlite"
+    Ledger(ledger).close()
+    with proxy(
+        server_key[0],
+        server={"ledger": str(ledger), "ledger_timeout_s": 1.0},
+        models=MODELS,
+        api_keys=[API_KEYS[0]],
+    ) as (handle, _, _):
+        assert _post(handle, {"input": "warm", "model": "docs"}).status_code == 200
+        svc = service_of(handle)
+        stuck, entered = threading.Event(), threading.Event()
+
+        def ahead() -> None:
+            entered.set()
+            stuck.wait(120)
+
+        svc._ledger_thread.submit(ahead)
+        assert entered.wait(60)
+        call = _Call(handle, {"input": "behind the stuck thread", "model": "docs"})
+        try:
+            call.start()
+            call.join(120)
+            assert call.response is not None, "the request waited for the ledger thread"
+            assert call.response.status_code == 503
+            assert call.response.json()["error"]["code"] == "ledger_busy"
+            assert not stuck.is_set()  # answered while the work ahead still held the thread
+        finally:
+            stuck.set()
+        svc._ledger_thread.submit(lambda: None).result(60)  # the group's turn came and went
+    with Ledger(ledger, readonly=True) as led:
+        assert len(led.spent()) == 1  # "warm" only
+
+
 # ---- shutdown ---------------------------------------------------------------------------------
 
 

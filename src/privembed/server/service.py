@@ -40,8 +40,14 @@ Jobs from concurrent requests meet in one :class:`~.batcher.MicroBatcher` per ba
 distinct texts are embedded in one model call; then per (model, dimension, subject) group the
 release runs once (:class:`privembed.release.Release`). Releases that touch the ledger are
 handed to the *ledger lane*: they run in order on the one thread that owns the ledger's SQLite
-connection, with a bounded wait for another process's lock (``ledger_timeout_s``; then 503
-with Retry-After), and the batch worker does not wait for them. The lane admits texts apart
+connection, and the batch worker does not wait for them. A request's whole wait for the ledger
+-- its turn in the lane behind other groups, another process's lock, SQLite's busy waits, the
+releases of its group -- is bounded by one deadline, ``ledger_timeout_s`` after its group
+entered the lane, plus :data:`LANE_MARGIN_S`: a group whose turn comes after its deadline is
+refused without trying the lock, the lock is waited for only until the deadline (then one last
+attempt, at most 0.2 s), and at the deadline plus the margin the requests are answered
+whatever the ledger thread is doing (503 ``ledger_busy`` with Retry-After; work that starts
+later is skipped, a commit already under way is recorded and not delivered). The lane admits texts apart
 from the model's queue (at most ``max_queue`` texts; beyond that 503 at once, before the model
 is called), so documents waiting for the ledger never hold the model's queue or its workers:
 everything else (clean and projected queries, servers without a ledger) runs on a separate
@@ -97,6 +103,7 @@ from .config import ModelConfig, ServeConfig
 from .metrics import Metrics
 
 __all__ = [
+    "LANE_MARGIN_S",
     "BudgetRefused",
     "Embedded",
     "LedgerUnavailable",
@@ -104,6 +111,10 @@ __all__ = [
     "backend_key",
     "text_record_id",
 ]
+
+#: seconds a ledger-bound request may wait beyond ``ledger_timeout_s`` before its 503: the
+#: last lock attempt (0.2 s) and the commit it may have begun
+LANE_MARGIN_S = 0.5
 
 _TEXT_DOMAIN = labels.SERVE_TEXT
 _BACKEND_DOMAIN = labels.SERVE_BACKEND
@@ -480,12 +491,13 @@ class Service:
             w = j.payload
             groups.setdefault((w.model.name, w.dims, w.subject), []).append(j)
         loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + self.config.server.ledger_timeout_s  # for the lane
         for group in groups.values():
-            coro = self._protect_group(loop, backend, group, X, row, tokens)
             if self.needs_ledger(group[0].payload.model):
-                self._to_lane(coro)  # the batch worker does not wait for the ledger
+                # the batch worker does not wait for the ledger
+                self._to_lane(self._protect_group(loop, backend, group, X, row, tokens, deadline))
             else:
-                await coro
+                await self._protect_group(loop, backend, group, X, row, tokens)
 
     def _to_lane(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a ledger-bound group as its own task (in order: the ledger thread is FIFO)."""
@@ -508,7 +520,10 @@ class Service:
         X: NDArray[np.float32],
         row: dict[str, int],
         tokens: dict[str, int],
+        deadline: float | None = None,
     ) -> None:
+        """Release one group and answer its requests; ``deadline`` (ledger-bound groups, by
+        :func:`time.monotonic`): when their wait for the ledger ends (the module docs)."""
         w0: _Work = jobs[0].payload
         model, dims, subject = w0.model, w0.dims, w0.subject
         items: dict[str, str] = {}  # request id -> exact text
@@ -520,7 +535,7 @@ class Service:
         pool = self._ledger_thread if needs_ledger else self._compute
         futures = [j.future for j in jobs]
         try:
-            Y = await loop.run_in_executor(
+            run = loop.run_in_executor(
                 pool,
                 self._release,
                 model,
@@ -531,11 +546,15 @@ class Service:
                 Xg,
                 subject,
                 futures if needs_ledger else None,
+                deadline,
             )
+            if deadline is not None:
+                self._answer_at(loop, deadline + LANE_MARGIN_S, futures, run)
+            Y = await run
         except BudgetRefused as exc:
             if len(jobs) > 1:  # find the requests that pass on their own
                 for j in jobs:
-                    await self._protect_group(loop, backend, [j], X, row, tokens)
+                    await self._protect_group(loop, backend, [j], X, row, tokens, deadline)
                 return
             _resolve(jobs[0].future, exc=exc)
             return
@@ -553,6 +572,24 @@ class Service:
             r_ids = j.payload.ids
             _resolve(j.future, Embedded({r: vecs[r] for r in r_ids}, {r: toks[r] for r in r_ids}))
 
+    @staticmethod
+    def _answer_at(
+        loop: asyncio.AbstractEventLoop,
+        when: float,
+        futures: list[asyncio.Future[Any]],
+        run: asyncio.Future[Any],
+    ) -> None:
+        """At ``when`` (:func:`time.monotonic`), answer the group's requests that are still
+        waiting 503 ``ledger_busy``, whatever the ledger thread is doing (unless it is done)."""
+
+        def answer() -> None:
+            if not run.done():
+                for f in futures:
+                    _resolve(f, exc=LedgerUnavailable("the request's wait for the ledger ran out."))
+
+        handle = loop.call_later(max(0.0, when - time.monotonic()), answer)
+        run.add_done_callback(lambda _: handle.cancel())
+
     def _release(
         self,
         model: ModelConfig,
@@ -563,11 +600,14 @@ class Service:
         X: NDArray[np.float32],
         subject: str | None,
         futures: list[asyncio.Future[Any]] | None = None,
+        deadline: float | None = None,
     ) -> NDArray[np.float32] | None:
         """Protect (or project) one group; on the ledger thread when the ledger records it.
 
         ``futures`` (ledger work): the group's result futures; if every one is already done
-        when the group's turn comes, nothing is released or charged (``None``). With a ledger
+        when the group's turn comes, nothing is released or charged (``None``). ``deadline``
+        (:func:`time.monotonic`): the ledger is waited for until then, and a group whose turn
+        comes later is refused without trying it (:class:`LedgerUnavailable`). With a ledger
         the texts' identities first go through the ledger's clean-vector aliases.
         """
         mech = model.mechanism(dims)
@@ -580,6 +620,8 @@ class Service:
         ledger = self._ledger
         if ledger is None:
             return self._rounds(mech, backend, ids, texts, X, subject, None, None)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise LedgerUnavailable("the request's wait for its turn in the ledger lane ran out.")
         from ..keys.ledger import AliasConflict, LedgerBusy
 
         for _ in range(3):  # another process may claim a looked-up alias meanwhile: look again
@@ -588,7 +630,7 @@ class Service:
                 known = ledger.lookup_aliases(tags)
                 owners = [known.setdefault(t, rid) for t, rid in zip(tags, ids, strict=True)]
                 return self._rounds(mech, backend, owners, texts, X, subject, ledger,
-                                    (tags, owners))  # fmt: skip
+                                    (tags, owners), deadline)  # fmt: skip
             except AliasConflict:
                 continue
             except LedgerBusy as exc:  # locked, or (LedgerUnreachable) lost
@@ -605,6 +647,7 @@ class Service:
         subject: str | None,
         ledger: Any,
         claims: tuple[list[str], list[str]] | None,
+        deadline: float | None = None,
     ) -> NDArray[np.float32]:
         """One release per round of distinct ids (ids may repeat after aliasing: two texts
         with one clean vector); the first round also records the alias claims."""
@@ -619,7 +662,8 @@ class Service:
         out = np.empty((len(ids), mech.output_dim(X.shape[1])), dtype=np.float32)
         for n, r in enumerate(rounds):
             out[r] = self._one_release(mech, backend, [ids[i] for i in r], [texts[i] for i in r],
-                                       X[r], subject, ledger, claims if n == 0 else None)  # fmt: skip
+                                       X[r], subject, ledger, claims if n == 0 else None,
+                                       deadline)  # fmt: skip
         return out
 
     def _one_release(
@@ -632,14 +676,19 @@ class Service:
         subject: str | None,
         ledger: Any,
         claims: tuple[list[str], list[str]] | None = None,
+        deadline: float | None = None,
     ) -> NDArray[np.float32]:
         """One release; with a ledger it is committed -- with the alias ``claims`` and marked
-        published -- in one transaction (the response follows at once)."""
+        published -- in one transaction (the response follows at once), waiting for another
+        process's lock until ``deadline`` at most."""
         from ..keys.ledger import BudgetExceeded, LedgerBusy
 
         s = self.config.server
         keyed = self.keyed
         ident = self._identity[backend]
+        if ledger is not None:  # (the ledger thread owns it: its wait is this request's)
+            left = s.ledger_timeout_s if deadline is None else deadline - time.monotonic()
+            ledger.timeout = max(0.0, left)
         try:
             with Release(
                 mech,
