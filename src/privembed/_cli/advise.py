@@ -197,6 +197,14 @@ def advise(
     max_ldp_epsilon: _OptMaxLdpEpsilon = None,
     plain_only: _OptPlainOnly = False,
     as_json: Annotated[bool, json_flag(help="Print JSON (for scripts).")] = False,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            "--save",
+            help="Also write the recommendation as JSON (what evaluate writes as advice.json and "
+            "'serve --init --from-advice' reads).",
+        ),
+    ] = None,
 ) -> None:
     """Per deployment mode, the smallest epsilon at which search stays useful, its cost and the
     threats it defends against."""
@@ -220,7 +228,7 @@ def advise(
             budget={"max_bytes_per_query": max_bytes_per_query, "max_latency_ms": max_latency_ms,
                     "max_sync_bytes": max_sync_bytes, "client_cache": client_cache},
             basis_epsilon=basis_epsilon, max_ldp_epsilon=max_ldp_epsilon, seed=seed,
-            column=column, as_json=as_json, attacks=token, model=model_name,
+            column=column, as_json=as_json, attacks=token, model=model_name, save=save,
         )  # fmt: skip
         return
     attacks: list[Any] = [*([Linkage()] if linkage else []), *token]
@@ -344,6 +352,7 @@ def _advise_modes(
     attacks: list[Any],
     model: str | None = None,
     budget: dict[str, Any] | None = None,
+    save: Path | None = None,
 ) -> None:
     from ..data.io import read_embeddings
     from ..evaluation.modes import advise_modes
@@ -379,6 +388,8 @@ def _advise_modes(
             attacks=attacks, model=model, on_step=step,
         )  # fmt: skip
         on_progress(total)
+    if save is not None:
+        result.save(save)
     if as_json:
         print_json(result.to_dict())
         return

@@ -303,9 +303,15 @@ def evaluate(
             aux_fraction=aux_fraction, attack=attack, n_queries=n_queries, restart=restart,
             description=description, title=title or f"privembed evaluation of {name}",
             on_progress=on_progress, retrieval=retrieval,
+            model=description.get("embedding model")
+            or description.get("file metadata: embedding_model"),
         )  # fmt: skip
     print_attack_checks(run.result.checks.values())
     print_recommendation(run.result, run.recommendation)
+    if run.deployment is not None:  # the same recommendation as 'privembed advise'
+        console.print("Deployment (as 'privembed advise' recommends for these embeddings):")
+        for line in [run.deployment.sentence(), *run.deployment.threat_lines()]:
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     err_console.print(f"wrote {run.report}")
 
 

@@ -46,7 +46,21 @@ TEMPLATE = """{% macro kv_table(items) -%}
 <p class="muted">privembed {{ version }} · generated {{ now }} · {{ n_configs }} configurations × {{ runs }} runs</p>
 {% for n in notes %}<div class="box warn">{{ n }}</div>
 {% endfor %}
-<h2>Recommendation</h2>
+{% if deployment %}<h2>Deployment recommendation</h2>
+<div class="box" id="deployment">
+<p><b>{{ deployment.sentence }}</b></p>
+<p class="muted">The same recommendation as <code>privembed advise</code> for these embeddings (saved
+as <code>advice.json</code>): per deployment mode, the smallest ε whose search meets {{ deployment.floor }},
+with what a query costs. The sweep below judges plain protected vectors only.</p>
+<div class="scroll"><table id="deployment-modes">
+<tr><th class="l id">mode / law</th><th>ε</th><th>k'</th><th>recall</th><th class="l">guarantee</th><th class="l">cost per query</th><th class="l">note</th></tr>
+{% for row in deployment.rows %}<tr class="{% if row.recommended %}pareto{% elif not row.meets %}infeasible{% endif %}"><td class="l id">{% if row.recommended %}★ {% endif %}{{ row.label }}</td><td>{{ row.epsilon }}</td><td>{{ row.depth }}</td><td>{{ row.utility }}</td><td class="l">{{ row.guarantee }}</td><td class="l">{{ row.cost }}</td><td class="l muted">{{ row.note }}</td></tr>
+{% endfor %}</table></div>
+{% if deployment.verdicts %}<ul id="deployment-threats">
+{% for v in deployment.verdicts %}<li>against {{ v.threat }}: <b>{{ v.verdict }}</b> <span class="muted">— {{ v.reason }}</span></li>
+{% endfor %}</ul>{% endif %}
+</div>
+{% endif %}<h2>{% if deployment %}Plain protected vectors: the sweep's recommendation{% else %}Recommendation{% endif %}</h2>
 <div class="box{% if not rec.feasible %} warn{% endif %}" id="recommendation">
 <p><b>{{ sentence }}</b></p>
 {% if rec.feasible %}<ul>

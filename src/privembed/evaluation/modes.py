@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,8 @@ LAWS = ("laplace", "gaussian", "purkayastha")
 DEPTH_SHARE = 4
 #: the size of the clean top set whose recall is the utility
 TOP_K = 10
+#: the tag of a saved recommendation (:meth:`ModesAdvice.save`)
+ADVICE_FORMAT = "privembed/advice/v1"
 _Z95 = 1.959963984540054
 
 
@@ -365,9 +368,23 @@ class ModesAdvice:
             )
         return out
 
+    def save(self, path: Any) -> Path:
+        """Write :meth:`to_dict` as JSON (atomically): the one recommendation that ``advise
+        --save``, ``evaluate`` (``advice.json`` beside its report) and the demo write, and that
+        ``serve --init --from-advice`` reads (:func:`load_advice`)."""
+        import json
+
+        from ..data.io import atomic_output
+
+        out = Path(path)
+        with atomic_output(out) as tmp:
+            Path(tmp).write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         r = self.recommended
         return {
+            "format": ADVICE_FORMAT,
             "answer": self.sentence(),
             "floor": {
                 "metric": "recall",
@@ -380,7 +397,16 @@ class ModesAdvice:
             "d": self.d,
             "seed": self.seed,
             "max_ldp_epsilon": self.max_ldp_epsilon,
-            "recommended": None if r is None else {"mode": r.mode, "mechanism": r.mechanism},
+            "recommended": None
+            if r is None
+            else {
+                "mode": r.mode,
+                "mechanism": r.mechanism,
+                "epsilon": r.epsilon,
+                "depth": r.depth,
+                "config": r.config,
+                "subspace_k": r.subspace_k,
+            },
             "threat_models": {k: t.to_dict() for k, t in THREATS.items()},
             "settings": [s.to_dict() for s in self.settings],
         }
@@ -591,7 +617,7 @@ def advise_modes(
     *,
     queries: Any = None,
     modes: Sequence[str] = MODES,
-    mechanisms: Sequence[str] = ("laplace", "purkayastha"),
+    mechanisms: Sequence[str] = ("gaussian", "laplace", "purkayastha"),
     params: Mapping[str, Mapping[str, Any]] | None = None,
     min_recall: float = 0.9,
     min_cosine: float | None = None,
@@ -707,6 +733,31 @@ def advise_modes(
     result = search.advice(settings, max_ldp_epsilon)
     _attack_recommended(result, releases, attacks, D, seed, say)
     return result
+
+
+def load_advice(path: Any) -> dict[str, Any]:
+    """A recommendation saved by :meth:`ModesAdvice.save` (``privembed advise --save``).
+
+    Raises
+    ------
+    privembed.DataError
+        Missing, not JSON, or not a saved recommendation (one line naming the file).
+    """
+    import json
+
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"advice file not found: {p}")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise DataError(f"{p.name} is not a saved recommendation (not JSON: {e}).") from None
+    if not isinstance(doc, dict) or doc.get("format") != ADVICE_FORMAT:
+        raise DataError(
+            f"{p.name} is not a saved recommendation (format {ADVICE_FORMAT!r}; write one with "
+            "'privembed advise --save FILE')."
+        )
+    return doc
 
 
 def _documents(X: Any) -> NDArray[np.float64]:

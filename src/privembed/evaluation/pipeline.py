@@ -197,6 +197,9 @@ class Evaluation:
     recommendation: Recommendation
     report: Path
     notes: list[str] = field(default_factory=list)
+    #: the deployment recommendation (:func:`~privembed.evaluation.modes.advise_modes`, the one
+    #: ``privembed advise`` makes for the same input), saved as ``advice.json`` beside the report
+    deployment: Any = None
 
 
 def evaluate_embeddings(
@@ -228,6 +231,8 @@ def evaluate_embeddings(
     title: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     retrieval: RetrievalTask | None = None,
+    deployment: bool = True,
+    model: str | None = None,
 ) -> Evaluation:
     """Sweep, recommend and report: what ``privembed evaluate`` does.
 
@@ -254,6 +259,11 @@ def evaluate_embeddings(
         Real queries with relevance judgements over the rows of ``X`` (e.g. from
         :func:`embed_retrieval_task`): adds ``ndcg@10`` and recall columns of plain queries
         over each protected corpus.
+    deployment : bool
+        Also make the deployment recommendation of ``privembed advise`` for the same input
+        (:func:`~privembed.evaluation.modes.advise_modes` with its defaults, the token attack
+        when texts are given, ``model`` naming the embedding model): the report shows it, and
+        it is saved as ``advice.json``.
     """
     A, _ = check_embeddings(X, name="X")
     A = np.asarray(A)
@@ -289,8 +299,21 @@ def evaluate_embeddings(
         on_progress=on_progress,
         description=desc,
     )
-    rec, page = _save_and_report(result, out, floors, ceilings, reid_multiple, title, notes)
-    return Evaluation(result=result, recommendation=rec, report=page, notes=notes)
+    advice = None
+    if deployment:
+        from .modes import advise_modes
+
+        attacks = (
+            [token_attack(A, texts, sensitive, aux_fraction=aux_fraction, seed=seed, attack=attack)]
+            if texts is not None
+            else []
+        )
+        advice = advise_modes(A, attacks=attacks, seed=seed, model=model)
+        advice.save(out / "advice.json")
+    rec, page = _save_and_report(result, out, floors, ceilings, reid_multiple, title, notes, advice)
+    return Evaluation(
+        result=result, recommendation=rec, report=page, notes=notes, deployment=advice
+    )
 
 
 def _utility_evaluator(
@@ -340,6 +363,7 @@ def _save_and_report(
     reid_multiple: float,
     title: str | None,
     notes: list[str],
+    deployment: Any = None,
 ) -> tuple[Recommendation, Path]:
     """Save the tables, recommend for the floors and ceilings, and write the report."""
     result.save(out)
@@ -354,6 +378,7 @@ def _save_and_report(
         recommendation=rec,
         title=title or "privembed evaluation",
         notes=notes,
+        deployment=deployment,
     )
     return rec, page
 

@@ -300,8 +300,9 @@ class Recommendation:
                 + (
                     self.point_text(result, self.nearest_attack)
                     if self.nearest_attack is not None
-                    else "none of the tested settings meets it (smaller epsilons would; "
-                    "'privembed advise' finds the largest that does)"
+                    else "none of the tested settings meets it with plain protected vectors "
+                    "(smaller epsilons would); the deployment recommendation (re-rank, "
+                    "subspace, sealed) is what 'privembed advise' prints"
                 )
             )
         return lines

@@ -423,6 +423,7 @@ def write_report(
     title: str = "privembed privacy–utility report",
     text_baselines: Sequence[Mapping[str, Any]] = (),
     notes: Sequence[str] = (),
+    deployment: Any = None,
 ) -> Path:
     """Write ``index.html`` and the plots (PNG + SVG) into ``out_dir``; returns the HTML path.
 
@@ -443,6 +444,10 @@ def write_report(
         Rows of text-level baselines (:mod:`privembed.evaluation.baselines`) to show.
     notes : sequence of str
         Extra paragraphs (e.g. warnings from the command line).
+    deployment : ModesAdvice, optional
+        The deployment recommendation (:func:`~privembed.evaluation.modes.advise_modes`, what
+        ``privembed advise`` prints for the same input): shown first, with every mode's
+        setting, cost per query and the threat verdicts.
     """
     from .. import __version__
     from ..data.io import atomic_output
@@ -477,6 +482,7 @@ def write_report(
         figures=figures,
         baselines=_baselines_view(text_baselines),
         column_rows=_columns_view(result),
+        deployment=_deployment_view(deployment),
         **_table_view(result, rec),
     )
     with atomic_output(out / "index.html") as tmp:
@@ -553,6 +559,39 @@ def _sweep_view(result: SweepResult) -> list[tuple[str, str]]:
         "wall time (s)": round(float(s.get("wall_seconds", 0.0)), 1),
     }
     return [(k, _fmt_val(v)) for k, v in sweep.items()]
+
+
+def _deployment_view(advice: Any) -> dict[str, Any] | None:
+    """The deployment recommendation's sentence, one row per mode with its cost, and the
+    recommended setting's threat verdicts (None: not made)."""
+    if advice is None:
+        return None
+    r = advice.recommended
+    rows = []
+    for st in advice.settings:
+        eps = "—" if st.epsilon is None else f"{st.epsilon:.4g}"
+        rows.append(
+            {
+                "label": st.label,
+                "recommended": r is not None and st is r,
+                "meets": st.meets_floor,
+                "epsilon": eps if st.mode != "sealed" else "none (encrypted)",
+                "depth": st.depth if st.meets_floor else "—",
+                "utility": "—" if st.utility != st.utility else f"{st.utility:.3f}",
+                "guarantee": st.guarantee_short or "—",
+                "cost": "—" if st.cost is None else st.cost.text(),
+                "note": "; ".join(st.notes),
+            }
+        )
+    return {
+        "sentence": advice.sentence(),
+        "floor": advice.floor_text(),
+        "rows": rows,
+        "verdicts": [
+            {"threat": v.threat.title, "verdict": v.verdict, "reason": v.reason}
+            for v in (r.verdicts if r is not None else [])
+        ],
+    }
 
 
 def _recommended_view(result: SweepResult, rec: Recommendation) -> list[dict[str, Any]]:
