@@ -24,7 +24,8 @@ def assert_openai_error(r: httpx.Response, status: int, code: str | None, param:
     body = r.json()
     assert set(body) == {"error"}
     err = body["error"]
-    assert set(err) == {"message", "type", "param", "code"}
+    extra = {"budget"} if code == "privacy_budget_exceeded" else set()  # spent and left
+    assert set(err) == {"message", "type", "param", "code"} | extra
     assert isinstance(err["message"], str) and err["message"]
     assert "Traceback" not in r.text and 'File "' not in r.text
     assert err["code"] == code

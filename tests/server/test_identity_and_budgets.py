@@ -114,6 +114,57 @@ def test_subject_budget_is_enforced_through_the_openai_client(server_key, tmp_pa
         assert led.spent_subject("key:full/carol").epsilon == pytest.approx(4.0)
 
 
+def test_a_budget_refusal_says_what_is_spent_and_left_for_this_request_only(server_key, tmp_path):
+    """The issue (39.8): the 403 said only which budget refused. It says what is spent and what
+    is left -- of the request's texts that are spent (by their index in ``input``) and of the
+    requesting subject -- and what one release costs, in the message and as ``error.budget``.
+    Nothing about other texts or subjects: bob's release of a text in alice's request, which
+    that text's budget still holds, stays invisible."""
+    ledger = tmp_path / "ledger.sqlite"
+    note = _variants("Jane Roe was admitted with acute pancreatitis", 3)
+    with proxy(
+        server_key[0],
+        server={"ledger": str(ledger), "budget_epsilon": 8.0, "subject_budget_epsilon": 20.0},
+        models=MODELS,
+        api_keys=[{**API_KEYS[0], "may_assert_subjects": True}],
+    ) as (handle, _, _):
+
+        def post(texts, user):
+            return _post(handle, {"input": texts, "model": "docs", "user": user})
+
+        for variant in note[:2]:  # one identity: the note's budget is spent, 4 + 4 of 8
+            assert post(variant, "alice").status_code == 200
+        assert post("bob's own text", "bob").status_code == 200  # 4 of 8
+        r = post(["a new text", note[2], "bob's own text"], "alice")
+        assert r.status_code == 403, r.text
+        err = r.json()["error"]
+        assert err["code"] == "privacy_budget_exceeded" and err["param"] == "input"
+        budget = err["budget"]
+        assert budget["scope"] == "text"
+        assert budget["release_cost"] == {"epsilon": pytest.approx(4.0), "delta": 0.0}
+        [spent_text] = budget["inputs"]  # input 1 only: the others' budgets hold
+        assert spent_text["index"] == 1
+        assert spent_text["budget"] == {"epsilon": 8.0, "delta": 1e-5}
+        assert spent_text["spent"]["epsilon"] == pytest.approx(8.0)
+        assert spent_text["left"] == {"epsilon": pytest.approx(0.0)}
+        alice = budget["subject"]
+        assert alice["budget"]["epsilon"] == 20.0
+        assert alice["spent"]["epsilon"] == pytest.approx(8.0)
+        assert alice["left"] == {"epsilon": pytest.approx(12.0)}
+        message = err["message"]
+        assert "input 1 has spent epsilon=8" in message and "input 2" not in message
+        assert "This subject has spent epsilon=8" in message and "epsilon 12 left" in message
+        assert "bob" not in r.text
+
+        # the subject's budget: 8 spent, 12 left, four fresh texts need 16
+        r = post(["one", "two", "three", "four"], "alice")
+        assert r.status_code == 403, r.text
+        budget = r.json()["error"]["budget"]
+        assert budget["scope"] == "subject" and budget["inputs"] == []
+        assert budget["subject"]["left"] == {"epsilon": pytest.approx(12.0)}
+        assert "this subject's privacy budget" in r.json()["error"]["message"]
+
+
 def test_a_locked_ledger_gives_503_and_degraded_health(server_key, tmp_path):
     ledger = tmp_path / "ledger.sqlite"
     Ledger(ledger).close()

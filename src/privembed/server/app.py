@@ -35,6 +35,7 @@ import hashlib
 import ipaddress
 import itertools
 import json
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -57,7 +58,7 @@ from .config import ApiKeyConfig, ModelConfig, ServeConfig, load_config
 from .errors import APIError
 from .logs import logger
 from .metrics import Metrics
-from .service import BudgetRefused, LedgerUnavailable, Service
+from .service import BudgetRefused, BudgetState, LedgerUnavailable, Service
 
 __all__ = ["EmbeddingsRequest", "create_app", "parse_embeddings_request", "subject_of"]
 
@@ -585,8 +586,70 @@ def _subject(st: _State, request: Request, req: EmbeddingsRequest, key: ApiKeyCo
     return subject_of(key, asserted)
 
 
-def _refusal(st: _State, svc: Service, model: ModelConfig, exc: Exception) -> APIError:
-    """The client's error for a request the service could not complete."""
+def _num(x: float) -> float | None:
+    """A number for JSON (``None`` for an unbounded or infinite one)."""
+    return float(x) if math.isfinite(x) else None
+
+
+def _eps(x: float) -> str:
+    return f"{x:.4g}" if math.isfinite(x) else "unbounded"
+
+
+def _budget_refusal(exc: BudgetRefused, ids: list[str]) -> tuple[str, dict[str, Any]]:
+    """A 403's message and ``budget`` member: what is spent and what is left -- of the
+    request's texts that are spent (by their index in ``input``) and of the requesting
+    subject -- and what one release costs. Nothing about any other text or subject."""
+
+    def state(b: BudgetState) -> dict[str, Any]:
+        return {
+            "budget": {"epsilon": _num(b.epsilon), "delta": b.delta},
+            "spent": {"epsilon": _num(b.spent_epsilon), "delta": b.spent_delta},
+            "left": {"epsilon": _num(b.left_epsilon)},
+        }
+
+    def spent(b: BudgetState) -> str:
+        return (
+            f"spent epsilon={_eps(b.spent_epsilon)}, delta={b.spent_delta:.3g} of "
+            f"epsilon={_eps(b.epsilon)}, delta={b.delta:.3g} (epsilon {_eps(b.left_epsilon)} left)"
+        )
+
+    what = (
+        "this subject's privacy budget (all its texts together)"
+        if exc.scope == "subject"
+        else "the per-text privacy budget"
+    )
+    parts = [f"Releasing these inputs would exceed {what}."]
+    inputs = [(i, exc.texts[r]) for i, r in enumerate(ids) if r in exc.texts]
+    shown = inputs[:5]
+    if shown:
+        more = f" and {len(inputs) - 5} more" if len(inputs) > 5 else ""
+        listed = "; ".join(f"input {i} has {spent(b)}" for i, b in shown)
+        parts.append(f"Texts at their budget: {listed}{more}.")
+    if exc.subject is not None:
+        parts.append(f"This subject has {spent(exc.subject)}.")
+    if exc.cost is not None:
+        parts.append(
+            f"One release of one text costs epsilon={_eps(exc.cost[0])}, "
+            f"delta={exc.cost[1]:.3g}; a repeat of a released text is free."
+        )
+    details = {
+        "budget": {
+            "scope": "subject" if exc.scope == "subject" else "text",
+            "release_cost": None
+            if exc.cost is None
+            else {"epsilon": _num(exc.cost[0]), "delta": exc.cost[1]},
+            "inputs": [{"index": i, **state(b)} for i, b in inputs],
+            "subject": None if exc.subject is None else state(exc.subject),
+        }
+    }
+    return " ".join(parts), details
+
+
+def _refusal(
+    st: _State, svc: Service, model: ModelConfig, exc: Exception, ids: list[str] | None = None
+) -> APIError:
+    """The client's error for a request the service could not complete (``ids``: the
+    request's text ids, in ``input`` order)."""
     s, refused = st.cfg.server, st.metrics.refused
     if isinstance(exc, QueueFull):
         refused["queue_full"] += 1
@@ -617,16 +680,9 @@ def _refusal(st: _State, svc: Service, model: ModelConfig, exc: Exception) -> AP
         return APIError(exc.status, str(exc) + ".", code="upstream_error", headers=hdr)
     if isinstance(exc, BudgetRefused):
         refused["budget"] += 1
-        what = (
-            "this subject's privacy budget (all its texts together)"
-            if exc.scope == "subject"
-            else "the per-text privacy budget"
-        )
+        message, details = _budget_refusal(exc, ids or [])
         return APIError(
-            403,
-            f"Releasing these inputs would exceed {what}.",
-            param="input",
-            code="privacy_budget_exceeded",
+            403, message, param="input", code="privacy_budget_exceeded", details=details
         )
     refused["ledger_busy"] += 1  # LedgerUnavailable
     if getattr(exc, "unreachable", False):  # a lost or refused connection to its database
@@ -692,7 +748,7 @@ async def _embeddings(st: _State, request: Request) -> Response:
             timeout=s.request_timeout_s,
         )
     except _REFUSALS as exc:
-        raise _refusal(st, svc, model, exc) from None
+        raise _refusal(st, svc, model, exc, ids) from None
     st.metrics.count_vectors(model.name, model.treatment, len(ids))
     body = _embeddings_body(
         model, ids, got.vectors, sum(got.tokens[r] for r in ids), req.encoding_format

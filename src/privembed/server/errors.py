@@ -68,6 +68,10 @@ class APIError(Exception):
         A stable machine-readable code (``"invalid_api_key"``, ``"model_not_found"``...).
     headers : dict, optional
         Extra response headers (``Retry-After`` for 429 and 503).
+    details : dict, optional
+        Extra members of the error object (``budget`` of a 403 ``privacy_budget_exceeded``:
+        what the client's budgets have spent and have left); clients that know only the
+        OpenAI fields ignore them.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class APIError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        details: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -85,6 +90,9 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+        self.details = details or {}
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.message, status=self.status, param=self.param, code=self.code)
+        body = error_body(self.message, status=self.status, param=self.param, code=self.code)
+        body["error"].update(self.details)
+        return body

@@ -47,12 +47,14 @@ entered the lane, plus :data:`LANE_MARGIN_S`: a group whose turn comes after its
 refused without trying the lock, the lock is waited for only until the deadline (then one last
 attempt, at most 0.2 s), and at the deadline plus the margin the requests are answered
 whatever the ledger thread is doing (503 ``ledger_busy`` with Retry-After; work that starts
-later is skipped, a commit already under way is recorded and not delivered). The lane admits texts apart
-from the model's queue (at most ``max_queue`` texts; beyond that 503 at once, before the model
-is called), so documents waiting for the ledger never hold the model's queue or its workers:
+later is skipped, a commit already under way is recorded and not delivered). The lane admits
+texts apart from the model's queue (at most ``max_queue`` texts; beyond that 503 at once,
+before the model is called), so documents waiting for the ledger never hold the model's queue or its workers:
 everything else (clean and projected queries, servers without a ledger) runs on a separate
 thread and never waits for the ledger. If the ledger refuses a group (budget), each request of
-the group is retried alone, so only the requests that would pass the budget fail. A group whose
+the group is retried alone, so only the requests that would pass the budget fail; a refused
+request is told what its subject has spent and has left, and the same of those of its texts
+that are spent (:class:`BudgetRefused`), nothing about other texts or subjects. A group whose
 requests have all been answered already (a client that gave up, a drain that ended) is skipped
 if its turn has not come: nothing is charged for it.
 
@@ -84,6 +86,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import math
 import time
 from collections import OrderedDict
 from collections.abc import Coroutine
@@ -105,6 +108,7 @@ from .metrics import Metrics
 __all__ = [
     "LANE_MARGIN_S",
     "BudgetRefused",
+    "BudgetState",
     "Embedded",
     "LedgerUnavailable",
     "Service",
@@ -143,12 +147,72 @@ def backend_key(key: bytes, identity: str) -> bytes:
     return hmac.digest(key, _BACKEND_DOMAIN + identity.encode("utf-8"), "sha256")
 
 
-class BudgetRefused(Exception):
-    """The ledger refused a release: a text or the subject would pass its budget."""
+@dataclass(frozen=True)
+class BudgetState:
+    """One budget as a refused client may see it: the budget, what is spent (composed, at the
+    budget's delta) and the epsilon left at that delta (composition does not subtract)."""
 
-    def __init__(self, scope: str = "record") -> None:
+    epsilon: float
+    delta: float
+    spent_epsilon: float
+    spent_delta: float
+
+    @property
+    def left_epsilon(self) -> float:
+        return max(0.0, self.epsilon - self.spent_epsilon)
+
+
+class BudgetRefused(Exception):
+    """The ledger refused a release: a text or the subject would pass its budget.
+
+    Attributes
+    ----------
+    scope : {"record", "subject"}
+        The budget that refused it.
+    cost : tuple of float, optional
+        (epsilon, delta) of one release of one text under the request's model.
+    subject : BudgetState, optional
+        The requesting subject's budget (with a per-subject budget).
+    texts : dict of str to BudgetState
+        The request's texts (by request id) that one more release would take past the
+        per-text budget -- only those: what a refusal tells about a text is never more than
+        that it is spent (another subject's releases of the request's other texts stay hidden).
+    """
+
+    def __init__(
+        self,
+        scope: str = "record",
+        *,
+        cost: tuple[float, float] | None = None,
+        subject: BudgetState | None = None,
+        texts: dict[str, BudgetState] | None = None,
+    ) -> None:
         super().__init__(scope)
         self.scope = scope
+        self.cost = cost
+        self.subject = subject
+        self.texts = texts or {}
+
+
+def _one_more_exceeds(spent: Any, cost: Any, budget: Any) -> bool:
+    """Whether one more release at ``cost`` takes a record that has ``spent`` past ``budget``
+    -- never True for one that would pass. Exact when its fresh releases compose like that
+    many releases at ``cost`` (the usual history: one model's releases); otherwise a lower
+    bound of what it would spend (a composition never shrinks, and a basic cost adds at least
+    its epsilon)."""
+    from ..core.accounting import Composition
+
+    tol = 1 + 1e-12
+    fresh = spent.releases - spent.free_releases
+    same = Composition().add(cost, fresh)
+    e, d = same.at(budget.delta)
+    if math.isclose(e, spent.epsilon, rel_tol=1e-9, abs_tol=1e-12) and math.isclose(
+        d, spent.delta, rel_tol=1e-9, abs_tol=1e-15
+    ):
+        e, d = same.add(cost).at(budget.delta)
+        return bool(e > budget.epsilon * tol or d > budget.delta * tol)
+    basic = cost.epsilon if cost.noise_multiplier is None else 0.0
+    return bool(spent.epsilon + basic > budget.epsilon * tol or spent.delta > budget.delta * tol)
 
 
 class LedgerUnavailable(Exception):
@@ -635,7 +699,50 @@ class Service:
                 continue
             except LedgerBusy as exc:  # locked, or (LedgerUnreachable) lost
                 raise _unavailable(self.ledger_health, exc) from None
+            except BudgetRefused as exc:
+                if futures is None or len(futures) != 1:
+                    raise  # (a group is retried request by request: the last one tells)
+                owned = dict(zip(ids, owners, strict=True))
+                raise self._refusal(exc, mech, ledger, subject, owned) from None
         raise LedgerUnavailable("the ledger's aliases kept changing under concurrent writers.")
+
+    def _refusal(
+        self,
+        exc: BudgetRefused,
+        mech: Any,
+        ledger: Any,
+        subject: str | None,
+        owners: dict[str, str],
+    ) -> BudgetRefused:
+        """``exc`` with what one request may see (on the ledger thread, after the refusal):
+        its subject's budget, spend and what is left, and its texts that are spent
+        (:class:`BudgetRefused`); only ``exc`` if the ledger cannot be read now."""
+        import sqlite3
+
+        from ..core.accounting import Composition, cost_of
+        from ..keys.ledger import LedgerBusy, record_key
+
+        cost = cost_of(mech.guarantee)
+        per_text, per_subject = ledger.budget, ledger.subject_budget
+        at = per_text or per_subject
+        try:
+            texts: dict[str, BudgetState] = {}
+            if per_text is not None:
+                spent = {x.record_id: x for x in ledger.spent(list(set(owners.values())))}
+                for rid, owner in owners.items():
+                    sp = spent.get(record_key(owner))
+                    if sp is not None and _one_more_exceeds(sp, cost, per_text):
+                        texts[rid] = BudgetState(
+                            per_text.epsilon, per_text.delta, sp.epsilon, sp.delta
+                        )
+            state = None
+            if per_subject is not None and subject is not None:
+                sp = ledger.spent_subject(subject)
+                state = BudgetState(per_subject.epsilon, per_subject.delta, sp.epsilon, sp.delta)
+        except (LedgerBusy, sqlite3.Error):
+            return exc
+        one = Composition().add(cost).at(at.delta) if at is not None else None
+        return BudgetRefused(exc.scope, cost=one, subject=state, texts=texts)
 
     def _rounds(
         self,
