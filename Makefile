@@ -1,41 +1,47 @@
 # privembed developer tasks. `make demo` and `make test` work on a fresh machine from a clean clone.
 PYTHON ?= python3
+## Two environments that never touch each other: `make test` (re)installs privembed into .venv
+## while the demo's .venv-demo stays as it is, in use or not (issue 40.2).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
+DEMO_VENV  ?= .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
 
 LC_VENV ?= .venv-langchain
 LC_STAMP := $(LC_VENV)/.installed
 
 .PHONY: install browser demo test lint typecheck pytest claims mutations langchain-tests wheel-smoke bench clean
 
-DEMO_STAMP := $(VENV)/.installed-demo
 # pip prints what it collects and installs (no -q): a first install takes a while, visibly
 PIP_SHOW := --progress-bar on --disable-pip-version-check
 
-$(VENV)/bin/python:
-	@echo "make: creating the virtual environment $(VENV)"
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install $(PIP_SHOW) --upgrade pip
+# .venv/bin/python, .venv-demo/bin/python
+%/bin/python:
+	@echo "make: creating the virtual environment $*"
+	$(PYTHON) -m venv $*
+	$*/bin/python -m pip install $(PIP_SHOW) --upgrade pip
 
-## What the demo needs only (no Ray, LangChain, spaCy or test tools): 1.7 GB, torch CPU included.
-$(DEMO_STAMP): pyproject.toml constraints.txt | $(VENV)/bin/python
-	@echo "make: installing what 'privembed demo' needs into $(VENV) (torch CPU, sentence-transformers, ONNX Runtime, Faker)"
-	$(PIP) install $(PIP_SHOW) -c constraints.txt -e '.[demo]'
+## What the demo and the README's commands need only (no Ray, LangChain, spaCy or test tools),
+## torch CPU included, in its own environment.
+$(DEMO_STAMP): pyproject.toml constraints.txt | $(DEMO_VENV)/bin/python
+	@echo "make: installing what 'privembed demo' needs into $(DEMO_VENV) (torch CPU, sentence-transformers, ONNX Runtime, FAISS, pyarrow, Faker)"
+	$(DEMO_VENV)/bin/python -m pip install $(PIP_SHOW) -c constraints.txt -e '.[demo]'
 	touch $(DEMO_STAMP)
 
 ## Everything, for development and the whole test suite.
 $(STAMP): pyproject.toml constraints.txt | $(VENV)/bin/python
 	@echo "make: installing privembed with every extra and the development tools into $(VENV)"
 	$(PIP) install $(PIP_SHOW) -c constraints.txt -e '.[dev]'
-	touch $(STAMP) $(DEMO_STAMP)
+	touch $(STAMP)
 
 install: $(STAMP)
 
 ## Install what the demo needs and run the main job on the bundled sample.
 demo: $(DEMO_STAMP)
-	$(VENV)/bin/privembed demo
+	$(DEMO_VENV)/bin/privembed demo
+	@echo "make: the README's commands run in this environment: . $(DEMO_VENV)/bin/activate"
 
 ## Install everything and run the whole test suite (lint, format, types, tests, the built wheel).
 test: $(STAMP) browser lint typecheck pytest claims langchain-tests wheel-smoke
@@ -90,4 +96,4 @@ bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(LC_VENV) .pytest_cache .mypy_cache .ruff_cache build dist
+	rm -rf $(VENV) $(DEMO_VENV) $(LC_VENV) .pytest_cache .mypy_cache .ruff_cache build dist

@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 #: folders a checkout may gain or change while tests run (tool caches, environments, bytecode,
 #: build output of an install; never test output)
 _ALLOWED = {
-    ".git", ".venv", ".venv-langchain", ".mypy_cache", ".ruff_cache", ".pytest_cache",
-    "__pycache__", "build", "dist",
+    ".git", ".venv", ".venv-demo", ".venv-langchain", ".mypy_cache", ".ruff_cache",
+    ".pytest_cache", "__pycache__", "build", "dist",
 }  # fmt: skip
 
 

@@ -82,7 +82,15 @@ def source_files(root: Path) -> list[str]:
         ).stdout
         names = [n for n in out.decode("utf-8", "surrogateescape").split("\0") if n]
     except (OSError, subprocess.CalledProcessError):
-        skip = {".git", ".venv", ".venv-langchain", "__pycache__", ".mypy_cache", ".ruff_cache"}
+        skip = {
+            ".git",
+            ".venv",
+            ".venv-demo",
+            ".venv-langchain",
+            "__pycache__",
+            ".mypy_cache",
+            ".ruff_cache",
+        }
         names = [
             str(p.relative_to(root))
             for p in root.rglob("*")
