@@ -293,3 +293,49 @@ def test_a_floor_on_the_reidentification_rate_is_refused():
         recommend(res, [Floor("top1_originals", ">=", 0.9)])
     # and it is never chosen as the utility axis
     assert recommend(res).utility_axes == ["knn_overlap@10"]
+
+
+# ---- what a reader sees (issue 40.6) -----------------------------------------------------------
+
+
+def test_close_swept_values_share_no_tick_label() -> None:
+    """Laplace at 380 and Gaussian at 383.4 on one axis printed "38380"; labels are thinned to
+    at most MAX_X_TICKS per axis, each at least 1/MAX_X_TICKS of the decades from the last."""
+    import itertools
+    import math
+
+    from privembed.evaluation.report import MAX_X_TICKS, thin_log_ticks
+
+    vals = [1.0, 3.16, 10, 31.6, 100, 316, 380, 383.4, 1000, 3162, 10000, 31623, 100000]
+    kept = thin_log_ticks(vals)
+    assert 380.0 not in kept or 383.4 not in kept
+    assert len(kept) <= MAX_X_TICKS + 1 and kept[0] == 1.0
+    gaps = [math.log10(b) - math.log10(a) for a, b in itertools.pairwise(kept)]
+    assert min(gaps) >= (5.0 / MAX_X_TICKS) - 1e-12
+
+
+def test_coinciding_families_stay_visible_and_the_legend_names_only_what_is_drawn(tmp_path):
+    """Laplace and Mahalanobis with an identity covariance give the same curve: each family has
+    its own marker and line style (hollow every other), drawn in order; and the frontier's legend
+    shows "recommended (Pareto)" only when a recommended point is circled."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from privembed.evaluation.report import family_styles, plot_frontier
+
+    res = _result(
+        {"laplace:10": {"knn_overlap@10": 0.5, "leakage": 0.2},
+         "mahalanobis:10": {"knn_overlap@10": 0.5, "leakage": 0.2},
+         "purkayastha:10": {"knn_overlap@10": 0.5, "leakage": 0.2}},
+    )  # fmt: skip
+    styles = family_styles(res)
+    shapes = {(s["marker"], s["ls"], s["mfc"] == "none") for s in styles.values()}
+    assert len(shapes) == len(styles) == 3
+    assert len({s["zorder"] for s in styles.values()}) == 3
+    feasible = recommend(res, [Floor("knn_overlap@10", ">=", 0.4)])
+    infeasible = recommend(res, [Floor("knn_overlap@10", ">=", 0.9)])
+    assert feasible.pareto and not infeasible.pareto
+    for rec, shown in ((feasible, True), (infeasible, False)):
+        plot_frontier(res, rec, tmp_path, utility="knn_overlap@10", privacy="leakage")
+        svg = (tmp_path / "frontier.svg").read_text()
+        assert ("recommended (Pareto)" in svg) == shown

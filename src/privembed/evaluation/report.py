@@ -88,15 +88,39 @@ def _figure(width: float, height: float) -> Any:
     return fig
 
 
+#: at most this many labelled ticks on a log x axis (more collide: "38380" for 380 and 383.4)
+MAX_X_TICKS = 8
+
+
+def thin_log_ticks(values: Sequence[float], most: int = MAX_X_TICKS) -> list[float]:
+    """The swept values to label on a log axis: the smallest, then each value at least
+    1/``most`` of the axis' decades beyond the last one kept, so no two labels collide.
+
+    >>> thin_log_ticks([380.0, 383.4, 1000.0, 1001.0, 5000.0])
+    [380.0, 1000.0, 5000.0]
+    """
+    vals = sorted({float(v) for v in values if v > 0 and math.isfinite(v)})
+    if len(vals) <= 2:
+        return vals
+    lo, hi = math.log10(vals[0]), math.log10(vals[-1])
+    gap = max(hi - lo, 1e-12) / most
+    kept = [vals[0]]
+    for v in vals[1:]:
+        if math.log10(v) - math.log10(kept[-1]) >= gap:
+            kept.append(v)
+    return kept
+
+
 def _log_x(ax: Any, ticks: Sequence[float] = ()) -> None:
-    """Log x axis, ticks at the swept values, plain labels (mathtext labels are slow to lay out)."""
+    """Log x axis, labelled ticks at (a thinned set of) the swept values, 3 significant digits,
+    plain labels (mathtext labels are slow to lay out)."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator
 
     ax.set_xscale("log")
     if ticks:
-        ax.xaxis.set_major_locator(FixedLocator(sorted(set(ticks))))
+        ax.xaxis.set_major_locator(FixedLocator(thin_log_ticks(ticks)))
         ax.xaxis.set_minor_locator(NullLocator())
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:.3g}"))
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
@@ -113,6 +137,30 @@ def _save(fig: Any, out_dir: Path, stem: str) -> tuple[bytes, Path, Path]:
 
 def _colour_map(result: SweepResult) -> dict[str, str]:
     return {f: _COLOURS[i % len(_COLOURS)] for i, f in enumerate(result.families())}
+
+
+#: per family, besides its colour: a marker, a line style and a hollow or filled marker, so that
+#: families whose curves coincide (Laplace and Mahalanobis with an identity covariance) stay
+#: visible one over the other
+_MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
+_LINES = ("-", "--", "-.", ":")
+
+
+def family_styles(result: SweepResult) -> dict[str, dict[str, Any]]:
+    """Matplotlib keyword arguments of each family's curve: colour, marker, line style, marker
+    fill and size (later families drawn smaller and hollow, on top)."""
+    colours = _colour_map(result)
+    out = {}
+    for i, fam in enumerate(result.families()):
+        out[fam] = {
+            "color": colours[fam],
+            "marker": _MARKERS[i % len(_MARKERS)],
+            "ls": _LINES[i % len(_LINES)],
+            "ms": max(3.0, 7.0 - i),
+            "mfc": "none" if i % 2 else colours[fam],
+            "zorder": 2 + i,
+        }
+    return out
 
 
 def _curve(result: SweepResult, cs: list[SweepConfig], metric: str) -> tuple[Any, Any, Any]:
@@ -140,7 +188,7 @@ def plot_utility_vs_epsilon(
     fams = {f: cs for f, cs in result.families().items() if cs[0].x_param == "epsilon"}
     if not metrics or not fams:
         return None
-    colours = _colour_map(result)
+    styles = family_styles(result)
     ncol = min(3, len(metrics))
     nrow = math.ceil(len(metrics) / ncol)
     fig = _figure(4.2 * ncol, 3.3 * nrow)
@@ -150,9 +198,7 @@ def plot_utility_vs_epsilon(
         for fam, cs in fams.items():
             x, m, s = _curve(result, cs, metric)
             if x.size:
-                ax.errorbar(
-                    x, m, yerr=s, marker="o", ms=4, capsize=3, label=fam, color=colours[fam]
-                )
+                ax.errorbar(x, m, yerr=s, capsize=3, label=fam, **styles[fam])
         base = result.baseline.get(metric)
         if base is not None:
             ax.axhline(base, color="black", ls="--", lw=1, label="unprotected")
@@ -185,10 +231,11 @@ def plot_frontier(
 ) -> tuple[bytes, Path, Path] | None:
     """Leakage (an attack column that proved its strength) against utility, one point per
     configuration; without such a column, log10 epsilon (within-family comparisons only)."""
-    colours = _colour_map(result)
+    styles = family_styles(result)
     fig = _figure(6.4, 4.6)
     ax = fig.subplots()
     pareto = {c.key for c in rec.pareto}
+    circled = 0
     for fam, cs in result.families().items():
         xs, ys, xe, ye = [], [], [], []
         for c in cs:
@@ -204,14 +251,14 @@ def plot_frontier(
             xe.append(su if math.isfinite(su) else 0.0)
             ye.append(sp if math.isfinite(sp) else 0.0)
             if c.key in pareto:
+                circled += 1
                 ax.scatter(
-                    [mu], [mp], s=160, facecolors="none", edgecolors="black", lw=1.5, zorder=4
+                    [mu], [mp], s=160, facecolors="none", edgecolors="black", lw=1.5, zorder=20
                 )
         if xs:
             ax.errorbar(
-                xs, ys, xerr=xe, yerr=ye, fmt="o-", ms=4, capsize=2, lw=1, label=fam,
-                color=colours[fam], alpha=0.9,
-            )  # fmt: skip
+                xs, ys, xerr=xe, yerr=ye, capsize=2, lw=1, label=fam, alpha=0.9, **styles[fam]
+            )
     for f in rec.floors:
         if f.metric == utility:
             ax.axvspan(f.value, 1.0 if f.value <= 1 else f.value * 1.05, color="green", alpha=0.07)
@@ -227,7 +274,10 @@ def plot_frontier(
                 lw=1.2,
                 label=f"ceiling {f.metric} ≤ {f.value:.3g}",
             )
-    ax.scatter([], [], s=160, facecolors="none", edgecolors="black", label="recommended (Pareto)")
+    if circled:  # the legend names only what is drawn
+        ax.scatter(
+            [], [], s=160, facecolors="none", edgecolors="black", label="recommended (Pareto)"
+        )
     ax.set_xlabel(f"utility: {_label(result, utility)} (higher is better)")
     if privacy is not None:
         ax.set_ylabel(f"leakage: {_label(result, privacy)} (lower is better)")
