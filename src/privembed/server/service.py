@@ -557,11 +557,14 @@ class Service:
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + self.config.server.ledger_timeout_s  # for the lane
         for group in groups.values():
-            if self.needs_ledger(group[0].payload.model):
-                # the batch worker does not wait for the ledger
-                self._to_lane(self._protect_group(loop, backend, group, X, row, tokens, deadline))
+            lane = self.needs_ledger(group[0].payload.model)
+            coro = self._protect_group(
+                loop, backend, group, X, row, tokens, deadline if lane else None
+            )
+            if lane:
+                self._to_lane(coro)  # the batch worker does not wait for the ledger
             else:
-                await self._protect_group(loop, backend, group, X, row, tokens)
+                await coro
 
     def _to_lane(self, coro: Coroutine[Any, Any, None]) -> None:
         """Run a ledger-bound group as its own task (in order: the ledger thread is FIFO)."""
