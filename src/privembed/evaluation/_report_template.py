@@ -56,8 +56,8 @@ with what a query costs. The sweep below judges plain protected vectors only.</p
 <tr><th class="l id">mode / law</th><th>ε</th><th>k'</th><th>recall</th><th class="l">guarantee</th><th class="l">cost per query</th><th class="l">note</th></tr>
 {% for row in deployment.rows %}<tr class="{% if row.recommended %}pareto{% elif not row.meets %}infeasible{% endif %}"><td class="l id">{% if row.recommended %}★ {% endif %}{{ row.label }}</td><td>{{ row.epsilon }}</td><td>{{ row.depth }}</td><td>{{ row.utility }}</td><td class="l">{{ row.guarantee }}</td><td class="l">{{ row.cost }}</td><td class="l muted">{{ row.note }}</td></tr>
 {% endfor %}</table></div>
-{% if deployment.verdicts %}<ul id="deployment-threats">
-{% for v in deployment.verdicts %}<li>against {{ v.threat }}: <b>{{ v.verdict }}</b> <span class="muted">— {{ v.reason }}</span></li>
+{% if deployment.verdicts %}{% if deployment.one_reason %}<p class="muted">{{ deployment.one_reason }}</p>{% endif %}<ul id="deployment-threats">
+{% for v in deployment.verdicts %}<li>against {{ v.threat }}: <b>{{ v.verdict }}</b>{% if not deployment.one_reason %} <span class="muted">— {{ v.reason }}</span>{% endif %}</li>
 {% endfor %}</ul>{% endif %}
 </div>
 {% endif %}<h2>{% if deployment %}Plain protected vectors: the sweep's recommendation{% else %}Recommendation{% endif %}</h2>

@@ -219,9 +219,9 @@ class Budget:
     def text(self) -> str:
         parts = []
         if self.max_bytes is not None:
-            parts.append(f"<= {self.max_bytes / 1e6:g} MB")
+            parts.append(f"<= {self.max_bytes / 1e6:g} MB per query")
         if self.max_latency_ms is not None:
-            parts.append(f"<= {self.max_latency_ms:g} ms")
+            parts.append(f"<= {self.max_latency_ms:g} ms per query")
         if self.max_depth is not None:
             parts.append(f"k' <= {self.max_depth}")
         if self.max_sync_bytes is not None and self.client_cache:

@@ -226,7 +226,7 @@ class ModesAdvice:
     def floor_text(self) -> str:
         out = (
             f"recall of the clean top {TOP_K} >= {self.floor:g} within a cost budget of "
-            f"{self.budget.text()} per query (k' <= 1/{DEPTH_SHARE} of the corpus)"
+            f"{self.budget.text()} (k' <= 1/{DEPTH_SHARE} of the corpus)"
         )
         if self.min_cosine is not None:
             out += f" (plain: mean cosine to the original >= {self.min_cosine:g})"
@@ -938,7 +938,7 @@ class _Search:
         )
         if cap < self.clean.k:
             note = (
-                f"not available: the budget ({self.budget.text()} per query) does not pay for "
+                f"not available: the budget ({self.budget.text()}) does not pay for "
                 f"k' = {self.clean.k} at n = {n:,}"
             )
             return ModeSetting(

@@ -633,14 +633,18 @@ def _deployment_view(advice: Any) -> dict[str, Any] | None:
                 "note": "; ".join(st.notes),
             }
         )
+    verdicts = [
+        {"threat": v.threat.title, "verdict": v.verdict, "reason": v.reason}
+        for v in (r.verdicts if r is not None else [])
+    ]
+    reasons = {v["reason"] for v in verdicts}
     return {
         "sentence": advice.sentence(),
         "floor": advice.floor_text(),
         "rows": rows,
-        "verdicts": [
-            {"threat": v.threat.title, "verdict": v.verdict, "reason": v.reason}
-            for v in (r.verdicts if r is not None else [])
-        ],
+        "verdicts": verdicts,
+        # one reason for every threat (the sealed mode's): said once, above the list
+        "one_reason": reasons.pop() if len(verdicts) > 1 and len(reasons) == 1 else None,
     }
 
 
