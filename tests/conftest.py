@@ -24,6 +24,11 @@ if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
     os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = _hypothesis_dir
     atexit.register(shutil.rmtree, _hypothesis_dir, ignore_errors=True)
 
+# off a terminal, long commands write a progress line every 10 s (issue 40.3): whether a line
+# appears depends on the machine's speed, so the suite writes none unless a test asks for them
+# (tests/test_progress_lines.py injects a clock)
+os.environ["PRIVEMBED_PROGRESS_INTERVAL"] = "0"
+
 REPO = Path(__file__).resolve().parents[1]
 #: folders a checkout may gain or change while tests run (tool caches, environments, bytecode,
 #: build output of an install; never test output)

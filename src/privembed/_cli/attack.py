@@ -1113,7 +1113,8 @@ def _transformer_inversion(
                                   warm_start=warm, on_step=lambda s, _l: on_progress(s))  # fmt: skip
 
     def row(target: str, a: Any, Y: np.ndarray, clean: bool) -> dict[str, Any]:
-        recs = a.reconstruct(Y, embed=embed, rng=seed or 0)
+        with progress_done("reconstructing", len(Y), unit="texts"):  # no count: time elapsed
+            recs = a.reconstruct(Y, embed=embed, rng=seed or 0)
         rep = score_against_blind(t_tx, recs, rng=seed or 0)
         leak = score_reconstructions(t_tx, recs, sensitive=t_sens)
         d: dict[str, Any] = {"target": target, **rep.to_dict(), "leakage": leak.leakage}

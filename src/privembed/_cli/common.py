@@ -15,8 +15,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -38,6 +41,7 @@ __all__ = [
     "EmbedBackend",
     "InputNorm",
     "KeyedGenerator",
+    "LogProgress",
     "MechanismName",
     "Neighbouring",
     "OneLineErrors",
@@ -53,6 +57,8 @@ __all__ = [
     "progress",
     "progress_callback",
     "progress_done",
+    "progress_interval",
+    "progress_reported",
     "show_progress",
     "tidy_help",
     "user_errors",
@@ -426,8 +432,196 @@ def _bar(
 
 
 def show_progress() -> bool:
-    """Progress bars are drawn on a terminal (stderr), never into logs or pipes."""
+    """Progress bars are drawn on a terminal (stderr), never into logs or pipes (there,
+    :class:`LogProgress` writes a line at a steady interval instead)."""
     return sys.stderr.isatty()
+
+
+#: seconds between two progress lines off a terminal (``PRIVEMBED_PROGRESS_INTERVAL``)
+PROGRESS_INTERVAL_S = 10.0
+#: work estimated to take longer than this (seconds) is announced with its estimate, once
+ANNOUNCE_OVER_S = 60.0
+
+
+def progress_interval() -> float | None:
+    """Seconds between progress lines off a terminal: ``PRIVEMBED_PROGRESS_INTERVAL`` when set
+    (``0``: no lines), else :data:`PROGRESS_INTERVAL_S`."""
+    raw = os.environ.get("PRIVEMBED_PROGRESS_INTERVAL", "").strip()
+    if not raw:
+        return PROGRESS_INTERVAL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(
+            "PRIVEMBED_PROGRESS_INTERVAL must be a number of seconds >= 0 (0: no progress "
+            f"lines), got PRIVEMBED_PROGRESS_INTERVAL={raw!r}."
+        )
+    return value or None
+
+
+def progress_reported() -> bool:
+    """Whether progress is shown at all: a bar on a terminal, or lines off one."""
+    return show_progress() or progress_interval() is not None
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``1 min 40 s``, ``29 min``, ``2 h 05 min``."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 600:
+        return f"{s // 60} min {s % 60} s" if s % 60 else f"{s // 60} min"
+    if s < 3600:
+        return f"{round(s / 60)} min"
+    h, m = divmod(round(s / 60), 60)
+    return f"{h} h {m:02d} min"
+
+
+def _rate(per_s: float) -> str:
+    return f"{per_s:,.0f}" if per_s >= 10 else f"{per_s:.2g}"
+
+
+def _write_stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+class LogProgress:
+    """Progress as lines of text, for stderr off a terminal (a log file, a pipe, CI).
+
+    Every ``interval`` seconds one line says the stage, done/total, the rate and the time left
+    (``embedding: 40,800/117,659 texts (35%), 68 texts/s, about 19 min left``). The first time
+    the rate is known, work that will take longer than :data:`ANNOUNCE_OVER_S` is announced with
+    its estimate instead (``embedding 117,659 texts: about 29 min at 68 texts/s``), and such
+    work ends with a line of its total time. The rate is measured from the first progress report
+    on (what comes before it -- loading a model -- is not work done at that rate).
+
+    Used as a context manager, a daemon thread writes the lines even while no progress is
+    reported (a long batch, an epoch); ``update`` and ``advance`` write them too when they are
+    due. ``clock`` (seconds, monotonic) and ``write`` are injectable; with a ``clock`` given
+    there is no thread: time moves only when the caller says so.
+    """
+
+    def __init__(
+        self,
+        description: str,
+        total: int | None,
+        *,
+        unit: str,
+        interval: float,
+        clock: Callable[[], float] | None = None,
+        write: Callable[[str], None] | None = None,
+    ) -> None:
+        if not (interval > 0 and math.isfinite(interval)):
+            raise ValueError(f"interval must be > 0 seconds, got interval={interval!r}.")
+        self.description = description
+        self.total = total or None
+        self.unit = unit
+        self.interval = float(interval)
+        self._threaded = clock is None
+        self._clock = clock or time.monotonic
+        self._write = write or _write_stderr
+        self._lock = threading.Lock()
+        self._start = self._clock()
+        self._due = self._start + self.interval
+        self._done = 0
+        self._first: tuple[float, int] | None = None  # (time, done) of the first report
+        self._rate: float | None = None
+        self._announced = False
+        self._wrote = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ---- what the work reports
+    def set_total(self, total: int | None) -> None:
+        self.total = total or None
+
+    def update(self, done: int) -> None:
+        """``done`` units so far (a cumulative count)."""
+        now = self._clock()
+        with self._lock:
+            if self._first is None:
+                self._first = (now, done)
+            elif now > self._first[0] and done > self._first[1]:
+                self._rate = (done - self._first[1]) / (now - self._first[0])
+            self._done = done
+        self.tick(now)
+
+    def advance(self, k: int) -> None:
+        self.update(self._done + k)
+
+    # ---- what it writes
+    def tick(self, now: float | None = None) -> None:
+        """Write a line if one is due."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            if now < self._due:
+                return
+            self._due = now + self.interval
+            line = self._line(now)
+            self._wrote = True
+        self._write(line)
+
+    def _line(self, now: float) -> str:
+        d, unit, done, rate = self.description, self.unit, self._done, self._rate
+        elapsed = _duration(now - self._start)
+        if rate is None:
+            so_far = f"{done:,}/{self.total:,} {unit}" if self.total else f"{done:,} {unit}"
+            return f"{d}: {so_far}, {elapsed} elapsed"
+        if self.total is None:
+            return f"{d}: {done:,} {unit}, {_rate(rate)} {unit}/s, {elapsed} elapsed"
+        whole = self.total / rate
+        if not self._announced:
+            self._announced = True
+            if whole > ANNOUNCE_OVER_S:
+                return (
+                    f"{d} {self.total:,} {unit}: about {_duration(whole)} at {_rate(rate)} {unit}/s"
+                )
+        pct = 100 * done / self.total
+        left = _duration(max(self.total - done, 0) / rate)
+        return (
+            f"{d}: {done:,}/{self.total:,} {unit} ({pct:.0f}%), {_rate(rate)} {unit}/s, "
+            f"about {left} left"
+        )
+
+    def finish(self) -> None:
+        """After work that wrote lines: one more with its total time and rate."""
+        if not self._wrote:
+            return
+        took = _duration(self._clock() - self._start)
+        if not self._done:  # a stage that reports no count (e.g. reconstructing)
+            self._write(f"{self.description}: done in {took}")
+            return
+        rate = "" if self._rate is None else f" ({_rate(self._rate)} {self.unit}/s)"
+        self._write(f"{self.description}: {self._done:,} {self.unit} in {took}{rate}")
+
+    # ---- as a context manager: the thread, and the last line after work that completed
+    def _run(self) -> None:
+        while not self._stop.wait(min(self.interval, 1.0)):
+            self.tick()
+
+    def __enter__(self) -> LogProgress:
+        if self._threaded:
+            self._thread = threading.Thread(target=self._run, name="progress", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: object, *_: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if exc_type is None:
+            self.finish()
+
+
+def _log_progress(description: str, total: int | None, unit: str) -> LogProgress | None:
+    """Progress lines off a terminal, or None when ``PRIVEMBED_PROGRESS_INTERVAL=0``."""
+    interval = progress_interval()
+    if interval is None:
+        return None
+    return LogProgress(description, total, unit=unit, interval=interval)
 
 
 def progress(
@@ -438,13 +632,21 @@ def progress(
     size: Callable[[Any], int] | None = None,
     unit: str = "rows",
 ) -> Iterator[Any]:
-    """A progress bar on a terminal (stderr), silent otherwise.
+    """A progress bar on a terminal (stderr); off one, a line every
+    :func:`progress_interval` seconds (:class:`LogProgress`).
 
     ``size(item)`` gives how much each item advances the bar (default 1), e.g. rows per batch;
     the bar shows done/total, the rate in ``unit`` per second and the time left.
     """
     if not show_progress():
-        yield from iterable
+        log = _log_progress(description, total, unit)
+        if log is None:
+            yield from iterable
+            return
+        with log:
+            for item in iterable:
+                yield item
+                log.advance(size(item) if size else 1)
         return
     bar, task = _bar(description, total, unit)
     with bar:
@@ -463,10 +665,16 @@ def progress_callback(
     description: str, *, unit: str = "rows", redirect_stdout: bool = True
 ) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
     """Yield ``(set_total, advance)`` callbacks driving a progress bar on a terminal (stderr):
-    done/total, the rate in ``unit`` per second, the time left. ``redirect_stdout=False``
+    done/total, the rate in ``unit`` per second, the time left (off a terminal: lines of
+    :class:`LogProgress`). ``redirect_stdout=False``
     leaves stdout alone while the bar is drawn (results piped elsewhere stay on stdout)."""
     if not show_progress():
-        yield (lambda _n: None), (lambda _k: None)
+        log = _log_progress(description, None, unit)
+        if log is None:
+            yield (lambda _n: None), (lambda _k: None)
+            return
+        with log:
+            yield log.set_total, log.advance
         return
     bar, task = _bar(description, None, unit, redirect_stdout=redirect_stdout)
     with bar:
@@ -476,9 +684,14 @@ def progress_callback(
 @contextlib.contextmanager
 def progress_done(description: str, total: int, *, unit: str) -> Iterator[Callable[[int], None]]:
     """Yield ``on_progress(done)`` (a cumulative count, as :meth:`privembed.data.embedders.Embedder.encode`
-    reports it) driving a progress bar on a terminal (stderr)."""
+    reports it) driving a progress bar on a terminal (stderr), lines off one."""
     if not show_progress():
-        yield lambda _done: None
+        log = _log_progress(description, total, unit)
+        if log is None:
+            yield lambda _done: None
+            return
+        with log:
+            yield log.update
         return
     bar, task = _bar(description, total, unit)
     with bar:

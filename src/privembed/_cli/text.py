@@ -13,7 +13,7 @@ from .common import (
     parse_floats,
     print_json,
     progress_done,
-    show_progress,
+    progress_reported,
     user_errors,
 )
 from .options import (
@@ -130,7 +130,7 @@ def sanitize(
         if index_cache is not None:
             search = NearestNeighbourIndex(voc.vectors, method=index, cache=index_cache)
         san = WordSanitizer(vocabulary=voc, epsilon=epsilon, post=post, c=c, oov=oov, index=search)
-    total = san.count_words(lines) if show_progress() else 0  # only a drawn bar needs it
+    total = san.count_words(lines) if progress_reported() else 0  # only progress needs it
     with progress_done("sanitising", total, unit="words") as on_progress:
         out = san.sanitize_many(lines, rng=seed, on_progress=on_progress)
     if as_json:
