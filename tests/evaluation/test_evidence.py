@@ -37,11 +37,21 @@ def live(verdict_of: str) -> object:
     return judge(AUX, [e])
 
 
+def study(id_: str):
+    (s,) = [s for s in studies() if s.id == id_]
+    return s
+
+
 def test_the_stored_study_is_package_data_with_its_provenance() -> None:
     text = resources.files("privembed.evaluation").joinpath("evidence.json").read_text()
     doc = json.loads(text)
     assert doc["format"] == "privembed/evidence/v1"
-    (s,) = studies()
+    assert [s.id for s in studies()] == [
+        "inversion-gpu-laplace-minilm",
+        "inversion-gpu-subspace-minilm",
+    ]
+    s = study("inversion-gpu-laplace-minilm")
+    assert s.modes == ("plain", "rerank")
     assert s.attack == "inversion" and s.mechanism == "laplace" and s.dim == 384
     assert "docs/attacks.md" in s.source and "H100" in s.machine
     # the rows are the ones docs/attacks.md prints: 2 runs x 5 epsilons x 2 target sets
@@ -122,7 +132,11 @@ def test_isotropic_mechanisms_are_compared_by_their_noise_level(mechanism, eps, 
     [
         ({"dim": 768}, "another dimension: another noise radius"),
         ({"mechanism": "mahalanobis"}, "not isotropic: not of the study's family"),
-        ({"mode": "subspace+rerank"}, "the subspace mode has no study yet"),
+        (
+            {"mode": "subspace+rerank", "mechanism": "purkayastha"},
+            "the subspace study measured Laplace noise, compared by epsilon",
+        ),
+        ({"mode": "subspace+rerank", "dim": 768}, "the subspace study is 384-d"),
         ({"mode": "query"}, "queries only"),
     ],
 )
@@ -131,6 +145,38 @@ def test_studies_bear_only_on_their_own_setting(kw: dict, why: str) -> None:
     v = with_stored_evidence(live("none"), **{**at, **kw})
     assert v.verdict == NOT_MEASURED, why
     assert stored_verdicts(AUX, **{**at, **kw}) == [], why
+
+
+def test_the_subspace_study_bears_on_the_subspace_mode_only() -> None:
+    """docs/attacks.md, 'Transformer inversion in the private subspace' (issue 37.3): Laplace
+    in k dimensions (public basis, k from the rule) leaks more than Laplace in d = 384 at the
+    same epsilon -- beyond the margin from epsilon 100, within it at 50."""
+    s = study("inversion-gpu-subspace-minilm")
+    assert s.attack == "inversion" and s.mechanism == "laplace" and s.dim == 384
+    assert s.modes == ("subspace+rerank",) and s.compare == "epsilon"
+    assert s.family == ("laplace",) and "H200" in s.machine
+    assert "docs/attacks.md" in s.source and "inversion_gpu_subspace.csv" in s.source
+    assert len(s.rows) == 8 and s.runs() == ["inversion_gpu_subspace"]
+    assert [e for _, e in s.levels("inversion_gpu_subspace")] == [50.0, 100.0, 150.0, 200.0]
+    for mode in ("plain", "rerank", "query", "sealed"):
+        assert not s.bears_on(attacks=AUX.attacks, mechanism="laplace", mode=mode, dim=384)
+    assert s.bears_on(attacks=AUX.attacks, mechanism="laplace", mode="subspace+rerank", dim=384)
+    sub = {"mechanism": "laplace", "mode": "subspace+rerank", "dim": 384}
+    for eps in (100.0, 150.0, 316.2):
+        v = with_stored_evidence(live("defends"), epsilon=eps, model="x", **sub)
+        assert v.verdict == DOES_NOT_DEFEND, (eps, v.reason)
+        assert "inversion_gpu_subspace" in v.reason and "private subspace" in v.reason
+    # the full-dimension study still reads "defends" at 100 in the rerank mode
+    full = with_stored_evidence(
+        live("weak"), mechanism="laplace", epsilon=100.0, mode="rerank", dim=384, model=MINILM
+    )
+    assert full.verdict == DEFENDS and "inversion_gpu_subspace" not in full.reason
+    # at 50 the subspace rows stay within the margin: "defends" on its own model only
+    assert with_stored_evidence(live("weak"), epsilon=50.0, model=MINILM, **sub).verdict == DEFENDS
+    assert with_stored_evidence(live("weak"), epsilon=50.0, model="x", **sub).verdict == NO_EVIDENCE
+    # between the defended 50 and the undefended 100
+    between = with_stored_evidence(live("defends"), epsilon=75.0, model=MINILM, **sub)
+    assert between.verdict == INCONCLUSIVE
 
 
 def test_a_stronger_live_attack_is_kept() -> None:
