@@ -260,6 +260,16 @@ StoreText = Annotated[
     bool,
     typer.Option("--store-text", help="Also seal each text in its payload (texts as input)."),
 ]
+Sealed = Annotated[
+    bool,
+    typer.Option(
+        "--sealed",
+        help="Store no vector: each record's exact vector (its text with --store-text, its "
+        "--metadata-field columns) sealed with the key (AES-256-GCM, padded) beside a "
+        "constant placeholder; search fetches the payloads and ranks them exactly on your "
+        "side. Needs --key-file; takes no mechanism, noise, ledger or profile option.",
+    ),
+]
 
 
 def index(
@@ -288,6 +298,7 @@ def index(
     payload_dtype: PayloadDtype = "float32",
     pad_to: PadTo = "padme",
     store_text: StoreText = False,
+    sealed: Sealed = False,
     text_field: OptTextField = "text",
     ids_from_content: IndexIdsFromContent = False,
     profile_queries: ProfileQueries = None,
@@ -302,8 +313,26 @@ def index(
     (Chroma embedded by default).
 
     Already-protected files (privembed protect) are indexed as they are, under the
-    configuration they record. Plain vectors need --mechanism (or --mechanism none).
+    configuration they record. Plain vectors need --mechanism (or --mechanism none), or
+    --sealed (no vector in the store at all).
     """
+    if sealed:  # payloads only: no mechanism, noise, ledger or profile (a path of its own)
+        refused = {
+            "--mechanism": mechanism, "--epsilon": epsilon, "--delta": delta, "--sigma": sigma,
+            "--param": param, "--mask": mask, "--seed": seed, "--ledger": ledger,
+            "--budget-epsilon": budget_epsilon, "--budget-delta": budget_delta,
+            "--basis": basis, "--basis-epsilon": basis_epsilon, "--basis-delta": basis_delta,
+            "--profile-queries": profile_queries, "--allow-reprotect": allow_reprotect,
+            "--faiss-index": faiss_index,
+        }  # fmt: skip
+        return _index_sealed(
+            input, store, path, collection, refused=refused, key_file=key_file, quiet=quiet,
+            as_json=as_json, column=column, id_column=id_column,
+            metadata_columns=metadata_column, model=model, batch_rows=batch_rows,
+            payload_dtype=payload_dtype, store_text=store_text, text_field=text_field,
+            pad_to=pad_to if pad_to == "padme" else _pad_bytes(pad_to),
+            ids_from_content=ids_from_content,
+        )  # fmt: skip
     from ..data.io import check_input_format
     from ..integrations.collection import index_file
     from .common import progress_callback
@@ -341,6 +370,43 @@ def index(
     _report_indexed(res, mech, store, path, collection, as_json=as_json, quiet=quiet)
 
 
+def _index_sealed(
+    input: Path,
+    store: str,
+    path: Path,
+    collection: str,
+    *,
+    refused: dict[str, Any],
+    key_file: Path | None,
+    quiet: bool,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """``index --sealed``: refuse, in one line, the options that do not apply, then
+    :func:`~privembed.integrations.collection.index_file` with ``mechanism="sealed"``."""
+    from ..data.io import check_input_format
+    from ..integrations.collection import index_file
+    from .common import progress_callback
+
+    given = [name for name, value in refused.items() if value not in (None, False, [])]
+    if given:
+        raise ValueError(
+            f"--sealed stores sealed payloads and no vector: {', '.join(given)} "
+            f"{'does' if len(given) == 1 else 'do'} not apply (no mechanism, noise, ledger or "
+            "k' profile)."
+        )
+    if key_file is None:
+        raise ValueError("--sealed seals every record with your key: give --key-file.")
+    check_input_format(input)
+    key = _key(key_file)
+    with progress_callback("indexing") as (set_total, advance):
+        res = index_file(
+            input, store, path, collection, mechanism="sealed", key=key,
+            on_start=set_total, on_batch=advance, **options,
+        )  # fmt: skip
+    _report_indexed(res, "sealed", store, path, collection, as_json=as_json, quiet=quiet)
+
+
 def _report_indexed(
     res: dict[str, Any],
     mech: Any,
@@ -372,7 +438,14 @@ def _report_indexed(
         err_console.print(f"basis: {sub['basis']}", highlight=False)
         err_console.print(f"composed: {sub['composed_guarantee']}", highlight=False)
     err_console.print(f"query treatment: {treat}", highlight=False)
-    if res.get("payloads"):
+    if res.get("sealed"):
+        err_console.print(
+            "sealed: the store holds payloads and one placeholder vector per record; search "
+            "with --key-file fetches every payload and ranks them exactly on your side (kept "
+            "in an encrypted cache beside the store until it changes)",
+            highlight=False,
+        )
+    elif res.get("payloads"):
         err_console.print(
             "payloads: exact vectors sealed with the key (AES-256-GCM); search with "
             "--key-file and --rerank K' or --recall 0.95 for exact re-ranking",
@@ -434,6 +507,15 @@ BatchQueries = Annotated[
         "within 160 MiB, so memory follows K' and the dimension, not the number of queries)."
     ),
 ]
+SealedCache = Annotated[
+    bool,
+    typer.Option(
+        "--sealed-cache/--no-sealed-cache",
+        help="A sealed collection: keep the index of its opened payloads in a file beside the "
+        "store, encrypted with the key, so that the next search fetches nothing while the "
+        "store is unchanged.",
+    ),
+]
 ReadOnlyLedger = Annotated[
     str | None,
     ledger_flag(
@@ -467,9 +549,13 @@ def search(
         bool, json_flag(help="Print JSON Lines: one object per query, one per line.")
     ] = False,
     ledger: ReadOnlyLedger = None,
+    sealed_cache: SealedCache = True,
 ) -> None:
     """Search a protected collection: print each hit's id, its cosine (labelled as what it is)
-    and its text. The model stays loaded across queries: give several, a file, or stdin."""
+    and its text. The model stays loaded across queries: give several, a file, or stdin.
+
+    A sealed collection (index --sealed) needs --key-file: its payloads are fetched and ranked
+    exactly here (--rerank/--recall are exact already and ignored)."""
     from ..integrations.collection import Searcher
 
     labels, from_stdin = _query_texts(query, queries)
@@ -486,9 +572,10 @@ def search(
     key = _key(key_file)
     opts: dict[str, Any] = {"rerank": rerank, "recall": recall, "protect_query": qmech}
     led = _read_only_ledger(ledger)
+    session: dict[str, Any] = {"key": key, "model": model, "texts": texts, "ledger": led}
     with (
         contextlib.closing(led) if led is not None else contextlib.nullcontext(),
-        Searcher(store, path, collection, key=key, model=model, texts=texts, ledger=led) as s,
+        Searcher(store, path, collection, sealed_cache=sealed_cache, **session) as s,
     ):
         opts["batch_queries"] = batch_queries or s.batch_size(k, **opts)  # checks rerank/recall/key
         emit = _batch_printer(s, store, collection, recall=recall, as_json=as_json)

@@ -34,6 +34,7 @@ __all__ = [
     "PAYLOAD_HKDF_INFO",
     "PAYLOAD_HKDF_SALT",
     "QUERY",
+    "SEALED_INDEX",
     "SEEDED_ROWS",
     "SERVE_BACKEND",
     "SERVE_TEXT",
@@ -64,6 +65,9 @@ PAYLOAD_HKDF_SALT = b"privembed/payload"
 PAYLOAD_HKDF_INFO = b"privembed/payload/v1"
 #: sealed payloads: the associated data's domain (payload.py)
 PAYLOAD_AD = b"privembed/payload/v1/ad\x00"
+#: a sealed collection's local index cache: its key HMAC(K, SEALED_INDEX || collection)
+#: (search/sealed.py)
+SEALED_INDEX = b"privembed/sealed-index/v1\x00"
 #: query-side keyed noise: the query key HMAC(K, QUERY) (integrations/query.py)
 QUERY = b"privembed/query/v1\x00"
 #: the server's text identities HMAC(K, SERVE_TEXT || canonical text) (server/service.py)
@@ -87,6 +91,7 @@ ALL: tuple[bytes, ...] = (
     PAYLOAD_HKDF_SALT,
     PAYLOAD_HKDF_INFO,
     PAYLOAD_AD,
+    SEALED_INDEX,
     QUERY,
     SERVE_TEXT,
     SERVE_BACKEND,

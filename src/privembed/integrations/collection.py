@@ -10,6 +10,12 @@ mechanism and its query-side treatment (:mod:`privembed.integrations.query`):
 * :meth:`~ProtectedCollection.query` and :meth:`~ProtectedCollection.query_texts` apply the
   treatment the collection's mechanism requires and return hits, best first.
 
+A *sealed* collection (``mechanism="sealed"``, :mod:`privembed.search.sealed`) stores no
+protected vector at all: each record is a sealed payload beside one constant placeholder
+vector. Its queries never reach the store: the key holder fetches every payload once per
+collection object (or loads its encrypted local cache), opens them and ranks by the exact
+cosine on its side.
+
 The collection records the mechanism configuration, the guarantee, the key id and the embedding
 model in the store's metadata, so a later process (``privembed search``) can query it correctly
 with nothing but the store path, and refuses to mix vectors of different mechanisms or models in
@@ -28,6 +34,7 @@ import contextlib
 import io
 import json
 import math
+import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,14 +50,48 @@ from ..keys.keyed import resolve_key
 from ..keys.payload import PayloadCodec, PayloadError, release_digest
 from ..mechanisms import Mechanism
 from ..release import Release, setting_note
+from ..search.sealed import (
+    PLACEHOLDER,
+    SEALED_GUARANTEE,
+    SEALED_GUARANTEE_TEXT,
+    SealedIndex,
+    sealed_batch_size,
+    stamp,
+)
 from .query import QueryTreatment, protect_queries, query_treatment
-from .stores import Hit, VectorStore
+from .stores import Hit, VectorStore, check_metadata
 
 __all__ = ["ProtectedCollection", "SearchResult", "Searcher", "index_file", "score_kind"]
 
 
 def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+#: the store info entry a sealed write changes (a random token): a cached index of an older
+#: generation is stale
+SEALED_GENERATION = "sealed_generation"
+#: how a sealed collection's queries are treated: they never leave the client
+SEALED_TREATMENT = QueryTreatment(
+    "none",
+    "cosine",
+    "sealed: the query stays on the client; every payload is opened and ranked by exact cosine",
+)
+
+
+def sealed_protection(key: bytes) -> dict[str, Any]:
+    """The protection record of a sealed collection: no mechanism, its guarantee as data (not
+    differential privacy: :data:`privembed.search.sealed.SEALED_GUARANTEE`) and the key id."""
+    from ..keys.keyed import key_id
+
+    return {
+        "protected": True,
+        "sealed": True,
+        "mechanism": None,
+        "guarantee": json.loads(json.dumps(SEALED_GUARANTEE)),
+        "guarantee_text": SEALED_GUARANTEE_TEXT,
+        "key_id": key_id(key),
+    }
 
 
 def _sealed_params(config: dict[str, Any] | None) -> list[str]:
@@ -76,11 +117,15 @@ class ProtectedCollection:
     store : VectorStore
         An open store. For a new collection its ``metric`` must be the one the treatment needs
         (use :meth:`open`, which picks it).
-    mechanism : Mechanism, "none" or None
+    mechanism : Mechanism, "none", "sealed" or None
         The mechanism for new vectors. ``None`` adopts the collection's stored configuration
         (query-only use, or :meth:`add_released`). ``"none"`` indexes plain, unprotected vectors.
+        ``"sealed"`` stores no vector: every record is a sealed payload (the key is needed)
+        beside a constant placeholder, and queries are ranked exactly on the client
+        (:meth:`sealed_index`; :mod:`privembed.search.sealed` says what the store learns).
     key : bytes, optional
-        Secret key for keyed noise (ids then required in :meth:`add`).
+        Secret key for keyed noise (ids then required in :meth:`add`); a sealed collection's
+        payloads are sealed and opened with it.
     rng : int, numpy.random.Generator or None
         Randomness without a key.
     embedding_model : str, optional
@@ -88,6 +133,11 @@ class ProtectedCollection:
     protection : dict, optional
         Protection metadata of vectors protected elsewhere (``privembed protect`` output); used
         with ``mechanism=None`` for a new collection.
+    sealed_cache : bool, default True
+        Sealed collections only: keep the index built from the decrypted payloads in a local
+        file beside the store, encrypted under a key derived from ``key``
+        (``.privembed-sealed-<collection>.cache``), so that the next collection object loads
+        it instead of fetching every payload again while the store is unchanged.
 
     Examples
     --------
@@ -115,18 +165,27 @@ class ProtectedCollection:
         payload_dtype: str = "float32",
         pad_to: int | str = "padme",
         ledger: Any = None,
+        sealed_cache: bool = True,
     ) -> None:
         self.store = store
         #: a :class:`~privembed.keys.ledger.Ledger` that re-ranking checks payloads against: a
         #: payload of an older release of its record (a rollback by the store) is refused
         self.ledger = ledger
+        self.sealed_cache = bool(sealed_cache)
+        self._index: SealedIndex | None = None
         stored = store.info.get("protection")
+        self.key = None if key is None else resolve_key(key)
         if isinstance(mechanism, str):
-            if mechanism != "none":
+            if mechanism not in ("none", "sealed"):
                 raise ValueError(
-                    f"mechanism must be a Mechanism, 'none' or None, got mechanism={mechanism!r}."
+                    "mechanism must be a Mechanism, 'none', 'sealed' or None, got "
+                    f"mechanism={mechanism!r}."
                 )
             protection = {"protected": False}
+            if mechanism == "sealed":
+                if self.key is None:
+                    raise ValueError(self._needs_key(store))
+                protection = sealed_protection(self.key)
             self.mechanism: Mechanism | None = None
         elif isinstance(mechanism, Mechanism):
             self.mechanism = mechanism
@@ -142,9 +201,20 @@ class ProtectedCollection:
                 protection = stored
         else:
             raise TypeError(
-                f"mechanism must be a Mechanism, 'none' or None, got mechanism={mechanism!r}."
+                f"mechanism must be a Mechanism, 'none', 'sealed' or None, got "
+                f"mechanism={mechanism!r}."
             )
-        self.key = None if key is None else resolve_key(key)
+        #: whether the collection is sealed: payloads only, ranked on the client
+        self.sealed = protection is not None and bool(protection.get("sealed"))
+        if self.sealed:
+            if self.key is None:
+                raise ValueError(self._needs_key(store))
+            if payloads is False:
+                raise ValueError(
+                    "a sealed collection stores payloads and nothing else; payloads=False "
+                    "does not apply."
+                )
+            payloads = True
         # one generator across adds: seeded adds never repeat each other's noise
         self._rng = None if rng is None else as_generator(rng)
         if self.mechanism is not None:
@@ -153,27 +223,31 @@ class ProtectedCollection:
             probe.close()
         elif rng is not None:
             raise ValueError("rng applies only when a mechanism protects new vectors.")
-        self.codec = self._payload_codec(payloads, payload_dtype, pad_to)
         assert protection is not None
         self.protection = protection
+        if stored is not None:  # before the payloads: a mixed collection is named as such
+            self._check_compatible(stored, embedding_model)
+        self.codec = self._payload_codec(payloads, payload_dtype, pad_to)
         config = protection.get("mechanism") if protection.get("protected") else None
-        if protection.get("protected") and not isinstance(config, dict):
+        if protection.get("protected") and not self.sealed and not isinstance(config, dict):
             raise ValueError("protection metadata has no mechanism configuration.")
-        self._sealed = _sealed_params(config)
-        if self._sealed and self.key is None:
+        self._sealed_params = _sealed_params(config)
+        if self._sealed_params and self.key is None:
+            held = " and ".join(self._sealed_params)
             raise ValueError(
-                f"{self._describe(protection)} keeps its {' and '.join(self._sealed)} with the key "
-                "holder, sealed beside the collection (queries are projected with them): give "
-                "the key (--key-file)."
+                f"{self._describe(protection)} keeps its {held} with the key holder, sealed "
+                "beside the collection (queries are projected with them): give the key "
+                "(--key-file)."
             )
         if self.mechanism is not None:
             self.treatment: QueryTreatment = query_treatment(self.mechanism)
-        elif self._sealed and config is not None:
+        elif self.sealed:
+            self.treatment = SEALED_TREATMENT
+        elif self._sealed_params and config is not None:
             self.treatment = query_treatment(self._open_arrays(config))
         else:
             self.treatment = query_treatment(config)
         if stored is not None:
-            self._check_compatible(stored, embedding_model)
             self.embedding_model = store.info.get("embedding_model")
         else:
             self.embedding_model = embedding_model
@@ -215,6 +289,13 @@ class ProtectedCollection:
             )
         return codec
 
+    @staticmethod
+    def _needs_key(store: VectorStore) -> str:
+        return (
+            f"collection {store.collection!r} is sealed: its records are payloads that only "
+            "your key opens; give the key (--key-file)."
+        )
+
     @property
     def has_payloads(self) -> bool:
         """Whether the collection stores sealed payloads (exact vectors) for re-ranking."""
@@ -242,6 +323,8 @@ class ProtectedCollection:
             metric = query_treatment(mechanism).metric
         elif mechanism == "none":
             metric = query_treatment(None).metric
+        elif mechanism == "sealed":
+            metric = SEALED_TREATMENT.metric
         elif protection is not None:
             cfg = protection.get("mechanism") if protection.get("protected") else None
             metric = query_treatment(cfg).metric
@@ -256,6 +339,8 @@ class ProtectedCollection:
 
     @staticmethod
     def _describe(protection: dict[str, Any]) -> str:
+        if protection.get("sealed"):
+            return "sealed payloads (no vectors)"
         if not protection.get("protected"):
             return "unprotected vectors"
         cfg = protection.get("mechanism") or {}
@@ -263,9 +348,11 @@ class ProtectedCollection:
 
     def _check_compatible(self, stored: dict[str, Any], model: str | None) -> None:
         new, old = self.protection, stored
-        if bool(new.get("protected")) != bool(old.get("protected")) or _canon(
-            new.get("mechanism")
-        ) != _canon(old.get("mechanism")):
+        if (
+            bool(new.get("protected")) != bool(old.get("protected"))
+            or bool(new.get("sealed")) != bool(old.get("sealed"))
+            or _canon(new.get("mechanism")) != _canon(old.get("mechanism"))
+        ):
             raise ValueError(
                 f"collection {self.store.collection!r} holds vectors from "
                 f"{self._describe(old)} ({old.get('guarantee_text', 'no guarantee')}); these "
@@ -306,7 +393,9 @@ class ProtectedCollection:
         :class:`~privembed.keys.ledger.Ledger`) records the release before the upsert. When the
         collection stores payloads, each record's exact vector (and its text, if ``texts``
         are given) is sealed with the key and stored beside the protected vector: the store
-        holds ciphertext only.
+        holds ciphertext only. A sealed collection stores the payloads alone (with each
+        record's ``metadata`` sealed inside, not in the store) beside a constant placeholder,
+        and returns the placeholder rows it stored; it takes no ledger (nothing is released).
 
         Raises
         ------
@@ -320,6 +409,8 @@ class ProtectedCollection:
             raise DataError(f"texts has {len(texts)} entries but there are {len(id_list)} ids.")
         # ids the store would merge (7 and "7") are refused before the ledger records anything
         self.store.check_ids(id_list)
+        if self.sealed:
+            return self._add_sealed(id_list, X, metadata, texts, ledger, row_offset)
         if self.mechanism is None:
             if self.protection.get("protected"):
                 raise ValueError(
@@ -349,12 +440,49 @@ class ProtectedCollection:
             self.store.upsert(id_list, Y, metadata, payloads=blobs)
         return Y
 
+    def _add_sealed(
+        self,
+        ids: list[Any],
+        X: Any,
+        metadata: Any,
+        texts: Sequence[str] | None,
+        ledger: Any,
+        row_offset: int,
+    ) -> NDArray[Any]:
+        """:meth:`add` for a sealed collection: each row (with its text and metadata) sealed
+        into a payload, stored beside the placeholder; returns what the store got (the
+        placeholder rows). Everything is checked before anything is written."""
+        if ledger is not None:
+            raise ValueError(
+                "a sealed collection releases no vector, so nothing is charged to a ledger; "
+                "omit the ledger."
+            )
+        d_in = self.store.info.get("dim_in")
+        arr, _ = check_embeddings(X, name="embeddings", dim=d_in, row_offset=row_offset)
+        metas = check_metadata(metadata, arr.shape[0])
+        self._record_info(arr.shape[1])
+        blobs = self._seal(ids, arr, texts, None, metadatas=metas)
+        held = np.tile(np.asarray(PLACEHOLDER, dtype=np.float32), (arr.shape[0], 1))
+        # a new generation before the write (a cache taken while it runs is stale) and after
+        self.store.update_info(**{SEALED_GENERATION: secrets.token_hex(16)})
+        self.store.upsert(ids, held, None, payloads=blobs)
+        self.store.update_info(**{SEALED_GENERATION: secrets.token_hex(16)})
+        self._index = None  # the next query builds it again
+        return held
+
     def _seal(
-        self, ids: list[Any], X: Any, texts: Sequence[str] | None, released: Any
+        self,
+        ids: list[Any],
+        X: Any,
+        texts: Sequence[str] | None,
+        released: Any,
+        *,
+        metadatas: Sequence[dict[str, Any]] | None = None,
     ) -> list[bytes] | None:
         """Sealed payloads of the clean rows (None when the collection stores none), each
         bound to the release it is stored beside (:func:`privembed.keys.payload.release_digest` of
-        its row of ``released``)."""
+        its row of ``released``; ``None``: a sealed collection, which releases nothing).
+        ``metadatas`` are sealed into the payloads too (a sealed collection's metadata)."""
         if self.codec is None:
             return None
         if self.store.info.get("payloads") is None:
@@ -368,12 +496,14 @@ class ProtectedCollection:
                 }
             )
         clean = np.asarray(X, dtype=np.float32)
+        digests = None if released is None else [release_digest(r) for r in np.asarray(released)]
         return self.codec.seal_many(
             clean,
             ids=[str(i) for i in ids],  # the store's id: payloads open for what it returns
             collection=self.store.collection,
             texts=None if texts is None else list(texts),
-            releases=[release_digest(r) for r in np.asarray(released)],
+            metadatas=None if metadatas is None else list(metadatas),
+            releases=digests,
         )
 
     # ---- arrays the key holder keeps (a subspace basis) -----------------------------------------
@@ -383,14 +513,16 @@ class ProtectedCollection:
     def _seal_arrays(self) -> None:
         """Seal the arrays that the configuration records only by digest and that queries need
         (a subspace basis and mean) beside the store, with the key; the store never sees them."""
-        if not self._sealed or self.mechanism is None or self._arrays_path().exists():
+        if not self._sealed_params or self.mechanism is None or self._arrays_path().exists():
             return
         from ..data.io import atomic_output
         from ..keys.payload import PayloadCodec
 
         assert self.key is not None  # checked when the collection was opened
         params = self.mechanism.params
-        arrays: dict[str, Any] = {k: np.asarray(params[k], dtype=np.float64) for k in self._sealed}
+        arrays: dict[str, Any] = {
+            k: np.asarray(params[k], dtype=np.float64) for k in self._sealed_params
+        }
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         blob = PayloadCodec(self.key).seal(
@@ -412,7 +544,7 @@ class ProtectedCollection:
         path = self._arrays_path()
         if not path.exists():
             raise PayloadError(
-                f"collection {self.store.collection!r} records its {', '.join(self._sealed)} "
+                f"collection {self.store.collection!r} records its {', '.join(self._sealed_params)} "
                 f"by digest only and the sealed copy ({path.name}) is missing: queries cannot be "
                 "projected.",
                 cause="missing",
@@ -439,8 +571,13 @@ class ProtectedCollection:
         """Upsert vectors already released under this collection's protection record.
 
         Payloads need the clean vectors, which a file of releases does not hold: a collection
-        with payloads cannot take pre-released vectors.
+        with payloads (a sealed one too) cannot take pre-released vectors.
         """
+        if self.sealed:
+            raise ValueError(
+                "a sealed collection seals the clean embeddings (it stores no released "
+                "vector); add() them instead."
+            )
         if self.codec is not None or self.has_payloads:
             raise ValueError(
                 "this collection stores payloads (exact vectors for re-ranking); released "
@@ -485,6 +622,12 @@ class ProtectedCollection:
         only one batch's candidates are held at once, so memory follows k' and the dimension,
         not the number of queries (:meth:`query_batches` yields the batches as they finish).
 
+        A sealed collection ranks every record by its exact cosine on the client
+        (:meth:`sealed_index`, built on the first query); nothing about the query reaches the
+        store. Its hits carry exact cosines, the sealed texts and metadata. ``rerank`` and
+        ``recall`` are accepted and ignored there (the ranking is already exact over the whole
+        corpus, so any k' is met); ``protect_query`` is refused (nothing is sent to protect).
+
         Raises
         ------
         privembed.keys.payload.PayloadError
@@ -521,6 +664,9 @@ class ProtectedCollection:
                 f"{d_in}-dimensional embeddings (dimension mismatch)."
             )
         clean, _ = check_embeddings(arr, name="query")
+        if self.sealed:
+            yield from self._sealed_batches(clean, k, protect_query, batch_queries)
+            return
         depth = self._depth(k, rerank, recall, protect_query)
         step = (
             self.query_batch_size(k, rerank=rerank, recall=recall, protect_query=protect_query)
@@ -547,6 +693,72 @@ class ProtectedCollection:
                 fetched = self.store.search(Qt[s : s + step], depth)
                 yield self._exact_top(clean[s : s + step], fetched, k)
 
+    def _sealed_batches(
+        self, clean: NDArray[Any], k: int, protect_query: Any, batch_queries: int | None
+    ) -> Iterator[list[list[Hit]]]:
+        """:meth:`query_batches` of a sealed collection: the local exact index, no store
+        search."""
+        if protect_query is not None:
+            raise ValueError(
+                f"collection {self.store.collection!r} is sealed: queries never leave the "
+                "client, so there is nothing to protect (protect_query does not apply)."
+            )
+        index = self.sealed_index()
+        Q = clean[None, :] if clean.ndim == 1 else clean
+        step = (
+            sealed_batch_size(len(index))
+            if batch_queries is None
+            else check_int("batch_queries", batch_queries, ge=1)
+        )
+        for s in range(0, Q.shape[0], step):
+            yield [
+                [
+                    Hit(index.ids[r], score, dict(index.metadata[r] or {}), text=index.texts[r])
+                    for r, score in row
+                ]
+                for row in index.search(Q[s : s + step], k)
+            ]
+
+    def sealed_index(self) -> SealedIndex:
+        """The exact local index of a sealed collection (:class:`~privembed.search.sealed.
+        SealedIndex`), built on first use and kept by this object: loaded from the encrypted
+        cache beside the store when it is current (same record count, ids and write
+        generation), else every payload fetched -- ids listed and sorted, then fetched and
+        opened :data:`~privembed.search.sealed.FETCH_BATCH` at a time -- and the cache
+        written (``sealed_cache``).
+
+        Raises
+        ------
+        privembed.keys.payload.PayloadError
+            A record without a payload, a payload that does not open (tampered, truncated,
+            another record's), or a cache that fails authentication. Nothing is written.
+        ValueError
+            The collection is not sealed.
+        """
+        if not self.sealed:
+            raise ValueError(f"collection {self.store.collection!r} is not sealed.")
+        if self._index is not None:
+            return self._index
+        assert self.codec is not None and self.key is not None  # checked when opened
+        name = self.store.collection
+        ids = self.store.store_ids()
+        current = stamp(ids, self.store.info.get(SEALED_GENERATION))
+        path = self.sealed_cache_path
+        index = None
+        if self.sealed_cache:
+            index = SealedIndex.load(path, key=self.key, collection=name, current=current)
+        if index is None:
+            index = SealedIndex.fetch(ids, self.store.payloads, self.codec, name)
+            if self.sealed_cache:
+                index.save(path, key=self.key, collection=name, current=current)
+        self._index = index
+        return index
+
+    @property
+    def sealed_cache_path(self) -> Path:
+        """Where a sealed collection keeps its encrypted local index (beside the store)."""
+        return Path(self.store.path) / f".privembed-sealed-{self.store.collection}.cache"
+
     def query_batch_size(
         self,
         k: int = 10,
@@ -561,6 +773,8 @@ class ProtectedCollection:
         from ..search.rerank import query_batch_size
 
         k = check_int("k", k, ge=1)
+        if self.sealed:
+            return sealed_batch_size(self.store.count())
         depth = self._depth(k, rerank, recall, protect_query) or k
         info = self.store.info
         dim = int(info.get("dim_in") or info.get("dim") or 1)
@@ -721,6 +935,11 @@ class ProtectedCollection:
             subspace_profile_needed,
         )
 
+        if self.sealed:
+            raise ValueError(
+                f"collection {self.store.collection!r} is sealed and ranks exactly: it has no "
+                "k' to plan, so no score profile."
+            )
         if self.codec is None:
             raise ValueError("the profile is sealed with your key: give it (--key-file).")
         n_docs = int(np.asarray(documents).shape[0])
@@ -845,7 +1064,7 @@ def score_kind(
     collection: ProtectedCollection, *, reranked: bool, protect_query: Any = None
 ) -> str:
     """What the scores of a search of ``collection`` are (one of the constants above)."""
-    if reranked:
+    if reranked or collection.sealed:
         return EXACT
     if not collection.protection.get("protected"):
         return EXACT_UNPROTECTED if protect_query is None else QUERY_PROTECTED
@@ -912,6 +1131,8 @@ class Searcher:
     ledger : Ledger, optional
         The ledger the collection was indexed under: re-ranking refuses a payload of an older
         release of its record (a store that rolled a record back).
+    sealed_cache : bool, default True
+        A sealed collection's encrypted local index cache (:class:`ProtectedCollection`).
 
     Examples
     --------
@@ -930,16 +1151,20 @@ class Searcher:
         texts: Any = None,
         store_options: dict[str, Any] | None = None,
         ledger: Any = None,
+        sealed_cache: bool = True,
     ) -> None:
         from .stores import open_store
 
         if not Path(path).exists():
             raise FileNotFoundError(f"store not found: {path}")
-        self.collection = ProtectedCollection(
-            open_store(store, path, collection, create=False, **(store_options or {})),
-            key=key,
-            ledger=ledger,
-        )
+        opened = open_store(store, path, collection, create=False, **(store_options or {}))
+        try:
+            self.collection = ProtectedCollection(
+                opened, key=key, ledger=ledger, sealed_cache=sealed_cache
+            )
+        except BaseException:
+            opened.close()
+            raise
         self.model_name = model or self.collection.embedding_model
         self._embedder: Any = None
         self.texts = self._load_texts(texts)
@@ -1233,6 +1458,22 @@ def _check_index_mode(
 
     input = source.path
     protected_in = bool(source.meta.get("protected"))
+    if mechanism == "sealed":
+        if protected_in:
+            raise ValueError(
+                f"{input} is protected: a sealed collection seals the clean embeddings (a file "
+                "of releases does not hold them)."
+            )
+        if key is None:
+            raise ValueError("a sealed collection is sealed with your key: give it (--key-file).")
+        if rng is not None:
+            raise ValueError("a sealed collection adds no noise: --seed does not apply.")
+        if ledger is not None:
+            raise ValueError(
+                "a sealed collection releases no vector, so nothing is charged: --ledger does "
+                "not apply."
+            )
+        return
     if mechanism is None:
         if not protected_in:
             raise ValueError(
@@ -1381,6 +1622,7 @@ def _index_into(
                 "treatment": col.treatment.description,
                 "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
                 "payloads": col.has_payloads,
+                "sealed": col.sealed,
                 "profile": profile.source,
                 # what the setting does to vectors of this dimension (a SettingNote; None for
                 # vectors indexed as the releases they are)
@@ -1440,6 +1682,11 @@ def index_file(
     pseudo-queries (:func:`privembed.search.rerank.pseudo_queries`; documents as they are make ``k'``
     too small where queries and documents differ).
 
+    ``mechanism="sealed"`` (needs the key) stores no vector: each record's exact vector, text
+    (``store_text``) and metadata are sealed into its payload beside a constant placeholder,
+    and searches rank on the client (:class:`ProtectedCollection`); ``payloads`` is implied and
+    no profile is made (there is no k' to plan).
+
     ``store_options`` go to the store (:func:`privembed.integrations.stores.open_store`), e.g.
     ``{"factory": "SQfp16"}`` for a FAISS index of half-precision vectors.
 
@@ -1447,8 +1694,9 @@ def index_file(
     -------
     dict
         ``rows``, ``n``, ``dim``, ``total`` (vectors in the collection), ``treatment``,
-        ``guarantee``, ``payloads``, ``profile`` (what stood for the queries, or None),
-        ``setting`` (the :class:`~privembed.release.SettingNote` of a protected index, or None).
+        ``guarantee``, ``payloads``, ``sealed``, ``profile`` (what stood for the queries, or
+        None), ``setting`` (the :class:`~privembed.release.SettingNote` of a protected index,
+        or None).
     """
     source = _index_input(
         input,
@@ -1460,7 +1708,7 @@ def index_file(
         store_text=store_text,
         text_field=text_field,
         ids_from_content=ids_from_content,
-        needs_ids=key is not None or ledger is not None or payloads,
+        needs_ids=key is not None or ledger is not None or payloads or mechanism == "sealed",
         key=key,
     )
     if on_start is not None:
@@ -1474,7 +1722,12 @@ def index_file(
         payloads=payloads,
         allow_reprotect=allow_reprotect,
     )
-    profile = _ProfileSample(payloads, profile_queries, profile_max_docs, source.model)
+    sealed = mechanism == "sealed"
+    if sealed and not isinstance(profile_queries, int):
+        raise ValueError("a sealed collection ranks exactly: profile queries do not apply.")
+    profile = _ProfileSample(
+        payloads and not sealed, profile_queries, profile_max_docs, source.model
+    )
     return _index_into(
         source,
         store,
@@ -1487,7 +1740,7 @@ def index_file(
         store_options=store_options,
         key=key,
         rng=rng,
-        payloads=payloads or None,
+        payloads=payloads or sealed or None,
         payload_dtype=payload_dtype,
         pad_to=pad_to,
     )

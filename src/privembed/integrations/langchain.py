@@ -149,6 +149,10 @@ class PrivateRetriever(BaseRetriever):
     exact cosine as ``Document`` objects (``page_content``: the sealed text; ``metadata``: the
     record id, the exact cosine and the stored metadata).
 
+    On a sealed collection (no vector in the store, :mod:`privembed.search.sealed`) every
+    payload is opened once and ranked here: the hits are the exact top ``k`` and ``rerank`` /
+    ``recall`` are ignored.
+
     Examples
     --------
     ``PrivateRetriever(searcher=Searcher("chroma", "db", key="secret.key"), k=4, recall=0.95)``

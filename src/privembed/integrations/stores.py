@@ -4,8 +4,9 @@ A :class:`VectorStore` is a named collection of vectors with string ids and opti
 metadata, searched by similarity. The interface is four operations -- :meth:`~VectorStore.upsert`,
 :meth:`~VectorStore.search`, :meth:`~VectorStore.count` and the collection's privembed
 :attr:`~VectorStore.info` -- plus :meth:`~VectorStore.close`. An adapter for another store
-(LanceDB, pgvector, ...) implements the six ``_``-prefixed hooks, about a page of code, and
-``_payloads`` to fetch sealed payloads by id.
+(LanceDB, pgvector, ...) implements the six ``_``-prefixed hooks, about a page of code,
+``_payloads`` to fetch sealed payloads by id and ``_all_ids`` to list the record ids
+(:meth:`~VectorStore.store_ids`: a sealed collection fetches every payload).
 
 Every collection records, next to its vectors, the privembed information needed to query it
 correctly (``info``): the similarity it was built for (``metric``: ``"cosine"`` or raw inner
@@ -61,6 +62,7 @@ __all__ = [
     "PgVectorStore",
     "QdrantStore",
     "VectorStore",
+    "check_metadata",
     "open_store",
 ]
 
@@ -114,7 +116,18 @@ def check_collection_name(name: Any) -> str:
     return name
 
 
-def _check_metadata(metadata: Any, n: int) -> list[dict[str, Any]] | None:
+def check_metadata(metadata: Any, n: int) -> list[dict[str, Any]] | None:
+    """``n`` flat metadata dicts as a store keeps them (``None`` values dropped, NumPy scalars
+    as Python ones; ``None`` entries as ``{}``), or ``None`` for no metadata.
+
+    Raises
+    ------
+    privembed.DataError
+        The wrong number of entries.
+    TypeError, ValueError
+        An entry that is not a dict, a key that is not a string or uses the reserved
+        ``privembed`` prefix, a value that is not a str, int, float, bool or None.
+    """
     if metadata is None:
         return None
     rows = list(metadata)
@@ -193,7 +206,8 @@ class VectorStore(abc.ABC):
     -----
     Subclasses implement ``_open`` (connect; return the stored info or None), ``_create`` (make
     the collection for a dimension), ``_write_info``, ``_upsert``, ``_search``, ``_count`` and
-    ``_payloads`` (payloads by id), and may override ``close``.
+    ``_payloads`` (payloads by id) and ``_all_ids`` (every store id), and may override
+    ``close``.
     """
 
     name: ClassVar[str] = "store"
@@ -286,6 +300,11 @@ class VectorStore(abc.ABC):
         under :data:`PAYLOAD_KEY` in the records' metadata, FAISS its payload file)."""
         raise NotImplementedError(f"the {self.name} store cannot fetch payloads by id.")
 
+    def _all_ids(self) -> list[str]:
+        """Every store id of an existing collection, in any order (paged where the store pages:
+        Chroma's get, Qdrant's scroll)."""
+        raise NotImplementedError(f"the {self.name} store cannot list its record ids.")
+
     def _listing(self) -> str:
         """`` (collections: a, b)`` for error messages (empty if unknown)."""
         return ""
@@ -356,7 +375,7 @@ class VectorStore(abc.ABC):
         id_list, numeric = self._store_ids(ids)
         if len(id_list) != n:
             raise DataError(f"ids has {len(id_list)} entries but there are {n} vectors.")
-        meta = _check_metadata(metadata, n)
+        meta = check_metadata(metadata, n)
         blobs: list[bytes] | None = None
         if payloads is not None:
             blobs = [bytes(b) for b in payloads]
@@ -519,6 +538,23 @@ class VectorStore(abc.ABC):
         if self._info.get(_NUMERIC_IDS) == "str":
             got = [None if _is_int_id(i) else b for i, b in zip(rids, got, strict=True)]
         return got
+
+    def store_ids(self) -> list[str]:
+        """Every record's store id (:attr:`Hit.id`), sorted: what fetches every payload of a
+        sealed collection (:class:`privembed.search.sealed.SealedIndex`), without reading a
+        vector or a payload.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp, FaissStore(tmp, "demo") as s:
+        ...     s.upsert(["b", "a"], np.eye(2))
+        ...     s.upsert(["b"], np.eye(2)[:1])  # replaced, still one record
+        ...     s.store_ids()
+        ['a', 'b']
+        """
+        self._check_open()
+        return sorted(self._all_ids()) if self._exists else []
 
     def count(self) -> int:
         """Number of vectors in the collection."""
@@ -703,6 +739,15 @@ class ChromaStore(VectorStore):
                 found[str(rid)] = _decode_payload(str(rid), (m or {}).get(PAYLOAD_KEY))
         return [found.get(i) for i in ids]
 
+    def _all_ids(self) -> list[str]:
+        assert self._col is not None
+        out: list[str] = []
+        while True:
+            got = self._col.get(include=[], limit=_CHROMA_MAX_HITS, offset=len(out))["ids"]
+            out.extend(str(i) for i in got)
+            if len(got) < _CHROMA_MAX_HITS:
+                return out
+
     def _count(self) -> int:
         assert self._col is not None
         return int(self._col.count())
@@ -843,6 +888,18 @@ class QdrantStore(VectorStore):
                 rid = str(payload.get(_QDRANT_ID))
                 found[rid] = _decode_payload(rid, payload.get(PAYLOAD_KEY))
         return [found.get(i) for i in ids]
+
+    def _all_ids(self) -> list[str]:
+        out: list[str] = []
+        offset: Any = None
+        while True:
+            points, offset = self._client.scroll(
+                self.collection, limit=1024, offset=offset, with_payload=[_QDRANT_ID],
+                with_vectors=False,
+            )  # fmt: skip
+            out.extend(str((p.payload or {}).get(_QDRANT_ID)) for p in points)
+            if offset is None:
+                return out
 
     def _count(self) -> int:
         return int(self._client.count(self.collection, exact=True).count)
@@ -1375,6 +1432,9 @@ class FaissStore(VectorStore):
             ])  # fmt: skip
         return out
 
+    def _all_ids(self) -> list[str]:
+        return self._ids.take(np.flatnonzero(self._present[: len(self._ids)]).tolist())
+
     def _count(self) -> int:
         return int(self._index.ntotal)
 
@@ -1817,6 +1877,15 @@ class PgVectorStore(VectorStore):
             raise self._fail(exc, "cannot read payloads") from None
         found = {str(r[0]): (None if r[1] is None else bytes(r[1])) for r in rows}
         return [found.get(i) for i in ids]
+
+    def _all_ids(self) -> list[str]:
+        try:
+            rows = self._conn.execute(
+                self._sql.SQL("SELECT id FROM {}").format(self._table())
+            ).fetchall()
+        except self._pg.Error as exc:
+            raise self._fail(exc, "cannot list the record ids") from None
+        return [str(r[0]) for r in rows]
 
     def _count(self) -> int:
         try:

@@ -321,10 +321,12 @@ def administer_budget(
 def ledger_for_command(path: str | Path, **kwargs: Any) -> Iterator[Ledger]:
     """Open a ledger for one command. If the command created it and fails before committing
     anything, the empty ledger is removed again (with its WAL files), so such a failure leaves
-    nothing behind. A ledger that records a committed release is never removed: its output may
+    nothing behind. Its budget changes are deferred to its first commit (``defer_budgets``:
+    :meth:`Ledger.propose_budget`), so a command refused before then leaves the budget too. A ledger that records a committed release is never removed: its output may
     already be out (a stream on stdout, batches upserted into a store), and the ledger is the
     only trace of that spend; the error then carries a note saying the ledger was kept. A
     PostgreSQL ledger (a URL) is shared state and is never removed."""
+    kwargs.setdefault("defer_budgets", True)
     if is_postgres_url(path):
         with Ledger(path, **kwargs) as led:
             yield led
@@ -465,6 +467,14 @@ class _SQLiteBackend:
         self.db.close()
 
 
+def _check_budget(epsilon: float, delta: float, subject: bool) -> str:
+    """Check a budget's values; return its scope (``"record"`` or ``"subject"``)."""
+    if not (isinstance(epsilon, float) and math.isinf(epsilon) and epsilon > 0):
+        check_real("budget epsilon", epsilon, gt=0)
+    check_real("budget delta", delta, gt=0, lt=1)
+    return "subject" if subject else "record"
+
+
 def _is_ledger(db: sqlite3.Connection) -> bool | str:
     """True for a v2 ledger, ``"v1"`` for a first-version ledger, False otherwise."""
     app_id = db.execute("PRAGMA application_id").fetchone()[0]
@@ -496,6 +506,10 @@ class Ledger:
         Called once (with the path) when a write has to wait for another process's lock.
     budget_epsilon, budget_delta : float, optional
         Convenience for :meth:`confirm_budget` at open (set a first budget, confirm or lower).
+    defer_budgets : bool
+        :meth:`confirm_budget` proposes instead of writing (:meth:`propose_budget`): the
+        change is written with the next release committed, in its transaction (a command's
+        ledger: :func:`ledger_for_command`).
 
     Raises
     ------
@@ -514,8 +528,14 @@ class Ledger:
         on_wait: Callable[[Any], None] | None = None,
         budget_epsilon: float | None = None,
         budget_delta: float | None = None,
+        defer_budgets: bool = False,
     ) -> None:
         self.readonly = readonly
+        self.defer_budgets = defer_budgets
+        #: budgets proposed by a command's flags (:meth:`propose_budget`), per scope, and staged
+        #: releases (:meth:`defer`): written in the transaction of the next release committed
+        self._proposed: dict[str, Budget] = {}
+        self._deferred: list[StagedRelease] = []
         self.timeout = check_real("timeout", timeout, ge=0)
         self.on_wait = on_wait
         self._sql: Any
@@ -781,6 +801,7 @@ class Ledger:
         return dict(self._sql.execute("SELECT name, value FROM settings").fetchall())
 
     def _budget(self, scope: str) -> Budget | None:
+        """The stored budget of ``scope`` (``"record"`` or ``"subject"``)."""
         rows = self._settings()
         prefix = "budget" if scope == "record" else "subject_budget"
         if f"{prefix}_delta" not in rows:
@@ -789,13 +810,15 @@ class Ledger:
 
     @property
     def budget(self) -> Budget | None:
-        """Per-record (epsilon, delta), or None if no budget is set."""
-        return self._budget("record")
+        """Per-record (epsilon, delta), or None if no budget is set: the stored one, or the
+        one a command proposed (:meth:`propose_budget`), which the next commit writes."""
+        return self._proposed.get("record") or self._budget("record")
 
     @property
     def subject_budget(self) -> Budget | None:
-        """Per-subject (epsilon, delta) over all of a subject's releases, or None."""
-        return self._budget("subject")
+        """Per-subject (epsilon, delta) over all of a subject's releases, or None (stored, or
+        proposed as for :attr:`budget`)."""
+        return self._proposed.get("subject") or self._budget("subject")
 
     @property
     def report_delta(self) -> float:
@@ -822,45 +845,55 @@ class Ledger:
             The new budget is larger than the stored one in epsilon or delta and
             ``allow_raise`` is False.
         """
-        if not (isinstance(epsilon, float) and math.isinf(epsilon) and epsilon > 0):
-            check_real("budget epsilon", epsilon, gt=0)
-        check_real("budget delta", delta, gt=0, lt=1)
-        scope = "subject" if subject else "record"
-        prefix = "budget" if scope == "record" else "subject_budget"
+        scope = _check_budget(epsilon, delta, subject)
         with self._write():
-            old = self._budget(scope)
-            if old is not None and (epsilon, delta) == (old.epsilon, old.delta):
-                return f"{scope} budget unchanged ({old.describe()})"
-            raising = old is not None and (epsilon > old.epsilon or delta > old.delta)
-            if raising and not allow_raise:
-                assert old is not None
-                raise BudgetRaise(
-                    f"the ledger's {scope} budget is {old.describe()}; epsilon={epsilon:g}, "
-                    f"delta={delta:g} would raise it. Budgets are ledger state: raise it "
-                    f"explicitly with `privembed ledger budget {self.path} --epsilon "
-                    f"{epsilon:g} --delta {delta:g}{' --subject' if subject else ''} --raise`."
-                )
-            action = "set" if old is None else ("raise" if raising else "lower")
-            for name, value in ((f"{prefix}_epsilon", epsilon), (f"{prefix}_delta", delta)):
-                self._sql.execute(
-                    "INSERT INTO settings(name, value) VALUES (?, ?) "
-                    "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                    (name, repr(float(value))),
-                )
+            return self._change_budget(scope, epsilon, delta, allow_raise=allow_raise)
+
+    def _change_budget(self, scope: str, epsilon: float, delta: float, *, allow_raise: bool) -> str:
+        """Inside a write transaction: :meth:`set_budget`'s change (checked values)."""
+        prefix = "budget" if scope == "record" else "subject_budget"
+        old = self._budget(scope)
+        if old is not None and (epsilon, delta) == (old.epsilon, old.delta):
+            return f"{scope} budget unchanged ({old.describe()})"
+        raising = self._refuse_raise(scope, old, epsilon, delta, allow_raise=allow_raise)
+        action = "set" if old is None else ("raise" if raising else "lower")
+        for name, value in ((f"{prefix}_epsilon", epsilon), (f"{prefix}_delta", delta)):
             self._sql.execute(
-                "INSERT INTO budget_history(scope, epsilon, delta, previous, action, changed) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    scope,
-                    float(epsilon),
-                    float(delta),
-                    None if old is None else old.describe(),
-                    action,
-                    time.time(),
-                ),
+                "INSERT INTO settings(name, value) VALUES (?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                (name, repr(float(value))),
             )
+        self._sql.execute(
+            "INSERT INTO budget_history(scope, epsilon, delta, previous, action, changed) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                scope,
+                float(epsilon),
+                float(delta),
+                None if old is None else old.describe(),
+                action,
+                time.time(),
+            ),
+        )
         was = "" if old is None else f" (was {old.describe()})"
         return f"{scope} budget {action} to epsilon={epsilon:g}, delta={delta:g}{was}"
+
+    def _refuse_raise(
+        self, scope: str, old: Budget | None, epsilon: float, delta: float, *, allow_raise: bool
+    ) -> bool:
+        """Whether (epsilon, delta) raises the stored budget ``old``; :class:`BudgetRaise`
+        if it does and ``allow_raise`` is False."""
+        raising = old is not None and (epsilon > old.epsilon or delta > old.delta)
+        if raising and not allow_raise:
+            assert old is not None
+            raise BudgetRaise(
+                f"the ledger's {scope} budget is {old.describe()}; epsilon={epsilon:g}, "
+                f"delta={delta:g} would raise it. Budgets are ledger state: raise it "
+                f"explicitly with `privembed ledger budget {self.path} --epsilon "
+                f"{epsilon:g} --delta {delta:g}{' --subject' if scope == 'subject' else ''} "
+                "--raise`."
+            )
+        return raising
 
     def confirm_budget(
         self, epsilon: float | None, delta: float | None, *, subject: bool = False
@@ -869,10 +902,14 @@ class Ledger:
         (the per-record budget, or with ``subject`` the per-subject one).
 
         An omitted flag keeps the stored value (a first budget without ``delta`` gets 1e-5,
-        and says so). Flags never raise a stored budget (:class:`BudgetRaise`).
+        and says so). Flags never raise a stored budget (:class:`BudgetRaise`). A ledger opened
+        with ``defer_budgets`` (a command's) proposes the change (:meth:`propose_budget`): it
+        is written with the next release committed.
         """
         if epsilon is None and delta is None:
             return None
+        if self.defer_budgets:
+            return self.propose_budget(epsilon, delta, subject=subject)
         old = self.subject_budget if subject else self.budget
         eps = epsilon if epsilon is not None else (old.epsilon if old else math.inf)
         dlt = delta if delta is not None else (old.delta if old else DEFAULT_REPORT_DELTA)
@@ -880,6 +917,64 @@ class Ledger:
         if old is None and delta is None:
             msg += " (delta not given: 1e-5)"
         return msg
+
+    def propose_budget(
+        self, epsilon: float | None, delta: float | None, *, subject: bool = False
+    ) -> str | None:
+        """What a command's budget flags do: like :meth:`confirm_budget` (set a first budget,
+        confirm or lower one; never raise it: :class:`BudgetRaise` at once), but *nothing is
+        written now*. The proposed budget governs this ledger object's checks at once, and the
+        next release it commits (:meth:`StagedRelease.commit`) writes it in the same
+        transaction -- so a command that is refused, or fails before it commits anything,
+        leaves the stored budget as it was (a lower budget only takes effect with a release it
+        allowed). In that transaction the change is checked again against the budget stored
+        then: another process may have lowered it meanwhile, and a proposal above that is
+        refused (:class:`BudgetRaise`) with the release.
+
+        Returns a one-line description (None when neither flag is given).
+        """
+        if epsilon is None and delta is None:
+            return None
+        scope = "subject" if subject else "record"
+        old = self._budget(scope)
+        eps = float(epsilon if epsilon is not None else (old.epsilon if old else math.inf))
+        dlt = float(delta if delta is not None else (old.delta if old else DEFAULT_REPORT_DELTA))
+        _check_budget(eps, dlt, subject)
+        self._refuse_raise(scope, old, eps, dlt, allow_raise=False)
+        self._proposed.pop(scope, None)
+        if old is not None and (eps, dlt) == (old.epsilon, old.delta):
+            return f"{scope} budget unchanged ({old.describe()})"
+        self._proposed[scope] = Budget(eps, dlt)
+        action = "set" if old is None else "lower"
+        note = " (delta not given: 1e-5)" if old is None and delta is None else ""
+        return (
+            f"{scope} budget to {action} to epsilon={eps:g}, delta={dlt:g} with the release{note}"
+        )
+
+    def defer(self, staged: StagedRelease) -> None:
+        """Commit ``staged`` -- a release computed for another (a DP-PCA basis, charged to
+        every record of its corpus) -- in the transaction of the next release this ledger
+        commits, and mark it published there: the two are one unit, and a command that fails
+        before that commit records neither. Forgotten (discarded) if nothing commits."""
+        if staged.ledger is not self:
+            raise ValueError("a staged release is deferred on the ledger it was staged on.")
+        if staged not in self._deferred:
+            self._deferred.append(staged)
+
+    def _apply_pending(self, committing: StagedRelease) -> list[StagedRelease]:
+        """Inside a commit's write transaction: write the proposed budgets, then commit the
+        deferred releases (published). Returns the deferred releases committed."""
+        for scope, b in self._proposed.items():
+            self._change_budget(scope, b.epsilon, b.delta, allow_raise=False)
+        done = [d for d in self._deferred if d is not committing]
+        for d in done:
+            d._commit_locked(published=True)
+        return done
+
+    def _pending_done(self, done: list[StagedRelease]) -> None:
+        """After a commit: the proposals are stored and the deferred releases recorded."""
+        self._proposed.clear()
+        self._deferred = [d for d in self._deferred if d not in done]
 
     def budget_history(self) -> list[dict[str, Any]]:
         """Every budget change, oldest first."""
@@ -1165,6 +1260,8 @@ class StagedRelease:
         self.committed = False
         self.per_record_subjects = False  # set by add(subjects=...)
         self._claims: tuple[list[str], list[str], int] | None = None
+        self._keep_claims = True
+        self._tagged = False  # whether any staged record has a tag (set by add)
         #: the staging table lives on this connection (PostgreSQL's may be replaced after a loss)
         self._generation = ledger._sql.generation
         ledger._sql.create_staging(self._table)
@@ -1211,6 +1308,7 @@ class StagedRelease:
         """
         n = len(keys)
         tg = list(tags) if tags is not None else [None] * n
+        self._tagged = self._tagged or tags is not None
         od = list(output_digests) if output_digests is not None else [None] * n
         if subjects is not None:
             self.per_record_subjects = True
@@ -1255,17 +1353,33 @@ class StagedRelease:
         )
 
     def claim_aliases(
-        self, tags: Sequence[str], owners: Sequence[str], *, capacity: int = ALIAS_CAPACITY
+        self,
+        tags: Sequence[str],
+        owners: Sequence[str],
+        *,
+        capacity: int = ALIAS_CAPACITY,
+        keep_if_refused: bool = True,
     ) -> None:
         """Record these alias claims (:meth:`Ledger.claim_aliases`) in this release's commit
         transaction: the owners were looked up before (:meth:`Ledger.lookup_aliases`) and the
-        commit refuses (:class:`AliasConflict`) if another process claimed a tag meanwhile."""
+        commit refuses (:class:`AliasConflict`) if another process claimed a tag meanwhile.
+        Claims given in several calls add up (a release of several batches).
+
+        ``keep_if_refused``: when the budget refuses the release, the claims are still
+        recorded (the rest of the transaction is rolled back), so a variant tried after a refused one is
+        charged to the same record -- the server's rule. A command that must leave the ledger
+        as it was when refused (``privembed protect``: :mod:`privembed.release.identity`)
+        passes False.
+        """
         tags, owners = list(tags), list(owners)
         if len(tags) != len(owners):
             raise ValueError(
                 f"tags and owners must have the same length, got {len(tags)} and {len(owners)}."
             )
+        if self._claims is not None:
+            tags, owners = self._claims[0] + tags, self._claims[1] + owners
         self._claims = (tags, owners, int(capacity))
+        self._keep_claims = self._keep_claims and keep_if_refused
 
     def commit(self, *, published: bool = False) -> StagedRelease:
         """Lock the ledger, decide free records, check budgets, record the release.
@@ -1274,10 +1388,20 @@ class StagedRelease:
         caller that hands it over at once (the server: it cannot know whether the client
         received it, and says so); otherwise :meth:`mark_published` follows the publication.
 
+        The commit's transaction also writes what the ledger holds pending: the budgets a
+        command's flags proposed (:meth:`Ledger.propose_budget`) and releases deferred to
+        this one (:meth:`Ledger.defer`, e.g. a DP-PCA basis charge), each checked as it is
+        recorded. A refusal rolls the transaction back: the ledger is left as it was (only alias
+        claims made with ``keep_if_refused`` are then kept: the rest is rolled back to a
+        savepoint taken after them).
+
         Raises
         ------
         BudgetExceeded
             Some record (or the subject) would pass its budget; nothing is recorded.
+        BudgetRaise
+            A proposed budget would raise the one stored now (lowered meanwhile by another
+            process); nothing is recorded.
         AliasConflict
             Claimed aliases (:meth:`claim_aliases`) were claimed meanwhile by another process.
         LedgerBusy
@@ -1287,31 +1411,49 @@ class StagedRelease:
             raise RuntimeError("this release was already committed.")
         led = self.ledger
         self._same_connection()
+        for d in led._deferred:
+            d._same_connection()
+        keep = self._claims is not None and self._keep_claims
+        refused: BudgetExceeded | None = None
+        done: list[StagedRelease] = []
+        with led._write():
+            if self._claims is not None:
+                led._record_aliases(*self._claims[:2], self._claims[2], strict=True)
+            if keep:  # a refusal keeps the claims alone: variants tried later meet this record
+                led._sql.execute("SAVEPOINT release")
+            try:
+                done = led._apply_pending(self)
+                self._commit_locked(published)
+            except BudgetExceeded as exc:
+                if not keep:
+                    raise  # the whole transaction is rolled back: the ledger is as it was
+                led._sql.execute("ROLLBACK TO SAVEPOINT release")
+                refused = exc
+        if refused is not None:
+            raise refused
+        led._pending_done([*done, self])
+        for d in (*done, self):
+            d.committed = True
+            d._drop()
+        return self
+
+    def _commit_locked(self, published: bool) -> None:
+        """Inside the commit's write transaction: free records, budgets, rows
+        (:class:`BudgetExceeded` leaves the transaction to be rolled back)."""
+        led = self.ledger
         db = led._sql
         t = self._table
-        refused: BudgetExceeded | None = None
-        with led._write():
-            if self._claims is not None:  # recorded even when the budget refuses the release
-                led._record_aliases(*self._claims[:2], self._claims[2], strict=True)
+        if self._tagged:  # keyed noise or a basis: a record re-released under its tag is free
             db.execute(
                 f"UPDATE {t} SET free = CAST(EXISTS(SELECT 1 FROM releases r WHERE "
                 f"r.record_id = {t}.record_id AND r.tag = {t}.tag) AS INTEGER) "
                 "WHERE tag IS NOT NULL"
             )
-            self.fresh = db.execute(f"SELECT COUNT(*) FROM {t} WHERE free = 0").fetchone()[0]
-            try:
-                self._check_records()
-                led._fold_totals()
-                self._check_subject()
-            except BudgetExceeded as exc:
-                refused = exc  # the transaction keeps only the alias claims
-            else:
-                self._record(published)
-        if refused is not None:
-            raise refused
-        self.committed = True
-        self._drop()
-        return self
+        self.fresh = db.execute(f"SELECT COUNT(*) FROM {t} WHERE free = 0").fetchone()[0]
+        self._check_records()
+        led._fold_totals()
+        self._check_subject()
+        self._record(published)
 
     def _record(self, published: bool) -> None:
         """Write the release's rows (inside the commit's transaction)."""
