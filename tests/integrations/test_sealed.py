@@ -353,6 +353,18 @@ def test_the_fetch_cost_is_what_a_full_fetch_reads():
     )
 
 
+@pytest.mark.parametrize("d", [64, 384, 768])
+def test_the_fetch_cost_is_the_one_advice_weighs(d):
+    """evaluation.cost prices the sealed mode's fetch itself; the two must agree."""
+    from privembed.evaluation.cost import Rates, sealed_cost
+
+    rates = Rates(open_ms=0.002, scan_ms_per_mdim=0.5, source="given")
+    cached = sealed_cost(n=5000, d=d, rates=rates)
+    uncached = sealed_cost(n=5000, d=d, rates=rates, client_cache=False)
+    assert cached.sync_bytes == uncached.bytes == sealed_fetch_bytes(5000, d)
+    assert cached.bytes == sealed_fetch_bytes(5000, d, cached=True) == 0
+
+
 # ---- front ends ------------------------------------------------------------------------------
 def test_langchain_retriever_on_a_sealed_collection(tmp_path):
     from langchain_core.documents import Document
