@@ -283,8 +283,6 @@ def test_protect_projection_records_public_projection_and_ledger(tmp_path):
             "srht",
             "--projection-seed",
             "7",
-            "--seed",
-            "0",
             "--ledger",
             str(led),
         ],

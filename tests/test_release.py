@@ -367,7 +367,7 @@ def test_a_release_accounts_its_guarantee_once(tmp_path, monkeypatch):
     monkeypatch.setattr(ledger_mod, "cost_of", counting("ledger"))
     X = np.random.default_rng(0).standard_normal((3, 8))
     with Ledger(tmp_path / "l.db") as led:
-        protect(X, LaplaceMechanism(epsilon=5.0), ids=["a", "b", "c"], rng=1, ledger=led)
+        protect(X, LaplaceMechanism(epsilon=5.0), ids=["a", "b", "c"], ledger=led)
     assert calls == ["ledger"]
     calls.clear()
     protect(X, LaplaceMechanism(epsilon=5.0), rng=1)

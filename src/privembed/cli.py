@@ -296,28 +296,32 @@ def protect(
     from ._cli.stores import check_basis_options, subspace_basis
     from .core.rng import bit_generator_name, use_bit_generator
     from .mechanisms import build_mechanism
-    from .release import check_randomness, protect_file
+    from .release import check_randomness, open_ledger, protect_file
 
+    check_randomness(key_file, seed, ledger=ledger, key_name="--key-file", rng_name="--seed")
     check_basis_options(mechanism, basis, basis_epsilon, basis_delta)
-    subspace = subspace_basis(
-        basis, input, ledger, column=column, id_column=id_column, model=model,
-        epsilon=basis_epsilon, delta=basis_delta,
-    )  # fmt: skip
-    mech = build_mechanism(
-        mechanism, basis=subspace, noise=noise, epsilon=epsilon, delta=delta, sigma=sigma,
-        calibration=calibration, covariance=covariance, mask=mask, mask_delta=mask_delta,
-        smoothing=smoothing, k=k, kind=kind, projection_seed=projection_seed,
-        neighbouring=neighbouring, input_norm=input_norm, renormalize=renormalize,
-    )  # fmt: skip
-    check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")
     eraser = _load_eraser(erase)
     with (
+        # one ledger for the command: a DP-PCA basis is charged with the release it serves
+        open_ledger(
+            ledger, timeout=ledger_timeout, on_wait=_waiting_for_ledger(ledger_timeout)
+        ) as led,
         use_bit_generator(bit_generator or bit_generator_name()),
         progress_callback("protecting") as (set_total, advance),
     ):
+        subspace = subspace_basis(
+            basis, input, led, column=column, id_column=id_column, model=model,
+            epsilon=basis_epsilon, delta=basis_delta,
+        )  # fmt: skip
+        mech = build_mechanism(
+            mechanism, basis=subspace, noise=noise, epsilon=epsilon, delta=delta, sigma=sigma,
+            calibration=calibration, covariance=covariance, mask=mask, mask_delta=mask_delta,
+            smoothing=smoothing, k=k, kind=kind, projection_seed=projection_seed,
+            neighbouring=neighbouring, input_norm=input_norm, renormalize=renormalize,
+        )  # fmt: skip
         summary = protect_file(
             input, output, mech, key=key_file, rng=seed, generator=generator,
-            ledger=ledger, budget_epsilon=budget_epsilon, budget_delta=budget_delta,
+            ledger=led, budget_epsilon=budget_epsilon, budget_delta=budget_delta,
             subject_column=subject_column, subject_budget_epsilon=subject_budget_epsilon,
             subject_budget_delta=subject_budget_delta, ledger_timeout=ledger_timeout,
             column=column, id_column=id_column, text_field=text_field,

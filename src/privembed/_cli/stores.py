@@ -154,25 +154,46 @@ def subspace_basis(
     delta: float | None,
 ) -> Any:
     """The basis ``--basis`` names (None without one): read, or fitted on ``corpus`` -- a
-    DP-PCA basis charged to every record in ``ledger`` (an open ledger, or the ``--ledger``
-    path or URL, opened for the fit)."""
+    DP-PCA basis charged to every record in ``ledger``, an open ledger (the command's), in the
+    transaction of the first release the command commits with it: the basis and its first use
+    are one unit, and a command refused or failing before then records neither
+    (:func:`privembed.mechanisms.subspace.charge_basis`)."""
     if basis is None:
         return None
     from ..mechanisms.subspace import basis_from
-    from ..release import open_ledger
 
-    with open_ledger(ledger) as led:
-        return basis_from(
-            basis, corpus=corpus, column=column, id_column=id_column, model=model,
-            epsilon=epsilon, delta=delta, ledger=led,
-        )  # fmt: skip
+    return basis_from(
+        basis, corpus=corpus, column=column, id_column=id_column, model=model,
+        epsilon=epsilon, delta=delta, ledger=ledger, charge_with_next_release=True,
+    )  # fmt: skip
 
 
-def _randomness(key_file: Path | None, seed: int | None) -> tuple[bytes | None, int | None]:
-    """The key and the seed of a release: one of them, never both."""
+#: the least dimension of a collection whose payloads carry a --recall profile (the profile's
+#: score law, :class:`privembed.search.rerank.ScoreProfile`, needs d >= 3)
+PROFILE_MIN_DIM = 3
+
+
+def check_index_dimension(mech: Any, basis: Any, *, payloads: bool) -> None:
+    """Refuse, before anything is charged or written, a subspace too small for what the index
+    builds: with payloads, a --recall profile needs :data:`PROFILE_MIN_DIM` dimensions. The
+    message says where k came from (a DP-PCA basis keeps the components above its noise
+    floor) and what would give more."""
+    if basis is None or not payloads:
+        return
+    k = mech.output_dim(basis.dim)
+    if k < PROFILE_MIN_DIM:
+        raise ValueError(basis.too_few(k, PROFILE_MIN_DIM, "the --recall profile of --payloads"))
+
+
+def _randomness(
+    key_file: Path | None, seed: int | None, ledger: str | None = None
+) -> tuple[bytes | None, int | None]:
+    """The key and the seed of a release: one of them, never both, and no seed with a ledger."""
     from ..release import check_randomness
 
-    check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")  # before reading
+    check_randomness(
+        key_file, seed, ledger=ledger, key_name="--key-file", rng_name="--seed"
+    )  # before reading
     return _key(key_file), (seed if key_file is None else None)
 
 
@@ -340,7 +361,7 @@ def index(
     check_input_format(input)  # embeddings or texts: the message lists both
     if faiss_index is not None and store != "faiss":
         raise ValueError(f"--faiss-index applies to --store faiss, not --store {store}.")
-    key, rng = _randomness(key_file, seed)
+    key, rng = _randomness(key_file, seed, ledger)
     check_basis_options(mechanism, basis, basis_epsilon, basis_delta)
     mech: Any = mechanism
     with (
@@ -356,6 +377,7 @@ def index(
                 mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask,
                 basis=subspace,
             )  # fmt: skip
+            check_index_dimension(mech, subspace, payloads=payloads)
         res = index_file(
             input, store, path, collection, mechanism=mech, key=key, rng=rng, ledger=led,
             column=column, id_column=id_column, metadata_columns=metadata_column, model=model,
@@ -755,10 +777,10 @@ def protect_stream(
 
     if mechanism is None or mechanism == "none":
         raise ValueError("--mechanism is required (protect-stream always protects).")
+    key, rng = _randomness(key_file, seed, ledger)
     mech = cli_mechanism(
         mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
     )
-    key, rng = _randomness(key_file, seed)
     with contextlib.ExitStack() as stack:
         led = stack.enter_context(_open_ledger(ledger, budget_epsilon, budget_delta))
         src: IO[bytes]
@@ -846,10 +868,10 @@ def protect_shards(
 
     if mechanism is None or mechanism == "none":
         raise ValueError("--mechanism is required.")
+    key, rng = _randomness(key_file, seed, ledger)
     mech = cli_mechanism(
         mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
     )
-    key, rng = _randomness(key_file, seed)
     if engine == "ray":
         import logging
 

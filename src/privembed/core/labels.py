@@ -26,6 +26,7 @@ __all__ = [
     "CONTENT_ID",
     "CONTENT_TEXT",
     "CONTENT_VECTOR",
+    "CONTENT_VECTOR_ALIAS",
     "KEY_ID",
     "MODEL_IDENTITY",
     "NOISE_STREAM",
@@ -52,6 +53,9 @@ CONTENT_VECTOR = b"privembed/content/vector/v1\x00"
 CONTENT_TEXT = b"privembed/content/text/v1\x00"
 #: record ids derived from content, keyed: HMAC(K, CONTENT_ID || kind || canonical content)
 CONTENT_ID = b"privembed/content-id/v1\x00"
+#: content ids' clean-vector aliases in a ledger: HMAC(K, CONTENT_VECTOR_ALIAS || vector digest)
+#: (release/identity.py)
+CONTENT_VECTOR_ALIAS = b"privembed/content-id/vector-alias/v1\x00"
 #: an embedding model's identity: SHA-256(MODEL_IDENTITY || what computes the vectors)
 MODEL_IDENTITY = b"privembed/model-identity/v1\x00"
 #: the public key id: SHA-256(KEY_ID || K), first 64 bits
@@ -84,6 +88,7 @@ ALL: tuple[bytes, ...] = (
     CONTENT_VECTOR,
     CONTENT_TEXT,
     CONTENT_ID,
+    CONTENT_VECTOR_ALIAS,
     MODEL_IDENTITY,
     KEY_ID,
     TAG_COMMITMENT,

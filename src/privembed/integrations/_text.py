@@ -13,6 +13,7 @@ from ..core.rng import as_generator
 from ..keys.keyed import resolve_key, text_digests
 from ..mechanisms import Mechanism
 from ..release import Release, check_randomness, content_ids
+from ..release.identity import rounds
 from .query import QueryTreatment, query_treatment
 
 __all__ = ["TextProtector"]
@@ -30,7 +31,8 @@ class TextProtector:
     own float output may jitter with the batch (padding: about 1e-7 for all-MiniLM-L6-v2), and
     the released vector then differs by that jitter only -- the difference of two releases is
     the model's rounding, not information about the text. Every call to :meth:`documents` is one
-    release (:class:`~privembed.release.Release`).
+    release (:class:`~privembed.release.Release`), or one per round where variants of one text
+    (equal up to case, whitespace and compatibility forms: one id) are given together.
     """
 
     def __init__(
@@ -80,14 +82,19 @@ class TextProtector:
         if self.key is None:
             with Release(self.mechanism, rng=self._rng, name="texts") as rel:
                 return rel.protect(self._embed(self.encode, items))
-        # keyed: one record per distinct text (equal texts share an id, hence a vector)
+        # keyed: equal texts share an id, hence a vector; variants of one text (case,
+        # whitespace) share the id with noise of their own: one release per round of them
         uniq = list(dict.fromkeys(items))
-        with Release(self.mechanism, key=self.key, model=self.model_id, name="texts") as rel:
-            Y = rel.protect(
-                self._embed(self.encode, uniq),
-                content_ids(key=self.key, texts=uniq),
-                digests=text_digests(uniq, self.model_id),
-            )
+        ids = content_ids(key=self.key, texts=uniq)
+        X = self._embed(self.encode, uniq)
+        digests = text_digests(uniq, self.model_id)
+        parts, rs = [], rounds(ids)
+        for rows in rs:
+            with Release(self.mechanism, key=self.key, model=self.model_id, name="texts") as rel:
+                parts.append(rel.protect(X[rows], [ids[i] for i in rows],
+                                         digests=[digests[i] for i in rows]))  # fmt: skip
+        order = [i for rows in rs for i in rows]
+        Y = np.concatenate(parts)[np.argsort(order)]
         pos = {t: i for i, t in enumerate(uniq)}
         return Y[[pos[t] for t in items]]
 

@@ -432,6 +432,7 @@ class ProtectedCollection:
             destination=f"{type(self.store).__name__}:{self.store.collection}",
             name="embeddings",
         ) as rel:
+            id_list = rel.fold(arr, id_list)  # content ids: one record per clean vector (ledger)
             Y = rel.protect(arr, id_list, row_offset=row_offset)
             rel.commit()  # the ledger records the release before anything is sent
             blobs = self._seal(id_list, arr, texts, Y)

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..core._validation import check_choice, check_int
 from ..mechanisms import Mechanism
-from ..release import Release, open_ledger
+from ..release import Release, check_randomness, open_ledger
 from ._shardplan import (
     PARQUET_SUFFIXES,
     ShardPlan,
@@ -267,6 +267,7 @@ def protect_shards(
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
     out_dir = Path(output_dir)
     _check_engine_options(engine, rng, address, num_cpus)
+    check_randomness(key, rng, ledger=ledger, key_name="a key", rng_name="a seed")
     if (budget_epsilon is not None or budget_delta is not None) and ledger is None:
         raise ValueError("budget_epsilon/budget_delta need a ledger.")
     files = _shard_files(inputs, out_dir, engine)

@@ -309,7 +309,7 @@ def protect_stream(
             "NPY input carries no record ids; keyed noise and the ledger need them -- use "
             "JSONL lines with an 'id' field."
         )
-    check_randomness(key, rng, key_name="a key", rng_name="a seed")
+    check_randomness(key, rng, ledger=ledger, key_name="a key", rng_name="a seed")
     n_known, batches = _input_batches(src, in_format, batch_rows)
     out = _StreamWriter(dst, out_format, n_known, keep_fields)
     totals = _StreamTotals()

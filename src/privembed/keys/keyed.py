@@ -244,10 +244,17 @@ def content_ids(key: bytes, *, texts: Sequence[str] | None = None, X: Any = None
     """Record ids derived from content under the key: ``"cid:"`` + 128 bits of
     ``HMAC-SHA256(K, "privembed/content-id/v1" || 0x00 || kind || content)``.
 
-    For texts the content is :func:`canonical_text` (NFKC, whitespace collapsed; case kept), so
-    whitespace and compatibility variants of one text are one record (their exact texts still
-    get independent noise, and each variant is charged to that record); for vectors it is the
-    row's canonical float32 bytes and dimension.
+    For texts the content is :func:`canonical_text` with ``casefold=True`` (NFKC, whitespace
+    collapsed, case-folded: the server's identity of a text), so case, whitespace and
+    compatibility variants of one text are one record -- their exact texts still get
+    independent noise, and each variant is charged to that record, so averaging variants
+    spends its budget (:mod:`privembed.release.identity` adds, with a ledger, the variants
+    that only the model cannot tell apart). For vectors it is the row's canonical float32
+    bytes and dimension.
+
+    Changed in issue 39: the canonical form of a text is case-folded. A text with capitals
+    has another content id than an earlier privembed gave it; a ledger's releases under the
+    earlier id stay on that record (see docs/security.md).
 
     An unkeyed digest would let whoever holds the store and a list of candidate texts (or clean
     vectors) confirm each one exactly, whatever the noise: the HMAC is a PRF, so without ``K``
@@ -257,8 +264,8 @@ def content_ids(key: bytes, *, texts: Sequence[str] | None = None, X: Any = None
     Examples
     --------
     >>> k = bytes(32)
-    >>> a, b = content_ids(k, texts=["a  note", "a note"])
-    >>> a == b, a.startswith("cid:"), len(a)
+    >>> a, b, c = content_ids(k, texts=["a  note", "a note", "A NOTE"])
+    >>> a == b == c, a.startswith("cid:"), len(a)
     (True, True, 36)
     >>> a == content_ids(bytes(range(32)), texts=["a note"])[0]
     False
@@ -266,12 +273,13 @@ def content_ids(key: bytes, *, texts: Sequence[str] | None = None, X: Any = None
     k = _check_key(key)
     if texts is not None:
         prefix = _CONTENT_ID + b"t\x00"
+        folded = [canonical_text(t, casefold=True) for t in texts]  # the server's identity form
         return [
             "cid:"
             + hmac.digest(
                 k, prefix + canonical_text(t).encode("utf-8", errors="surrogatepass"), "sha256"
             )[:16].hex()
-            for t in texts
+            for t in folded
         ]
     if X is None:
         raise ValueError("give texts or X.")

@@ -240,6 +240,46 @@ class SubspaceBasis:
             h.update(repr(a.shape).encode() + np.ascontiguousarray(a, dtype="<f8").tobytes())
         return h.hexdigest()
 
+    @property
+    def signal_components(self) -> int:
+        """Components that carry the data rather than noise: for a DP-PCA basis those whose
+        eigenvalue stands above twice its noise floor (the cap of :func:`subspace_dimension`;
+        beyond it the directions are the noise's), else all of them."""
+        if self.spectrum is None or self.noise_floor <= 0:
+            return self.size
+        return int(np.sum(self.spectrum > 2.0 * self.noise_floor))
+
+    def too_few(self, k: int, need: int, what: str) -> str:
+        """What to say when a subspace of ``k`` dimensions from this basis is too small for
+        ``what`` (which needs ``need``): where k came from and what would give more.
+
+        Examples
+        --------
+        >>> b = SubspaceBasis(np.eye(4)[:2], np.zeros(4))
+        >>> print(b.too_few(2, 3, "the --recall profile"))  # doctest: +NORMALIZE_WHITESPACE
+        the subspace has k=2 dimension(s) and the --recall profile needs >= 3: the public basis
+        has 2 component(s); give one with more components.
+        """
+        head = f"the subspace has k={k} dimension(s) and {what} needs >= {need}"
+        kept = self.signal_components
+        if kept >= need:  # the balance rule kept fewer: the noise at this epsilon
+            return (
+                f"{head}: at this epsilon the noise leaves {k} of the basis' {kept} usable "
+                f"components worth keeping; raise --epsilon, or set k (-p k={need})."
+            )
+        g = self.guarantee
+        if g is None:
+            return (
+                f"{head}: the public basis has {self.size} component(s); give one with more "
+                "components."
+            )
+        rows = "" if self.n_records is None else f" from {self.n_records:,} rows"
+        return (
+            f"{head}: DP-PCA at epsilon_p={g.epsilon:g} kept {kept} component(s) above its noise "
+            f"floor{rows}; raise --basis-epsilon, give more rows, or use a public basis "
+            "(--basis PUBLIC_DATA: embeddings of text that may be published)."
+        )
+
     def describe(self) -> str:
         """One line: where the basis comes from and what it costs."""
         if self.guarantee is None:
@@ -653,11 +693,18 @@ def charge_basis(
     *,
     subject: str | None = None,
     destination: str | None = None,
+    with_next_release: bool = False,
 ) -> dict[str, Any]:
     """Charge a DP-PCA basis to every record it was computed from (one ledger release).
 
     ``ids`` are the corpus' record ids (typed as elsewhere: ``1`` and ``"1"`` differ). The
     charge is committed (budgets checked) and marked published before the basis is used.
+
+    ``with_next_release``: the charge is staged now and committed in the transaction of the
+    next release the ledger commits -- the first release made with the basis
+    (:meth:`privembed.keys.ledger.Ledger.defer`) -- so the basis and that release are one unit:
+    a command that is refused or fails before it commits a release records neither (the basis,
+    never used, was never released). ``fresh`` and ``free`` are then None.
 
     Returns
     -------
@@ -689,6 +736,9 @@ def charge_basis(
                 f"the basis was computed from {basis.n_records} records but {staged.count} ids "
                 "were given to charge."
             )
+        if with_next_release:
+            ledger.defer(staged)
+            return {"records": staged.count, "fresh": None, "free": None, "batch": staged.batch}
         staged.commit()
         staged.mark_published()
     except BaseException:
@@ -1239,6 +1289,7 @@ def basis_from(
     max_components: int | None = None,
     batch_rows: int = 16384,
     rng: Any = None,
+    charge_with_next_release: bool = False,
 ) -> SubspaceBasis:
     """The basis a command names: a saved basis, public data, or DP-PCA of the corpus.
 
@@ -1254,6 +1305,10 @@ def basis_from(
           record of the corpus in ``ledger`` (:func:`charge_basis`) before it is returned.
     corpus : path
         The private embeddings (``"dp-pca"`` only).
+    charge_with_next_release : bool
+        Stage the DP-PCA charge and commit it with the first release the ledger commits
+        (:func:`charge_basis` ``with_next_release``): a command that fails or is refused
+        before that records nothing. The command must then release with this ledger object.
 
     Raises
     ------
@@ -1288,7 +1343,10 @@ def basis_from(
             metadata={"corpus": path.name},
         )
         if ledger is not None:
-            charge_basis(ledger, basis, ids, subject=subject, destination=f"basis of {path.name}")
+            charge_basis(
+                ledger, basis, ids, subject=subject, destination=f"basis of {path.name}",
+                with_next_release=charge_with_next_release,
+            )  # fmt: skip
         return basis
     if epsilon is not None or delta is not None:
         raise ValueError(

@@ -9,20 +9,26 @@ embeddings into a release through :class:`Release`, so the rules below are writt
   a function of (secret key, configuration, embedding model, input dimension, bit generator,
   typed record id, **content digest**) -- see :mod:`privembed.keys.keyed`. Re-releasing the same
   content returns the identical vector; changed content under the same id gets independent
-  noise and is charged as a new release of that id.
+  noise and is charged as a new release of that id. A seed is refused with a ledger: its noise
+  repeats for an edited record at the same place, which the ledger would charge as independent.
 * **Ids.** Keyed noise and the ledger need real record ids, typed canonically (``1`` and
   ``"1"`` differ; ``numpy.int64(1)`` and ``1`` do not). Line numbers are not ids: a release
-  without ids is refused (or the ids are derived from the content on request). Duplicate ids
-  in one release are refused, across batches too, in bounded memory.
+  without ids is refused (or the ids are derived from the content on request: variants of one
+  text -- case, whitespace, compatibility forms, and with a ledger one clean vector -- are one
+  record, :mod:`~privembed.release.identity`). Duplicate ids in one release are refused, across
+  batches too, in bounded memory.
 * **Ledger before publish.** The records of a release are staged while the output is
   computed; :meth:`Release.commit` checks the budgets and records the release; only then is
   the output published (:func:`protect_file` renames the finished file inside the commit
-  hook of :func:`privembed.data.io.atomic_output`, with SIGINT/SIGTERM held).
+  hook of :func:`privembed.data.io.atomic_output`, with SIGINT/SIGTERM held). The commit's
+  transaction also writes the budget change a command's flags asked for and a DP-PCA basis
+  charge deferred to it; a refusal rolls all of it back, leaving the ledger as it was.
 * **Checks.** Inputs are validated per block (NaN/inf/zero rows, dimension), outputs are
   checked finite before anything is published, the input dtype is kept.
 
 The package, top to bottom: :mod:`~privembed.release.files` (files as a source and a sink:
 ``protect_file``), :mod:`~privembed.release.core` (:class:`Release`, :func:`protect`),
+:mod:`~privembed.release.identity` (content ids folded over variants),
 :mod:`~privembed.release.ids` (typed, unique record ids), :mod:`~privembed.release.steps`
 (pre-noise steps handed in, such as a concept eraser), :mod:`~privembed.release.setting` (what
 a setting does to vectors: the note a summary carries) and :mod:`~privembed.release.policy` (the

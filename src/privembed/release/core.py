@@ -32,6 +32,7 @@ from ..keys.keyed import (
 )
 from ..keys.ledger import Ledger, StagedRelease
 from ..mechanisms.base import Mechanism
+from .identity import AliasFold, is_content_id, refuse_variants
 from .ids import ReleasedIds, typed_keys
 from .policy import charge_text, check_randomness, default_keyed_generator
 from .setting import SettingNote, setting_note
@@ -116,7 +117,9 @@ class Release:
     ) -> None:
         if not isinstance(mechanism, Mechanism):
             raise TypeError(f"mechanism must be a Mechanism, got mechanism={mechanism!r}.")
-        check_randomness(key, rng, key_name="a key", rng_name="a seed")
+        check_randomness(
+            key, rng, ledger=ledger, key_name="a key", rng_name="a seed", ledger_name="a ledger"
+        )
         self.mechanism = mechanism
         self.key = None if key is None else resolve_key(key)
         self.key_id = None if self.key is None else _key_id(self.key)
@@ -139,6 +142,7 @@ class Release:
                 mechanism, key_id=self.key_id, subject=subject, destination=destination
             )
         self._ids = ReleasedIds() if self.key is not None and ledger is None else None
+        self._fold: AliasFold | None = None
         self.summary = ReleaseSummary(
             destination=destination,
             guarantee=mechanism.guarantee.describe(),
@@ -190,6 +194,47 @@ class Release:
         if len(keys) != n:
             raise DataError(f"{self.name}: ids has {len(keys)} entries but there are {n} rows.")
         return keys
+
+    def fold(self, X: Any, ids: Sequence[Any]) -> list[Any]:
+        """The record each row of a batch is released as: its id, except that an id derived
+        from the content (``"cid:..."``, :func:`privembed.release.content_ids`) in a keyed
+        release with a ledger becomes the record the ledger's clean-vector aliases name --
+        rows with bit-identical clean vectors are one record across commands
+        (:mod:`privembed.release.identity`). Call it before :meth:`protect` and release, write
+        and store the rows under the ids it returns.
+
+        The aliases this batch claims are committed with the release, in its transaction;
+        a refused release records none. Rows of the batch that are one record are refused,
+        named (:class:`~privembed.keys.ledger.DuplicateIds`): a record is released once per
+        release.
+
+        Parameters
+        ----------
+        X : array_like, shape (n, d)
+            The batch's clean vectors (as :meth:`protect` will take them).
+        ids : sequence, length n
+
+        Returns
+        -------
+        list
+            The ids to release the rows under.
+        """
+        id_list = list(ids)
+        if self.staged is None or self.key is None or not any(map(is_content_id, id_list)):
+            return id_list
+        arr, _ = check_embeddings(X, name=self.name, allow_zero=True, check_values=False)
+        if arr.ndim != 2 or arr.shape[0] != len(id_list):
+            raise DataError(
+                f"{self.name}: ids has {len(id_list)} entries but there are "
+                f"{arr.shape[0] if arr.ndim == 2 else 1} rows."
+            )
+        if self._fold is None:
+            assert self.ledger is not None
+            self._fold = AliasFold(self.key, self.ledger)
+        owners, tags, claimants = self._fold.owners(arr, id_list)
+        refuse_variants(owners, where=self.name, first_row=self.summary.rows)
+        self.staged.claim_aliases(tags, claimants, keep_if_refused=False)
+        return owners
 
     def protect(
         self,

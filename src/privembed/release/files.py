@@ -21,7 +21,14 @@ from ..keys.keyed import text_digests
 from ..keys.ledger import Ledger
 from ..mechanisms.base import Mechanism
 from .core import Release, ReleaseSummary
-from .policy import content_ids, open_ledger, refuse_protected, release_metadata
+from .identity import refuse_variants
+from .policy import (
+    check_randomness,
+    content_ids,
+    open_ledger,
+    refuse_protected,
+    release_metadata,
+)
 from .steps import check_eraser, erased, erasure_metadata
 
 
@@ -106,12 +113,21 @@ def _column_values(table: Any, name: str, where: str) -> list[Any]:
 
 
 def _check_request(
-    src: Path, dst: Path, *, overwrite: bool, ids_from_content: bool, key: Any
+    src: Path,
+    dst: Path,
+    *,
+    overwrite: bool,
+    ids_from_content: bool,
+    key: Any,
+    rng: Any,
+    ledger: Any,
 ) -> None:
-    """Refuse a file release before anything is read or written: formats, a missing input, an
+    """Refuse a file release before anything is read or written: a key with a seed, a seed
+    with a ledger (:func:`~privembed.release.check_randomness`), formats, a missing input, an
     existing output, content ids without a key."""
     from ..data import io
 
+    check_randomness(key, rng, ledger=ledger, key_name="--key-file", rng_name="--seed")
     io.detect_format(dst)
     io.check_input_format(src)  # embeddings or texts: the message lists both
     if not src.exists():
@@ -174,17 +190,32 @@ def protect_file(
     from every vector before the noise: pre-processing, so the mechanism's guarantee holds as
     stated; the erasure itself has none.
 
+    ``ids_from_content`` names records without ids by their content, keyed
+    (:func:`~privembed.release.content_ids`): texts equal up to case, whitespace and Unicode
+    compatibility forms are one record, and with a ``ledger`` so are texts whose clean vectors
+    are bit-identical, across commands (:mod:`privembed.release.identity`). Each exact text
+    still gets noise of its own and is charged as a release of its record; rows of one file
+    that are one record are refused, named.
+
+    ``rng`` (a seed) is refused with a ``ledger`` (:func:`~privembed.release.check_randomness`).
+    ``budget_epsilon``/``budget_delta`` (and the subject budget) may set a first budget or
+    lower the stored one, never raise it; the change is written in the transaction that
+    records this release, so a refused or failed release leaves the ledger as it was.
+
     Raises
     ------
     privembed.DataError, ValueError, FileNotFoundError, FileExistsError
         Bad input, parameters or destination -- before anything is written.
     privembed.keys.ledger.BudgetExceeded
-        The ledger refused the release (nothing is published).
+        The ledger refused the release (nothing is published, the ledger is unchanged).
     """
     from ..data import io
 
     src, dst = Path(src), Path(dst)
-    _check_request(src, dst, overwrite=overwrite, ids_from_content=ids_from_content, key=key)
+    _check_request(
+        src, dst, overwrite=overwrite, ids_from_content=ids_from_content, key=key, rng=rng,
+        ledger=ledger,
+    )  # fmt: skip
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
     if subject_column is not None and ledger is None:
         raise ValueError("--subject-field charges subjects in the ledger: give --ledger.")
@@ -377,6 +408,7 @@ def _protect_texts_file(
                 "derive ids from the text (--ids-from-content)."
             )
         ids = content_ids(key=settings.key, texts=texts)
+        refuse_variants(ids, where=src.name)  # before the model runs or the ledger opens
     if embedder is None:
         from ..data.embedders import Embedder
 
@@ -398,6 +430,8 @@ def _protect_texts_file(
     with settings.release(mechanism, src, dst, model_id) as rel:
         # embedded after the ledger's budget check
         X = _embed(embedder, texts, settings.on_start, settings.on_batch)
+        if settings.ids_from_content and table.ids is None:
+            ids = rel.fold(X, ids)  # with a ledger: texts with one clean vector are one record
         digests = None
         if settings.key is not None:  # the noise is bound to the text and, with an eraser, to it
             digests = text_digests(texts, model_id)

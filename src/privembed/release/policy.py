@@ -127,10 +127,25 @@ def release_metadata(meta_in: Mapping[str, Any], protection: Mapping[str, Any]) 
     return out
 
 
-def check_randomness(key: Any, rng: Any, *, key_name: str = "key", rng_name: str = "seed") -> None:
+def check_randomness(
+    key: Any,
+    rng: Any,
+    *,
+    ledger: Any = None,
+    key_name: str = "key",
+    rng_name: str = "seed",
+    ledger_name: str = "--ledger",
+) -> None:
     """The one rule on a release's randomness: a key (keyed noise, deterministic per record) or
     a seed (reproducible experiments), never both -- a seed would silently lose to the key or
-    the key to the seed. Front ends call it to refuse before any work; :class:`Release` does.
+    the key to the seed -- and never a seed with a ``ledger``.
+
+    Seeded noise is a function of the seed and the row's place, not of the record's content:
+    an edited record released again at its place gets the *same* noise, so the difference of
+    the two outputs is exactly the clean difference, while the ledger would compose them as two
+    independent releases -- an account that promises what the noise does not give. Releases
+    the ledger records use keyed noise (content-bound) or fresh noise. Front ends call this to
+    refuse before anything is read or written; :class:`Release` does too.
 
     Examples
     --------
@@ -139,9 +154,21 @@ def check_randomness(key: Any, rng: Any, *, key_name: str = "key", rng_name: str
     Traceback (most recent call last):
     ...
     ValueError: give --seed or --key-file, not both (keyed noise is deterministic).
+    >>> check_randomness(None, 3, ledger="l.db", rng_name="--seed")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: --seed cannot be used with --ledger: a seed repeats the noise of a row ...
     """
     if key is not None and rng is not None:
         raise ValueError(f"give {rng_name} or {key_name}, not both (keyed noise is deterministic).")
+    if ledger is not None and rng is not None:
+        raise ValueError(
+            f"{rng_name} cannot be used with {ledger_name}: a seed repeats the noise of a row "
+            "whatever its content, so an edited record released again gets the same noise and "
+            "the difference of the two releases is the clean difference, which the ledger "
+            "would charge as two independent releases; use a key (--key-file) or fresh noise "
+            "(no seed) for releases the ledger records."
+        )
 
 
 def charge_text(mechanism: Mechanism, cost: Cost | None = None) -> str:
@@ -192,9 +219,18 @@ def open_ledger(
     ``path`` None: no ledger, and then no budget may be given (a budget nobody enforces would be
     a false promise). A path or ``postgresql://`` URL is opened for this one use
     (:func:`privembed.keys.ledger.ledger_for_command`: a ledger file this use created is removed again
-    if it fails before committing anything), an open :class:`Ledger` is used as it is. The
-    budgets may set a first budget or confirm or lower the stored one, never raise it
-    (:meth:`Ledger.confirm_budget`; raising is ``privembed ledger budget --raise``).
+    if it fails before committing anything), an open :class:`Ledger` is used as it is.
+
+    The budgets (``--budget-epsilon``/``--budget-delta``, ``--subject-budget-*``) may set a
+    first budget or confirm or lower the stored one, never raise it (raising is ``privembed
+    ledger budget --raise``). A flag that would raise it is refused here, before anything is
+    read or written; a change it makes is *proposed* (a ledger opened for a command defers its
+    budget changes: :meth:`Ledger.confirm_budget`, :meth:`Ledger.propose_budget`): it governs
+    this command's checks at once and is written in the transaction of the first release the
+    command commits. So a command that is refused (the release costs more than
+    the lowered budget) or fails before it commits leaves the ledger as it was, budget
+    included: a user who lowers a budget with a flag lowers it for the releases that flag came
+    with, and one who is refused may retry with other settings against the budget they had.
     """
     if path is None:
         if any(b is not None for b in (budget_epsilon, budget_delta, *subject_budget)):
