@@ -88,15 +88,23 @@ def test_demo_runs_and_reports(tmp_path):
 
 
 def test_demo_working_path_reproduces_its_advice_on_a_real_search():
-    """The demo's second part: advise -> index with payloads (FAISS) -> search with re-rank;
-    the re-ranked search meets the floor that advise promised, plain search does not."""
+    """The demo's second part makes advise's recommendation for its embeddings (the same call,
+    the same defaults) and searches it for real: for 500 records the sealed mode (no vector in
+    the store, every payload fetched, exact search), and past the sealed budget the best noise
+    setting -- advise -> index with payloads (FAISS) -> search with re-rank, which meets the
+    floor advise promised where plain search does not."""
     from privembed.demo import working_path
+    from privembed.evaluation.modes import advise_modes
 
     rng = np.random.default_rng(0)
     C = rng.standard_normal((40, 48))
     X = C[rng.integers(0, 40, 500)] + 0.6 * rng.standard_normal((500, 48))
     p = working_path(X, seed=0, key=bytes(range(32)))  # a fixed key: a deterministic index
-    assert p["recommended"] == "rerank", p["advice"]
+    assert p["advice"] == advise_modes(X, seed=0).sentence()  # one recommendation
+    assert p["recommended"] == "sealed", p["advice"]
+    assert p["recall_sealed_search"] == 1.0 and "no vector" in p["indexed"]
+    assert all("defends" in t for t in p["threats"])
+    # past the sealed budget: the best noise setting, indexed and searched
     assert p["recall_reranked_search"] >= 0.9 > p["recall_plain_search"], p
     assert p["k_prime"] <= 125 and p["reid_at_1"] > p["reid_blind"]
-    assert any("candidate holder: does not defend" in t for t in p["threats"])
+    assert any("candidate holder: does not defend" in t for t in p["noise_threats"])

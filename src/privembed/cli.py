@@ -581,19 +581,14 @@ def demo(
 
 def _print_path(path: dict[str, Any]) -> None:
     """The demo's second part: the deployment that keeps search useful, and what it defends."""
-    console.print("\n[bold]The path that works: protect, index with payloads, re-rank[/bold]")
+    console.print("\n[bold]The deployment that works (as 'privembed advise' recommends)[/bold]")
     for line in path.get("modes", []):
         console.print(f"- {line}", highlight=False, markup=False)
     console.print(path["advice"], highlight=False, markup=False)
     if path.get("recommended") is None:
         return
-    console.print(
-        f"Indexed at {path['mechanism']} epsilon {path['epsilon']:.4g} in FAISS with sealed "
-        f"payloads; recall of the clean top 10: plain search {path['recall_plain_search']:.3f}, "
-        f"re-ranked from k' = {path['k_prime']} {path['recall_reranked_search']:.3f} "
-        f"({path['payload_bytes_per_query']:,} payload bytes per query).",
-        highlight=False, markup=False,
-    )  # fmt: skip
+    if path.get("indexed"):
+        console.print(path["indexed"], highlight=False, markup=False)
     for line in path.get("threat_lines", []):
         console.print(line, highlight=False, markup=False)
 

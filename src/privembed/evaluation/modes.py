@@ -206,6 +206,21 @@ class ModesAdvice:
         return s.ldp_epsilon is not None and s.ldp_epsilon <= self.max_ldp_epsilon
 
     @property
+    def recommended_noise(self) -> ModeSetting | None:
+        """The best setting that protects the documents with noise (not sealed): what the
+        recommendation becomes when the corpus outgrows the sealed mode's budget."""
+        ok = [s for s in self.settings if self._allowed(s) and s.mode != "sealed"]
+        if not ok:
+            return None
+        return min(
+            ok,
+            key=lambda s: (
+                math.inf if s.ldp_epsilon is None else s.ldp_epsilon,
+                s.decryptions_per_query,
+            ),
+        )
+
+    @property
     def recommended(self) -> ModeSetting | None:
         """The sealed mode when its cost fits the budget, else the document-protecting setting
         meeting the floor with the smallest per-record LDP epsilon (then the fewest decryptions
@@ -799,6 +814,15 @@ def _check_options(
                 f"got mechanism {name!r}; use --plain-only for other mechanisms."
             )
     return seed, draws, floor
+
+
+def advice_queries(X: Any, *, seed: int = 0, n_queries: int = 200) -> NDArray[np.float64]:
+    """The pseudo-queries :func:`advise_modes` measures with when it is given none (the same
+    seed, the same draw): for a caller that checks a recommendation on the queries it was made
+    on (the demo)."""
+    D = _documents(X)
+    g_pq, _ = spawn(check_int("seed", seed, ge=0), 2)
+    return _query_data(None, D, n_queries, g_pq).Q
 
 
 def _query_data(
