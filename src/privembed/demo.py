@@ -26,7 +26,7 @@ from .core.rng import spawn
 from .data.datasets import synthetic_clinical_notes
 from .data.embedders import Embedder
 from .evaluation.metrics import mean_cosine, self_retrieval
-from .mechanisms import get_mechanism
+from .mechanisms import build_mechanism, get_mechanism
 
 __all__ = ["DEFAULT_CONFIGS", "DemoRow", "run_demo", "working_path"]
 
@@ -219,7 +219,7 @@ def _noise_index(
     """Index at a noise setting with sealed payloads (FAISS), search plain and re-ranked."""
     from .integrations.collection import ProtectedCollection
 
-    mech = get_mechanism(s.mechanism, epsilon=s.epsilon)
+    mech = build_mechanism(**s.config)  # the very setting advise measured
     say(f"index at {s.mechanism} epsilon {s.epsilon:.4g} with sealed payloads (FAISS)")
     with ProtectedCollection.open("faiss", tmp, "noise", mechanism=mech, key=key,
                                   payloads=True) as col:  # fmt: skip
