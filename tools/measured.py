@@ -43,8 +43,8 @@ TABLE = ROOT / "docs" / "measured.md"
 #: name -> (what is measured, unit, decimals shown)
 QUANTITIES: dict[str, tuple[str, str, int]] = {
     "demo_run_s": ("`privembed demo` (300 notes), wall time", "s", 0),
-    "demo_k_prime": ("the demo's recommended k' (rerank / Laplace, seeded advice)", "", 0),
-    "demo_epsilon": ("the demo's recommended Laplace ε", "", 1),
+    "demo_k_prime": ("k' of the demo's best noise setting (seeded advice; law in the note)", "", 0),
+    "demo_epsilon": ("ε of the demo's best noise setting", "", 1),
     "demo_recall_plain": ("the demo's recall of the clean top 10, plain search", "", 2),
     "demo_recall_reranked": ("the demo's recall of the clean top 10, re-ranked from k'", "", 2),
     "make_demo_s": ("`make demo` from a fresh clone, empty pip cache, wall time", "s", 0),
@@ -150,6 +150,11 @@ def measure_demo(note: str) -> list[dict[str, Any]]:
         seconds = time.perf_counter() - t0
     path = json.loads(out.stdout)["path"]
     how = "tools/measured.py demo"
+    setting = (
+        f"recommended {path['recommended']}; best noise setting {path['mechanism']} "
+        f"ε {path['epsilon']:.1f}, k' {path['k_prime']}"
+    )
+    note = f"{setting}; {note}" if note else setting
     values = {
         "demo_run_s": round(seconds, 1),
         "demo_k_prime": path["k_prime"],
