@@ -97,6 +97,7 @@ __all__ = [
     "charge_basis",
     "dp_pca",
     "dp_pca_sensitivity",
+    "fit_basis",
     "subspace_dimension",
 ]
 
@@ -1358,6 +1359,89 @@ def basis_from(
     if SubspaceBasis.is_basis_file(path):
         return SubspaceBasis.load(path)
     return _public_basis(path, column=column, model=model, max_components=max_components)
+
+
+def fit_basis(
+    spec: Any,
+    output: str | Path,
+    *,
+    corpus: str | Path | None = None,
+    column: str | None = None,
+    id_column: str | None = None,
+    model: str | None = None,
+    epsilon: float | None = None,
+    delta: float | None = None,
+    ledger: Any = None,
+    subject: str | None = None,
+    max_components: int | None = None,
+    rng: Any = None,
+    overwrite: bool = False,
+) -> dict[str, Any]:
+    """Fit a basis once and write it (``privembed basis``): index, protect, advise and search
+    reuse the file (``--basis FILE``) and nothing refits or charges it again.
+
+    ``spec`` is ``"dp-pca"`` (DP-PCA of the private ``corpus`` at (``epsilon``, ``delta``),
+    charged once to every record of the corpus in ``ledger``, in the commit that publishes the
+    file: no file without its charge, and a refused charge writes no file) or public data (as
+    :func:`basis_from`: exact PCA, no privacy cost). The file keeps the DP-PCA guarantee, so
+    every release with it prints the composition.
+
+    Returns
+    -------
+    dict
+        ``output``, ``components``, ``dim``, ``records`` (DP-PCA), ``guarantee`` (text or
+        None) and ``charge`` (the ledger charge: ``records``, ``fresh``, ``free``, ``batch``;
+        None without a ledger or for a public basis).
+
+    Raises
+    ------
+    FileExistsError
+        ``output`` exists and ``overwrite`` is False (checked first).
+    privembed.keys.ledger.BudgetExceeded
+        The charge would pass a budget: nothing is recorded, no file is written.
+    """
+    from ..data.io import atomic_output
+
+    out = Path(output)
+    if out.exists() and not overwrite:
+        raise FileExistsError(f"output exists: {out} (pass --overwrite to replace it).")
+    if spec == "dp-pca":
+        if epsilon is None or delta is None:
+            raise ValueError(
+                "a DP-PCA basis needs its privacy parameters: --basis-epsilon and --basis-delta."
+            )
+        if corpus is None:
+            raise ValueError("a DP-PCA basis is computed from the corpus: give its embeddings.")
+        path = Path(corpus)
+        acc, ids = _corpus_moments(
+            path, column=column, id_column=id_column, batch_rows=16384,
+            with_ids=ledger is not None,
+        )  # fmt: skip
+        basis = dp_pca(
+            acc, epsilon=epsilon, delta=delta, max_components=max_components, rng=rng,
+            metadata={"corpus": path.name},
+        )  # fmt: skip
+    else:
+        basis = basis_from(spec, model=model, epsilon=epsilon, delta=delta, column=column)
+        ids = []
+    charge: dict[str, Any] = {}
+
+    def commit() -> None:
+        charge.update(
+            charge_basis(ledger, basis, ids, subject=subject, destination=str(out.resolve()))
+        )
+
+    charged = ledger is not None and basis.guarantee is not None
+    with atomic_output(out, commit=commit if charged else None, overwrite=overwrite) as tmp:
+        Path(tmp).write_bytes(basis.to_bytes())
+    return {
+        "output": str(out),
+        "components": basis.size,
+        "dim": basis.dim,
+        "records": basis.n_records,
+        "guarantee": None if basis.guarantee is None else basis.guarantee.describe(),
+        "charge": charge or None,
+    }
 
 
 def _corpus_moments(
