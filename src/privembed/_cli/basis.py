@@ -29,6 +29,7 @@ from .options import (
     OptLedger,
     OptLedgerTimeout,
     OptOverwriteFile,
+    basis_flag,
     json_flag,
     output_flag,
 )
@@ -46,8 +47,7 @@ def basis(
     output: Annotated[Path, output_flag(help="Basis file to write (.npz).")],
     method: Annotated[
         str,
-        typer.Option(
-            "--basis",
+        basis_flag(
             help="'dp-pca' (DP-PCA of INPUT, charged once to every record in --ledger) or "
             "'public' (exact PCA of INPUT, which must be data that may be published).",
         ),
@@ -78,12 +78,9 @@ def basis(
     if as_json:
         print_json(summary)
         return
-    what = (
-        f"DP-PCA of {summary['records']:,} records" if method == "dp-pca" else "public data"
-    )
+    what = f"DP-PCA of {summary['records']:,} records" if method == "dp-pca" else "public data"
     err_console.print(
-        f"wrote {output}: {summary['components']} components of d = {summary['dim']} "
-        f"({what})",
+        f"wrote {output}: {summary['components']} components of d = {summary['dim']} ({what})",
         highlight=False,
     )
     if summary["guarantee"]:
