@@ -317,7 +317,7 @@ def test_keyed_reindexing_is_idempotent_and_the_ledger_counts_it_free(tmp_path):
         np.testing.assert_array_equal(Y1, Y2)
         assert col.store.count() == 30
     fresh = get_mechanism("gaussian", epsilon=5.0, delta=1e-5)
-    with ProtectedCollection.open("faiss", tmp_path, "col2", mechanism=fresh, rng=0) as col:
+    with ProtectedCollection.open("faiss", tmp_path, "col2", mechanism=fresh) as col:
         with pytest.raises(BudgetExceeded, match="30 record"):
             col.add(ids, X, ledger=led)  # a fresh (unkeyed) release would pass the budget
         assert col.store.count() == 0  # nothing was sent

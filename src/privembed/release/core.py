@@ -425,6 +425,7 @@ class Release:
         state = dict(self.__dict__)
         state["_ids"] = None
         state["_root"] = None
+        state["_fold"] = None  # the variant fold holds the ledger
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -438,7 +439,7 @@ class Release:
         """A copy without the ledger, for workers that draw the noise of this release."""
         other = object.__new__(Release)
         state = dict(self.__dict__)
-        state.update(ledger=None, staged=None, _ids=None, needs_ids=self.keyed)
+        state.update(ledger=None, staged=None, _ids=None, _fold=None, needs_ids=self.keyed)
         other.__dict__.update(state)
         if self.key is not None:
             other._ids = ReleasedIds()
