@@ -332,7 +332,10 @@ def protect(
             keep_columns=keep_column or (), eraser=eraser,
             on_start=set_total, on_batch=advance, on_wait=_waiting_for_ledger(ledger_timeout),
         )  # fmt: skip
-    _report_protected(summary, mech, output, ledger, as_json=as_json, quiet=quiet)
+    _report_protected(
+        summary, mech, output, ledger, as_json=as_json, quiet=quiet,
+        keyed=key_file is not None, model=model,
+    )  # fmt: skip
 
 
 def _load_eraser(erase: Path | None) -> Any:
@@ -353,15 +356,29 @@ def _waiting_for_ledger(timeout: float) -> Any:
 
 
 def _report_protected(
-    summary: Any, mech: Any, output: Path, ledger: str | None, *, as_json: bool, quiet: bool
+    summary: Any,
+    mech: Any,
+    output: Path,
+    ledger: str | None,
+    *,
+    as_json: bool,
+    quiet: bool,
+    keyed: bool = False,
+    model: str | None = None,
 ) -> None:
     """protect's summary: JSON on stdout, or the release, its guarantee, what it charged and
     the setting's expected utility on stderr."""
-    note = summary.setting  # computed by the release (privembed.release.setting)
+    from .evaluation.evidence import with_evidence
+
+    # computed by the release (privembed.release.setting), with what the evidence says
+    note = with_evidence(summary.setting, mech, model=model, keyed=keyed, ledger=ledger is not None)
     if as_json:
         from ._cli.common import print_json
 
-        print_json({**summary.to_dict(), "output": str(output), "mechanism": mech.config})
+        out = {**summary.to_dict(), "output": str(output), "mechanism": mech.config}
+        if note is not None:
+            out["setting"] = note.to_dict()
+        print_json(out)
         return
     if quiet:
         return
@@ -414,6 +431,8 @@ def _print_note(note: Any, *, guarantee: bool = True) -> None:
     err_console.print(note.summary(guarantee=guarantee), highlight=False)
     for line in note.notes:
         err_console.print(f"[yellow]note:[/yellow] {line}", highlight=False)
+    for line in note.evidence:
+        err_console.print(f"  {line}", highlight=False)
 
 
 def _print_guarantee(mech: Any) -> None:

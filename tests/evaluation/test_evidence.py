@@ -217,3 +217,51 @@ def test_advise_names_every_attack_it_ran_and_its_strength_on_clean_vectors() ->
     assert "linkage reid@1 on unprotected vectors 1.000 vs blind" in lines[1]
     assert lines[1].endswith(": evidence")
     assert "\n".join(lines) in "\n".join(adv.lines())
+
+
+def test_a_vacuous_setting_note_says_what_the_evidence_still_covers() -> None:
+    """Issue 37.4: no command calls a setting vacuous without saying which threats the evidence
+    still covers (protect and index print the note with_evidence returns)."""
+    from privembed.evaluation.evidence import with_evidence
+    from privembed.mechanisms import build_mechanism
+    from privembed.release.setting import setting_note
+
+    lap = build_mechanism("laplace", epsilon=1000.0)
+    note = setting_note(lap, 384)
+    assert note.vacuous and note.evidence == ()
+    full = with_evidence(note, lap, model=MINILM, keyed=True, ledger=True)
+    text = "\n".join(full.lines())
+    assert "attacker with public text: does not defend" in text and "inversion" in text
+    assert "repeated-release observer: defends" in text and "candidate holder" in text
+    bare = with_evidence(note, lap, keyed=False, ledger=False)
+    assert "repeated-release observer: does not defend" in "\n".join(bare.evidence)
+    # a gaussian and a subspace setting are looked up by their own law and mode
+    g = build_mechanism("gaussian", epsilon=2000.0, delta=1e-5)
+    assert (
+        "does not defend"
+        in with_evidence(setting_note(g, 384), g, keyed=True, ledger=True).evidence[0]
+    )
+    # a setting that is not vacuous is left as it is
+    quiet = build_mechanism("laplace", epsilon=4.0)
+    n = setting_note(quiet, 384)
+    assert not n.vacuous and with_evidence(n, quiet, keyed=True, ledger=True) is n
+
+
+def test_protect_prints_the_evidence_beside_a_vacuous_guarantee(tmp_path) -> None:
+    import numpy as np
+    from typer.testing import CliRunner
+
+    from privembed.cli import app
+    from privembed.data.io import write_embeddings
+
+    X = np.random.default_rng(0).standard_normal((20, 384)).astype(np.float32)
+    write_embeddings(tmp_path / "e.parquet", X)
+    r = CliRunner().invoke(
+        app, ["protect", str(tmp_path / "e.parquet"), "-o", str(tmp_path / "p.parquet"),
+              "-m", "laplace", "-e", "1000", "--seed", "0"],
+    )  # fmt: skip
+    assert r.exit_code == 0, r.output
+    out = " ".join(r.output.split())
+    assert (
+        "vacuous" in out and "evidence against an attacker with public text: does not defend" in out
+    )

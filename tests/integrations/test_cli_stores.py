@@ -232,15 +232,20 @@ def test_search_draws_progress_per_batch_and_leaves_stdout_to_the_results(
 
 
 def test_index_json_carries_the_library_setting_note(tmp_path, emb_file, key_file):
-    """index prints the setting note index_file computed (issue 25.4); none for -m none."""
+    """index prints the setting note index_file computed (issue 25.4), with what the evidence
+    says beside a vacuous guarantee (issue 37.4); none for -m none."""
     from privembed import GaussianMechanism
+    from privembed.evaluation.evidence import with_evidence
     from privembed.release import setting_note
 
     src, X = emb_file
     r = _ok(["index", src, "--store", "faiss", "--path", tmp_path / "db", "-m", "gaussian",
              "--epsilon", "50", "--delta", "1e-5", "--key-file", key_file, "--json"])  # fmt: skip
     got = json.loads(r.stdout)["setting"]
-    want = setting_note(GaussianMechanism(epsilon=50.0, delta=1e-5), X.shape[1]).to_dict()
+    mech = GaussianMechanism(epsilon=50.0, delta=1e-5)
+    note = setting_note(mech, X.shape[1])
+    want = with_evidence(note, mech, keyed=True, ledger=False).to_dict()
+    assert note.vacuous and got["evidence"] and got["evidence"] == want["evidence"]
     assert got == json.loads(json.dumps(want))
     r = _ok(["index", src, "--store", "faiss", "--path", tmp_path / "db2", "-m", "none", "--json"])
     assert json.loads(r.stdout)["setting"] is None

@@ -69,7 +69,14 @@ from .threats import (
     judge,
 )
 
-__all__ = ["Study", "noise_level", "stored_verdicts", "studies", "with_stored_evidence"]
+__all__ = [
+    "Study",
+    "noise_level",
+    "stored_verdicts",
+    "studies",
+    "with_evidence",
+    "with_stored_evidence",
+]
 
 #: how bad a verdict that rests on evidence is (the worst wins)
 _RANK = {DEFENDS: 1, INCONCLUSIVE: 2, DOES_NOT_DEFEND: 3}
@@ -296,3 +303,51 @@ def with_stored_evidence(
         f"{worst.reason}; the attacks run now read {live.verdict!r} ({live.reason})",
         worst.evidence,
     )
+
+
+def with_evidence(
+    note: Any, mechanism: Any, *, model: str | None = None, keyed: bool, ledger: bool
+) -> Any:
+    """``note`` (a :class:`~privembed.release.setting.SettingNote`) with what the evidence still
+    says when it calls the guarantee vacuous: the verdict against an attacker with public text
+    at this noise level (the stored studies; "no stored evidence" where none bears on it),
+    against a repeated-release observer (keyed noise and the ledger, whatever epsilon), and
+    where the candidate holder is measured. Unchanged when the guarantee is not vacuous.
+
+    ``protect`` and ``index`` print it: no command calls a setting vacuous without saying
+    which threats the evidence still covers.
+    """
+    import dataclasses
+
+    from .threats import THREATS, judge_structural
+
+    if note is None or not note.vacuous:
+        return note
+    config = dict(getattr(mechanism, "config", {}) or {})
+    name = str(config.get("mechanism", ""))
+    mode = "rerank"
+    if name == "subspace":  # the studies name the law in k dimensions, and the mode
+        name, mode = str(config.get("noise", "laplace")), "subspace+rerank"
+    eps = config.get("epsilon")
+    cos = getattr(mechanism, "expected_cosine", None)
+    cosine = cos(note.dim) if callable(cos) and mode == "rerank" else None
+    aux = THREATS["auxiliary_text"]
+    v = with_stored_evidence(
+        judge(aux, []), mechanism=name, epsilon=None if eps is None else float(eps), mode=mode,
+        dim=note.dim, model=model, cosine=cosine,
+    )  # fmt: skip
+    lines = [
+        (
+            f"evidence against {aux.title}: {v.verdict} -- {v.reason}"
+            if v.verdict in _RANK
+            else f"evidence against {aux.title}: none stored for this mechanism and dimension "
+            "(run 'privembed advise --texts' to measure it)"
+        ),
+        "evidence against a repeated-release observer: "
+        + judge_structural(THREATS["repeated_release"], keyed=keyed, ledger=ledger).verdict
+        + (" (keyed noise and the ledger, whatever epsilon)" if keyed and ledger else
+           " (give --key-file and --ledger: averaging fresh releases cancels the noise)"),
+        "evidence against a candidate holder: measured by 'privembed advise' (linkage at this "
+        "setting); at epsilons where search is useful it re-identifies most records",
+    ]  # fmt: skip
+    return dataclasses.replace(note, evidence=tuple(lines))

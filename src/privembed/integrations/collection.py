@@ -46,6 +46,7 @@ from numpy.typing import NDArray
 from ..core._validation import DataError, check_embeddings, check_int
 from ..core.cancel import checkpoint, cooperative
 from ..core.rng import as_generator
+from ..evaluation.evidence import with_evidence
 from ..keys.keyed import resolve_key
 from ..keys.payload import PayloadCodec, PayloadError, release_digest
 from ..mechanisms import Mechanism
@@ -1627,7 +1628,13 @@ def _index_into(
                 "profile": profile.source,
                 # what the setting does to vectors of this dimension (a SettingNote; None for
                 # vectors indexed as the releases they are)
-                "setting": setting_note(mechanism, dim)
+                "setting": with_evidence(
+                    setting_note(mechanism, dim),
+                    mechanism,
+                    model=source.model,
+                    keyed=col.key is not None,
+                    ledger=ledger is not None,
+                )
                 if isinstance(mechanism, Mechanism) and dim is not None and dim >= 2
                 else None,
             }

@@ -91,6 +91,10 @@ class SettingNote:
         The per-record LDP it implies (None: no formal per-record guarantee).
     notes : tuple of str
         One line each: below :data:`USEFUL_COSINE`; vacuous guarantee; no closed form.
+    evidence : tuple of str
+        What the project's evidence says about named attackers at this setting (filled above
+        this layer, :func:`privembed.evaluation.evidence.with_evidence`): a vacuous guarantee
+        is never printed without it.
     """
 
     mechanism: str
@@ -100,6 +104,12 @@ class SettingNote:
     ldp_epsilon: float | None
     ldp_delta: float | None
     notes: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+
+    @property
+    def vacuous(self) -> bool:
+        """Whether a note calls the guarantee vacuous in practice."""
+        return any(n.startswith("the guarantee is vacuous") for n in self.notes)
 
     @property
     def warn(self) -> bool:
@@ -118,7 +128,7 @@ class SettingNote:
 
     def lines(self) -> list[str]:
         """:meth:`summary` and then every note: what ``protect`` / ``index`` print."""
-        return [self.summary(), *self.notes]
+        return [self.summary(), *self.notes, *self.evidence]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -129,6 +139,7 @@ class SettingNote:
             "ldp_epsilon": self.ldp_epsilon,
             "ldp_delta": self.ldp_delta,
             "notes": list(self.notes),
+            "evidence": list(self.evidence),
             "useful_cosine": USEFUL_COSINE,
             "vacuous_ldp_epsilon": VACUOUS_LDP_EPSILON,
             "vacuous_delta": VACUOUS_DELTA,
