@@ -38,12 +38,22 @@ def serve(
             "beside it, print its API key once, and exit. Never replaces a file.",
         ),
     ] = False,
+    from_advice: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-advice",
+            help="With --init: take the documents' mechanism and epsilon from a saved "
+            "recommendation (privembed advise --save FILE; evaluate writes advice.json).",
+        ),
+    ] = None,
 ) -> None:
     """Serve protected embeddings at POST /v1/embeddings (OpenAI-compatible)."""
     from ..server import check_bind, create_app, load_config
 
+    if from_advice is not None and not init:
+        raise ValueError("--from-advice starts a configuration: use it with --init.")
     if init:
-        _init_config(Path("serve.toml") if config is None else config)
+        _init_config(Path("serve.toml") if config is None else config, from_advice)
         return
     if new_api_key:
         _print_new_api_key()
@@ -66,11 +76,16 @@ def serve(
     serve_forever(create_app(cfg), host=h, port=p)
 
 
-def _init_config(target: Path) -> None:
+def _init_config(target: Path, advice: Path | None = None) -> None:
     """``--init``: write a starter config and its noise key, and print its API key once."""
     from ..server.starter import init_config
 
-    api_key, key_path = init_config(target)
+    doc = None
+    if advice is not None:
+        from ..evaluation.modes import load_advice
+
+        doc = load_advice(advice)
+    api_key, key_path = init_config(target, advice=doc)
     err_console.print(
         f"wrote {target} and its noise key {key_path} (mode 0600; keep it secret and backed "
         "up). The API key for your client, shown once (only its hash is in the config):",

@@ -16,7 +16,15 @@ from pathlib import Path
 from .auth import hash_api_key, new_api_key
 from .config import config_from_dict
 
-__all__ = ["init_config", "starter_config"]
+__all__ = ["from_advice", "init_config", "starter_config"]
+
+#: the documents' setting of a starter config without a saved recommendation
+DEFAULT_DOCUMENTS = ("gaussian", {"epsilon": 200.0, "delta": 1e-5})
+_DEFAULT_COMMENT = (
+    "# Documents: Gaussian local DP on the unit sphere (analytic calibration), renormalised."
+)
+#: the parameters of a recommended setting that a served model takes
+_SERVED_PARAMS = ("epsilon", "delta", "calibration")
 
 _TEMPLATE = """\
 # privembed serve --config {config_name}
@@ -39,14 +47,14 @@ type = "local"
 model = "all-MiniLM-L6-v2"
 runtime = "auto"
 
-# Documents: Gaussian local DP on the unit sphere (analytic calibration), renormalised.
+{documents_comment}
 [models.minilm-private]
 backend = "local"
 role = "documents"
-mechanism = "gaussian"
-params = {{ epsilon = 200.0, delta = 1e-5 }}
+mechanism = "{mechanism}"
+params = {{ {params} }}
 
-# Queries for that index (the Gaussian mechanism needs no query-side treatment).
+# Queries for that index (query = "auto": what the documents' mechanism needs, if anything).
 [models.minilm-private-query]
 role = "queries"
 documents = "minilm-private"
@@ -67,6 +75,8 @@ def starter_config(
     api_key_sha256: str,
     api_key_name: str = "default",
     config_name: str = "serve.toml",
+    documents: tuple[str, dict[str, float | str]] = DEFAULT_DOCUMENTS,
+    documents_comment: str = _DEFAULT_COMMENT,
 ) -> str:
     """The TOML text of a starter configuration (loopback, keyed noise, one local model).
 
@@ -80,6 +90,9 @@ def starter_config(
         Name of the API key entry.
     config_name
         The configuration's file name, for the comments.
+    documents, documents_comment
+        The documents model's mechanism and parameters (default: Gaussian epsilon 200), and
+        the comment above it (:func:`from_advice` makes both from a saved recommendation).
 
     Raises
     ------
@@ -104,7 +117,16 @@ def starter_config(
             raise ValueError(f"{name} must be a plain non-empty name, got {name}={value!r}.")
     if "/" in api_key_name:
         raise ValueError(f"api_key_name must not contain '/', got api_key_name={api_key_name!r}.")
+    mech, params = documents
+    if not mech.isidentifier():
+        raise ValueError(f"mechanism must be a registry name, got mechanism={mech!r}.")
+    inline = ", ".join(
+        f"{k} = {v!r}" if isinstance(v, float) else f'{k} = "{v}"' for k, v in params.items()
+    )
     return _TEMPLATE.format(
+        documents_comment=documents_comment,
+        mechanism=mech,
+        params=inline,
         key_file=key_file,
         api_key_sha256=digest,
         api_key_name=api_key_name,
@@ -112,8 +134,64 @@ def starter_config(
     )
 
 
-def init_config(path: str | Path = "serve.toml") -> tuple[str, Path]:
-    """Write a starter configuration at ``path`` and a fresh key file beside it.
+def from_advice(advice: dict[str, object]) -> tuple[tuple[str, dict[str, float | str]], str]:
+    """The documents model of a saved recommendation (``privembed advise --save``,
+    :func:`privembed.evaluation.modes.load_advice`): its mechanism and parameters, and a
+    comment that says where they came from.
+
+    The proxy serves protected vectors, so it takes a noise setting: the recommendation's own,
+    or -- when the recommendation is the sealed mode (no vector leaves the trust boundary, so
+    there is nothing to serve) or the subspace (the proxy does not hold a basis) -- the best
+    re-rank or plain setting of the same advice, and the comment says so.
+
+    Raises
+    ------
+    ValueError
+        The advice holds no setting the proxy can serve.
+    """
+    rec = advice.get("recommended") if isinstance(advice, dict) else None
+    settings = advice.get("settings") if isinstance(advice, dict) else None
+    if not isinstance(settings, list):
+        raise ValueError("the advice holds no settings (write it with privembed advise --save).")
+    served = [
+        s for s in settings
+        if isinstance(s, dict) and s.get("meets_floor") and s.get("mode") in ("plain", "rerank")
+        and s.get("epsilon") is not None
+    ]  # fmt: skip
+    if not served:
+        raise ValueError(
+            "the advice has no plain or re-rank setting that meets its floor: the proxy serves "
+            "noise-protected vectors (a sealed store needs no proxy: privembed index --sealed)."
+        )
+    best = min(served, key=lambda s: (s.get("ldp_epsilon") or float("inf"), s.get("depth", 0)))
+    pick = best
+    if isinstance(rec, dict) and rec.get("mode") in ("plain", "rerank"):
+        pick = next(
+            (s for s in served if (s["mode"], s["mechanism"]) == (rec["mode"], rec["mechanism"])),
+            best,
+        )
+    config = dict(pick.get("config") or {})
+    mech = str(config.get("mechanism") or pick["mechanism"])
+    params = {k: config[k] for k in _SERVED_PARAMS if config.get(k) is not None}
+    params["epsilon"] = float(pick["epsilon"])
+    why = f"{pick['mode']} / {pick['mechanism']}, k' = {pick.get('depth')}"
+    if isinstance(rec, dict) and rec.get("mode") not in ("plain", "rerank"):
+        why += (
+            f"; the recommendation itself is the {rec.get('mode')} mode, which the proxy cannot "
+            "serve (see the advice)"
+        )
+    comment = (
+        f"# Documents: the setting of a saved recommendation ({why}).\n"
+        f"# {str(advice.get('answer', '')).splitlines()[0][:300]}"
+    )
+    return (mech, params), comment
+
+
+def init_config(
+    path: str | Path = "serve.toml", *, advice: dict[str, object] | None = None
+) -> tuple[str, Path]:
+    """Write a starter configuration at ``path`` and a fresh key file beside it (the documents
+    model from ``advice``, a saved recommendation, when given: :func:`from_advice`).
 
     The key file is ``path`` with the suffix ``.key`` (mode 0600). Both are refused if either
     exists, before anything is written; the configuration is published (renamed into place)
@@ -140,10 +218,14 @@ def init_config(path: str | Path = "serve.toml") -> tuple[str, Path]:
                 f"{p} already exists (privembed serve --init never replaces a file; choose "
                 "another --config path)."
             )
+    documents, comment = (
+        (DEFAULT_DOCUMENTS, _DEFAULT_COMMENT) if advice is None else from_advice(advice)
+    )
     api_key = new_api_key()
     text = starter_config(
-        key_file=key_path.name, api_key_sha256=hash_api_key(api_key), config_name=cfg.name
-    )
+        key_file=key_path.name, api_key_sha256=hash_api_key(api_key), config_name=cfg.name,
+        documents=documents, documents_comment=comment,
+    )  # fmt: skip
     tmp = cfg.with_name(f".{cfg.name}.{secrets.token_hex(4)}.tmp")
     keygen(key_path)
     try:
