@@ -726,9 +726,9 @@ class Service:
         from ..keys.ledger import LedgerBusy, record_key
 
         cost = cost_of(mech.guarantee)
-        per_text, per_subject = ledger.budget, ledger.subject_budget
-        at = per_text or per_subject
-        try:
+        try:  # the budgets are read from the ledger too: a lost connection is no 500
+            per_text, per_subject = ledger.budget, ledger.subject_budget
+            at = per_text or per_subject
             texts: dict[str, BudgetState] = {}
             if per_text is not None:
                 spent = {x.record_id: x for x in ledger.spent(list(set(owners.values())))}
