@@ -512,3 +512,25 @@ def test_search_with_the_ledger_refuses_a_rolled_back_record(tmp_path, emb_file,
     assert r.exit_code == 2, r.output
     assert "another release of the record" in r.output and len(r.output.strip().splitlines()) == 1
     assert led.read_bytes() == before  # read only
+
+
+def test_search_prints_the_k_it_fetched_and_what_a_query_costs(tmp_path, emb_file, key_file):
+    """Issue 38: search --recall did not say which k' it used; it prints k', the payloads opened
+    and the bytes a query fetches (the advice's cost model), and a sealed search its full fetch."""
+    from privembed.keys.payload import payload_size
+
+    src, X = emb_file
+    n, d = X.shape
+    _ok(["index", src, "--store", "faiss", "--path", tmp_path / "db", "-m", "laplace",
+         "--epsilon", "50", "--key-file", key_file, "--payloads"])  # fmt: skip
+    write_embeddings(tmp_path / "q.npz", near_copies(X[:5]), ids=[f"q{i}" for i in range(5)])
+    r = _ok(["search", "--store", "faiss", "--path", tmp_path / "db", "--query-embeddings",
+             tmp_path / "q.npz", "--key-file", key_file, "--rerank", "20", "-k", "3"])  # fmt: skip
+    want = 20 * (4 * d + 16 + payload_size(d)) + 4 * d
+    assert "k' = 20 candidates per query" in r.output and "20 payloads opened" in r.output
+    assert f"{want / 1e6:.2f} MB fetched per query" in r.output
+    _ok(["index", src, "--store", "faiss", "--path", tmp_path / "sealed", "--sealed",
+         "--key-file", key_file])  # fmt: skip
+    r = _ok(["search", "--store", "faiss", "--path", tmp_path / "sealed", "--query-embeddings",
+             tmp_path / "q.npz", "--key-file", key_file, "-k", "3"])  # fmt: skip
+    assert f"every one of the {n:,} payloads fetched" in " ".join(r.output.split())

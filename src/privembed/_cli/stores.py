@@ -600,7 +600,7 @@ def search(
         Searcher(store, path, collection, sealed_cache=sealed_cache, **session) as s,
     ):
         opts["batch_queries"] = batch_queries or s.batch_size(k, **opts)  # checks rerank/recall/key
-        emit = _batch_printer(s, store, collection, recall=recall, as_json=as_json)
+        emit = _batch_printer(s, store, collection, recall=recall, as_json=as_json, k=k, opts=opts)
         _search_given(s, k, opts, labels, query_embeddings, emit)
         if from_stdin:
             for line in sys.stdin:  # the model stays warm: one query at a time, answered at once
@@ -643,7 +643,14 @@ def _read_only_ledger(ledger: str | None) -> Any:
 
 
 def _batch_printer(
-    s: Any, store: str, collection: str, *, recall: float | None, as_json: bool
+    s: Any,
+    store: str,
+    collection: str,
+    *,
+    recall: float | None,
+    as_json: bool,
+    k: int = 10,
+    opts: dict[str, Any] | None = None,
 ) -> Callable[[Any], None]:
     """``emit(results)``: print a batch's results; the collection's header first, once a batch
     has succeeded (a refused query prints nothing but its error)."""
@@ -657,6 +664,26 @@ def _batch_printer(
                 f"query treatment: {s.collection.treatment.description}",
                 highlight=False,
             )
+            o = opts or {}
+            plan = s.collection.fetch_plan(
+                k, rerank=o.get("rerank"), recall=o.get("recall"),
+                protect_query=o.get("protect_query"),
+            )  # fmt: skip
+            if plan is not None and plan["sealed"]:
+                err_console.print(
+                    f"sealed: every one of the {plan['depth']:,} payloads fetched "
+                    f"({plan['bytes'] / 1e6:.2f} MB; once per session with the cache) and "
+                    "ranked exactly here",
+                    highlight=False,
+                )
+            elif plan is not None:
+                why = f" for --recall {recall:g}" if recall is not None else ""
+                err_console.print(
+                    f"k' = {plan['depth']:,} candidates per query{why}: {plan['payloads']:,} "
+                    f"payloads opened, {plan['bytes'] / 1e6:.2f} MB fetched per query "
+                    "(vectors, payloads, ids)",
+                    highlight=False,
+                )
             if recall is not None and s.collection.profile_source == "documents":
                 err_console.print(
                     "[yellow]note:[/yellow] k' for --recall was planned on pseudo-queries made "

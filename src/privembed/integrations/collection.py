@@ -783,6 +783,37 @@ class ProtectedCollection:
         itemsize = 2 if (info.get("payloads") or {}).get("dtype") == "float16" else 4
         return query_batch_size(depth, dim, payload_itemsize=itemsize)
 
+    def fetch_plan(
+        self,
+        k: int = 10,
+        *,
+        rerank: int | None = None,
+        recall: float | None = None,
+        protect_query: Mechanism | None = None,
+    ) -> dict[str, Any] | None:
+        """What one query fetches at these settings: ``depth`` (k' candidates), ``payloads``
+        opened and ``bytes`` (candidates' vectors and payloads, ids, the query sent;
+        :func:`privembed.evaluation.cost.query_cost`'s model). None when nothing is re-ranked;
+        for a sealed collection every payload, once per session with its cache.
+
+        ``search`` prints it: the k' that ``--recall`` chose and what it costs.
+        """
+        from ..evaluation.cost import Rates, query_cost, sealed_cost
+
+        n = max(1, self.store.count())
+        info = self.store.info
+        d_in = int(info.get("dim_in") or info.get("dim") or 1)
+        zero = Rates(0.0, 0.0, "not timed")
+        if self.sealed:
+            c = sealed_cost(n=n, d=d_in, rates=zero, client_cache=self.sealed_cache)
+            return {"depth": n, "payloads": n, "bytes": c.sync_bytes or c.bytes, "sealed": True}
+        depth = self._depth(k, rerank, recall, protect_query)
+        if depth is None:
+            return None
+        d_store = int(info.get("dim") or d_in)
+        c = query_cost("rerank", n=n, d=d_in, store_dim=d_store, depth=depth, rates=zero)
+        return {"depth": depth, "payloads": c.payloads, "bytes": c.bytes, "sealed": False}
+
     def _depth(
         self, k: int, rerank: int | None, recall: float | None, protect_query: Any
     ) -> int | None:
