@@ -117,3 +117,30 @@ def test_a_large_corpus_is_too_large_to_fetch_whole_by_default() -> None:
     big = sealed_cost(n=117_659, d=384, rates=RATES)
     assert big.sync_bytes > 64e6 and not Budget().sealed_fits(big)
     assert Budget().sealed_fits(sealed_cost(n=5000, d=384, rates=RATES))
+
+
+def test_the_cost_law_predicts_k_at_twice_the_corpus_within_its_stated_range() -> None:
+    """Issue 38: k' at a fixed epsilon grows with the corpus. advise measures it at n/4, n/2 and
+    n, fits n^b and predicts the user's production size; the prediction for 2n made from n
+    records is checked against k' measured on all 2n (held out from the prediction)."""
+    import numpy as np
+
+    from privembed.evaluation import modes as M
+
+    rng = np.random.default_rng(3)
+    C = rng.standard_normal((40, 48))
+    X = C[rng.integers(0, 40, 4000)] + 0.6 * rng.standard_normal((4000, 48))
+    half = X[:2000]
+    Q = M.advice_queries(half, seed=0)
+    adv = advise_modes(half, queries=Q, modes=("rerank",), mechanisms=("laplace",), rates=RATES,
+                       max_bytes_per_query=1e9, production_size=4000, seed=0)  # fmt: skip
+    p = adv.prediction
+    assert p is not None and p.target_n == 4000 and p.sizes == (500, 1000, 2000)
+    assert 0.3 < p.exponent < 1.0 and p.low <= p.depth <= p.high
+    assert p.text() in adv.lines() and adv.to_dict()["prediction"]["depth"] == p.depth
+    full = M._Clean(M._unit(X), M._unit(Q))
+    runner = M._ModeRunner("rerank", "laplace", {}, full, floor=0.9, metric="recall",
+                           max_depth=4000, seed=0, basis=None, draws=3)  # fmt: skip
+    measured = runner.probe(p.epsilon)
+    assert measured is not None and measured.ok
+    assert p.low <= measured.depth <= p.high, (p.text(), measured.depth)

@@ -111,6 +111,14 @@ _OptClientCache = Annotated[
         "query fetches every payload, within --max-bytes-per-query).",
     ),
 ]
+_OptProductionSize = Annotated[
+    int | None,
+    typer.Option(
+        "--production-size",
+        help="The corpus size you will index: predict k' and bytes per query there (the cost "
+        "law, measured on subsets of this corpus).",
+    ),
+]
 _OptMaxLatency = Annotated[
     float | None,
     typer.Option(
@@ -191,6 +199,7 @@ def advise(
     max_latency_ms: _OptMaxLatency = None,
     max_sync_bytes: _OptMaxSync = 64_000_000,
     client_cache: _OptClientCache = True,
+    production_size: _OptProductionSize = None,
     queries: _OptQueries = None,
     basis: _OptBasis = None,
     basis_epsilon: _OptBasisEpsilon = 1.0,
@@ -226,7 +235,8 @@ def advise(
             X, modes=modes, names=names, delta=delta, min_recall=min_recall,
             min_cosine=min_cosine, max_depth=max_depth, queries=queries, basis=basis,
             budget={"max_bytes_per_query": max_bytes_per_query, "max_latency_ms": max_latency_ms,
-                    "max_sync_bytes": max_sync_bytes, "client_cache": client_cache},
+                    "max_sync_bytes": max_sync_bytes, "client_cache": client_cache,
+                    "production_size": production_size},
             basis_epsilon=basis_epsilon, max_ldp_epsilon=max_ldp_epsilon, seed=seed,
             column=column, as_json=as_json, attacks=token, model=model_name, save=save,
         )  # fmt: skip

@@ -183,6 +183,55 @@ class ModeSetting:
         }
 
 
+@dataclass(frozen=True)
+class DepthPrediction:
+    """k' and bytes per query predicted for a larger corpus from this one (issue 38: the cost
+    law). At a fixed epsilon the documents that outscore a true neighbour after noise grow with
+    the corpus, so k' for the same recall grows as ``n ** exponent``: measured here at n/4, n/2
+    and n (random subsets, the same queries and noise seeds), fitted, and extrapolated.
+
+    The range: from the smaller half-step exponent up to linear growth (what a corpus that
+    grows with content unlike its own gives; related content grows k' more slowly, measured
+    n^0.55-0.76 here and n^0.75 on dictionary text), widened by ``spread``, the relative range
+    of k' at n over independent noise draws (measured: k' is itself a random quantity of the
+    index's draw). A statement of what the law and the draws allow, not a bound."""
+
+    mode: str
+    mechanism: str
+    epsilon: float
+    sizes: tuple[int, ...]
+    depths: tuple[int, ...]
+    exponent: float
+    exponent_range: tuple[float, float]
+    target_n: int
+    depth: int
+    low: int
+    high: int
+    bytes_per_query: int
+    spread: float = 0.0
+
+    def text(self) -> str:
+        pts = ", ".join(f"{d:,} at n = {m:,}" for m, d in zip(self.sizes, self.depths, strict=True))
+        lo, hi = self.exponent_range
+        return (
+            f"At n = {self.target_n:,}: {self.mode} / {self.mechanism} epsilon "
+            f"{self.epsilon:.4g} needs k' ~ {self.depth:,} (range {self.low:,}-{self.high:,}), "
+            f"about {self.bytes_per_query / 1e6:.2f} MB per query: k' grows as n^"
+            f"{self.exponent:.2f} (half-steps {lo:.2f}-{hi:.2f}; measured k' {pts}); the range "
+            f"runs from the smaller exponent to linear growth, +-{100 * self.spread:.0f}% for "
+            "the draw-to-draw spread of k'."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode, "mechanism": self.mechanism, "epsilon": self.epsilon,
+            "sizes": list(self.sizes), "depths": list(self.depths), "exponent": self.exponent,
+            "exponent_range": list(self.exponent_range), "target_n": self.target_n,
+            "depth": self.depth, "low": self.low, "high": self.high,
+            "bytes_per_query": self.bytes_per_query, "spread": self.spread,
+        }  # fmt: skip
+
+
 @dataclass
 class ModesAdvice:
     """What :func:`advise_modes` found: one :class:`ModeSetting` per (mode, mechanism)."""
@@ -197,6 +246,9 @@ class ModesAdvice:
     max_ldp_epsilon: float | None = None
     seed: int = 0
     model: str | None = None
+    #: k' and bytes at the user's production size (``production_size``), for the best noise
+    #: setting; None when not asked for or not measurable
+    prediction: DepthPrediction | None = None
 
     def _allowed(self, s: ModeSetting) -> bool:
         if not s.meets_floor or s.mode not in DOCUMENT_MODES:
@@ -366,6 +418,8 @@ class ModesAdvice:
             if s.utility == s.utility:  # the notes of an unavailable row are its line
                 out += [f"  note: {n}" for n in s.notes if not n.startswith("protects queries")]
         out.append(self.sentence())
+        if self.prediction is not None:
+            out.append(self.prediction.text())
         out += self.attack_lines()
         out += self.threat_lines()
         if any(s.mode == "query" for s in self.settings):
@@ -422,6 +476,7 @@ class ModesAdvice:
                 "config": r.config,
                 "subspace_k": r.subspace_k,
             },
+            "prediction": None if self.prediction is None else self.prediction.to_dict(),
             "threat_models": {k: t.to_dict() for k, t in THREATS.items()},
             "settings": [s.to_dict() for s in self.settings],
         }
@@ -647,6 +702,7 @@ def advise_modes(
     max_sync_bytes: float | None = DEFAULT_MAX_SYNC_BYTES,
     client_cache: bool = True,
     rates: Rates | None = None,
+    production_size: int | None = None,
     draws: int = 3,
     attacks: Sequence[Any] = (),
     linkage_records: int = 2000,
@@ -690,6 +746,9 @@ def advise_modes(
         opened vectors; without it every query fetches them all (the per-query budget).
     rates : privembed.evaluation.cost.Rates, optional
         Per-payload and per-scan times for the latency estimate (default: measured here).
+    production_size : int, optional
+        The corpus size the user will index: k' and bytes per query are predicted there for
+        the best noise setting (:class:`DepthPrediction`, from k' measured at n/4, n/2, n).
     max_ldp_epsilon : float, optional
         Only settings whose per-record LDP epsilon is at most this are recommended.
     basis : SubspaceBasis, array (m, d) of public embeddings, or None
@@ -746,6 +805,12 @@ def advise_modes(
     )
     settings, releases = search.run(modes, mechanisms, say)
     result = search.advice(settings, max_ldp_epsilon)
+    if production_size is not None:
+        target = check_int("production_size", production_size, ge=D.shape[0])
+        best = result.recommended_noise
+        if best is not None and best.mode in ("rerank", "subspace+rerank", "query"):
+            say(f"predicting k' at n = {target:,} for {best.label}")
+            result.prediction = search.predict(best, target)
     _attack_recommended(result, releases, attacks, D, seed, say)
     return result
 
@@ -910,6 +975,60 @@ class _Search:
                 if p is not None:
                     releases[(mode, name)] = (p.mech, p.Y)
         return out, releases
+
+    def predict(self, setting: ModeSetting, target: int) -> DepthPrediction | None:
+        """k' of ``setting`` (at its epsilon) measured on random subsets of n/4 and n/2
+        documents with the same queries and seeds, fitted as n^b with its n, and extrapolated
+        to ``target`` documents (:class:`DepthPrediction`)."""
+        D, Q = self.clean.D, self.clean.Q
+        n = D.shape[0]
+        sizes = [max(4 * TOP_K, n // 4), max(4 * TOP_K, n // 2)]
+        if setting.epsilon is None or sizes[0] >= sizes[1] or sizes[1] >= n:
+            return None
+        pick = spawn(self.seed + 104729, 1)[0].permutation(n)
+        depths = []
+        for m in sizes:
+            sub = _Clean(D[np.sort(pick[:m])], Q)
+            runner = _ModeRunner(
+                setting.mode, setting.mechanism, self.params.get(setting.mechanism, {}), sub,
+                floor=self.floor, metric="recall", max_depth=m, seed=self.seed,
+                basis=self.basis, draws=self.draws,
+            )  # fmt: skip
+            p = runner.probe(float(setting.epsilon))
+            if p is None or not p.ok:
+                return None
+            depths.append(p.depth)
+        depths.append(setting.depth)
+        ns = [*sizes, n]
+        # k' at n over independent draws: its relative spread widens the range
+        again = []
+        for j in (1, 2):
+            runner = _ModeRunner(
+                setting.mode, setting.mechanism, self.params.get(setting.mechanism, {}),
+                self.clean, floor=self.floor, metric="recall", max_depth=n,
+                seed=self.seed + 15485863 * j, basis=self.basis, draws=self.draws,
+            )  # fmt: skip
+            p = runner.probe(float(setting.epsilon))
+            if p is not None and p.ok:
+                again.append(p.depth)
+        seen = [setting.depth, *again]
+        spread = (max(seen) - min(seen)) / float(np.median(seen))
+        b = [math.log(depths[i + 1] / depths[i]) / math.log(ns[i + 1] / ns[i]) for i in (0, 1)]
+        slope = math.log(depths[2] / depths[0]) / math.log(ns[2] / ns[0])
+        grow = target / n
+        pred = min(target, round(depths[2] * grow**slope))
+        low = min(target, math.floor(depths[2] * grow ** min(b) * (1 - spread)))
+        high = min(target, math.ceil(depths[2] * grow ** max(1.0, max(b)) * (1 + spread)))
+        store_dim = setting.subspace_k or D.shape[1]
+        cost = query_cost(
+            setting.mode, n=target, d=D.shape[1], store_dim=store_dim, depth=max(1, pred),
+            rates=self.rates,
+        )  # fmt: skip
+        return DepthPrediction(
+            setting.mode, setting.mechanism, float(setting.epsilon), tuple(ns), tuple(depths),
+            slope, (min(b), max(b)), target, pred, min(low, pred), max(high, pred), cost.bytes,
+            spread,
+        )  # fmt: skip
 
     def sealed(self) -> ModeSetting:
         """The sealed mode: exact, so the floor is met; whether fetching all ``n`` payloads
