@@ -655,10 +655,7 @@ def _verdicts(
     from .evidence import with_stored_evidence
 
     cos = getattr(mech, "expected_cosine", None)
-    at = {
-        "mechanism": mechanism, "epsilon": epsilon, "mode": mode, "dim": dim, "model": model,
-        "cosine": cos(dim) if callable(cos) and mode in ("plain", "rerank") else None,
-    }  # fmt: skip
+    cosine = cos(dim) if callable(cos) and mode in ("plain", "rerank") else None
     out: dict[str, ThreatVerdict] = {}
     for t in sorted(threats_for(mode), key=lambda t: t.implied_by is not None):
         if t.defended_by == "deployment":
@@ -678,7 +675,10 @@ def _verdicts(
                 )
             out[t.name] = v
         else:
-            out[t.name] = with_stored_evidence(judge(t, evidence), **at)
+            out[t.name] = with_stored_evidence(
+                judge(t, evidence), mechanism=mechanism, epsilon=epsilon, mode=mode, dim=dim,
+                model=model, cosine=cosine,
+            )  # fmt: skip
     return [out[t.name] for t in threats_for(mode)]
 
 

@@ -19,7 +19,10 @@ from .config import config_from_dict
 __all__ = ["from_advice", "init_config", "starter_config"]
 
 #: the documents' setting of a starter config without a saved recommendation
-DEFAULT_DOCUMENTS = ("gaussian", {"epsilon": 200.0, "delta": 1e-5})
+DEFAULT_DOCUMENTS: tuple[str, dict[str, float | str]] = (
+    "gaussian",
+    {"epsilon": 200.0, "delta": 1e-5},
+)
 _DEFAULT_COMMENT = (
     "# Documents: Gaussian local DP on the unit sphere (analytic calibration), renormalised."
 )
