@@ -1321,28 +1321,13 @@ def basis_from(
     if isinstance(spec, SubspaceBasis):
         return spec
     if spec == "dp-pca":
-        if epsilon is None or delta is None:
-            raise ValueError(
-                "a DP-PCA basis needs its privacy parameters: --basis-epsilon and --basis-delta."
-            )
-        if corpus is None:
-            raise ValueError("a DP-PCA basis is computed from the corpus: give its embeddings.")
-        path = Path(corpus)
-        acc, ids = _corpus_moments(
-            path,
-            column=column,
-            id_column=id_column,
-            batch_rows=batch_rows,
+        path = Path(corpus) if corpus is not None else None
+        basis, ids = _dp_pca_of(
+            path, column=column, id_column=id_column, epsilon=epsilon, delta=delta,
+            max_components=max_components, rng=rng, batch_rows=batch_rows,
             with_ids=ledger is not None,
-        )
-        basis = dp_pca(
-            acc,
-            epsilon=epsilon,
-            delta=delta,
-            max_components=max_components,
-            rng=rng,
-            metadata={"corpus": path.name},
-        )
+        )  # fmt: skip
+        assert path is not None
         if ledger is not None:
             charge_basis(
                 ledger, basis, ids, subject=subject, destination=f"basis of {path.name}",
@@ -1406,20 +1391,10 @@ def fit_basis(
     if out.exists() and not overwrite:
         raise FileExistsError(f"output exists: {out} (pass --overwrite to replace it).")
     if spec == "dp-pca":
-        if epsilon is None or delta is None:
-            raise ValueError(
-                "a DP-PCA basis needs its privacy parameters: --basis-epsilon and --basis-delta."
-            )
-        if corpus is None:
-            raise ValueError("a DP-PCA basis is computed from the corpus: give its embeddings.")
-        path = Path(corpus)
-        acc, ids = _corpus_moments(
-            path, column=column, id_column=id_column, batch_rows=16384,
-            with_ids=ledger is not None,
-        )  # fmt: skip
-        basis = dp_pca(
-            acc, epsilon=epsilon, delta=delta, max_components=max_components, rng=rng,
-            metadata={"corpus": path.name},
+        basis, ids = _dp_pca_of(
+            None if corpus is None else Path(corpus), column=column, id_column=id_column,
+            epsilon=epsilon, delta=delta, max_components=max_components, rng=rng,
+            batch_rows=16384, with_ids=ledger is not None,
         )  # fmt: skip
     else:
         basis = basis_from(spec, model=model, epsilon=epsilon, delta=delta, column=column)
@@ -1442,6 +1417,35 @@ def fit_basis(
         "guarantee": None if basis.guarantee is None else basis.guarantee.describe(),
         "charge": charge or None,
     }
+
+
+def _dp_pca_of(
+    path: Path | None,
+    *,
+    column: str | None,
+    id_column: str | None,
+    epsilon: float | None,
+    delta: float | None,
+    max_components: int | None,
+    rng: Any,
+    batch_rows: int,
+    with_ids: bool,
+) -> tuple[SubspaceBasis, list[Any]]:
+    """DP-PCA of the private embeddings at ``path`` (one pass) and, ``with_ids``, their ids."""
+    if epsilon is None or delta is None:
+        raise ValueError(
+            "a DP-PCA basis needs its privacy parameters: --basis-epsilon and --basis-delta."
+        )
+    if path is None:
+        raise ValueError("a DP-PCA basis is computed from the corpus: give its embeddings.")
+    acc, ids = _corpus_moments(
+        path, column=column, id_column=id_column, batch_rows=batch_rows, with_ids=with_ids
+    )
+    basis = dp_pca(
+        acc, epsilon=epsilon, delta=delta, max_components=max_components, rng=rng,
+        metadata={"corpus": path.name},
+    )  # fmt: skip
+    return basis, ids
 
 
 def _corpus_moments(
