@@ -300,7 +300,12 @@ def evaluate_embeddings(
         description=desc,
     )
     advice = None
-    if deployment:
+    if deployment and A.shape[0] < 12:
+        notes.append(
+            f"no deployment recommendation: advise needs at least 12 documents (a clean top 10), "
+            f"got {A.shape[0]}."
+        )
+    elif deployment:
         from .modes import advise_modes
 
         attacks = (
