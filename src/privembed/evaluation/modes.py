@@ -1038,8 +1038,10 @@ class _Search:
         n, d = self.clean.D.shape
         cost = sealed_cost(n=n, d=d, rates=self.rates, client_cache=self.budget.client_cache)
         fits = self.budget.sealed_fits(cost)
+        fetch = cost.sync_bytes or cost.bytes
+        when = "once per session" if cost.sync_bytes else "on every query"
         notes = [] if fits else [
-            f"fetching all {n:,} payloads costs {cost.text()}, over the budget "
+            f"fetching all {n:,} payloads ({fetch / 1e6:.2f} MB {when}) is over the budget "
             f"({self.budget.text()})"
         ]  # fmt: skip
         return ModeSetting(
