@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from ..core._validation import check_int, check_real
+from ..search.sealed import ID_BYTES, sealed_fetch_bytes
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -58,10 +59,8 @@ DEFAULT_MAX_BYTES = 4_000_000
 #: the default budget of a one-time fetch of every sealed payload by a client (64 MB: about
 #: 38,000 records of d = 384)
 DEFAULT_MAX_SYNC_BYTES = 64_000_000
-#: bytes that name a record in a response (an id and its framing)
-ID_BYTES = 16
 #: modes whose candidates carry a sealed payload that the client opens
-OPENS = ("rerank", "subspace+rerank", "sealed")
+OPENS = ("rerank", "subspace+rerank")
 
 
 @dataclass(frozen=True)
@@ -138,8 +137,7 @@ class QueryCost:
 def _per_candidate(mode: str, d: int, store_dim: int) -> int:
     from ..keys.payload import payload_size
 
-    vector = 0 if mode == "sealed" else 4 * store_dim  # a sealed store holds no vector
-    return vector + ID_BYTES + (payload_size(d) if mode in OPENS else 0)
+    return 4 * store_dim + ID_BYTES + (payload_size(d) if mode in OPENS else 0)
 
 
 def sealed_cost(*, n: int, d: int, rates: Rates, client_cache: bool = True) -> QueryCost:
@@ -147,7 +145,7 @@ def sealed_cost(*, n: int, d: int, rates: Rates, client_cache: bool = True) -> Q
     payload (``sync_bytes``) and then a local scan per query; without it, every payload fetched
     and opened on every query."""
     n = check_int("n", n, ge=1)
-    fetch = n * _per_candidate("sealed", d, 0)
+    fetch = sealed_fetch_bytes(n, d)  # no vector in the store, nothing about the query sent
     scan = rates.scan_ms_per_mdim * n * d / 1e6
     if client_cache:
         return QueryCost(0, 0, float(scan), sync_bytes=int(fetch))
@@ -158,11 +156,9 @@ def query_cost(mode: str, *, n: int, d: int, store_dim: int, depth: int, rates: 
     """The cost of one query fetching ``depth`` candidates (see the module docstring)."""
     n = check_int("n", n, ge=1)
     depth = check_int("depth", depth, ge=1)
-    sent = 0 if mode == "sealed" else 4 * store_dim  # sealed: nothing about the query is sent
-    b = depth * _per_candidate(mode, d, store_dim) + sent
+    b = depth * _per_candidate(mode, d, store_dim) + 4 * store_dim
     payloads = depth if mode in OPENS else 0
-    scan = 0.0 if mode == "sealed" else rates.scan_ms_per_mdim * n * store_dim / 1e6
-    ms = scan + rates.open_ms * payloads
+    ms = rates.scan_ms_per_mdim * n * store_dim / 1e6 + rates.open_ms * payloads
     return QueryCost(int(b), payloads, float(ms))
 
 

@@ -257,20 +257,23 @@ class ModesAdvice:
             return True
         return s.ldp_epsilon is not None and s.ldp_epsilon <= self.max_ldp_epsilon
 
+    @staticmethod
+    def _rank(s: ModeSetting) -> tuple[bool, float, int, float]:
+        """Sealed first, then the smallest per-record LDP epsilon, the fewest decryptions and
+        the fewest bytes per query."""
+        return (
+            s.mode != "sealed",
+            math.inf if s.ldp_epsilon is None else s.ldp_epsilon,
+            s.decryptions_per_query,
+            math.inf if s.cost is None else s.cost.bytes,
+        )
+
     @property
     def recommended_noise(self) -> ModeSetting | None:
         """The best setting that protects the documents with noise (not sealed): what the
         recommendation becomes when the corpus outgrows the sealed mode's budget."""
         ok = [s for s in self.settings if self._allowed(s) and s.mode != "sealed"]
-        if not ok:
-            return None
-        return min(
-            ok,
-            key=lambda s: (
-                math.inf if s.ldp_epsilon is None else s.ldp_epsilon,
-                s.decryptions_per_query,
-            ),
-        )
+        return min(ok, key=self._rank) if ok else None
 
     @property
     def recommended(self) -> ModeSetting | None:
@@ -278,17 +281,7 @@ class ModesAdvice:
         meeting the floor with the smallest per-record LDP epsilon (then the fewest decryptions
         per query); None if none does."""
         ok = [s for s in self.settings if self._allowed(s)]
-        if not ok:
-            return None
-        return min(
-            ok,
-            key=lambda s: (
-                s.mode != "sealed",
-                math.inf if s.ldp_epsilon is None else s.ldp_epsilon,
-                s.decryptions_per_query,
-                math.inf if s.cost is None else s.cost.bytes,
-            ),
-        )
+        return min(ok, key=self._rank) if ok else None
 
     def floor_text(self) -> str:
         out = (

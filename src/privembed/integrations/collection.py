@@ -57,6 +57,7 @@ from ..search.sealed import (
     SEALED_GUARANTEE_TEXT,
     SealedIndex,
     sealed_batch_size,
+    sealed_fetch_bytes,
     stamp,
 )
 from .query import QueryTreatment, protect_queries, query_treatment
@@ -798,20 +799,19 @@ class ProtectedCollection:
 
         ``search`` prints it: the k' that ``--recall`` chose and what it costs.
         """
-        from ..evaluation.cost import Rates, query_cost, sealed_cost
+        from ..evaluation.cost import Rates, query_cost
 
         n = max(1, self.store.count())
         info = self.store.info
         d_in = int(info.get("dim_in") or info.get("dim") or 1)
-        zero = Rates(0.0, 0.0, "not timed")
-        if self.sealed:
-            c = sealed_cost(n=n, d=d_in, rates=zero, client_cache=self.sealed_cache)
-            return {"depth": n, "payloads": n, "bytes": c.sync_bytes or c.bytes, "sealed": True}
+        if self.sealed:  # every payload, whether per query or once per session
+            return {"depth": n, "payloads": n, "bytes": sealed_fetch_bytes(n, d_in), "sealed": True}
         depth = self._depth(k, rerank, recall, protect_query)
         if depth is None:
             return None
         d_store = int(info.get("dim") or d_in)
-        c = query_cost("rerank", n=n, d=d_in, store_dim=d_store, depth=depth, rates=zero)
+        untimed = Rates(0.0, 0.0, "not timed")  # bytes and payloads only
+        c = query_cost("rerank", n=n, d=d_in, store_dim=d_store, depth=depth, rates=untimed)
         return {"depth": depth, "payloads": c.payloads, "bytes": c.bytes, "sealed": False}
 
     def _depth(

@@ -92,7 +92,7 @@ __all__ = [
 PLACEHOLDER: tuple[float, ...] = (1.0,)
 #: payloads fetched and opened per store call
 FETCH_BATCH = 1024
-#: bytes that name a record in a response (an id and its framing; as evaluation.cost counts it)
+#: bytes that name a record in a response (an id and its framing; evaluation.cost counts with it)
 ID_BYTES = 16
 #: the guarantee of a sealed collection, as data: not differential privacy
 SEALED_GUARANTEE: dict[str, Any] = {
