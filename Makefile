@@ -69,7 +69,7 @@ pytest: $(STAMP)
 
 ## Every security claim fails its tests when it is broken (claims/claims.toml, tools/claims):
 ## each claim's mutation is applied to a copy of the source tree and one of its tests must fail.
-## `claims` (part of `test`, so of CI) checks the claims marked fast; `mutations` checks them all.
+## `claims` (part of `test`, so of CI) runs one mutation of every claim; `mutations` runs them all.
 claims: $(STAMP)
 	$(PY) -m tools.claims check
 	$(PY) -m tools.claims mutate --fast --jobs 2

@@ -112,7 +112,7 @@ def test_the_runner_tells_caught_from_survived_and_broken_and_never_writes_the_s
     def claim(name: str, old: str, new: str, tests: tuple[str, ...]) -> registry.Claim:
         m = registry.Mutation("toy.claim", name, (registry.Edit("src/privembed/m.py", old, new),),
                               tests)  # fmt: skip
-        return registry.Claim("toy.claim", "security", "toy", "A claim.", tests, True, (m,))
+        return registry.Claim("toy.claim", "security", "toy", "A claim.", tests, (m,))
 
     both = ("tests/test_toy.py::test_it", "tests/test_toy.py::test_other")
     cases = [
@@ -131,3 +131,59 @@ def test_the_runner_tells_caught_from_survived_and_broken_and_never_writes_the_s
     caught = next(o for o in out if o.status == "caught")
     assert caught.failed == ["tests/test_toy.py::test_it"]
     assert {p: p.read_bytes() for p in src.rglob("*") if p.is_file()} == before
+
+
+_TOY = """
+[[claim]]
+id = "toy.claim"
+doc = "security"
+region = "toy"
+claim = "A claim."
+tests = ["tests/test_toy.py::test_it"]
+{extra}
+[[claim.mutation]]
+name = "first"
+file = "src/privembed/m.py"
+old = "return 1"
+new = "return 2"
+{ci1}
+[[claim.mutation]]
+name = "second"
+file = "src/privembed/m.py"
+old = "return 1"
+new = "return 3"
+{ci2}
+"""
+
+
+def _toy_registry(tmp_path, extra="", ci1="", ci2=""):
+    p = tmp_path / "claims.toml"
+    p.write_text(_TOY.format(extra=extra, ci1=ci1, ci2=ci2), encoding="utf-8")
+    return p
+
+
+def test_ci_keeps_one_mutation_of_every_claim_the_marked_one_else_the_first(tmp_path):
+    (first,) = mutate.select(registry.load(_toy_registry(tmp_path)), fast=True)
+    assert [m.name for m in first.mutations] == ["first"]
+    (marked,) = mutate.select(registry.load(_toy_registry(tmp_path, ci2="ci = true")), fast=True)
+    assert [m.name for m in marked.mutations] == ["second"]
+    (every,) = mutate.select(registry.load(_toy_registry(tmp_path, ci2="ci = true")), fast=False)
+    assert [m.name for m in every.mutations] == ["first", "second"]
+    # the real registry: every claim is in CI's subset, with exactly one mutation
+    real = registry.load()
+    ci = mutate.select(real, fast=True)
+    assert [c.id for c in ci] == [c.id for c in real]
+    assert all(len(c.mutations) == 1 for c in ci)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"ci1": "ci = true", "ci2": "ci = true"}, "at most one mutation is marked ci"),
+        ({"ci1": 'ci = "yes"'}, "ci must be true or false"),
+        ({"extra": "fast = true"}, "'fast' is gone"),
+    ],
+)
+def test_ci_marks_are_checked(tmp_path, kw, message):
+    with pytest.raises(registry.RegistryError, match=message):
+        registry.load(_toy_registry(tmp_path, **kw))

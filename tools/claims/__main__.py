@@ -52,11 +52,12 @@ def cmd_render(_: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     for c in mutate.select(_load(), fast=args.fast):
-        print(f"{c.id}{' (fast)' if c.fast else ''}: {c.text}")
+        print(f"{c.id}: {c.text}")
         for t in c.tests:
             print(f"    test      {t}")
         for m in c.mutations:
-            print(f"    mutation  {m.name}  [{', '.join(m.files)}]")
+            ci = " (CI)" if m is c.ci_mutation else ""
+            print(f"    mutation  {m.name}{ci}  [{', '.join(m.files)}]")
     return 0
 
 
@@ -109,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check", help="the registry against the repository and the docs")
     sub.add_parser("render", help="rewrite the generated claim tables of the docs")
     ls = sub.add_parser("list", help="claims, tests and mutations")
-    ls.add_argument("--fast", action="store_true", help="CI's subset only")
+    ls.add_argument("--fast", action="store_true", help="CI's subset (one mutation per claim)")
     mu = sub.add_parser("mutate", help="every mutation must make one of its claim's tests fail")
-    mu.add_argument("--fast", action="store_true", help="CI's subset (claims with fast = true)")
+    mu.add_argument("--fast", action="store_true", help="CI's subset (one mutation per claim)")
     mu.add_argument("--claim", action="append", default=[], help="only this claim (repeatable)")
     mu.add_argument("--jobs", type=int, default=1, help="copies run side by side (default 1)")
     mu.add_argument("--timeout", type=float, default=mutate.DEFAULT_TIMEOUT, help="s per run")

@@ -8,7 +8,6 @@
     region = "payloads"                     # the generated table it appears in
     claim = "A payload opens only for ..."  # the sentence, as the document states it
     tests = ["tests/test_payload_attacks.py::test_x", ...]   # the tests that check it
-    fast = true                             # part of CI's subset (make test), else make mutations
 
     [[claim.mutation]]                      # at least one: a small patch that breaks the claim
     name = "the record id dropped from the associated data"
@@ -16,7 +15,10 @@
     old = "..."                             # ... found exactly once in the file
     new = "..."
     run = ["tests/...::test_x"]             # optional: the tests to run for it (a subset)
+    ci = true                               # optional: this claim's mutation in CI's subset
 
+Every claim keeps exactly one mutation in CI's subset (``make test``): the one marked ``ci = true``,
+else its first; ``make mutations`` runs them all.
 A mutation with several edits lists them as ``[[claim.mutation.edit]]`` tables (file, old, new).
 Everything here is data and checks on it; :mod:`tools.claims.docs` renders the tables and
 :mod:`tools.claims.mutate` runs the mutations.
@@ -42,8 +44,16 @@ DOCUMENTS = {
 
 _ID = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9][a-z0-9-]*$")
 _REGION = re.compile(r"^[a-z][a-z0-9-]*$")
-_CLAIM_KEYS = {"id", "doc", "region", "claim", "tests", "fast", "mutation"}
-_MUTATION_KEYS = {"name", "file", "old", "new", "edit", "run"}
+_CLAIM_KEYS = {
+    "id",
+    "doc",
+    "region",
+    "claim",
+    "tests",
+    "fast",
+    "mutation",
+}  # fast: refused, with a note
+_MUTATION_KEYS = {"name", "file", "old", "new", "edit", "run", "ci"}
 _EDIT_KEYS = {"file", "old", "new"}
 
 
@@ -77,6 +87,7 @@ class Mutation:
     name: str
     edits: tuple[Edit, ...]
     run: tuple[str, ...]  # the tests run for it (the claim's tests unless narrowed)
+    ci: bool = False  # marked as the claim's mutation in CI's subset
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -116,8 +127,12 @@ class Claim:
     region: str
     text: str
     tests: tuple[str, ...]
-    fast: bool
     mutations: tuple[Mutation, ...] = field(default=())
+
+    @property
+    def ci_mutation(self) -> Mutation:
+        """The mutation CI's subset runs for this claim: the one marked ``ci``, else the first."""
+        return next((m for m in self.mutations if m.ci), self.mutations[0])
 
 
 def _first_line(s: str) -> str:
@@ -176,7 +191,10 @@ def _mutation(claim: str, m: dict[str, object], tests: tuple[str, ...], i: int) 
         extra = set(run) - set(tests)
         if extra:
             raise RegistryError(f"{where}: run lists tests the claim does not: {sorted(extra)}")
-    return Mutation(claim, name, tuple(edits), run)
+    ci = m.get("ci", False)
+    if not isinstance(ci, bool):
+        raise RegistryError(f"{where}: ci must be true or false")
+    return Mutation(claim, name, tuple(edits), run, ci)
 
 
 def load(path: Path = REGISTRY) -> list[Claim]:
@@ -208,9 +226,11 @@ def load(path: Path = REGISTRY) -> list[Claim]:
             raise RegistryError(f"{where}: region must be lower case with dashes, got {region!r}")
         text = " ".join(_str(c, "claim", where).split())
         tests = _tests(c.get("tests"), where, "tests")
-        fast = c.get("fast", False)
-        if not isinstance(fast, bool):
-            raise RegistryError(f"{where}: fast must be true or false")
+        if "fast" in c:
+            raise RegistryError(
+                f"{where}: 'fast' is gone: every claim has one mutation in CI's subset (mark it "
+                f"with ci = true in its [[claim.mutation]], else the first is used)"
+            )
         raw = c.get("mutation")
         if not isinstance(raw, list) or not raw:
             raise RegistryError(
@@ -220,7 +240,9 @@ def load(path: Path = REGISTRY) -> list[Claim]:
         names = [m.name for m in muts]
         if len(set(names)) != len(names):
             raise RegistryError(f"{where}: two mutations share a name")
-        claims.append(Claim(cid, doc, region, text, tests, fast, muts))
+        if sum(m.ci for m in muts) > 1:
+            raise RegistryError(f"{where}: at most one mutation is marked ci = true")
+        claims.append(Claim(cid, doc, region, text, tests, muts))
     return claims
 
 
