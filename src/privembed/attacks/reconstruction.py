@@ -50,10 +50,12 @@ from .base import AttackResult
 __all__ = [
     "EntityScore",
     "ReconstructionReport",
+    "StrengthCheck",
     "corpus_bleu",
     "derangement",
     "entity_hits",
     "score_against_blind",
+    "strength_verdict",
     "token_f1",
 ]
 
@@ -356,4 +358,55 @@ def score_against_blind(
             {"text": t, "reconstruction": r}
             for t, r in list(zip(texts, recs, strict=True))[:n_examples]
         ],
+    )
+
+
+@dataclass(frozen=True)
+class StrengthCheck:
+    """Whether an inversion attack is strong enough for its results to be evidence.
+
+    ``verdict`` is ``"evidence"`` when, on clean held-out vectors, the lower end of the 95%
+    interval of its token-F1 excess over the blind pairing is above ``min_excess``; otherwise
+    ``"no evidence"``: an attack that cannot invert clean vectors says nothing about protected
+    ones.
+    """
+
+    verdict: str
+    min_excess: float
+    token_f1: float
+    token_f1_blind: float
+    excess_interval: tuple[float, float]
+    n_texts: int
+
+    @property
+    def is_evidence(self) -> bool:
+        return self.verdict == "evidence"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["excess_interval"] = list(self.excess_interval)
+        return d
+
+
+def strength_verdict(report: ReconstructionReport, min_excess: float = 0.05) -> StrengthCheck:
+    """:class:`StrengthCheck` of a report on *clean* vectors.
+
+    Examples
+    --------
+    >>> from privembed.attacks.reconstruction import score_against_blind
+    >>> t = ["ann has flu", "bob has gout", "cy is well", "dee has acne"] * 5
+    >>> strength_verdict(score_against_blind(t, t)).verdict
+    'evidence'
+    >>> strength_verdict(score_against_blind(t, ["the patient is well"] * 20)).verdict
+    'no evidence'
+    """
+    min_excess = check_real("min_excess", min_excess, ge=0, lt=1)
+    lo, hi = report.token_f1_excess_interval
+    return StrengthCheck(
+        verdict="evidence" if lo > min_excess else "no evidence",
+        min_excess=min_excess,
+        token_f1=report.token_f1,
+        token_f1_blind=report.token_f1_blind,
+        excess_interval=(lo, hi),
+        n_texts=report.n_texts,
     )
