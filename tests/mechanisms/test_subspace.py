@@ -112,6 +112,23 @@ def test_gaussian_noise_in_k_dimensions_is_calibrated_at_sensitivity_2() -> None
     assert_mean_within(Z**2, m.sigma**2, sd=math.sqrt(2) * m.sigma**2, what="E z^2")
 
 
+def test_classic_gaussian_in_k_dimensions_reports_the_delta_it_achieves() -> None:
+    # the classic sigma at sensitivity 2 under-noises at epsilon = 50: the guarantee (what the
+    # ledger charges) states the exact delta of that sigma, as GaussianMechanism's does
+    m = SubspaceMechanism(
+        basis=_basis(8), epsilon=50.0, delta=1e-5, noise="gaussian", calibration="classic"
+    )
+    assert m.sigma == theory.classic_gaussian_sigma(50.0, 1e-5, 2.0)
+    g = m.guarantee
+    assert g.delta == pytest.approx(theory.analytic_gaussian_delta(m.sigma, 50.0, 2.0), rel=1e-12)
+    assert g.delta > 0.5 and "under-noises" in g.note and g.noise_multiplier == m.sigma / 2.0
+    # below epsilon 1 the classic sigma over-noises and the requested delta stands
+    low = SubspaceMechanism(
+        basis=_basis(8), epsilon=0.5, delta=1e-5, noise="gaussian", calibration="classic"
+    )
+    assert low.guarantee.delta == 1e-5
+
+
 @pytest.mark.parametrize(("epsilon", "k"), [(5.0, 4), (40.0, 24)])
 def test_purkayastha_angle_law_in_k_dimensions(epsilon: float, k: int) -> None:
     mu = np.full(D, 0.05)

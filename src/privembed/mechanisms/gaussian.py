@@ -9,6 +9,7 @@ References
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -19,7 +20,67 @@ from ..core.accounting import ApproxDP, Guarantee, Neighbouring
 from ..core.rng import NoiseSource
 from .base import Mechanism
 
-__all__ = ["EmpiricalGaussianMechanism", "GaussianMechanism"]
+__all__ = ["EmpiricalGaussianMechanism", "GaussianMechanism", "gaussian_guarantee"]
+
+
+class Calibrated(Protocol):
+    """What :func:`gaussian_guarantee` reads from a Gaussian mechanism: its requested (epsilon,
+    delta) and its calibration (``"analytic"`` or ``"classic"``)."""
+
+    epsilon: float
+    delta: Any
+    calibration: str
+
+
+def gaussian_guarantee(
+    m: Calibrated,
+    noise_multiplier: float,
+    neighbouring: str,
+    relation: Neighbouring,
+    context: str = "",
+) -> ApproxDP:
+    """The (epsilon, delta)-DP of ``m``'s Gaussian noise: sigma = ``noise_multiplier`` times the
+    l2 sensitivity of what it is added to.
+
+    The analytic calibration achieves the requested delta exactly. For the classic one the
+    delta that the noise really achieves at epsilon ([BW18] Thm 8: it depends on the noise
+    multiplier only) is reported: the requested one when it holds, else the achieved one
+    (capped at 1; the classic sigma under-noises above epsilon = 1), with the true epsilon at
+    the requested delta in the note. Every Gaussian noise law (full dimension, after a public
+    projection, in a private subspace) states its guarantee here; ``context`` ends the note
+    (what the noise is added to).
+
+    Examples
+    --------
+    >>> m = GaussianMechanism(epsilon=50.0, delta=1e-5, calibration="classic")
+    >>> g = gaussian_guarantee(m, m.sigma / 2.0, "any two unit vectors", Neighbouring.RECORD)
+    >>> round(g.delta, 2), g.noise_multiplier == m.sigma / 2.0
+    (0.59, True)
+    """
+    epsilon, delta, nm = m.epsilon, float(m.delta), noise_multiplier
+    tail = f"; {context}" if context else ""
+    reported = delta
+    if m.calibration == "analytic":
+        note = "analytic Gaussian calibration (Balle & Wang 2018)"
+    else:
+        achieved = theory.analytic_gaussian_delta(nm, epsilon, 1.0)
+        if achieved <= delta:
+            note = (
+                f"classic calibration; exact delta at this epsilon is {achieved:.3g} "
+                f"(requested {delta:.3g})"
+            )
+        else:
+            eps_at_delta = theory.analytic_gaussian_epsilon(nm, delta, 1.0)
+            reported = min(1.0, achieved)
+            note = (
+                f"classic calibration under-noises: requested delta={delta:.3g} but the "
+                f"exact delta at epsilon={epsilon:g} is {achieved:.3g}; at delta="
+                f"{delta:.3g} the true epsilon is {eps_at_delta:.4g}"
+            )
+    return ApproxDP(
+        epsilon, reported, neighbouring=neighbouring, note=note + tail, relation=relation,
+        noise_multiplier=nm,
+    )  # fmt: skip
 
 
 class _IsotropicGaussian(Mechanism):
@@ -118,8 +179,9 @@ class GaussianMechanism(_IsotropicGaussian):
 
     @property
     def achieved_delta(self) -> float:
-        """The exact delta that ``sigma`` achieves at ``epsilon`` ([BW18] Thm 8)."""
-        return theory.analytic_gaussian_delta(self.sigma, self.epsilon, self.sensitivity)
+        """The exact delta that ``sigma`` achieves at ``epsilon`` ([BW18] Thm 8; it depends on
+        sigma / sensitivity only, computed as :func:`gaussian_guarantee` does)."""
+        return theory.analytic_gaussian_delta(self.sigma / self.sensitivity, self.epsilon, 1.0)
 
     @property
     def guarantee(self) -> Guarantee:
@@ -128,44 +190,7 @@ class GaussianMechanism(_IsotropicGaussian):
             if self.sensitivity == 2.0
             else f"inputs at l2 distance <= {self.sensitivity:g}"
         )
-        rel_, nm = self.relation, self.sigma / self.sensitivity
-        if self.calibration == "analytic":
-            return ApproxDP(
-                self.epsilon,
-                self.delta,
-                neighbouring=rel,
-                note="analytic Gaussian calibration (Balle & Wang 2018)",
-                relation=rel_,
-                noise_multiplier=nm,
-            )
-        achieved = self.achieved_delta
-        eps_at_delta = theory.analytic_gaussian_epsilon(self.sigma, self.delta, self.sensitivity)
-        if achieved <= self.delta:
-            note = (
-                f"classic calibration; exact delta at this epsilon is {achieved:.3g} "
-                f"(requested {self.delta:.3g})"
-            )
-            return ApproxDP(
-                self.epsilon,
-                self.delta,
-                neighbouring=rel,
-                note=note,
-                relation=rel_,
-                noise_multiplier=nm,
-            )
-        note = (
-            f"classic calibration under-noises: requested delta={self.delta:.3g} but the "
-            f"exact delta at epsilon={self.epsilon:g} is {achieved:.3g}; at delta="
-            f"{self.delta:.3g} the true epsilon is {eps_at_delta:.4g}"
-        )
-        return ApproxDP(
-            self.epsilon,
-            min(1.0, achieved),
-            neighbouring=rel,
-            note=note,
-            relation=rel_,
-            noise_multiplier=nm,
-        )
+        return gaussian_guarantee(self, self.sigma / self.sensitivity, rel, self.relation)
 
     @property
     def relation(self) -> Neighbouring:

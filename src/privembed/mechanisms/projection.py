@@ -26,9 +26,10 @@ from numpy.typing import NDArray
 
 from ..core import theory
 from ..core._validation import DataError, check_choice, check_embeddings, check_int, check_real
-from ..core.accounting import ApproxDP, Guarantee, Neighbouring
+from ..core.accounting import Guarantee, Neighbouring
 from ..core.rng import NoiseSource
 from .base import Mechanism
+from .gaussian import gaussian_guarantee
 from .jl import KINDS, JLProjection
 
 __all__ = ["PrivateProjection", "require_projection"]
@@ -235,48 +236,13 @@ class PrivateProjection(Mechanism):
         With ``calibration="classic"`` the delta is the one the classic sigma really achieves
         (sigma / sensitivity does not depend on ``d``, so neither does the guarantee).
         """
-        rel = self._relation()
-        proj = f"public {self.kind} projection k={self.k}, seed={self.projection_seed}"
         relation = Neighbouring.RECORD if self.neighbouring == "record" else Neighbouring.ATTRIBUTE
         if self.calibration == "analytic":
             ratio = theory.analytic_gaussian_sigma(self.epsilon, self.delta, 1.0)
-            return ApproxDP(
-                self.epsilon,
-                self.delta,
-                neighbouring=rel,
-                note=f"analytic Gaussian calibration (Balle & Wang 2018); {proj}",
-                relation=relation,
-                noise_multiplier=ratio,
-            )
-        ratio = theory.classic_gaussian_sigma(self.epsilon, self.delta, 1.0)
-        achieved = theory.analytic_gaussian_delta(ratio, self.epsilon, 1.0)
-        if achieved <= self.delta:
-            note = (
-                f"classic calibration; exact delta at this epsilon is {achieved:.3g} "
-                f"(requested {self.delta:.3g}); {proj}"
-            )
-            return ApproxDP(
-                self.epsilon,
-                self.delta,
-                neighbouring=rel,
-                note=note,
-                relation=relation,
-                noise_multiplier=ratio,
-            )
-        eps_at_delta = theory.analytic_gaussian_epsilon(ratio, self.delta, 1.0)
-        note = (
-            f"classic calibration under-noises: requested delta={self.delta:.3g} but the "
-            f"exact delta at epsilon={self.epsilon:g} is {achieved:.3g}; at delta="
-            f"{self.delta:.3g} the true epsilon is {eps_at_delta:.4g}; {proj}"
-        )
-        return ApproxDP(
-            self.epsilon,
-            min(1.0, achieved),
-            neighbouring=rel,
-            note=note,
-            relation=relation,
-            noise_multiplier=ratio,
-        )
+        else:
+            ratio = theory.classic_gaussian_sigma(self.epsilon, self.delta, 1.0)
+        proj = f"public {self.kind} projection k={self.k}, seed={self.projection_seed}"
+        return gaussian_guarantee(self, ratio, self._relation(), relation, proj)
 
     # ---- the release ------------------------------------------------------------------------
     def _perturb(self, X: NDArray[np.float64], source: NoiseSource) -> NDArray[np.float64]:
