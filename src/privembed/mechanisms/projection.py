@@ -204,7 +204,7 @@ class PrivateProjection(Mechanism):
 
     def release_metadata(self, d: int) -> dict[str, Any]:
         """Projection description plus sigma and sensitivity, for file metadata (``info``)."""
-        d = self._require_d(d)
+        d = self.known_dim(d)
         return {
             "projection": {
                 **self.projection.metadata(d),
@@ -278,7 +278,14 @@ class PrivateProjection(Mechanism):
         return out[0] if single else out
 
     # ---- unbiased estimators ([MC25] §5.2) ---------------------------------------------------
-    def _require_d(self, d: int | None) -> int:
+    def known_dim(self, d: int | None = None) -> int:
+        """The input dimension: ``d`` when given, else the constructor's ``input_dim``.
+
+        Raises
+        ------
+        ValueError
+            Neither is known.
+        """
         if d is not None:
             return check_int("d", d, ge=1)
         if self._input_dim is None:
@@ -288,7 +295,7 @@ class PrivateProjection(Mechanism):
         return self._input_dim
 
     def _noise_var(self, d: int | None) -> float:
-        return self.sigma_for(self._require_d(d)) ** 2
+        return self.sigma_for(self.known_dim(d)) ** 2
 
     def squared_distance_estimate(
         self, y_i: Any, y_j: Any, *, d: int | None = None, released: int = 2

@@ -27,23 +27,13 @@ __all__ = ["projection_search"]
 METRICS: tuple[str, ...] = ("cosine", "cosine_corrected", "ip", "l2")
 
 
-def _known_dim(mechanism: PrivateProjection, d: int | None) -> int:
-    if d is not None:
-        return check_int("d", d, ge=1)
-    if mechanism.input_dim is None:
-        raise ValueError(
-            "the input dimension d is not known; pass d=... (or input_dim= to the constructor)."
-        )
-    return mechanism.input_dim
-
-
 def _projected_queries(
     m: PrivateProjection, queries: Any, released: bool, d: int | None
 ) -> tuple[NDArray[np.float64], int, float]:
     """The queries in the projected space, the input dimension and the queries' noise variance
     per coordinate (0 for plain queries, projected here without noise)."""
     if released:
-        dd = _known_dim(m, d)
+        dd = m.known_dim(d)
         Q, _ = check_embeddings(queries, name="queries", dim=m.k, allow_zero=True)
         return np.asarray(Q, dtype=np.float64), dd, m.sigma_for(dd) ** 2
     Q, _ = check_embeddings(queries, name="queries", allow_zero=m.input_norm == "none")
