@@ -335,10 +335,10 @@ def test_a_backend_built_in_code_has_the_defaults_of_a_file():
     file): every key of either table is a field, with the table's default."""
     import dataclasses
 
-    from privembed.server.config import _LocalTable, _UpstreamTable
+    from privembed.server.config_file import LocalTable, UpstreamTable
 
     fields = {f.name: f for f in dataclasses.fields(BackendConfig)}
-    for table in (_LocalTable, _UpstreamTable):
+    for table in (LocalTable, UpstreamTable):
         for key, info in table.model_fields.items():
             assert key in fields, key
             if key not in ("type", "model", "base_url", "api_key_env", "dimensions"):
