@@ -4,9 +4,10 @@ The attacker holds a pool of candidate original embeddings that contains the sou
 index, a public corpus) and links every protected vector to its most similar candidates by
 cosine. The top-1 rate is *the same number* that [K26] reports as "top-1 retrieval accuracy"
 utility (:func:`privembed.evaluation.metrics.self_retrieval`), read from the attacker's side:
-what makes protected vectors useful for search is what makes them linkable. Ranks come from
-:func:`privembed.evaluation.metrics.retrieval_ranks` (exact search; ties count against the
-attacker), so both numbers always agree.
+what makes protected vectors useful for search is what makes them linkable. Ranks are exact
+(ties count against the attacker, as :func:`privembed.evaluation.metrics.retrieval_ranks`
+counts them), so both numbers agree; they are computed a block of candidates at a time
+(memory does not grow with protected vectors x candidates).
 
 References
 ----------
@@ -23,16 +24,23 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import DataError, check_int
-from ..search.geometry import retrieval_ranks
+from ..core._validation import DataError, check_embeddings, check_int
+from ..mechanisms.base import unit_rows
 from ._common import embeddings_f64
 from .base import AttackResult
 
-__all__ = ["LinkageAttack", "LinkageReport", "linkage_ranks", "rate_interval"]
+__all__ = ["BLOCK", "LinkageAttack", "LinkageReport", "linkage_ranks", "rate_interval"]
 
 
-def linkage_ranks(protected: Any, candidates: Any, targets: Any = None) -> NDArray[np.int64]:
-    """Rank (0 = linked correctly) of each protected vector's source among all candidates.
+#: rows of the protected vectors and of the candidates scored at once by :func:`linkage_ranks`
+#: (a float64 block of scores is ``BLOCK`` x ``BLOCK``: 128 MiB)
+BLOCK = 4096
+
+
+def linkage_ranks(
+    protected: Any, candidates: Any, targets: Any = None, *, block: int = BLOCK
+) -> NDArray[np.int64]:
+    r"""Rank (0 = linked correctly) of each protected vector's source among all candidates.
 
     Parameters
     ----------
@@ -42,14 +50,20 @@ def linkage_ranks(protected: Any, candidates: Any, targets: Any = None) -> NDArr
     targets : sequence of int, length n, optional
         Row of ``candidates`` that is the source of each protected vector (default: row i for
         vector i, i.e. the first n candidates).
+    block : int, default :data:`BLOCK`
+        Protected vectors and candidates scored at once: memory is O((n + m) d + block^2),
+        never an n x m matrix of scores; the ranks do not depend on it.
 
     Notes
     -----
-    :func:`~privembed.evaluation.metrics.retrieval_ranks` scores query i against database row i
-    among equally many rows. A larger pool is handled by padding the queries with the candidates
-    that are no one's source (their own ranks are discarded): the rank of every real query is
-    then its source's rank among all m candidates. Protected vectors that share a source are
-    scored in separate rounds, so a duplicated candidate row never ties with itself.
+    The rank of protected vector i is the number of candidates other than its source j whose
+    cosine to it is at least its source's, :math:`\#\{l \ne j : s_{il} \ge s_{ij}\}`: ties count
+    against the attacker (as in :func:`~privembed.search.geometry.retrieval_ranks`), a copy of
+    the source elsewhere in the pool ties with it, and protected vectors that share a source
+    are ranked independently. Cosines are taken in float64 between unit rows, a block of
+    candidates at a time; the source's own score comes from the same kind of product (a
+    block of protected vectors against their sources), so that an exact copy of the source
+    ties with it.
 
     Examples
     --------
@@ -57,8 +71,9 @@ def linkage_ranks(protected: Any, candidates: Any, targets: Any = None) -> NDArr
     >>> linkage_ranks([[0.1, 1.0, 0.0, 0.0], [0.0, 0.0, 0.5, 1.0]], pool, targets=[1, 2]).tolist()
     [0, 1]
     """
+    block = check_int("block", block, ge=1)
     Q = embeddings_f64(protected, "protected")
-    C = embeddings_f64(candidates, "candidates")
+    C, _ = check_embeddings(candidates, name="candidates")  # kept in its dtype: no f64 copy
     n, m = Q.shape[0], C.shape[0]
     if Q.shape[1] != C.shape[1]:
         raise DataError(
@@ -75,22 +90,16 @@ def linkage_ranks(protected: Any, candidates: Any, targets: Any = None) -> NDArr
             raise DataError(f"targets has {tgt.size} entries but there are {n} protected vectors.")
         if tgt.size and (tgt.min() < 0 or tgt.max() >= m):
             raise DataError(f"targets must be rows of candidates in [0, {m}).")
-    if targets is None and n == m:
-        return retrieval_ranks(Q, C)
-    ranks = np.empty(n, dtype=np.int64)
-    # round r holds the r-th protected vector of every source: sources are unique per round
-    occurrence = np.zeros(n, dtype=np.int64)
-    seen: dict[int, int] = {}
-    for i, t in enumerate(tgt.tolist()):
-        occurrence[i] = seen.get(t, 0)
-        seen[t] = occurrence[i] + 1
-    for r in range(int(occurrence.max()) + 1 if n else 0):
-        rows = np.flatnonzero(occurrence == r)
-        used = tgt[rows]
-        others = np.setdiff1d(np.arange(m), used, assume_unique=False)
-        queries = np.concatenate([Q[rows], C[others]])
-        database = np.concatenate([C[used], C[others]])
-        ranks[rows] = retrieval_ranks(queries, database)[: rows.size]
+    Q = unit_rows(Q)
+    ranks = np.zeros(n, dtype=np.int64)
+    for qs in range(0, n, block):
+        Qb, tb = Q[qs : qs + block], tgt[qs : qs + block]
+        own = np.einsum("ii->i", Qb @ unit_rows(np.asarray(C[tb], np.float64)).T)
+        for cs in range(0, m, block):
+            S = Qb @ unit_rows(np.asarray(C[cs : cs + block], np.float64)).T
+            ranks[qs : qs + Qb.shape[0]] += (S >= own[:, None]).sum(axis=1)
+            mine = np.flatnonzero((tb >= cs) & (tb < cs + S.shape[1]))
+            ranks[qs + mine] -= S[mine, tb[mine] - cs] >= own[mine]  # the source itself
     return ranks
 
 
