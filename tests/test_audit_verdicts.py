@@ -356,7 +356,7 @@ def test_a_singular_sigma_is_refused_not_misread():
 def test_isotropy_test_variance_and_false_alarm_rate():
     from scipy import stats
 
-    from privembed.audit._families import _isotropy_test, random_unit_rows
+    from privembed.audit._whitebox import isotropy_test, random_unit_rows
     from privembed.core.rng import as_generator
 
     # the variance it uses, 2(d-1)/(d^2(d+2)), is that of Beta(1/2, (d-1)/2) (scipy)
@@ -365,12 +365,12 @@ def test_isotropy_test_variance_and_false_alarm_rate():
         assert 2 * (d - 1) / (d * d * (d + 2)) == pytest.approx(want, rel=1e-12)
     # uniform directions: Bonferroni p below 0.05 in at most 5% of 400 replicates (+4.4 SE)
     g = as_generator(0)
-    p = [_isotropy_test("iso", random_unit_rows(g, 300, 6), 1e-5).pvalue for _ in range(400)]
+    p = [isotropy_test("iso", random_unit_rows(g, 300, 6), 1e-5).pvalue for _ in range(400)]
     assert np.mean(np.array(p) < 0.05) <= 0.05 + 4.4 * math.sqrt(0.05 * 0.95 / 400)
     # a direction with one coordinate's variance 1.2x the rest: rejected at 2e4 draws
     Z = g.standard_normal((20_000, 6)) * np.sqrt([1.2, 1, 1, 1, 1, 1])
     U = Z / np.linalg.norm(Z, axis=1, keepdims=True)
-    assert not _isotropy_test("iso", U, 1e-5).passed
+    assert not isotropy_test("iso", U, 1e-5).passed
 
 
 def test_cli_resolution_default_is_the_librarys():

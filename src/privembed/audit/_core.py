@@ -17,7 +17,8 @@ from ..core._validation import check_choice, check_int, check_real
 from ..core.rng import spawn
 from ..mechanisms import Mechanism, get_mechanism
 from ._bounds import ScoreLaw, evaluate_threshold, max_certifiable_epsilon, select_threshold
-from ._families import Claim, Family, Pair, auditor_for
+from ._families import auditor_for
+from ._family import Claim, Family, Pair
 from ._paths import NoisePath
 from ._results import RESOLUTION, AuditResult, WhiteBoxResult
 
