@@ -53,8 +53,6 @@ stand above the noise floor of the released matrix (the rest are noise direction
 
 References
 ----------
-.. [DTTZ14] Dwork, Talwar, Thakurta, Zhang (2014). Analyze Gauss: optimal bounds for
-   privacy-preserving principal component analysis. STOC.
 .. [BW18] Balle & Wang (2018). Improving the Gaussian mechanism for differential privacy. ICML.
 .. [A26] Asghar, Zhao, Carpentier, Kaafar (2026). d_X-privacy for text and the curse of
    dimensionality. PoPETs.
