@@ -133,6 +133,26 @@ def test_the_runner_tells_caught_from_survived_and_broken_and_never_writes_the_s
     assert {p: p.read_bytes() for p in src.rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.slow
+def test_a_catch_by_a_test_that_fails_unmutated_is_unverified(tmp_path):
+    src = tmp_path / "repo"
+    _toy_repository(src)
+    with (src / "tests" / "test_toy.py").open("a") as fh:
+        fh.write("\n\ndef test_always_fails():\n    assert False\n")
+    flaky = ("tests/test_toy.py::test_always_fails",)
+    m = registry.Mutation("toy.claim", "judged by a failing test",
+                          (registry.Edit("src/privembed/m.py", "return 1", "return 2"),), flaky)  # fmt: skip
+    c = registry.Claim("toy.claim", "security", "toy", "A claim.", flaky, (m,))
+    seen: list[str] = []
+    out = mutate.check_mutations(
+        [c], source=src, timeout=300, report=lambda o: seen.append(o.status)
+    )
+    status = {o.mutation.name if o.mutation else "baseline": o.status for o in out}
+    assert status == {"baseline": "failed", "judged by a failing test": "unverified"}
+    assert seen == ["caught", "failed", "unverified"]  # reported as it ran, then voided
+    assert not any(o.ok for o in out)
+
+
 _TOY = """
 [[claim]]
 id = "toy.claim"

@@ -62,7 +62,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _line(o: mutate.Outcome) -> str:
-    what = "baseline (every selected test, unmutated)" if o.mutation is None else o.mutation.label
+    what = "baseline (every catching test, unmutated)" if o.mutation is None else o.mutation.label
     by = f"  <- {', '.join(o.failed)}" if o.status == "caught" and o.failed else ""
     return f"{o.status:<9}{o.seconds:7.1f}s  {what}{by}"
 

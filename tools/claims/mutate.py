@@ -6,12 +6,15 @@ For the selected claims:
    a temporary folder; the checkout itself is never written;
 2. the copy is checked to be what Python imports there (``privembed`` and the console script's
    module resolve inside it, through ``PYTHONPATH``), so no run can test the checkout instead;
-3. **baseline**: every selected test runs once in the copy, unmutated, and must pass;
-4. **mutations**: each mutation's edits are made in the copy (each ``old`` text must occur
+3. **mutations**: each mutation's edits are made in the copy (each ``old`` text must occur
    exactly once, and the file must still compile), the claim's tests run with ``-x``, and at least
    one must *fail*; then the file is restored. A run with no failure (the mutation survived), a
    collection or import error (the mutation broke something else first) or a timeout is a
-   failure of the check.
+   failure of the check;
+4. **baseline**: every test that caught a mutation runs once more in the copy, unmutated, and
+   must pass -- a test that fails anyway catches nothing, and its mutations count as
+   ``unverified``. (Only the catching tests are re-run: the claim's other tests judged no
+   mutation, and the whole suite runs in CI beside this check.)
 
 Tests run with ``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1`` (third-party pytest plugins load in about
 15 s on a busy machine; the suite's tests need none of them) and without writing bytecode for
@@ -49,7 +52,9 @@ class Outcome:
     """What happened to one mutation (or to the baseline, ``mutation=None``)."""
 
     mutation: Mutation | None
-    status: str  # "caught", "survived", "broken", "timeout"; baseline: "passed", "failed"
+    status: (
+        str  # "caught", "survived", "broken", "timeout", "unverified"; baseline: "passed", "failed"
+    )
     seconds: float
     failed: list[str] = field(default_factory=list)
     returncode: int | None = None
@@ -247,12 +252,11 @@ def check_mutations(
     every: bool = False,
     report: Callable[[Outcome], None] = lambda o: None,
 ) -> list[Outcome]:
-    """Baseline, then every mutation of ``claims``; ``report`` is called with each outcome.
+    """Every mutation of ``claims``, then the baseline of the tests that caught them; ``report``
+    is called with each outcome (again, as ``unverified``, for a catch the baseline voids).
     ``every``: run all of a mutation's tests (not only up to the first failure) to see which
     of them catch it."""
     mutations = [m for c in claims for m in c.mutations]
-    # the baseline: every test that judges a selected mutation passes unmutated
-    tests = list(dict.fromkeys(t for m in mutations for t in m.run))
     parent = Path(tempfile.mkdtemp(prefix="privembed-mutations-"))
     outcomes: list[Outcome] = []
     try:
@@ -261,16 +265,11 @@ def check_mutations(
             w.check_imports()
         for m in mutations:  # refuse a stale registry before spending any time
             m.apply(workers[0].root)
-        if baseline:
-            b = run_baseline(workers[0], tests, timeout * 2)
-            outcomes.append(b)
-            report(b)
-            if not b.ok:
-                return outcomes
         todo: queue.SimpleQueue[Mutation] = queue.SimpleQueue()
         for m in mutations:
             todo.put(m)
         lock = threading.Lock()
+        results: list[Outcome] = []
 
         def work(ws: Workspace) -> None:
             while True:
@@ -280,7 +279,7 @@ def check_mutations(
                     return
                 o = run_mutation(ws, m, timeout, every=every)
                 with lock:
-                    outcomes.append(o)
+                    results.append(o)
                     report(o)
 
         threads = [threading.Thread(target=work, args=(w,)) for w in workers]
@@ -288,6 +287,21 @@ def check_mutations(
             t.start()
         for t in threads:
             t.join()
+        caught = [o for o in results if o.status == "caught"]
+        if baseline and caught:
+            catchers = list(dict.fromkeys(t for o in caught for t in o.failed))
+            b = run_baseline(workers[0], catchers, timeout * 2)
+            outcomes.append(b)
+            report(b)
+            for i, o in enumerate(results):
+                # a catch counts only if the test that failed passes unmutated (when the baseline
+                # failed without naming its tests, no catch can be trusted)
+                if o.status == "caught" and (
+                    set(o.failed) & set(b.failed) or not (b.ok or b.failed)
+                ):
+                    results[i] = dataclasses.replace(o, status="unverified")
+                    report(results[i])
+        outcomes.extend(results)
     finally:
         if keep:
             print(f"copies kept in {parent}", file=sys.stderr)
