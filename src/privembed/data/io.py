@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..core._optional import require
-from ..core._validation import DataError, check_embeddings
+from ..core._validation import DataError, check_embeddings, check_int
 from ..core.cancel import checkpoint
 
 __all__ = [
@@ -600,6 +600,73 @@ def _iter_jsonl(p: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield lineno, obj
 
 
+def _jsonl_row(p: Path, lineno: int, obj: dict[str, Any], with_id: bool | None) -> bool:
+    """Check one line of an embeddings JSONL file; whether it has an id."""
+    if "embedding" not in obj:
+        raise DataError(f"{p}:{lineno}: missing 'embedding' (is this a text file? embed it first).")
+    has = "id" in obj
+    if with_id is not None and has != with_id:
+        if with_id:
+            raise DataError(f"{p}:{lineno}: missing 'id' (other lines have ids).")
+        raise DataError(f"{p}: some lines have an 'id' and others do not.")
+    return has
+
+
+def _check_jsonl(p: Path) -> tuple[int, int]:
+    """(rows, dimension) of an embeddings JSONL file, every line checked and none kept: the
+    errors :func:`read_embeddings` raises, raised before a stream of it starts."""
+    n, dim, with_id = 0, -1, None
+    for lineno, obj in _iter_jsonl(p):
+        with_id = _jsonl_row(p, lineno, obj, with_id)
+        emb = obj["embedding"]
+        if not isinstance(emb, list):
+            raise DataError(f"{p}:{lineno}: 'embedding' must be a list of numbers.")
+        if dim == -1:
+            dim = len(emb)
+        if len(emb) != dim:
+            raise DataError(f"{p}: embeddings have different lengths (dimension mismatch).")
+        n += 1
+    if n == 0:
+        raise DataError(f"{p}: embeddings must be a 2-D (n, d) array, got shape (0,).")
+    return n, dim
+
+
+def iter_jsonl_batches(path: str | Path, *, batch_rows: int = 16384) -> Iterator[Batch]:
+    """The rows of an embeddings JSONL file, ``batch_rows`` lines at a time (float64, as
+    :func:`read_embeddings` reads them; ids as Python values, or None for a file without).
+
+    Only the current batch is held. The lines are checked as they come (:func:`_check_jsonl`
+    checks them all before a caller writes anything: :func:`iter_batches`).
+    """
+    p = Path(path)
+    batch_rows = check_int("batch_rows", batch_rows, ge=1)
+    rows: list[Any] = []
+    ids: list[Any] = []
+    start, with_id = 0, None
+
+    def batch() -> Batch:
+        try:
+            X = np.asarray(rows, dtype=np.float64)
+        except ValueError:
+            raise DataError(
+                f"{p}: embeddings have different lengths (dimension mismatch)."
+            ) from None
+        if X.ndim != 2:
+            raise DataError(f"{p}: embeddings must be a 2-D (n, d) array, got shape {X.shape}.")
+        return Batch(X, list(ids) if with_id else None, None, start)
+
+    for lineno, obj in _iter_jsonl(p):
+        with_id = _jsonl_row(p, lineno, obj, with_id)
+        rows.append(obj["embedding"])
+        ids.append(obj.get("id"))
+        if len(rows) == batch_rows:
+            yield batch()
+            start += len(rows)
+            rows, ids = [], []
+    if rows:
+        yield batch()
+
+
 def read_ids(path: str | Path, *, id_column: str | None = None) -> list[Any] | None:
     """Only the record ids of an embeddings file (Parquet reads just the id column)."""
     p = Path(path)
@@ -935,7 +1002,10 @@ def iter_batches(
     """Open ``path`` for bounded-memory reading.
 
     Returns ``(n_rows, dim, metadata, batches)``. Parquet streams record batches; ``.npy`` is
-    memory-mapped; ``.npz`` and JSONL are read whole (they are not streamable formats).
+    memory-mapped; JSONL is checked in one pass that keeps nothing (every line's JSON, its
+    ``embedding`` and length, ids on every line or none) and read ``batch_rows`` lines at a
+    time in a second (:func:`iter_jsonl_batches`); ``.npz`` is read whole (a zip member cannot
+    be memory-mapped).
     """
     p = Path(path)
     _require_exists(p)
@@ -980,6 +1050,9 @@ def iter_batches(
                 yield Batch(np.array(arr[s : s + batch_rows]), None, None, s)
 
         return int(arr.shape[0]), int(arr.shape[1]), _sidecar_meta(p), gen_npy()
+    if fmt == "jsonl":
+        n, dim = _check_jsonl(p)
+        return n, dim, {}, iter_jsonl_batches(p, batch_rows=batch_rows)
     table = read_embeddings(p, column=column, id_column=id_column, validate=False)
 
     def gen_mem() -> Iterator[Batch]:

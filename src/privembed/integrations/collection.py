@@ -943,6 +943,19 @@ class ProtectedCollection:
     def _profile_path(self) -> Path:
         return Path(self.store.path) / f".privembed-profile-{self.store.collection}.sealed"
 
+    def _profile_target(self) -> _ProfileTarget:
+        """What sealing a profile needs from this collection, without the store (the profile
+        of :func:`index_file` is made once the store is closed and its vectors freed)."""
+        if self.codec is None:
+            raise ValueError("the profile is sealed with your key: give it (--key-file).")
+        return _ProfileTarget(
+            codec=self.codec,
+            mechanism=self.mechanism if self.mechanism is not None else self.treatment.mechanism,
+            collection=self.store.collection,
+            path=self._profile_path(),
+            n_total=self.store.count(),
+        )
+
     def save_profile(
         self, sample: Any, documents: Any, *, rng: Any = None, source: str = "queries"
     ) -> None:
@@ -960,67 +973,12 @@ class ProtectedCollection:
         from ..core._validation import check_choice
 
         source = check_choice("source", source, ("queries", "documents"))
-        from ..search.rerank import (
-            SUBSPACE_PSEUDO_QUERY_DILUTION,
-            ScoreProfile,
-            document_rows,
-            pseudo_queries,
-            subspace_profile_needed,
-        )
-
         if self.sealed:
             raise ValueError(
                 f"collection {self.store.collection!r} is sealed and ranks exactly: it has no "
                 "k' to plan, so no score profile."
             )
-        if self.codec is None:
-            raise ValueError("the profile is sealed with your key: give it (--key-file).")
-        n_docs = int(np.asarray(documents).shape[0])
-        if n_docs < 3:
-            raise ValueError(f"a score profile needs at least 3 documents, got {n_docs}.")
-        sources, dilution = None, 0.0
-        if source == "documents":  # documents stand in for queries: made query-like (k' theory)
-            sources = document_rows(sample, documents)
-            sample = pseudo_queries(sample, rng=rng)
-            dilution = SUBSPACE_PSEUDO_QUERY_DILUTION
-        mech = self.mechanism if self.mechanism is not None else self.treatment.mechanism
-        top_k = min(100, n_docs - 1)
-        if mech is not None and subspace_profile_needed(mech):
-            prof = ScoreProfile.from_subspace(
-                sample, documents, mech, top_k=top_k, sources=sources, dilution=dilution, rng=rng
-            )
-        else:
-            prof = ScoreProfile.from_embeddings(
-                sample, documents, top_k=top_k, rng=rng, sources=sources
-            )
-        n_total = max(self.store.count(), prof.n_docs)
-        if n_total > prof.n_docs:  # a sample of the corpus: histogram counts scaled up
-            scale = n_total / prof.n_docs
-            prof = replace(prof, counts=np.rint(prof.counts * scale).astype(np.int64))
-            object.__setattr__(prof, "n_docs", n_total)
-        buf = io.BytesIO()
-        np.savez_compressed(
-            buf,
-            counts=prof.counts.astype(np.int64),
-            top=prof.top,
-            edges=np.asarray(prof.edges),
-            meta=np.array([prof.n_docs, prof.dim], dtype=np.int64),
-            rho=np.array([prof.rho]),
-            source=np.array(source),
-            **prof._norm_arrays(),
-        )
-        blob = self.codec.seal(
-            np.zeros(1, dtype=np.float32),
-            record_id="privembed:rerank-profile",
-            collection=self.store.collection,
-            text=base64.b64encode(buf.getvalue()).decode("ascii"),
-        )
-        from ..data.io import atomic_output
-
-        path = self._profile_path()
-        path.parent.mkdir(parents=True, exist_ok=True)  # a store may not have written yet
-        with atomic_output(path) as tmp:
-            tmp.write_bytes(blob)
+        self._profile_target().seal(sample, documents, rng=rng, source=source)
         self.__dict__["_planners"] = {}
 
     @property
@@ -1535,6 +1493,97 @@ def _check_index_mode(
         )
 
 
+#: bytes of clean scores (float64, one per document) a profile scores at once: the sample
+#: queries go through in blocks of at most 256 rows and this many bytes (32 MiB: 20 queries a
+#: block against 200,000 documents), as each block is copied a few times while it is binned
+PROFILE_BLOCK_BYTES = 32 << 20
+
+
+def _profile_block(n_docs: int, n_queries: int) -> int:
+    """Sample queries scored at once against ``n_docs`` documents (:data:`PROFILE_BLOCK_BYTES`).
+
+    The profile does not depend on it: each query's scores are its own, and a block is never a
+    lone query unless there is only one (a product with one row is a matrix-vector product,
+    whose sums can differ from a matrix product's in the last bit)."""
+    top = max(2, min(256, PROFILE_BLOCK_BYTES // (8 * max(int(n_docs), 1))))
+    for block in (*range(top, 1, -1), *range(top + 1, n_queries + 1)):
+        if n_queries <= block or n_queries % block != 1:
+            return block
+    return top
+
+
+@dataclass(frozen=True)
+class _ProfileTarget:
+    """Where a collection's clean-score profile goes and what it is made with: the payload
+    codec (the profile is sealed like a payload), the mechanism whose k' it plans, the
+    collection's name and profile file, and how many records the collection holds (a profile
+    of a sample scales its counts up to them)."""
+
+    codec: PayloadCodec
+    mechanism: Mechanism | None
+    collection: str
+    path: Path
+    n_total: int
+
+    def seal(self, sample: Any, documents: Any, *, rng: Any, source: str) -> None:
+        """Build the profile (:meth:`ProtectedCollection.save_profile`) and write it sealed."""
+        from ..search.rerank import (
+            SUBSPACE_PSEUDO_QUERY_DILUTION,
+            ScoreProfile,
+            document_rows,
+            pseudo_queries,
+            subspace_profile_needed,
+        )
+
+        n_docs = int(np.asarray(documents).shape[0])
+        if n_docs < 3:
+            raise ValueError(f"a score profile needs at least 3 documents, got {n_docs}.")
+        sources, dilution = None, 0.0
+        block = _profile_block(n_docs, int(np.asarray(sample).shape[0]))
+        if source == "documents":  # documents stand in for queries: made query-like (k' theory)
+            sources = document_rows(sample, documents, block=block)
+            sample = pseudo_queries(sample, rng=rng)
+            dilution = SUBSPACE_PSEUDO_QUERY_DILUTION
+        mech = self.mechanism
+        top_k = min(100, n_docs - 1)
+        if mech is not None and subspace_profile_needed(mech):
+            prof = ScoreProfile.from_subspace(
+                sample, documents, mech, top_k=top_k, sources=sources, dilution=dilution,
+                block=block, rng=rng,
+            )  # fmt: skip
+        else:
+            prof = ScoreProfile.from_embeddings(
+                sample, documents, top_k=top_k, rng=rng, sources=sources, block=block
+            )
+        n_total = max(self.n_total, prof.n_docs)
+        if n_total > prof.n_docs:  # a sample of the corpus: histogram counts scaled up
+            scale = n_total / prof.n_docs
+            prof = replace(prof, counts=np.rint(prof.counts * scale).astype(np.int64))
+            object.__setattr__(prof, "n_docs", n_total)
+        buf = io.BytesIO()
+        np.savez_compressed(
+            buf,
+            counts=prof.counts.astype(np.int64),
+            top=prof.top,
+            edges=np.asarray(prof.edges),
+            meta=np.array([prof.n_docs, prof.dim], dtype=np.int64),
+            rho=np.array([prof.rho]),
+            source=np.array(source),
+            **prof._norm_arrays(),
+        )
+        blob = self.codec.seal(
+            np.zeros(1, dtype=np.float32),
+            record_id="privembed:rerank-profile",
+            collection=self.collection,
+            text=base64.b64encode(buf.getvalue()).decode("ascii"),
+        )
+        from ..data.io import atomic_output
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)  # a store may not have written yet
+        with atomic_output(self.path) as tmp:
+            tmp.write_bytes(blob)
+
+
 class _ProfileSample:
     """What a collection's clean-score profile is made from (payloads only): real queries, or
     ``count`` documents standing in for them, and a uniform sample of the documents."""
@@ -1568,18 +1617,26 @@ class _ProfileSample:
         if self.docs is not None:
             self.docs.add(np.asarray(X, dtype=np.float32))
 
-    def save(self, col: ProtectedCollection, rows: int) -> None:
-        """Seal the profile beside the collection (once at least 3 documents are indexed)."""
+    def target(self, col: ProtectedCollection, rows: int) -> _ProfileTarget | None:
+        """Where the profile goes (None: no profile, or fewer than 3 documents indexed)."""
         if self.docs is None or rows < 3:
+            return None
+        return col._profile_target()
+
+    def save(self, target: _ProfileTarget | None) -> None:
+        """Seal the profile (``target``: :meth:`target`). The float16 sample is freed once it
+        is read as float32, before the profile's own copies are made."""
+        if target is None or self.docs is None:
             return
         docs = self.docs.rows()
+        self.docs = None
         if self.queries is not None:
-            col.save_profile(self.queries, docs, rng=0, source="queries")
+            target.seal(self.queries, docs, rng=0, source="queries")
         else:
             pick = np.random.default_rng(1).choice(
                 len(docs), size=min(int(self.count), len(docs)), replace=False
             )
-            col.save_profile(docs[pick], docs, rng=0, source="documents")
+            target.seal(docs[pick], docs, rng=0, source="documents")
 
 
 @contextlib.contextmanager
@@ -1617,9 +1674,8 @@ def _index_into(
     seen = ReleasedIds() if source.needs_ids else None
     rows, dim = 0, source.dim
     try:
-        with (
-            _removed_on_failure(Path(path)),
-            ProtectedCollection.open(
+        with _removed_on_failure(Path(path)):
+            with ProtectedCollection.open(
                 store,
                 path,
                 collection,
@@ -1627,48 +1683,52 @@ def _index_into(
                 protection=source.protection if mechanism is None else None,
                 embedding_model=source.model,
                 **options,
-            ) as col,
-        ):
-            for b_ids, X, texts, extra, start in source.batches:
-                profile.check_dim(X)  # before the first upsert
-                nb = int(np.asarray(X).shape[0])
-                ids = source.ids(b_ids, start, nb)
-                if seen is not None:
-                    seen.add_ids(ids, where=str(source.path))
-                metas = source.metadata(extra, nb)
-                if mechanism is None:
-                    col.add_released(ids, X, metas, dim_in=source.meta.get("dim"))
-                else:
-                    col.add(ids, X, metas, texts=texts, ledger=ledger, row_offset=start)
-                profile.add(X)
-                rows += nb
-                dim = int(np.asarray(X).shape[1])
-                if on_batch is not None:
-                    on_batch(nb)
-                checkpoint("batch.written")
-            profile.save(col, rows)
-            return {
-                "rows": rows,
-                "n": source.n,
-                "dim": dim,
-                "total": col.store.count(),
-                "treatment": col.treatment.description,
-                "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
-                "payloads": col.has_payloads,
-                "sealed": col.sealed,
-                "profile": profile.source,
-                # what the setting does to vectors of this dimension (a SettingNote; None for
-                # vectors indexed as the releases they are)
-                "setting": with_evidence(
-                    setting_note(mechanism, dim),
-                    mechanism,
-                    model=source.model,
-                    keyed=col.key is not None,
-                    ledger=ledger is not None,
-                )
-                if isinstance(mechanism, Mechanism) and dim is not None and dim >= 2
-                else None,
-            }
+            ) as col:
+                for b_ids, X, texts, extra, start in source.batches:
+                    profile.check_dim(X)  # before the first upsert
+                    nb = int(np.asarray(X).shape[0])
+                    ids = source.ids(b_ids, start, nb)
+                    if seen is not None:
+                        seen.add_ids(ids, where=str(source.path))
+                    metas = source.metadata(extra, nb)
+                    if mechanism is None:
+                        col.add_released(ids, X, metas, dim_in=source.meta.get("dim"))
+                    else:
+                        col.add(ids, X, metas, texts=texts, ledger=ledger, row_offset=start)
+                    profile.add(X)
+                    rows += nb
+                    dim = int(np.asarray(X).shape[1])
+                    if on_batch is not None:
+                        on_batch(nb)
+                    checkpoint("batch.written")
+                target = profile.target(col, rows)
+                summary = {
+                    "rows": rows,
+                    "n": source.n,
+                    "dim": dim,
+                    "total": col.store.count(),
+                    "treatment": col.treatment.description,
+                    "guarantee": col.protection.get("guarantee_text", "none (unprotected)"),
+                    "payloads": col.has_payloads,
+                    "sealed": col.sealed,
+                    "profile": profile.source,
+                    # what the setting does to vectors of this dimension (a SettingNote; None for
+                    # vectors indexed as the releases they are)
+                    "setting": with_evidence(
+                        setting_note(mechanism, dim),
+                        mechanism,
+                        model=source.model,
+                        keyed=col.key is not None,
+                        ledger=ledger is not None,
+                    )
+                    if isinstance(mechanism, Mechanism) and dim is not None and dim >= 2
+                    else None,
+                }
+            # the store is closed and its vectors freed before the profile copies the sample:
+            # peak memory is the larger of the two, not their sum
+            del col
+            profile.save(target)
+        return summary
     finally:
         if seen is not None:
             seen.close()
@@ -1786,23 +1846,48 @@ def index_file(
 
 
 class _Reservoir:
-    """A uniform sample of at most ``cap`` rows of a stream (Vitter's algorithm R), float16."""
+    """A uniform sample of at most ``cap`` rows of a stream (Vitter's algorithm R), float16.
+
+    Vectorised per batch, with the draws of the row-at-a-time algorithm: row ``s`` of the
+    stream (``s >= cap``) takes slot ``integers(0, s + 1)`` when that is below ``cap``, the
+    bounds of a batch drawn in one call (the same stream of numbers), and a later row of a
+    batch drawn to the same slot as an earlier one replaces it. Holds ``cap`` x d float16.
+    """
 
     def __init__(self, cap: int, *, rng: Any = None) -> None:
         self.cap = int(cap)
         self.seen = 0
-        self._rows: list[NDArray[np.float16]] = []
+        self._parts: list[NDArray[np.float16]] = []  # the first rows, until the sample is full
+        self._rows: NDArray[np.float16] | None = None
         self._gen = np.random.default_rng(rng)
 
     def add(self, X: NDArray[Any]) -> None:
-        for row in np.asarray(X, dtype=np.float16):
-            if self.seen < self.cap:
-                self._rows.append(row)
-            else:
-                j = int(self._gen.integers(0, self.seen + 1))
-                if j < self.cap:
-                    self._rows[j] = row
-            self.seen += 1
+        A = np.asarray(X, dtype=np.float16)
+        n = int(A.shape[0])
+        take = max(0, min(n, self.cap - self.seen))
+        if take:
+            self._parts.append(np.array(A[:take]))
+        if take < n:
+            if self._rows is None:
+                self._rows = self._filled(A.shape[1])
+            high = np.arange(self.seen + take + 1, self.seen + n + 1, dtype=np.int64)
+            slot = self._gen.integers(0, high)
+            hit = np.flatnonzero(slot < self.cap)
+            # the last row drawn to a slot is the one that stays there
+            _, last = np.unique(slot[hit][::-1], return_index=True)
+            keep = hit[hit.size - 1 - last]
+            self._rows[slot[keep]] = A[take + keep]
+        self.seen += n
+
+    def _filled(self, dim: int) -> NDArray[np.float16]:
+        rows = np.concatenate(self._parts) if self._parts else np.empty((0, dim), np.float16)
+        self._parts = []
+        return rows
 
     def rows(self) -> NDArray[np.float32]:
-        return np.asarray(self._rows, dtype=np.float32)
+        """The sample as float32, in slot order."""
+        if self._rows is None:
+            if not self._parts:
+                return np.empty((0, 0), dtype=np.float32)
+            self._rows = self._filled(self._parts[0].shape[1])
+        return self._rows.astype(np.float32)
