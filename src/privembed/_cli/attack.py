@@ -1,425 +1,63 @@
 """``privembed attack token|fingerprint|averaging|linkage|inversion|attribute`` (thin; logic in
 :mod:`privembed.attacks`).
 
-Every command takes its data as one positional INPUT and runs either on files (protected
-vectors someone released) or on a mechanism spec (``--mechanism laplace --epsilon 10``: the
-command protects the inputs itself, seeded with ``--seed`` or keyed with ``--key-file``),
-prints a table and writes JSON with ``-o``.
+Every command has one shape (:mod:`privembed._cli._attack_shape`): its data as one positional
+INPUT, attacked as given (protected vectors someone released) or protected here first with a
+mechanism spec (``--mechanism laplace --epsilon 10``, seeded with ``--seed`` or keyed with
+``--key-file``); a table printed, the JSON results written with ``-o`` or printed with
+``--json``. A trained attack runs the attack protocol (``clean_and_protected``: fit, score on
+clean vectors, fit adaptively, score on protected ones). A new attack is its class in
+:mod:`privembed.attacks` and one ``@attack_command(app, ...)`` function below: its own
+options, what it prints, and the JSON it returns.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import secrets
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from ..mechanisms.mahalanobis import DEFAULT_MASK_DELTA
-from .common import (
-    MechanismName,
-    OptDelta,
-    OptEpsilon,
-    OptMask,
-    OptMaskDelta,
-    OptSigma,
-    OptSmoothing,
-    console,
-    err_console,
-    parse_floats,
-    print_json,
-    progress_done,
-    user_errors,
+from ._attack_shape import (
+    AlignedEmbeddings,
+    Baseline,
+    Corpus,
+    MechanismSpec,
+    ReleaseFiles,
+    Run,
+    Split,
+    TextCorpus,
+    Trained,
+    attack_command,
+    clean_and_protected,
+    fmt,
+    input_argument,
+    pool,
+    print_examples,
+    print_table,
+    read_releases,
+    read_vectors,
+    texts_and_embeddings,
 )
-from .options import (
-    aux_fraction_flag,
-    copies_flag,
-    epochs_flag,
-    epsilon_flag,
-    json_flag,
-    lr_flag,
-    mechanism_flag,
-    model_flag,
-    n_flag,
-    output_flag,
-    overwrite_flag,
-    profile_flag,
-    release_flag,
-    seed_flag,
-    sensitive_flag,
-    texts_flag,
-    train_embeddings_flag,
-    train_texts_flag,
-)
+from .common import OptionGroup, err_console, parse_floats, progress_done
+from .options import copies_flag, epochs_flag, epsilon_flag, lr_flag, profile_flag
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
-
-# ---- shared options -------------------------------------------------------------------------
-
-Mechanism = Annotated[
-    MechanismName | None,
-    mechanism_flag(
-        help="Protect internally with this mechanism; omit to attack the given files as they are.",
-    ),
-]
-Seed = Annotated[int | None, seed_flag(help="Seed (data split, noise, training).")]
-KeyFile = Annotated[
-    Path | None, typer.Option(help="Secret key file: protect with keyed (repeat-safe) noise.")
-]
-Output = Annotated[Path | None, output_flag(help="Write the results as JSON.")]
-AsJson = Annotated[bool, json_flag(help="Print the results as JSON (stdout) instead of tables.")]
-Overwrite = Annotated[bool, overwrite_flag(help="Replace an existing --output file.")]
-Model = Annotated[str | None, model_flag(help="Embedding model for texts (default: offline).")]
-TextsInput = Annotated[
-    Path | None,
-    typer.Argument(
-        help="Texts (JSONL, CSV or Parquet with 'id'/'text', or .txt); default: the built-in "
-        "PII corpus.",
-        show_default=False,
-    ),
-]
-AlignedEmbeddings = Annotated[
-    Path | None,
-    typer.Option(help="Embeddings of INPUT's texts, row by row (default: embed them)."),
-]
-# the attacker's own corpus and training (token, inversion)
-TrainTexts = Annotated[
-    Path | None, train_texts_flag(help="Attacker's auxiliary texts (default: split --texts).")
-]
-TrainEmbeddings = Annotated[
-    Path | None,
-    train_embeddings_flag(help="Embeddings of --train-texts (as the attacker has them)."),
-]
-Sensitive = Annotated[Path | None, sensitive_flag()]
-CorpusSize = Annotated[int, n_flag(help="Notes of the built-in PII corpus (no --texts).")]
-AuxFraction = Annotated[float, aux_fraction_flag(help="Share of texts the attacker owns.")]
-Baseline = Annotated[
-    bool, typer.Option("--baseline/--no-baseline", help="Also attack unprotected vectors.")
-]
-# the transformer decoder's options (inversion --decoder transformer)
-Pretrained = Annotated[
-    Path | None,
-    typer.Option(
-        help="Transformer: a saved attack folder (e.g. from benchmarks/bench_inversion.py "
-        "--full, under the user cache) to fine-tune on the auxiliary texts instead of "
-        "training from scratch."
-    ),
-]
-Rounds = Annotated[int, typer.Option(help="Transformer: correction rounds at inference (0: none).")]
-Candidates = Annotated[
-    int, typer.Option(help="Transformer: sentences per round; the closest embedding wins.")
-]
-SaveAttack = Annotated[
-    Path | None, typer.Option(help="Transformer: save the trained attack to this folder.")
-]
-Device = Annotated[
-    str,
-    typer.Option(
-        help="Transformer: torch device to train and decode on (cpu, cuda, cuda:1); "
-        "bfloat16 training on CUDA."
-    ),
-]
-# releases of the same records given as files (fingerprint, averaging)
-ReleaseFiles = Annotated[
-    list[Path] | None,
-    release_flag(help="A release of the same records (repeat, one file per release)."),
-]
-# earlier spellings of the positional INPUT, kept working (hidden)
-OldTexts = Annotated[Path | None, texts_flag()]
-OldEmbeddings = Annotated[
-    Path | None, typer.Option("--embeddings", hidden=True, help="Deprecated: give INPUT.")
-]
-
-
-def _one_input(given: Path | None, **aliases: Path | None) -> Path | None:
-    """The positional INPUT, or the one deprecated option that names it."""
-    named = {k: v for k, v in aliases.items() if v is not None}
-    if given is not None and named:
-        raise ValueError(
-            f"give the input once: as INPUT or with {', '.join(named)} (deprecated), not both."
-        )
-    if len(named) > 1:
-        raise ValueError(f"give one input, got {', '.join(named)}.")
-    if named:
-        ((opt, path),) = named.items()
-        err_console.print(
-            f"[yellow]note:[/yellow] {opt} is deprecated: give the file as INPUT "
-            f"(privembed attack ... {path}).",
-            highlight=False,
-        )
-        return path
-    return given
-
-
-def _check_output(output: Path | None, overwrite: bool) -> None:
-    """Refuse an existing -o before the (slow) attack runs."""
-    if output is not None and output.exists() and not overwrite:
-        raise FileExistsError(f"output exists: {output} (pass --overwrite to replace it).")
-
-
-def _mechanism(
-    name: str | None,
-    *,
-    epsilon: float | None = None,
-    delta: float | None = None,
-    sigma: float | None = None,
-    mask: Path | None = None,
-    mask_delta: float | None = None,
-    smoothing: float | None = None,
-) -> Any:
-    if name is None:
-        given = {"--epsilon": epsilon, "--delta": delta, "--sigma": sigma, "--mask": mask}
-        extra = [k for k, v in given.items() if v is not None]
-        if extra:
-            raise ValueError(f"{', '.join(extra)} need --mechanism.")
-        return None
-    from ..mechanisms import build_mechanism
-
-    return build_mechanism(
-        name,
-        epsilon=epsilon,
-        delta=delta,
-        sigma=sigma,
-        mask=mask,
-        mask_delta=mask_delta,
-        smoothing=smoothing,
-    )
-
-
-def _key(key_file: Path | None, seed: int | None) -> bytes | None:
-    if key_file is None:
-        return None
-    from ..keys.keyed import load_key
-    from ..release import check_randomness
-
-    check_randomness(key_file, seed, key_name="--key-file", rng_name="--seed")
-
-    return load_key(key_file)
-
-
-def _read_embeddings(path: Path) -> tuple[np.ndarray, list[Any] | None]:
-    from ..data.io import read_embeddings
-
-    t = read_embeddings(path)
-    return np.asarray(t.X, dtype=np.float64), None if t.ids is None else list(t.ids.tolist())
-
-
-def _encode(texts: list[str], model: str | None) -> np.ndarray:
-    from ..data.embedders import Embedder
-
-    with progress_done("embedding", len(texts), unit="texts") as on_progress:
-        return np.asarray(Embedder(model).encode(texts, on_progress=on_progress), np.float64)
-
-
-def _texts_and_embeddings(
-    texts: Path, embeddings: Path | None, model: str | None
-) -> tuple[list[Any], list[str], np.ndarray]:
-    from ..data.io import read_texts
-
-    ids, tx = read_texts(texts)
-    if ids is None:  # texts without ids: attack rows are numbered (no keyed noise needed here)
-        ids = list(range(len(tx)))
-    if embeddings is not None:
-        X, _ = _read_embeddings(embeddings)
-        if X.shape[0] != len(tx):
-            raise ValueError(f"{embeddings} has {X.shape[0]} rows but {texts} has {len(tx)} texts.")
-    else:
-        err_console.print(f"[dim]- embedding {len(tx)} texts[/dim]", highlight=False)
-        X = _encode(tx, model)
-    return ids, tx, X
-
-
-def _pool(data: Path | None, model: str | None) -> tuple[list[Any], np.ndarray]:
-    """Embeddings (and ids) of INPUT: an embeddings file, or texts embedded here."""
-    from ..data.io import check_input_format, holds_texts
-
-    if data is None:
-        raise ValueError("give INPUT: an embeddings file, or texts to embed.")
-    check_input_format(data)
-    if holds_texts(data):
-        text_ids, _tx, T = _texts_and_embeddings(data, None, model)
-        return text_ids, T
-    X, ids = _read_embeddings(data)
-    return ids if ids is not None else list(range(X.shape[0])), X
-
-
-class _Corpus(NamedTuple):
-    """The attacked texts: ids, texts, their embeddings, the sensitive tokens of each text (None:
-    every token counts) and the name the tables give the corpus."""
-
-    ids: list[Any]
-    texts: list[str]
-    X: np.ndarray
-    sensitive: list[frozenset[str]] | None
-    source: str
-
-
-def _corpus(
-    texts: Path | None,
-    embeddings: Path | None,
-    model: str | None,
-    sensitive: Path | None,
-    n: int,
-    seed: int | None,
-) -> _Corpus:
-    """Texts, embeddings and sensitive tokens: from files, or the built-in PII corpus."""
-    from ..attacks import pii_corpus
-    from ..attacks._common import word_tokens
-
-    if texts is None:
-        if embeddings is not None:
-            raise ValueError("--embeddings needs the matching texts (INPUT).")
-        c = pii_corpus(n, seed=seed or 0)
-        err_console.print(f"[dim]- built-in PII corpus: embedding {n} notes[/dim]", highlight=False)
-        X = _encode(c.texts, model)
-        return _Corpus(c.ids, c.texts, X, c.sensitive, f"built-in PII corpus ({n} notes)")
-    ids, tx, X = _texts_and_embeddings(texts, embeddings, model)
-    sens = None
-    if sensitive is not None:
-        from ..concepts import read_tokens
-
-        vocab = {w for t in read_tokens(sensitive) for w in word_tokens(t)}
-        sens = [frozenset(set(word_tokens(t)) & vocab) for t in tx]
-    return _Corpus(ids, tx, X, sens, str(texts.name))
-
-
-class _Split(NamedTuple):
-    """What a trained attack learns from (the attacker's texts and their embeddings) and what it
-    is scored on (the target texts, their clean vectors, ids and sensitive tokens)."""
-
-    aux_texts: list[str]
-    aux_X: np.ndarray
-    texts: list[str]
-    X: np.ndarray
-    ids: list[Any]
-    sensitive: list[frozenset[str]] | None
-
-
-def _attacker_split(
-    corpus: _Corpus,
-    mech: Any,
-    *,
-    train_texts: Path | None,
-    train_embeddings: Path | None,
-    model: str | None,
-    aux_fraction: float,
-    seed: int | None,
-) -> _Split:
-    """The attacker's own corpus from ``--train-texts``/``--train-embeddings`` (every text of
-    the corpus is a target), or a split of the corpus (``--aux-fraction`` to the attacker)."""
-    tx, X = corpus.texts, corpus.X
-    if train_texts is not None:
-        if train_embeddings is None and mech is None:
-            raise ValueError("--train-texts needs --train-embeddings when no --mechanism is given.")
-        _i, aux_tx, aux_X = _texts_and_embeddings(train_texts, train_embeddings, model)
-        tgt = np.arange(len(tx))
-    else:
-        from ..attacks.base import attacker_split
-
-        aux, tgt = attacker_split(len(tx), aux_fraction, seed)
-        aux_tx, aux_X = [tx[i] for i in aux], X[aux]
-    sens = None if corpus.sensitive is None else [corpus.sensitive[i] for i in tgt]
-    return _Split(aux_tx, aux_X, [tx[i] for i in tgt], X[tgt], [corpus.ids[i] for i in tgt], sens)
-
-
-def _protect(mech: Any, X: np.ndarray, ids: list[Any], seed: int | None, key: bytes | None) -> Any:
-    from ..attacks import simulate_release
-
-    return simulate_release(mech, X, rng=seed, key=key, ids=ids)
-
-
-def _console(as_json: bool) -> Console:
-    """Where tables go: the terminal, or nowhere when the results are printed as JSON."""
-    return Console(file=io.StringIO()) if as_json else console
-
-
-def _write(output: Path | None, obj: dict[str, Any], overwrite: bool, as_json: bool) -> None:
-    if as_json:
-        print_json(obj)
-    if output is None:
-        return
-    from ..data.io import atomic_output
-
-    with atomic_output(output, overwrite=overwrite) as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    err_console.print(f"wrote {output}")
-
-
-def _f(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return "nan" if v != v else f"{v:.4g}"
-    return str(v)
-
-
-def _describe(mech: Any) -> dict[str, Any] | None:
-    if mech is None:
-        return None
-    return {"config": mech.config, "guarantee": mech.guarantee.describe()}
-
-
-def _clean_and_protected(
-    split: _Split,
-    mech: Any,
-    key: bytes | None,
-    attack: Callable[[], Any],
-    *,
-    epochs: int,
-    baseline: bool,
-    seed: int | None,
-    label: str,
-    **adaptive: Any,
-) -> tuple[list[dict[str, Any]], Any]:
-    """Train ``attack()`` on the attacker's texts and score it on the targets: without a
-    mechanism on the given vectors (the row is named ``label``); with one, on the vectors it
-    protects (trained adaptively, with ``adaptive``), after the unprotected vectors when
-    ``baseline``. The rows, and the report on clean vectors (None when there is none)."""
-    rows: list[dict[str, Any]] = []
-    clean = None
-    if mech is None or baseline:
-        bar = "training" if mech is None else "training (unprotected)"
-        with progress_done(bar, epochs, unit="epochs") as on_epoch:
-            a0 = attack().fit(split.aux_texts, split.aux_X, rng=seed, on_epoch=on_epoch)
-        clean = a0.score(split.texts, split.X, sensitive=split.sensitive)
-        rows.append({"target": label if mech is None else "unprotected", **clean.to_dict()})
-    if mech is not None:
-        Y = _protect(mech, split.X, split.ids, seed, key)
-        with progress_done("training (protected)", epochs, unit="epochs") as on_epoch:
-            a = attack().fit_adaptive(
-                split.aux_texts, split.aux_X, mech, rng=seed, on_epoch=on_epoch, **adaptive
-            )
-        rep = a.score(split.texts, Y, sensitive=split.sensitive)
-        rows.append({"target": repr(mech), **rep.to_dict()})
-    return rows, clean
 
 
 # ---- token ----------------------------------------------------------------------------------
 
 
-@app.command()
-@user_errors
+@attack_command(app, "--texts")
 def token(
-    input: TextsInput = None,
-    embeddings: AlignedEmbeddings = None,
-    train_texts: TrainTexts = None,
-    train_embeddings: TrainEmbeddings = None,
-    sensitive: Sensitive = None,
-    n: CorpusSize = 1000,
-    mechanism: Mechanism = None,
-    epsilon: OptEpsilon = None,
-    delta: OptDelta = None,
-    sigma: OptSigma = None,
-    mask: OptMask = None,
-    mask_delta: OptMaskDelta = None,
-    smoothing: OptSmoothing = None,
-    aux_fraction: AuxFraction = 0.5,
+    *,
+    corpus: TextCorpus,
+    spec: MechanismSpec,
     copies: Annotated[int, copies_flag(help="Protected copies per auxiliary text.")] = 1,
     settings: Annotated[
         Literal["audit", "t26"],
@@ -444,49 +82,32 @@ def token(
         int | None, typer.Option(help="Recovered if among the top-k (default: from --settings).")
     ] = None,
     baseline: Baseline = True,
-    seed: Seed = None,
-    key_file: KeyFile = None,
-    model: Model = None,
-    output: Output = None,
-    overwrite: Overwrite = False,
-    as_json: AsJson = False,
-    texts: OldTexts = None,
-) -> None:
+    run: Run,
+) -> dict[str, Any]:
     """Token inference (MLC, [T26] App. I.3): which words do the protected vectors reveal?"""
     from ..attacks import MLCAttack
 
-    texts = _one_input(input, **{"--texts": texts})
-    _check_output(output, overwrite)
-    out = _console(as_json)
-    mech = _mechanism(mechanism, epsilon=epsilon, delta=delta, sigma=sigma, mask=mask,
-                      mask_delta=mask_delta, smoothing=smoothing)  # fmt: skip
-    key = _key(key_file, seed)
-    corpus = _corpus(texts, embeddings, model, sensitive, n, seed)
-    split = _attacker_split(
-        corpus, mech, train_texts=train_texts, train_embeddings=train_embeddings, model=model,
-        aux_fraction=aux_fraction, seed=seed,
-    )  # fmt: skip
+    c = corpus.read(run)
+    split = corpus.split(c, spec.mech, run)
     chosen = _token_settings(settings, threshold=threshold, top_k=top_k, epochs=epochs, lr=lr)
-    rows, clean = _clean_and_protected(
-        split, mech, key, lambda: MLCAttack(batch_size=batch_size, min_count=min_count, **chosen),
-        epochs=int(chosen["epochs"]), baseline=baseline, seed=seed, n_copies=copies,
-        label=str(embeddings.name if embeddings else corpus.source),
+    trained = Trained(
+        new=lambda: MLCAttack(batch_size=batch_size, min_count=min_count, **chosen),
+        steps=lambda _a: int(chosen["epochs"]), adaptive_kw={"n_copies": copies},
     )  # fmt: skip
-    weak = _attack_strength(rows, clean)
-    _print_token_rows(out, rows, corpus.source, weak=weak)
-    _write(
-        output,
-        {
-            "attack": "token",
-            "source": corpus.source,
-            "mechanism": _describe(mech),
-            "n_aux": len(split.aux_texts),
-            "n_target": len(split.texts),
-            "results": rows,
-        },
-        overwrite,
-        as_json,
+    label = str(corpus.embeddings.name if corpus.embeddings else c.source)
+    rows, clean, _a = clean_and_protected(
+        run, split, spec.mech, trained, baseline=baseline, label=label
     )
+    weak = _attack_strength(rows, clean)
+    _print_token_rows(run.out, rows, c.source, weak=weak)
+    return {
+        "attack": "token",
+        "source": c.source,
+        "mechanism": spec.describe(),
+        "n_aux": len(split.aux_texts),
+        "n_target": len(split.texts),
+        "results": rows,
+    }
 
 
 def _token_settings(
@@ -527,20 +148,12 @@ def _attack_strength(rows: list[dict[str, Any]], clean: Any) -> bool:
 def _print_token_rows(out: Console, rows: list[dict[str, Any]], source: str, *, weak: bool) -> None:
     from ..evaluation.privacy import WEAK_ATTACK
 
-    t = Table(title=f"Token inference (MLC) on {source}; recovered = {rows[-1]['rule']}")
-    for col in ("target", "leakage", "chance", "confidence", "AUC (sensitive)", "AUC (all)", "F1"):
-        t.add_column(col, justify="left" if col == "target" else "right", overflow="fold")
-    for r in rows:
-        t.add_row(
-            r["target"],
-            _f(r["leakage"]),
-            _f(r["leakage_chance"]),
-            _f(r["confidence"]),
-            _f(r["auc_sensitive"]),
-            _f(r["auc_all"]),
-            _f(r["f1"]),
-        )
-    out.print(t)
+    keys = ("leakage", "leakage_chance", "confidence", "auc_sensitive", "auc_all", "f1")
+    print_table(
+        out, f"Token inference (MLC) on {source}; recovered = {rows[-1]['rule']}",
+        ("target", "leakage", "chance", "confidence", "AUC (sensitive)", "AUC (all)", "F1"),
+        [[r["target"], *(fmt(r[k]) for k in keys)] for r in rows], fold=True,
+    )  # fmt: skip
     if weak:
         out.print(
             f"[yellow]note:[/yellow] {WEAK_ATTACK}: on unprotected vectors the attack does not "
@@ -553,19 +166,16 @@ def _print_token_rows(out: Console, rows: list[dict[str, Any]], source: str, *, 
 # ---- fingerprint ----------------------------------------------------------------------------
 
 
-@app.command()
-@user_errors
+@attack_command(app, "--texts", "--embeddings")
 def fingerprint(
+    *,
     profile: Annotated[
         list[Path],
         profile_flag(help="Candidate concept profile or mask .npy (repeat, one per concept)."),
     ],
     input: Annotated[
         Path | None,
-        typer.Argument(
-            help="Embeddings or texts to simulate releases on (when no --release is given).",
-            show_default=False,
-        ),
+        input_argument("Embeddings or texts to simulate releases on (when no --release is given)."),
     ] = None,
     release: ReleaseFiles = None,
     epsilon: Annotated[float, epsilon_flag(help="epsilon of the simulated mechanism.")] = 10.0,
@@ -587,54 +197,41 @@ def fingerprint(
     mlp: Annotated[
         bool, typer.Option("--mlp/--no-mlp", help="Also train the MLP fingerprint classifier.")
     ] = True,
-    seed: Seed = None,
-    key_file: KeyFile = None,
-    model: Model = None,
-    output: Output = None,
-    overwrite: Overwrite = False,
-    as_json: AsJson = False,
-    texts: OldTexts = None,
-    embeddings: OldEmbeddings = None,
-) -> None:
+    run: Run,
+) -> dict[str, Any]:
     """Variance fingerprint ([F26]): which concept does an anisotropic mechanism protect?"""
-    data = _one_input(input, **{"--texts": texts, "--embeddings": embeddings})
-    _check_output(output, overwrite)
-    out = _console(as_json)
     names, bases, matcher = _concept_templates(
         profile, epsilon=epsilon, mask_delta=mask_delta, smoothing=smoothing
     )
     result: dict[str, Any] = {"attack": "fingerprint", "concepts": names, "across": across}
     if release:
-        result |= _match_releases(out, release, names, matcher, across=across, size=group_size)
-        _write(output, result, overwrite, as_json)
-        return
-    key = _key(key_file, seed)
-    _ids, X = _pool(data, model)
+        return result | _match_releases(run.out, release, names, matcher, across=across,
+                                        size=group_size)  # fmt: skip
+    _ids, X = pool(input, run.model)
     sim = {"n_groups": groups, "group_size": group_size, "n_releases": releases, "across": across}
     reports = _simulate_fingerprints(
         X, names, bases, matcher, sim, noise=noise, epsilon=epsilon, smoothing=smoothing,
-        mlp=mlp, seed=seed, key=key,
+        mlp=mlp, seed=run.seed, key=run.key,
     )  # fmt: skip
-    t = Table(
-        title=f"Fingerprint attack: {noise} noise, epsilon={epsilon:g}, lambda={smoothing:g}, "
-        f"N={releases}, {groups} groups/concept of {group_size}" + (", keyed" if key else "")
-    )
-    for col in ("attacker", "accuracy", "macro-F1", "chance"):
-        t.add_column(col, justify="left" if col == "attacker" else "right")
-    for k, r in reports.items():
-        t.add_row(k, _f(r["accuracy"]), _f(r["macro_f1"]), _f(r["chance"]))
-    out.print(t)
+    print_table(
+        run.out,
+        f"Fingerprint attack: {noise} noise, epsilon={epsilon:g}, lambda={smoothing:g}, "
+        f"N={releases}, {groups} groups/concept of {group_size}" + (", keyed" if run.key else ""),
+        ("attacker", "accuracy", "macro-F1", "chance"),
+        [[k, fmt(r["accuracy"]), fmt(r["macro_f1"]), fmt(r["chance"])] for k, r in reports.items()],
+        left=("attacker",),
+    )  # fmt: skip
     result.update(
         {
             "noise": noise,
             "epsilon": epsilon,
             "smoothing": smoothing,
-            "keyed": key is not None,
+            "keyed": run.key is not None,
             **sim,
             "results": reports,
         }
     )
-    _write(output, result, overwrite, as_json)
+    return result
 
 
 def _concept_templates(
@@ -670,7 +267,7 @@ def _match_releases(
 
     if len(release) < (2 if across == "releases" else 1):
         raise ValueError("the release variance needs at least 2 --release files.")
-    R = np.stack([_read_embeddings(p)[0] for p in release])
+    R = read_releases(release)
     n_docs = R.shape[1]
     idx = [np.arange(s, min(s + size, n_docs)) for s in range(0, n_docs, size)]
     idx = [g for g in idx if g.size >= 2] or [np.arange(n_docs)]
@@ -678,13 +275,12 @@ def _match_releases(
     D = matcher.distances(F)
     pred = matcher.predict(F)
     votes = {nm: pred.count(nm) for nm in names}
-    t = Table(title=f"Fingerprint of {len(release)} releases x {n_docs} records")
-    t.add_column("concept")
-    t.add_column("groups matched", justify="right")
-    t.add_column("mean L2 distance to template", justify="right")
-    for j, nm in enumerate(names):
-        t.add_row(nm, str(votes[nm]), _f(float(D[:, j].mean())))
-    out.print(t)
+    print_table(
+        out, f"Fingerprint of {len(release)} releases x {n_docs} records",
+        ("concept", "groups matched", "mean L2 distance to template"),
+        [[nm, str(votes[nm]), fmt(float(D[:, j].mean()))] for j, nm in enumerate(names)],
+        left=("concept",),
+    )  # fmt: skip
     found = {"groups": len(idx), "votes": votes, "distances": D.mean(axis=0).tolist()}
     found["prediction"] = max(names, key=lambda k: (votes[k], -D[:, names.index(k)].mean()))
     out.print(f"most likely protected concept: [bold]{found['prediction']}[/bold]")
@@ -741,413 +337,331 @@ def _simulate_fingerprints(
 # ---- averaging ------------------------------------------------------------------------------
 
 
-@app.command()
-@user_errors
+@attack_command(app, "--originals", "--texts", "--embeddings")
 def averaging(
+    *,
     input: Annotated[
         Path | None,
-        typer.Argument(
-            help="The originals: embeddings (or texts, with --mechanism). With --mechanism "
-            "they are released --releases times; else the --release files are compared to "
-            "them, row by row.",
-            show_default=False,
+        input_argument(
+            "The originals: embeddings (or texts, with --mechanism). With --mechanism they are "
+            "released --releases times; else the --release files are compared to them, row by "
+            "row."
         ),
     ] = None,
     release: ReleaseFiles = None,
-    mechanism: Mechanism = None,
-    epsilon: OptEpsilon = None,
-    delta: OptDelta = None,
-    sigma: OptSigma = None,
-    mask: OptMask = None,
-    mask_delta: OptMaskDelta = None,
-    smoothing: OptSmoothing = None,
+    spec: MechanismSpec,
     releases: Annotated[int, typer.Option(help="Largest N (mechanism mode).")] = 32,
-    seed: Seed = None,
-    key_file: KeyFile = None,
-    model: Model = None,
-    output: Output = None,
-    overwrite: Overwrite = False,
-    as_json: AsJson = False,
-    originals: Annotated[
-        Path | None, typer.Option(hidden=True, help="Deprecated: give INPUT.")
-    ] = None,
-    texts: OldTexts = None,
-    embeddings: OldEmbeddings = None,
-) -> None:
+    run: Run,
+) -> dict[str, Any]:
     """Averaging attack: cosine to the originals of the mean of N releases (fresh vs keyed)."""
     from ..attacks import averaging_attack, release_stack
 
-    data = _one_input(
-        input, **{"--originals": originals, "--texts": texts, "--embeddings": embeddings}
-    )
-    _check_output(output, overwrite)
-    out = _console(as_json)
-    mech = _mechanism(mechanism, epsilon=epsilon, delta=delta, sigma=sigma, mask=mask,
-                      mask_delta=mask_delta, smoothing=smoothing)  # fmt: skip
+    mech = spec.mech
     reports: dict[str, Any] = {}
     if mech is None:
-        if not release or data is None:
+        if not release or input is None:
             raise ValueError("give the originals (INPUT) and --release files, or a --mechanism.")
-        R = np.stack([_read_embeddings(p)[0] for p in release])
-        X, _ = _read_embeddings(data)
+        R = read_releases(release)
+        X, _ = read_vectors(input)
         reports["files"] = averaging_attack(R, X).to_dict()
     else:
-        ids, X = _pool(data, model)
-        key = _key(key_file, seed) or secrets.token_bytes(32)
-        fresh = release_stack(mech, X, releases, rng=seed)
+        ids, X = pool(input, run.model)
+        key = run.key or secrets.token_bytes(32)
+        fresh = release_stack(mech, X, releases, rng=run.seed)
         keyed = release_stack(mech, X, releases, key=key, ids=ids)
         reports["fresh"] = averaging_attack(fresh, X).to_dict()
         reports["keyed"] = averaging_attack(keyed, X, keyed=True).to_dict()
-    t = Table(title="Averaging attack: mean cosine of the average of N releases to the original")
-    t.add_column("N", justify="right")
-    for k in reports:
-        t.add_column(f"{k}", justify="right")
-        if reports[k]["expected_cosine"]:
-            t.add_column(f"{k} (theory)", justify="right")
-    first = next(iter(reports.values()))
-    for i, nrel in enumerate(first["n_releases"]):
-        cells = [str(nrel)]
-        for r in reports.values():
-            cells.append(_f(r["mean_cosine"][i]))
-            if r["expected_cosine"]:
-                cells.append(_f(r["expected_cosine"][i]))
-        t.add_row(*cells)
-    out.print(t)
+    columns = ["N"]
     for k, r in reports.items():
-        out.print(f"{k}: gain from averaging = {r['gain']:+.4f}")
-    _write(
-        output,
-        {"attack": "averaging", "mechanism": _describe(mech), "results": reports},
-        overwrite,
-        as_json,
-    )
+        columns += [k, f"{k} (theory)"] if r["expected_cosine"] else [k]
+    cells = []
+    for i, nrel in enumerate(next(iter(reports.values()))["n_releases"]):
+        cells.append([str(nrel)])
+        for r in reports.values():
+            cells[-1].append(fmt(r["mean_cosine"][i]))
+            if r["expected_cosine"]:
+                cells[-1].append(fmt(r["expected_cosine"][i]))
+    print_table(
+        run.out, "Averaging attack: mean cosine of the average of N releases to the original",
+        columns, cells, left=(),
+    )  # fmt: skip
+    for k, r in reports.items():
+        run.out.print(f"{k}: gain from averaging = {r['gain']:+.4f}")
+    return {"attack": "averaging", "mechanism": spec.describe(), "results": reports}
 
 
 # ---- linkage --------------------------------------------------------------------------------
 
 
-@app.command()
-@user_errors
+@attack_command(app, "--protected", "--texts", "--embeddings")
 def linkage(
+    *,
     input: Annotated[
         Path | None,
-        typer.Argument(
-            help="The vectors to attack: a protected file (with --candidates), or with "
-            "--mechanism clean embeddings or texts, protected here first.",
-            show_default=False,
+        input_argument(
+            "The vectors to attack: a protected file (with --candidates), or with --mechanism "
+            "clean embeddings or texts, protected here first."
         ),
     ] = None,
     candidates: Annotated[
         Path | None,
         typer.Option(help="Candidate originals: rows with the protected file's ids, or row i."),
     ] = None,
-    mechanism: Mechanism = None,
-    epsilon: OptEpsilon = None,
-    delta: OptDelta = None,
-    sigma: OptSigma = None,
-    mask: OptMask = None,
-    mask_delta: OptMaskDelta = None,
-    smoothing: OptSmoothing = None,
+    spec: MechanismSpec,
     ks: Annotated[
         str, typer.Option("--ks", help="Comma-separated k of the top-k success rates.")
     ] = "1,5,10",
-    seed: Seed = None,
-    key_file: KeyFile = None,
-    model: Model = None,
-    output: Output = None,
-    overwrite: Overwrite = False,
-    as_json: AsJson = False,
-    protected: Annotated[
-        Path | None, typer.Option(hidden=True, help="Deprecated: give INPUT.")
-    ] = None,
-    texts: OldTexts = None,
-    embeddings: OldEmbeddings = None,
-) -> None:
+    run: Run,
+) -> dict[str, Any]:
     """Re-identification: link protected vectors to a pool of originals (= top-1 retrieval)."""
     from ..attacks import LinkageAttack
 
-    data = _one_input(
-        input, **{"--protected": protected, "--texts": texts, "--embeddings": embeddings}
-    )
-    _check_output(output, overwrite)
-    out = _console(as_json)
     atk = LinkageAttack(ks=[int(v) for v in parse_floats("ks", ks)])
-    mech = _mechanism(mechanism, epsilon=epsilon, delta=delta, sigma=sigma, mask=mask,
-                      mask_delta=mask_delta, smoothing=smoothing)  # fmt: skip
-    if mech is None:
-        if data is None or candidates is None:
+    if spec.mech is None:
+        if input is None or candidates is None:
             raise ValueError("give the protected file (INPUT) and --candidates, or a --mechanism.")
-        P, pid = _read_embeddings(data)
-        C, cid = _read_embeddings(candidates)
-        targets = None
-        if pid is not None and cid is not None:
-            pos = {str(v): i for i, v in enumerate(cid)}
-            missing = [v for v in pid if str(v) not in pos]
-            if missing:
-                raise ValueError(
-                    f"{len(missing)} protected ids are not among the candidates (first: {missing[0]!r})."
-                )
-            targets = [pos[str(v)] for v in pid]
-        rep = atk.score(P, C, targets=targets)
-        label = str(data.name)
+        P, pid = read_vectors(input)
+        C, cid = read_vectors(candidates)
+        rep = atk.score(P, C, targets=_aligned(pid, cid))
+        label = str(input.name)
     else:
-        ids, X = _pool(data, model)
-        Y = _protect(mech, X, ids, seed, _key(key_file, seed))
-        rep = atk.score(Y, X)
-        label = repr(mech)
-    t = Table(
-        title=f"Linkage: {rep.n_protected} protected vectors vs {rep.n_candidates} candidates"
-    )
-    t.add_column("k", justify="right")
-    t.add_column("re-identified", justify="right")
-    t.add_column("chance", justify="right")
-    for kk in rep.top_k:
-        t.add_row(str(kk), _f(rep.top_k[kk]), _f(rep.chance[kk]))
-    out.print(t)
-    out.print(f"mean rank {rep.mean_rank:.4g}, MRR {rep.mrr:.4g} ({label})", highlight=False)
-    _write(
-        output,
-        {"attack": "linkage", "target": label, "mechanism": _describe(mech), **rep.to_dict()},
-        overwrite,
-        as_json,
-    )
+        ids, X = pool(input, run.model)
+        rep = atk.score(run.protect(spec.mech, X, ids), X)
+        label = repr(spec.mech)
+    print_table(
+        run.out, f"Linkage: {rep.n_protected} protected vectors vs {rep.n_candidates} candidates",
+        ("k", "re-identified", "chance"),
+        [[str(kk), fmt(rep.top_k[kk]), fmt(rep.chance[kk])] for kk in rep.top_k], left=(),
+    )  # fmt: skip
+    run.out.print(f"mean rank {rep.mean_rank:.4g}, MRR {rep.mrr:.4g} ({label})", highlight=False)
+    return {"attack": "linkage", "target": label, "mechanism": spec.describe(), **rep.to_dict()}
+
+
+def _aligned(pid: list[Any] | None, cid: list[Any] | None) -> list[int] | None:
+    """The candidate row of each protected row, by id (None: row i is candidate i)."""
+    if pid is None or cid is None:
+        return None
+    pos = {str(v): i for i, v in enumerate(cid)}
+    missing = [v for v in pid if str(v) not in pos]
+    if missing:
+        raise ValueError(
+            f"{len(missing)} protected ids are not among the candidates (first: {missing[0]!r})."
+        )
+    return [pos[str(v)] for v in pid]
 
 
 # ---- inversion ------------------------------------------------------------------------------
 
 
-@app.command()
-@user_errors
-def inversion(
-    input: TextsInput = None,
-    embeddings: AlignedEmbeddings = None,
-    train_texts: TrainTexts = None,
-    train_embeddings: TrainEmbeddings = None,
-    sensitive: Sensitive = None,
-    n: CorpusSize = 1000,
-    mechanism: Mechanism = None,
-    epsilon: OptEpsilon = None,
-    delta: OptDelta = None,
-    sigma: OptSigma = None,
-    mask: OptMask = None,
-    mask_delta: OptMaskDelta = None,
-    smoothing: OptSmoothing = None,
-    aux_fraction: AuxFraction = 0.5,
-    epochs: Annotated[int, epochs_flag(help="Decoder training epochs.")] = 20,
-    hidden: Annotated[int, typer.Option(help="GRU state size.")] = 256,
-    lr: Annotated[float, lr_flag(help="Adam learning rate.")] = 1e-3,
-    beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).")] = 1,
+@dataclass
+class Decoder(OptionGroup):
+    """The decoder that writes the sentences: the GRU, the transformer (and its options), or
+    vec2text's pretrained corrector."""
+
     decoder: Annotated[
         Literal["gru", "transformer"],
         typer.Option(
             help="gru: the word-level GRU decoder; transformer: the soft-prefix transformer "
             "decoder with vec2text-style correction (TransformerInversionAttack)."
         ),
-    ] = "gru",
-    pretrained: Pretrained = None,
-    rounds: Rounds = 1,
-    candidates: Candidates = 2,
-    save: SaveAttack = None,
-    device: Device = "cpu",
+    ] = "gru"
+    pretrained: Annotated[
+        Path | None,
+        typer.Option(
+            help="Transformer: a saved attack folder (e.g. from benchmarks/bench_inversion.py "
+            "--full, under the user cache) to fine-tune on the auxiliary texts instead of "
+            "training from scratch."
+        ),
+    ] = None
+    rounds: Annotated[
+        int, typer.Option(help="Transformer: correction rounds at inference (0: none).")
+    ] = 1
+    candidates: Annotated[
+        int, typer.Option(help="Transformer: sentences per round; the closest embedding wins.")
+    ] = 2
+    save: Annotated[
+        Path | None, typer.Option(help="Transformer: save the trained attack to this folder.")
+    ] = None
+    device: Annotated[
+        str,
+        typer.Option(
+            help="Transformer: torch device to train and decode on (cpu, cuda, cuda:1); "
+            "bfloat16 training on CUDA."
+        ),
+    ] = "cpu"
     vec2text: Annotated[
         Literal["gtr-base", "text-embedding-ada-002"] | None,
         typer.Option(
             help="Use vec2text's pretrained corrector instead (needs vec2text and the weights "
             "locally)."
         ),
-    ] = None,
+    ] = None
+
+    @property
+    def is_transformer(self) -> bool:
+        return self.decoder == "transformer"
+
+    def check(self, overwrite: bool) -> None:
+        """Refuse the options of another decoder, a missing ``--pretrained`` folder, a device
+        that is not there and an existing ``--save``: before the corpus is embedded."""
+        if self.decoder != "transformer":
+            given = {"--pretrained": self.pretrained, "--save": self.save}
+            extra = [k for k, v in given.items() if v is not None]
+            extra += ["--device"] if self.device != "cpu" else []
+            if extra:
+                raise ValueError(f"{', '.join(extra)} need --decoder transformer.")
+        elif self.vec2text is not None:
+            raise ValueError("give --vec2text or --decoder transformer, not both.")
+        if self.pretrained is not None and not self.pretrained.is_dir():
+            raise FileNotFoundError(f"--pretrained: no such folder: {self.pretrained}")
+        if self.decoder == "transformer" and self.device != "cpu":
+            from ..attacks.transformer_inversion import resolve_device
+
+            resolve_device(self.device)  # a GPU that is not there is refused before any work
+        if self.save is not None and self.save.exists() and not overwrite:
+            raise FileExistsError(f"--save exists: {self.save} (pass --overwrite to replace it).")
+
+    def transformer(self, *, epochs: int, lr: float, n_aux: int) -> Any:
+        """A fresh transformer attack, or the ``--pretrained`` one to fine-tune (its corrector,
+        if it has one, fine-tuned on at most ``n_aux`` texts)."""
+        from ..attacks import TransformerInversionAttack
+
+        if self.pretrained is None:
+            return TransformerInversionAttack(
+                epochs=epochs, lr=lr, rounds=self.rounds, candidates=self.candidates,
+                correction=min(1000, n_aux), device=self.device,
+            )  # fmt: skip
+        a = TransformerInversionAttack.load(
+            self.pretrained, rounds=self.rounds, candidates=self.candidates, device=self.device
+        )
+        a.epochs, a.lr = epochs, lr
+        a.correction = min(a.correction, n_aux) if a.has_corrector_ else 0
+        return a
+
+
+@attack_command(app, "--texts")
+def inversion(
+    *,
+    corpus: TextCorpus,
+    spec: MechanismSpec,
+    epochs: Annotated[int, epochs_flag(help="Decoder training epochs.")] = 20,
+    hidden: Annotated[int, typer.Option(help="GRU state size.")] = 256,
+    lr: Annotated[float, lr_flag(help="Adam learning rate.")] = 1e-3,
+    beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).")] = 1,
+    decoder: Decoder,
     baseline: Baseline = True,
-    seed: Seed = None,
-    key_file: KeyFile = None,
-    model: Model = None,
-    output: Output = None,
-    overwrite: Overwrite = False,
-    as_json: AsJson = False,
-    texts: OldTexts = None,
-) -> None:
+    run: Run,
+) -> dict[str, Any]:
     """Sentence inversion (GEIA-style decoder trained here, or vec2text): leakage of reconstructions."""
     from ..attacks import GEIAAttack
 
-    texts = _one_input(input, **{"--texts": texts})
-    _check_output(output, overwrite)
-    _check_decoder(decoder, vec2text, pretrained=pretrained, save=save, device=device,
-                   overwrite=overwrite)  # fmt: skip
-    out = _console(as_json)
-    mech = _mechanism(mechanism, epsilon=epsilon, delta=delta, sigma=sigma, mask=mask,
-                      mask_delta=mask_delta, smoothing=smoothing)  # fmt: skip
-    key = _key(key_file, seed)
-    corpus = _corpus(texts, embeddings, model, sensitive, n, seed)
+    decoder.check(run.overwrite)
+    mech = spec.mech
+    c = corpus.read(run)
     summary: dict[str, Any] = {"attack": "inversion"}
-    if vec2text is not None:  # (the GRU decoder's place: _check_decoder refuses a transformer)
-        rows = [_vec2text_row(vec2text, corpus, mech, seed, key)]
+    if decoder.vec2text is not None:  # (the GRU decoder's place: check refuses a transformer)
+        rows = [_vec2text_row(decoder.vec2text, c, mech, run)]
     else:
-        split = _attacker_split(
-            corpus, mech, train_texts=train_texts, train_embeddings=train_embeddings, model=model,
-            aux_fraction=aux_fraction, seed=seed,
-        )  # fmt: skip
-        if decoder == "transformer":
+        split = corpus.split(c, mech, run)
+        if decoder.is_transformer:
             summary["decoder"] = "transformer"
             rows = _transformer_inversion(
-                split, mech, key, model=model, seed=seed, epochs=epochs, lr=lr,
-                pretrained=pretrained, rounds=rounds, candidates=candidates, save=save,
-                baseline=baseline, device=device,
-            )  # fmt: skip
+                run, split, mech, decoder, epochs=epochs, lr=lr, baseline=baseline
+            )
         else:
-            rows, _clean = _clean_and_protected(
-                split, mech, key, lambda: GEIAAttack(epochs=epochs, hidden=hidden, lr=lr, beam=beam),
-                epochs=epochs, baseline=baseline, seed=seed, label=corpus.source,
-            )  # fmt: skip
-    if decoder == "transformer":
-        _print_transformer_rows(out, rows, corpus.source)
+            trained = Trained(
+                new=lambda: GEIAAttack(epochs=epochs, hidden=hidden, lr=lr, beam=beam),
+                steps=lambda _a: epochs,
+            )
+            rows, _clean, _a = clean_and_protected(
+                run, split, mech, trained, baseline=baseline, label=c.source
+            )
+    if decoder.is_transformer:
+        _print_transformer_rows(run.out, rows, c.source)
     else:
-        _print_inversion_rows(out, rows, corpus.source)
-    summary |= {"source": corpus.source, "mechanism": _describe(mech), "results": rows}
-    _write(output, summary, overwrite, as_json)
+        _print_inversion_rows(run.out, rows, c.source)
+    return summary | {"source": c.source, "mechanism": spec.describe(), "results": rows}
 
 
-def _check_decoder(
-    decoder: str, vec2text: str | None, *, pretrained: Path | None, save: Path | None,
-    device: str, overwrite: bool,
-) -> None:  # fmt: skip
-    """Refuse the options of another decoder, a missing ``--pretrained`` folder, a device that is
-    not there and an existing ``--save``: before the corpus is embedded."""
-    if decoder != "transformer":
-        given = {"--pretrained": pretrained, "--save": save}
-        extra = [k for k, v in given.items() if v is not None]
-        extra += ["--device"] if device != "cpu" else []
-        if extra:
-            raise ValueError(f"{', '.join(extra)} need --decoder transformer.")
-    elif vec2text is not None:
-        raise ValueError("give --vec2text or --decoder transformer, not both.")
-    if pretrained is not None and not pretrained.is_dir():
-        raise FileNotFoundError(f"--pretrained: no such folder: {pretrained}")
-    if decoder == "transformer" and device != "cpu":
-        from ..attacks.transformer_inversion import resolve_device
-
-        resolve_device(device)  # a GPU that is not there is refused before any work
-    if save is not None and save.exists() and not overwrite:
-        raise FileExistsError(f"--save exists: {save} (pass --overwrite to replace it).")
-
-
-def _vec2text_row(
-    name: str, corpus: _Corpus, mech: Any, seed: int | None, key: bytes | None
-) -> dict[str, Any]:
+def _vec2text_row(name: str, corpus: Corpus, mech: Any, run: Run) -> dict[str, Any]:
     """Score vec2text's pretrained corrector ``name`` on the corpus (protected by ``mech``)."""
     from ..attacks import Vec2TextAdapter
 
     adapter = Vec2TextAdapter.from_pretrained(name)
     X = corpus.X
-    Y = X if mech is None else _protect(mech, X, corpus.ids, seed, key)
+    Y = X if mech is None else run.protect(mech, X, corpus.ids)
     rep = adapter.score(corpus.texts, Y, sensitive=corpus.sensitive)
     return {"target": "vec2text " + name, **rep.to_dict()}
 
 
 def _print_inversion_rows(out: Console, rows: list[dict[str, Any]], source: str) -> None:
-    t = Table(title=f"Sentence inversion on {source}")
-    for col in ("target", "leakage", "chance", "word F1", "exact"):
-        t.add_column(col, justify="left" if col == "target" else "right", overflow="fold")
-    for r in rows:
-        t.add_row(
-            r["target"],
-            _f(r["leakage"]),
-            _f(r["leakage_chance"]),
-            _f(r["f1"]),
-            _f(r["exact_match"]),
-        )
-    out.print(t)
-    for ex in rows[-1]["examples"][:2]:
-        out.print(f"  [dim]{ex['text']}[/dim]\n  -> {ex['reconstruction']}", highlight=False)
+    keys = ("leakage", "leakage_chance", "f1", "exact_match")
+    print_table(
+        out, f"Sentence inversion on {source}", ("target", "leakage", "chance", "word F1", "exact"),
+        [[r["target"], *(fmt(r[k]) for k in keys)] for r in rows], fold=True,
+    )  # fmt: skip
+    print_examples(out, rows)
 
 
 def _transformer_inversion(
-    split: _Split,
+    run: Run,
+    split: Split,
     mech: Any,
-    key: bytes | None,
+    decoder: Decoder,
     *,
-    model: str | None,
-    seed: int | None,
     epochs: int,
     lr: float,
-    pretrained: Path | None,
-    rounds: int,
-    candidates: int,
-    save: Path | None,
     baseline: bool,
-    device: str = "cpu",
 ) -> list[dict[str, Any]]:
-    """Train (or fine-tune) the transformer attack on the attacker's texts and score the rest."""
-    from ..attacks import TransformerInversionAttack, score_against_blind, score_reconstructions
+    """Train (or fine-tune) the transformer attack on the attacker's texts and score the rest:
+    each row with its blind pairing; the clean row with the strength check, the protected row
+    with whether that check made it evidence."""
+    from ..attacks import score_against_blind, score_reconstructions
     from ..attacks.transformer_inversion import strength_verdict
     from ..data.embedders import Embedder
 
-    aux_tx, aux_X = split.aux_texts, split.aux_X
-    t_tx, t_sens = split.texts, split.sensitive
+    n_aux, seed = len(split.aux_texts), run.seed
     made: list[Any] = []
 
     def embed(texts: list[str]) -> np.ndarray:  # the embedder loads on first use only
         if not made:
-            made.append(Embedder(model))
+            made.append(Embedder(run.model))
         return np.asarray(made[0].encode(texts), dtype=np.float64)
 
-    def attack(protect_with: Any) -> Any:
-        if pretrained is not None:
-            a = TransformerInversionAttack.load(
-                pretrained, rounds=rounds, candidates=candidates, device=device
-            )
-            a.epochs, a.lr = epochs, lr
-            a.correction = min(a.correction, len(aux_tx)) if a.has_corrector_ else 0
-        else:
-            a = TransformerInversionAttack(
-                epochs=epochs, lr=lr, rounds=rounds, candidates=candidates,
-                correction=min(1000, len(aux_tx)), device=device,
-            )  # fmt: skip
-        warm = pretrained is not None
-        label = "training (protected)" if protect_with is not None else "training"
-        steps = epochs * -(-len(aux_tx) // a.batch_size)
-        steps += a.correction_epochs * 2 * -(-a.correction // a.batch_size) if a.correction else 0
-        with progress_done(label, steps, unit="steps") as on_progress:
-            if protect_with is None:
-                return a.fit(aux_tx, aux_X, embed=embed, rng=seed, warm_start=warm,
-                             on_step=lambda s, _l: on_progress(s))  # fmt: skip
-            return a.fit_adaptive(aux_tx, aux_X, protect_with, embed=embed, rng=seed,
-                                  warm_start=warm, on_step=lambda s, _l: on_progress(s))  # fmt: skip
+    def steps(a: Any) -> int:
+        n = epochs * -(-n_aux // a.batch_size)
+        return n + (
+            a.correction_epochs * 2 * -(-a.correction // a.batch_size) if a.correction else 0
+        )
 
-    def row(target: str, a: Any, Y: np.ndarray, clean: bool) -> dict[str, Any]:
+    def score(a: Any, split: Split, Y: np.ndarray) -> tuple[dict[str, Any], Any]:
         with progress_done("reconstructing", len(Y), unit="texts"):  # no count: time elapsed
             recs = a.reconstruct(Y, embed=embed, rng=seed or 0)
-        rep = score_against_blind(t_tx, recs, rng=seed or 0)
-        leak = score_reconstructions(t_tx, recs, sensitive=t_sens)
-        d: dict[str, Any] = {"target": target, **rep.to_dict(), "leakage": leak.leakage}
-        if clean:
-            d["strength"] = strength_verdict(rep).to_dict()
-        return d
+        rep = score_against_blind(split.texts, recs, rng=seed or 0)
+        leak = score_reconstructions(split.texts, recs, sensitive=split.sensitive)
+        return {**rep.to_dict(), "leakage": leak.leakage}, rep
 
-    rows: list[dict[str, Any]] = []
-    if mech is None:
-        a = attack(None)
-        rows.append(row("unprotected", a, split.X, True))
-    else:
-        if baseline:
-            a0 = attack(None)
-            rows.append(row("unprotected", a0, split.X, True))
-        Y = _protect(mech, split.X, split.ids, seed, key)
-        a = attack(mech)
-        r = row(repr(mech), a, Y, False)
-        if rows:
-            r["evidence"] = rows[0]["strength"]["verdict"]
-        rows.append(r)
-    if save is not None:
-        a.save(save)
-        err_console.print(f"saved the attack to {save}")
+    trained = Trained(
+        new=lambda: decoder.transformer(epochs=epochs, lr=lr, n_aux=n_aux), steps=steps,
+        unit="steps", score=score,
+        fit_kw=lambda tick: {"embed": embed, "warm_start": decoder.pretrained is not None,
+                             "on_step": lambda s, _l: tick(s)},
+    )  # fmt: skip
+    rows, clean, a = clean_and_protected(
+        run, split, mech, trained, baseline=baseline, label="unprotected"
+    )
+    if clean is not None:
+        rows[0]["strength"] = strength_verdict(clean).to_dict()
+        if len(rows) > 1:
+            rows[1]["evidence"] = rows[0]["strength"]["verdict"]
+    if decoder.save is not None:
+        a.save(decoder.save)
+        err_console.print(f"saved the attack to {decoder.save}")
     return rows
 
 
 def _print_transformer_rows(out: Console, rows: list[dict[str, Any]], source: str) -> None:
-    t = Table(title=f"Sentence inversion (transformer decoder) on {source}")
-    for col in ("target", "BLEU", "blind", "token F1", "blind", "F1 excess 95%", "leakage",
-                "verdict"):  # fmt: skip
-        t.add_column(col, justify="left" if col in ("target", "verdict") else "right",
-                     overflow="fold")  # fmt: skip
+    cells = []
     for r in rows:
         lo, hi = r["token_f1_excess_interval"]
         if "strength" in r:
@@ -1156,127 +670,112 @@ def _print_transformer_rows(out: Console, rows: list[dict[str, Any]], source: st
             verdict = "no evidence (fails on clean vectors)"
         else:
             verdict = "beats blind" if lo > 0 else "at blind"
-        t.add_row(
-            r["target"], _f(r["bleu"]), _f(r["bleu_blind"]), _f(r["token_f1"]),
-            _f(r["token_f1_blind"]), f"[{_f(lo)}, {_f(hi)}]", _f(r["leakage"]), verdict,
-        )  # fmt: skip
-    out.print(t)
-    for ex in rows[-1]["examples"][:2]:
-        out.print(f"  [dim]{ex['text']}[/dim]\n  -> {ex['reconstruction']}", highlight=False)
+        cells.append([
+            r["target"], fmt(r["bleu"]), fmt(r["bleu_blind"]), fmt(r["token_f1"]),
+            fmt(r["token_f1_blind"]), f"[{fmt(lo)}, {fmt(hi)}]", fmt(r["leakage"]), verdict,
+        ])  # fmt: skip
+    print_table(
+        out, f"Sentence inversion (transformer decoder) on {source}",
+        ("target", "BLEU", "blind", "token F1", "blind", "F1 excess 95%", "leakage", "verdict"),
+        cells, left=("target", "verdict"), fold=True,
+    )  # fmt: skip
+    print_examples(out, rows)
 
 
 # ---- attribute ------------------------------------------------------------------------------
 
 
-@app.command()
-@user_errors
-def attribute(
-    input: Annotated[
-        Path | None,
-        typer.Argument(
-            help="Texts (JSONL, CSV or Parquet with 'id'/'text', or .txt), labelled here.",
-            show_default=False,
-        ),
-    ] = None,
-    embeddings: AlignedEmbeddings = None,
+@dataclass
+class Attribute(OptionGroup):
+    """The attribute inferred: spaCy entities of a label, or the terms of a list."""
+
     entity: Annotated[
         list[str] | None,
         typer.Option(help="spaCy entity label that makes a text positive (repeat: any of them)."),
-    ] = None,
+    ] = None
     terms: Annotated[
         Path | None,
         typer.Option(help="Term list (.txt/.json/.jsonl): a text mentioning one is positive."),
+    ] = None
+
+    def check(self) -> None:
+        if (self.entity is None) == (self.terms is None):
+            raise ValueError(
+                "give the attribute as --entity LABEL (spaCy) or --terms FILE, one of them."
+            )
+
+    def labels(self, tx: list[str]) -> tuple[np.ndarray, str]:
+        """Which texts hold the attribute, and its name."""
+        from ..attacks import mentions, ner_labels
+
+        if self.entity is not None:
+            return ner_labels(tx, self.entity), "entity " + "|".join(self.entity)
+        from ..concepts import read_tokens
+
+        assert self.terms is not None
+        return mentions(tx, read_tokens(self.terms)), f"terms of {self.terms.name}"
+
+
+@attack_command(app)
+def attribute(
+    *,
+    input: Annotated[
+        Path | None,
+        input_argument("Texts (JSONL, CSV or Parquet with 'id'/'text', or .txt), labelled here."),
     ] = None,
-    mechanism: Mechanism = None,
-    epsilon: OptEpsilon = None,
-    delta: OptDelta = None,
-    sigma: OptSigma = None,
-    mask: OptMask = None,
-    mask_delta: OptMaskDelta = None,
-    smoothing: OptSmoothing = None,
+    embeddings: AlignedEmbeddings = None,
+    attribute: Attribute,
+    spec: MechanismSpec,
     probe: Annotated[
         Literal["linear", "mlp"], typer.Option(help="Logistic regression or an MLP.")
     ] = "linear",
     copies: Annotated[int, copies_flag(help="Protected copies per training text (adaptive).")] = 2,
     test_fraction: Annotated[float, typer.Option(help="Share of texts held out as victims.")] = 0.3,
-    seed: Seed = None,
-    key_file: KeyFile = None,
-    model: Model = None,
-    output: Output = None,
-    overwrite: Overwrite = False,
-    as_json: AsJson = False,
-) -> None:
+    run: Run,
+) -> dict[str, Any]:
     """Attribute inference: does the text behind a protected vector mention X? (ROC AUC, blind 0.5)"""
     from ..attacks import attribute_audit
-
-    _check_output(output, overwrite)
-    if input is None:
-        raise ValueError("give INPUT: the texts whose attribute is inferred.")
-    if (entity is None) == (terms is None):
-        raise ValueError(
-            "give the attribute as --entity LABEL (spaCy) or --terms FILE, one of them."
-        )
-    out = _console(as_json)
-    mech = _mechanism(mechanism, epsilon=epsilon, delta=delta, sigma=sigma, mask=mask,
-                      mask_delta=mask_delta, smoothing=smoothing)  # fmt: skip
-    key = _key(key_file, seed)
-    ids, tx, X = _texts_and_embeddings(input, embeddings, model)
-    y, what = _attribute_labels(tx, entity, terms)
     from ..attacks.base import attacker_split
 
-    train, test = attacker_split(len(tx), 1.0 - test_fraction, seed)
+    if input is None:
+        raise ValueError("give INPUT: the texts whose attribute is inferred.")
+    attribute.check()
+    mech = spec.mech
+    ids, tx, X = texts_and_embeddings(input, embeddings, run.model)
+    y, what = attribute.labels(tx)
+    train, test = attacker_split(len(tx), 1.0 - test_fraction, run.seed)
     for part, name in ((train, "training"), (test, "test")):
         if y[part].all() or not y[part].any():
             raise ValueError(
                 f"the {name} texts must hold both classes for {what}: "
                 f"{int(y[part].sum())} of {part.size} are positive."
             )
-    Y = None if mech is None else _protect(mech, X[test], [ids[i] for i in test], seed, key)
+    Y = None if mech is None else run.protect(mech, X[test], [ids[i] for i in test])
     rows = attribute_audit(
         X[train], y[train], X[test], y[test], protected_test=Y, mechanism=mech, kind=probe,
-        n_copies=copies, rng=seed,
+        n_copies=copies, rng=run.seed,
     )  # fmt: skip
-    _print_attribute_rows(out, rows, f"Attribute inference ({what}, {probe} probe) on {input.name}")
-    _write(
-        output,
-        {
-            "attack": "attribute",
-            "attribute": what,
-            "probe": probe,
-            "mechanism": _describe(mech),
-            "n_train": int(train.size),
-            "n_test": int(test.size),
-            "results": [{"target": a, "training": b, **r.to_dict()} for a, b, r in rows],
-        },
-        overwrite,
-        as_json,
+    _print_attribute_rows(
+        run.out, rows, f"Attribute inference ({what}, {probe} probe) on {input.name}"
     )
-
-
-def _attribute_labels(
-    tx: list[str], entity: list[str] | None, terms: Path | None
-) -> tuple[np.ndarray, str]:
-    """Which texts hold the attribute (spaCy entities of a label, or a term list), and its name."""
-    from ..attacks import mentions, ner_labels
-
-    if entity is not None:
-        return ner_labels(tx, entity), "entity " + "|".join(entity)
-    from ..concepts import read_tokens
-
-    assert terms is not None
-    return mentions(tx, read_tokens(terms)), f"terms of {terms.name}"
+    return {
+        "attack": "attribute",
+        "attribute": what,
+        "probe": probe,
+        "mechanism": spec.describe(),
+        "n_train": int(train.size),
+        "n_test": int(test.size),
+        "results": [{"target": a, "training": b, **r.to_dict()} for a, b, r in rows],
+    }
 
 
 def _print_attribute_rows(out: Console, rows: list[tuple[str, str, Any]], title: str) -> None:
-    t = Table(title=title)
-    for col in ("target", "training", "AUC", "95% interval", "blind", "beats blind"):
-        t.add_column(col, justify="left" if col in ("target", "training") else "right")
-    for target, training, rep in rows:
-        t.add_row(
-            target, training, _f(rep.auc), f"[{_f(rep.interval[0])}, {_f(rep.interval[1])}]",
-            _f(rep.blind), "yes" if rep.beats_blind else "no",
-        )  # fmt: skip
-    out.print(t)
+    print_table(
+        out, title, ("target", "training", "AUC", "95% interval", "blind", "beats blind"),
+        [[target, training, fmt(rep.auc), f"[{fmt(rep.interval[0])}, {fmt(rep.interval[1])}]",
+          fmt(rep.blind), "yes" if rep.beats_blind else "no"] for target, training, rep in rows],
+        left=("target", "training"),
+    )  # fmt: skip
     if not rows[0][2].beats_blind:
         out.print("[yellow]the probe does not beat blind on clean vectors: no evidence.[/yellow]")
 

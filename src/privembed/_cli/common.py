@@ -13,13 +13,16 @@ each against the library's own list, so a new mechanism cannot be left out of th
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
+import inspect
 import json
 import math
 import os
 import sys
 import threading
 import time
+import typing
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -45,6 +48,7 @@ __all__ = [
     "MechanismName",
     "Neighbouring",
     "OneLineErrors",
+    "OptionGroup",
     "ProjectionKind",
     "StoreKind",
     "SubspaceNoise",
@@ -62,6 +66,7 @@ __all__ = [
     "show_progress",
     "tidy_help",
     "user_errors",
+    "with_option_groups",
 ]
 
 console = Console()
@@ -696,3 +701,48 @@ def progress_done(description: str, total: int, *, unit: str) -> Iterator[Callab
     bar, task = _bar(description, total, unit)
     with bar:
         yield lambda done: bar.update(task, completed=done)
+
+
+# ---- groups of options, declared once ------------------------------------------------------
+
+
+class OptionGroup:
+    """Options that several commands take together, declared once: a dataclass whose fields are
+    ``Annotated`` typer options (with their defaults). A command parameter annotated with such a
+    class stands for all of its options, at that place in ``--help``; the command receives one
+    instance built from them (:func:`with_option_groups`). Fields with ``init=False`` are what
+    the group works out from its options (``__post_init__``), not options.
+    """
+
+
+def with_option_groups(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` as typer sees it: each parameter annotated with an :class:`OptionGroup` class
+    is replaced by that group's options, in place; the call builds the groups back from the
+    parsed values, in the order they stand."""
+    hints = typing.get_type_hints(func, include_extras=True)
+    params: list[inspect.Parameter] = []
+    groups: dict[str, tuple[type[OptionGroup], list[str]]] = {}
+    for p in inspect.signature(func).parameters.values():
+        hint = hints.get(p.name, p.annotation)
+        if not (isinstance(hint, type) and issubclass(hint, OptionGroup)):
+            params.append(p.replace(annotation=hint, kind=inspect.Parameter.KEYWORD_ONLY))
+            continue
+        fields = [f for f in dataclasses.fields(hint) if f.init]  # type: ignore[arg-type]
+        types = typing.get_type_hints(hint, include_extras=True)
+        groups[p.name] = (hint, [f.name for f in fields])
+        params += [
+            inspect.Parameter(
+                f.name, inspect.Parameter.KEYWORD_ONLY, annotation=types[f.name], default=f.default
+            )
+            for f in fields
+        ]
+
+    @functools.wraps(func)
+    def wrapper(**values: Any) -> Any:
+        for name, (cls, names) in groups.items():
+            values[name] = cls(**{n: values.pop(n) for n in names})
+        return func(**values)
+
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    return wrapper
