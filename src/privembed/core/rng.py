@@ -392,25 +392,25 @@ class CounterSource(NoiseSource):
         if n != self._n:
             raise ValueError(f"this source has {self._n} rows, asked for n={n}.")
 
-    def normal(self, n: int, k: int) -> NDArray[np.float64]:
+    def _rows(
+        self, n: int, k: int, kernel: str, draw: Callable[[np.random.Generator, Any], Any]
+    ) -> NDArray[np.float64]:
+        """(n, k) draws, row i from row i's stream: the compiled ``kernel`` if there is one,
+        else ``draw(generator, row)`` filling each row in the Python loop."""
         self._check(n)
         out = np.empty((n, k))
-        if (run := self._kernel("normal_rows")) is not None:
+        if (run := self._kernel(kernel)) is not None:
             run(out)
             return out
         for row, g in zip(out, self._gens(), strict=True):
-            g.standard_normal(out=row)
+            draw(g, row)
         return out
 
+    def normal(self, n: int, k: int) -> NDArray[np.float64]:
+        return self._rows(n, k, "normal_rows", lambda g, row: g.standard_normal(out=row))
+
     def uniform(self, n: int, k: int) -> NDArray[np.float64]:
-        self._check(n)
-        out = np.empty((n, k))
-        if (run := self._kernel("uniform_rows")) is not None:
-            run(out)
-            return out
-        for row, g in zip(out, self._gens(), strict=True):
-            g.random(out=row)
-        return out
+        return self._rows(n, k, "uniform_rows", lambda g, row: g.random(out=row))
 
     def gamma(self, shape: float, n: int) -> NDArray[np.float64]:
         self._check(n)
