@@ -124,7 +124,7 @@ def test_int8_runs_and_is_named_apart(cache, onnx_embedder):
 
 
 def test_cache_reused_without_export(cache, monkeypatch):
-    import privembed.data.embedders as em
+    import privembed.data.onnx_backend as em
 
     def boom(*a, **k):
         raise AssertionError("exported again")
@@ -148,7 +148,7 @@ def test_cache_dir_resolution(tmp_path, monkeypatch):
 
 
 def test_corrupt_cache_is_rebuilt(cache, tmp_path, caplog, capfd, monkeypatch, onnx_embedder):
-    import privembed.data.embedders as em
+    import privembed.data.onnx_backend as em
 
     copy = tmp_path / "copy"
     shutil.copytree(cache, copy)

@@ -420,7 +420,7 @@ def test_the_onnx_cache_keeps_folders_that_differ_behind_a_link_apart(tmp_path, 
     """Issue 39.1 (ONNX cache): the export cached for one folder was used for another whose
     ``1_Pooling`` link pointed elsewhere; and an entry whose manifest names another model
     folder is never used."""
-    import privembed.data.embedders as em
+    import privembed.data.onnx_backend as em
 
     a, b = _linked_folders(tmp_path)
     cache = tmp_path / "cache"
