@@ -78,6 +78,14 @@ def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float = 2
     return math.exp(log_analytic_gaussian_delta(sigma, epsilon, sensitivity))
 
 
+def _check_gaussian(name: str, value: float, delta: float, sensitivity: float) -> None:
+    """The inputs of a Gaussian calibration: ``name`` (sigma or epsilon) > 0, 0 < delta < 1
+    and sensitivity > 0."""
+    check_real(name, value, gt=0)
+    check_real("delta", delta, gt=0, lt=1)
+    check_real("sensitivity", sensitivity, gt=0)
+
+
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 2.0) -> float:
     """Smallest sigma for which the Gaussian mechanism is exactly (epsilon, delta)-DP.
 
@@ -91,9 +99,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 2
     >>> round(analytic_gaussian_sigma(1e4, 1e-5), 5)  # stable far beyond epsilon = 1
     0.01457
     """
-    check_real("epsilon", epsilon, gt=0)
-    check_real("delta", delta, gt=0, lt=1)
-    check_real("sensitivity", sensitivity, gt=0)
+    _check_gaussian("epsilon", epsilon, delta, sensitivity)
     target = math.log(delta)
 
     def f(log_s: float) -> float:
@@ -121,9 +127,7 @@ def analytic_gaussian_epsilon(sigma: float, delta: float, sensitivity: float = 2
     >>> round(analytic_gaussian_epsilon(0.2, 1e-5), 1)  # [K26] sigma_emp = 0.2
     91.8
     """
-    check_real("sigma", sigma, gt=0)
-    check_real("delta", delta, gt=0, lt=1)
-    check_real("sensitivity", sensitivity, gt=0)
+    _check_gaussian("sigma", sigma, delta, sensitivity)
     target = math.log(delta)
 
     def f(eps: float) -> float:
@@ -148,9 +152,7 @@ def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 2.
     >>> round(classic_gaussian_sigma(5.0, 1e-5), 3)  # [K26]: sigma ~ 1.94
     1.938
     """
-    check_real("epsilon", epsilon, gt=0)
-    check_real("delta", delta, gt=0, lt=1)
-    check_real("sensitivity", sensitivity, gt=0)
+    _check_gaussian("epsilon", epsilon, delta, sensitivity)
     return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 

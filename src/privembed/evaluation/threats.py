@@ -350,6 +350,21 @@ def threats_for(mode: str) -> list[ThreatModel]:
     return [t for t in THREATS.values() if t.modes is None or mode in t.modes]
 
 
+#: why a threat defended by the other means cannot be judged here, by the judge's means
+_OTHER_JUDGE = {
+    "epsilon": "is defended by the deployment, not by epsilon: use judge_structural.",
+    "deployment": "is defended by epsilon: judge it on attack results.",
+}
+
+
+def _check_threat(threat: Any, defended_by: str | None = None) -> None:
+    """``threat`` is a ThreatModel, and defended by ``defended_by`` where one is given."""
+    if not isinstance(threat, ThreatModel):
+        raise TypeError(f"threat must be a ThreatModel, got threat={threat!r}.")
+    if defended_by is not None and threat.defended_by != defended_by:
+        raise ValueError(f"threat {threat.name!r} {_OTHER_JUDGE[defended_by]}")
+
+
 def judge(threat: ThreatModel, evidence: Sequence[AttackEvidence]) -> ThreatVerdict:
     """The verdict of the measured attacks on one threat (see the module docstring's rule).
 
@@ -370,13 +385,7 @@ def judge(threat: ThreatModel, evidence: Sequence[AttackEvidence]) -> ThreatVerd
     >>> judge(t, [weak, ok]).verdict
     'defends'
     """
-    if not isinstance(threat, ThreatModel):
-        raise TypeError(f"threat must be a ThreatModel, got threat={threat!r}.")
-    if threat.defended_by != "epsilon":
-        raise ValueError(
-            f"threat {threat.name!r} is defended by the deployment, not by epsilon: use "
-            "judge_structural."
-        )
+    _check_threat(threat, "epsilon")
     if threat.implied_by is not None:
         stronger = judge(THREATS[threat.implied_by], evidence)
         return ThreatVerdict(
@@ -425,8 +434,7 @@ def judge_sealed(threat: ThreatModel) -> ThreatVerdict:
     >>> judge_sealed(THREATS["candidate_holder"]).verdict
     'defends'
     """
-    if not isinstance(threat, ThreatModel):
-        raise TypeError(f"threat must be a ThreatModel, got threat={threat!r}.")
+    _check_threat(threat)
     return ThreatVerdict(
         threat,
         DEFENDS,
@@ -448,12 +456,7 @@ def judge_structural(threat: ThreatModel, *, keyed: bool, ledger: bool) -> Threa
     >>> judge_structural(t, keyed=False, ledger=True).verdict
     'does not defend'
     """
-    if not isinstance(threat, ThreatModel):
-        raise TypeError(f"threat must be a ThreatModel, got threat={threat!r}.")
-    if threat.defended_by != "deployment":
-        raise ValueError(
-            f"threat {threat.name!r} is defended by epsilon: judge it on attack results."
-        )
+    _check_threat(threat, "deployment")
     if keyed and ledger:
         return ThreatVerdict(
             threat,
