@@ -20,21 +20,27 @@ embeddings into a release through :class:`Release`, so the rules below are writt
 * **Ledger before publish.** The records of a release are staged while the output is
   computed; :meth:`Release.commit` checks the budgets and records the release; only then is
   the output published (:func:`protect_file` renames the finished file inside the commit
-  hook of :func:`privembed.data.io.atomic_output`, with SIGINT/SIGTERM held). The commit's
+  hook of :func:`privembed.data.io.atomic_output`, with SIGINT/SIGTERM held).
+* **Sources and sinks.** A front end is a *source* (a file, a stream, shards, a server
+  request), the release and a *sink* (a file, a store, a stream's output, an HTTP response),
+  composed by :func:`publish` (:mod:`~privembed.release.flow`): it opens the ledger the one
+  way and the sink commits each release before the rows it covers become visible. The commit's
   transaction also writes the budget change a command's flags asked for and a DP-PCA basis
   charge deferred to it; a refusal rolls all of it back, leaving the ledger as it was.
 * **Checks.** Inputs are validated per block (NaN/inf/zero rows, dimension), outputs are
   checked finite before anything is published, the input dtype is kept.
 
 The package, top to bottom: :mod:`~privembed.release.files` (files as a source and a sink:
-``protect_file``), :mod:`~privembed.release.core` (:class:`Release`, :func:`protect`),
+``protect_file``), :mod:`~privembed.release.flow` (the source and sink protocols,
+:class:`ReleaseRequest` and :func:`publish`), :mod:`~privembed.release.core`
+(:class:`Release`, :func:`protect`),
 :mod:`~privembed.release.identity` (content ids folded over variants),
 :mod:`~privembed.release.ids` (typed, unique record ids), :mod:`~privembed.release.steps`
 (pre-noise steps handed in, such as a concept eraser), :mod:`~privembed.release.setting` (what
 a setting does to vectors: the note a summary carries) and :mod:`~privembed.release.policy` (the
 rules: re-protection, key or seed, content ids, the charge, opening the ledger). The other
-front ends (``integrations``: stream, collection, shards; the server) are sources and sinks over
-:class:`Release` and the rules of :mod:`~privembed.release.policy`; none writes a rule itself
+front ends (``integrations``: stream, collection, shards; the server) are sources and sinks
+composed by :func:`publish`; none opens a ledger, stages a release or writes a rule itself
 (``tools/architecture_counts.py`` counts the copies outside this package).
 """
 
@@ -43,6 +49,7 @@ from __future__ import annotations
 from ..keys.ledger import DuplicateIds
 from .core import Release, ReleaseSummary, protect
 from .files import is_text_file, protect_file
+from .flow import Batch, ReleaseRequest, Releases, Rows, Sink, Source, publish
 from .ids import ReleasedIds
 from .policy import (
     PROTECTION_KEYS,
@@ -58,11 +65,17 @@ from .setting import SettingNote, setting_note
 
 __all__ = [
     "PROTECTION_KEYS",
+    "Batch",
     "DuplicateIds",
     "Release",
+    "ReleaseRequest",
     "ReleaseSummary",
     "ReleasedIds",
+    "Releases",
+    "Rows",
     "SettingNote",
+    "Sink",
+    "Source",
     "charge_text",
     "check_randomness",
     "content_ids",
@@ -71,6 +84,7 @@ __all__ = [
     "open_ledger",
     "protect",
     "protect_file",
+    "publish",
     "refuse_protected",
     "release_metadata",
     "setting_note",

@@ -1,14 +1,13 @@
-"""Files as a source and a sink of a :class:`~privembed.release.core.Release`: an embeddings
-file read batch by batch, or a file of texts embedded first, protected and written atomically,
-renamed into place only inside the release's ledger commit."""
+"""Files as a source and a sink of a release (:mod:`~privembed.release.flow`): an embeddings
+file read batch by batch (:class:`VectorFile`), or a file of texts embedded first
+(:class:`TextFile`), protected and written atomically (:class:`FileSink`), renamed into place
+only inside the release's ledger commit."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,85 +16,24 @@ from numpy.typing import NDArray
 
 from ..core._validation import DataError, check_int
 from ..core.cancel import checkpoint, cooperative
-from ..keys.keyed import text_digests
+from ..keys.keyed import resolve_key, text_digests
 from ..keys.ledger import Ledger
 from ..mechanisms.base import Mechanism
-from .core import Release, ReleaseSummary
+from .core import ReleaseSummary
+from .flow import Batch, ReleaseRequest, Releases, publish
 from .identity import refuse_variants
-from .policy import (
-    check_randomness,
-    content_ids,
-    open_ledger,
-    refuse_protected,
-    release_metadata,
-)
+from .policy import content_ids, refuse_protected, release_metadata
 from .steps import check_eraser, erased, erasure_metadata
 
 
-@dataclass(frozen=True)
-class _Settings:
-    """What both sources of :func:`protect_file` share: the randomness, the ledger and its
-    budgets, the subjects, the model, the pre-noise step, the output and progress -- one block,
-    so the two paths cannot drift apart."""
-
-    key: Any
-    rng: Any
-    generator: str | None
-    ledger: str | Path | Ledger | None
-    budget_epsilon: float | None
-    budget_delta: float | None
-    subject: str | None
-    subject_budget: tuple[float | None, float | None]
-    ledger_timeout: float
-    on_wait: Callable[[Path], None] | None
-    ids_from_content: bool
-    model: str | None
-    overwrite: bool
-    keep_columns: Sequence[str]
-    erase: Any
-    subject_column: str | None
-    on_start: Callable[[int], None] | None
-    on_batch: Callable[[int], None] | None
-
-    @property
-    def needs_ids(self) -> bool:
-        return self.key is not None or self.ledger is not None
-
-    @contextlib.contextmanager
-    def release(
-        self, mechanism: Mechanism, src: Path, dst: Path, model: str | None
-    ) -> Iterator[Release]:
-        """The ledger opened (:func:`open_ledger`) and a :class:`Release` into ``dst`` over it."""
-        with (
-            open_ledger(
-                self.ledger,
-                budget_epsilon=self.budget_epsilon,
-                budget_delta=self.budget_delta,
-                subject_budget=self.subject_budget,
-                on_wait=self.on_wait,
-                timeout=self.ledger_timeout,
-            ) as led,
-            Release(
-                mechanism,
-                key=self.key,
-                rng=self.rng,
-                generator=self.generator,
-                ledger=led,
-                subject=self.subject,
-                model=model,
-                destination=str(dst.resolve()),
-                name=src.name,
-            ) as rel,
-        ):
-            yield rel
-
-
-def _note_columns(rel: Release, kept: Sequence[str], dropped: Sequence[str], noun: str) -> None:
+def _note_columns(
+    summary: ReleaseSummary, kept: Sequence[str], dropped: Sequence[str], noun: str
+) -> None:
     """Name in the summary what left unprotected by request and what was dropped."""
     if kept:
-        rel.summary.notes.append(f"kept as they are (not protected): {', '.join(kept)}")
+        summary.notes.append(f"kept as they are (not protected): {', '.join(kept)}")
     if dropped:
-        rel.summary.notes.append(
+        summary.notes.append(
             f"dropped {noun} {', '.join(dropped)} (not protected; keep one with --keep-field NAME)"
         )
 
@@ -113,28 +51,21 @@ def _column_values(table: Any, name: str, where: str) -> list[Any]:
 
 
 def _check_request(
-    src: Path,
-    dst: Path,
-    *,
-    overwrite: bool,
-    ids_from_content: bool,
-    key: Any,
-    rng: Any,
-    ledger: Any,
+    src: Path, dst: Path, request: ReleaseRequest, *, overwrite: bool, ids_from_content: bool
 ) -> None:
     """Refuse a file release before anything is read or written: a key with a seed, a seed
     with a ledger (:func:`~privembed.release.check_randomness`), formats, a missing input, an
     existing output, content ids without a key."""
     from ..data import io
 
-    check_randomness(key, rng, ledger=ledger, key_name="--key-file", rng_name="--seed")
+    request.check(key_name="--key-file", rng_name="--seed")
     io.detect_format(dst)
     io.check_input_format(src)  # embeddings or texts: the message lists both
     if not src.exists():
         raise FileNotFoundError(f"file not found: {src}")
     if not overwrite and dst.exists():
         raise FileExistsError(f"output exists: {dst} (pass --overwrite to replace it).")
-    if ids_from_content and key is None:
+    if ids_from_content and request.key is None:
         content_ids(key=None)  # refused before anything is read or written
 
 
@@ -212,118 +143,116 @@ def protect_file(
     from ..data import io
 
     src, dst = Path(src), Path(dst)
-    _check_request(
-        src, dst, overwrite=overwrite, ids_from_content=ids_from_content, key=key, rng=rng,
-        ledger=ledger,
+    request = ReleaseRequest(
+        key=key, rng=rng, generator=generator, ledger=ledger, budget_epsilon=budget_epsilon,
+        budget_delta=budget_delta, subject=subject,
+        subject_budget=(subject_budget_epsilon, subject_budget_delta),
+        ledger_timeout=ledger_timeout, on_wait=on_wait,
     )  # fmt: skip
+    _check_request(src, dst, request, overwrite=overwrite, ids_from_content=ids_from_content)
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
     if subject_column is not None and ledger is None:
         raise ValueError("--subject-field charges subjects in the ledger: give --ledger.")
-    settings = _Settings(
-        key=key,
-        rng=rng,
-        generator=generator,
-        ledger=ledger,
-        budget_epsilon=budget_epsilon,
-        budget_delta=budget_delta,
-        subject=subject,
-        subject_budget=(subject_budget_epsilon, subject_budget_delta),
-        ledger_timeout=ledger_timeout,
-        on_wait=on_wait,
-        ids_from_content=ids_from_content,
-        model=model,
-        overwrite=overwrite,
-        keep_columns=keep_columns,
-        erase=check_eraser(eraser),
-        subject_column=subject_column,
-        on_start=on_start,
-        on_batch=on_batch,
-    )
+    erase = check_eraser(eraser)
     io.preload(src, dst)  # no lazy import runs once the output is open (core/cancel.py)
     checkpoint("command.start")
+    source: VectorFile | TextFile
     if is_text_file(src, text_field=text_field):
-        return _protect_texts_file(
-            src, dst, mechanism, settings, text_field=text_field, id_field=id_column or "id",
-            embedder=embedder,
+        source = TextFile(
+            src, dst, request, text_field=text_field, id_field=id_column or "id",
+            ids_from_content=ids_from_content, model=model, embedder=embedder,
+            keep_columns=keep_columns, erase=erase, subject_column=subject_column,
+            on_start=on_start, on_batch=on_batch,
         )  # fmt: skip
-    return _protect_vectors_file(
-        src, dst, mechanism, settings, column=column, id_column=id_column, batch_rows=batch_rows,
-        allow_reprotect=allow_reprotect,
-    )  # fmt: skip
-
-
-def _protect_vectors_file(
-    src: Path,
-    dst: Path,
-    mechanism: Mechanism,
-    settings: _Settings,
-    *,
-    column: str | None,
-    id_column: str | None,
-    batch_rows: int,
-    allow_reprotect: bool,
-) -> ReleaseSummary:
-    """An embeddings file, batch by batch: read, (erase,) protect, write; renamed into place in
-    the ledger commit."""
-    from ..data import io
-
-    meta_in = io.read_metadata(src)
-    refuse_protected(meta_in, src, allow=allow_reprotect)
-    model_id = (
-        settings.model
-        or meta_in.get("embedding_model_identity")
-        or meta_in.get("embedding_model")
-        or meta_in.get("model")
+    else:
+        source = VectorFile(
+            src, request, column=column, id_column=id_column, batch_rows=batch_rows,
+            ids_from_content=ids_from_content, model=model, allow_reprotect=allow_reprotect,
+            erase=erase, subject_column=subject_column,
+        )  # fmt: skip
+    sink = FileSink(
+        dst, overwrite=overwrite, keep_columns=keep_columns, on_start=on_start, on_batch=on_batch
     )
-    with settings.release(mechanism, src, dst, model_id) as rel:
+    summary = publish(source, sink, mechanism, request).summary
+    assert summary is not None
+    return summary
 
-        def fn(batch: Any) -> NDArray[Any]:
-            ids = batch.ids
-            if ids is None and settings.ids_from_content and rel.needs_ids:
-                ids = content_ids(key=rel.key, X=batch.X)  # the vectors as given, before erasure
-            X = (
-                batch.X
-                if settings.erase is None
-                else erased(settings.erase, batch.X, src.name, batch.start)
-            )
-            subjects = (
-                None
-                if settings.subject_column is None
-                else _column_values(batch.extra, settings.subject_column, src.name)
-            )
-            return rel.protect(X, ids, row_offset=batch.start, subjects=subjects)
 
-        def meta(m: dict[str, Any]) -> dict[str, Any]:
-            _n, dim, _, _ = io.iter_batches(src, batch_rows=1, column=column, id_column=id_column)
-            out = release_metadata(m, rel.metadata(dim if dim > 0 else None))
-            if settings.erase is not None:
-                out["concept_erasure"] = erasure_metadata(settings.erase)
-            return out
+class VectorFile:
+    """An embeddings file as a source: its batches (:func:`privembed.data.io.iter_batches`),
+    with ids derived from the content on request, a pre-noise step and per-record subjects.
 
-        def started(n: int) -> None:
-            rel.expect_rows(n)
-            if settings.on_start is not None:
-                settings.on_start(n)
+    Refused before any work: an input already protected (unless ``allow_reprotect``)."""
 
-        done = io.transform_file(
-            src,
-            dst,
-            fn,
-            metadata=meta,
-            batch_rows=batch_rows,
-            column=column,
-            id_column=id_column,
-            on_start=started,
-            on_batch=settings.on_batch,
-            commit=rel.commit,
-            overwrite=settings.overwrite,
-            keep_columns=settings.keep_columns,
+    def __init__(
+        self,
+        path: Path,
+        request: ReleaseRequest,
+        *,
+        column: str | None,
+        id_column: str | None,
+        batch_rows: int,
+        ids_from_content: bool,
+        model: str | None,
+        allow_reprotect: bool,
+        erase: Any,
+        subject_column: str | None,
+    ) -> None:
+        from ..data import io
+
+        self.path, self.name, self.request = path, path.name, request
+        self.column, self.id_column, self.batch_rows = column, id_column, batch_rows
+        self.ids_from_content, self.erase, self.subject_column = (
+            ids_from_content,
+            erase,
+            subject_column,
         )
-        checkpoint("publish.after", stop=False)  # complete: a late signal changes nothing
-        rel.mark_published()
-        _note_columns(rel, settings.keep_columns, done["dropped_columns"], "columns")
-        rel.note_setting()
-        return rel.summary
+        self._key = None if request.key is None else resolve_key(request.key)
+        meta_in = io.read_metadata(path)
+        refuse_protected(meta_in, path, allow=allow_reprotect)
+        self.model: str | None = (
+            model
+            or meta_in.get("embedding_model_identity")
+            or meta_in.get("embedding_model")
+            or meta_in.get("model")
+        )
+
+    def batch(self, b: Any) -> Batch:
+        """The release's batch of one :class:`privembed.data.io.Batch` of the file."""
+        ids = b.ids
+        if ids is None and self.ids_from_content and self.request.needs_ids:
+            ids = content_ids(key=self._key, X=b.X)  # the vectors as given, before erasure
+        X = b.X if self.erase is None else erased(self.erase, b.X, self.name, b.start)
+        subjects = (
+            None
+            if self.subject_column is None
+            else _column_values(b.extra, self.subject_column, self.name)
+        )
+        return Batch(X, ids, start=b.start, subjects=subjects)
+
+    def batches(self) -> Iterator[Batch]:
+        from ..data.io import iter_batches
+
+        _n, _dim, _meta, raw = iter_batches(
+            self.path, batch_rows=self.batch_rows, column=self.column, id_column=self.id_column
+        )
+        return (self.batch(b) for b in raw)
+
+    def dim(self) -> int | None:
+        """The vectors' dimension (None for an empty file)."""
+        from ..data.io import iter_batches
+
+        _n, dim, _, _ = iter_batches(
+            self.path, batch_rows=1, column=self.column, id_column=self.id_column
+        )
+        return dim if dim > 0 else None
+
+    def metadata(self, meta_in: dict[str, Any], protection: dict[str, Any]) -> dict[str, Any]:
+        """The output's metadata: the input's (``meta_in``), this release's and the erasure's."""
+        out = release_metadata(meta_in, protection)
+        if self.erase is not None:
+            out["concept_erasure"] = erasure_metadata(self.erase)
+        return out
 
 
 def is_text_file(path: str | Path, *, text_field: str = "text") -> bool:
@@ -384,79 +313,161 @@ def _embed(
     return X
 
 
-def _protect_texts_file(
-    src: Path,
-    dst: Path,
-    mechanism: Mechanism,
-    settings: _Settings,
-    *,
-    text_field: str,
-    id_field: str,
-    embedder: Any,
-) -> ReleaseSummary:
-    """A file of texts: embedded in one pass after the ledger's budget check, protected with the
-    noise bound to each text, written atomically inside the ledger commit."""
-    from ..data import io
+class TextFile:
+    """A file of texts as a source: one batch, embedded after the ledger's budget check, its
+    noise bound to each text (and to a pre-noise step), its ids given or derived from the text
+    (folded, with a ledger, over texts with one clean vector).
 
-    table, keep, others = _read_texts(src, dst, text_field, id_field, settings.keep_columns)
-    ids, texts = table.ids, table.texts
-    if ids is None and settings.needs_ids:
-        if not settings.ids_from_content:
-            raise DataError(
-                f"{src.name}: keyed noise and the ledger need record ids, and these texts have "
-                f"none (line numbers are not ids); add an {id_field!r} field (--id-field) or "
-                "derive ids from the text (--ids-from-content)."
-            )
-        ids = content_ids(key=settings.key, texts=texts)
-        refuse_variants(ids, where=src.name)  # before the model runs or the ledger opens
-    if embedder is None:
-        from ..data.embedders import Embedder
+    Refused before the model runs or the ledger opens: fields to keep that the file lacks, ids
+    missing where keyed noise or the ledger needs them, variants of one text given twice."""
 
-        embedder = Embedder(settings.model)
-    emb_meta = embedder.metadata()
-    # keyed noise is bound to what computes the vectors (a digest), never to a model's name;
-    # embedders of the caller's own say what identifies them in their metadata
-    model_id = str(
-        emb_meta.get("embedding_model_identity")
-        or emb_meta.get("model_id")
-        or emb_meta.get("embedding_model")
-    )
-    subjects = (
-        None
-        if settings.subject_column is None
-        else _column_values(table.columns, settings.subject_column, src.name)
-    )
-    erasure = None if settings.erase is None else erasure_metadata(settings.erase)
-    with settings.release(mechanism, src, dst, model_id) as rel:
-        # embedded after the ledger's budget check
-        X = _embed(embedder, texts, settings.on_start, settings.on_batch)
-        if settings.ids_from_content and table.ids is None:
-            ids = rel.fold(X, ids)  # with a ledger: texts with one clean vector are one record
-        digests = None
-        if settings.key is not None:  # the noise is bound to the text and, with an eraser, to it
-            digests = text_digests(texts, model_id)
-            if erasure is not None:
-                salt = erasure["digest"].encode()
-                digests = [hashlib.sha256(salt + d).digest() for d in digests]
-        if settings.erase is not None:
-            X = erased(settings.erase, X, src.name, 0)
-        Y = rel.protect(X, ids, digests=digests, subjects=subjects)
-        io.write_embeddings(
-            dst,
-            Y,
-            ids=ids,
-            metadata={
-                **emb_meta,
-                **rel.metadata(X.shape[1]),
-                **({} if erasure is None else {"concept_erasure": erasure}),
-            },
-            extra=table.columns.select(keep) if keep else None,
-            src=src,
-            commit=rel.commit,
-            overwrite=settings.overwrite,
+    def __init__(
+        self,
+        path: Path,
+        dst: Path,
+        request: ReleaseRequest,
+        *,
+        text_field: str,
+        id_field: str,
+        ids_from_content: bool,
+        model: str | None,
+        embedder: Any,
+        keep_columns: Sequence[str],
+        erase: Any,
+        subject_column: str | None,
+        on_start: Callable[[int], None] | None,
+        on_batch: Callable[[int], None] | None,
+    ) -> None:
+        self.path, self.name, self.request, self.erase = path, path.name, request, erase
+        self.on_start, self.on_batch = on_start, on_batch
+        self.table, self.keep, self.others = _read_texts(
+            path, dst, text_field, id_field, keep_columns
         )
-        checkpoint("publish.after", stop=False)
-        rel.mark_published()
-        _note_columns(rel, keep, [c for c in others if c not in keep], "fields")
-        rel.note_setting()
-        return rel.summary
+        ids, texts = self.table.ids, self.table.texts
+        self.fold = ids is None and ids_from_content
+        if ids is None and request.needs_ids:
+            if not ids_from_content:
+                raise DataError(
+                    f"{path.name}: keyed noise and the ledger need record ids, and these texts "
+                    f"have none (line numbers are not ids); add an {id_field!r} field "
+                    "(--id-field) or derive ids from the text (--ids-from-content)."
+                )
+            ids = content_ids(key=request.key, texts=texts)
+            refuse_variants(ids, where=path.name)  # before the model runs or the ledger opens
+        self.ids = ids
+        if embedder is None:
+            from ..data.embedders import Embedder
+
+            embedder = Embedder(model)
+        self.embedder = embedder
+        self.emb_meta = embedder.metadata()
+        # keyed noise is bound to what computes the vectors (a digest), never to a model's
+        # name; embedders of the caller's own say what identifies them in their metadata
+        self.model_id = str(
+            self.emb_meta.get("embedding_model_identity")
+            or self.emb_meta.get("model_id")
+            or self.emb_meta.get("embedding_model")
+        )
+        self.model: str | None = self.model_id
+        self.subjects = (
+            None
+            if subject_column is None
+            else _column_values(self.table.columns, subject_column, path.name)
+        )
+        self.erasure = None if erase is None else erasure_metadata(erase)
+
+    def batches(self) -> Iterator[Batch]:
+        """The texts' one batch, embedded now (after the ledger's budget check)."""
+        texts = self.table.texts
+        X = _embed(self.embedder, texts, self.on_start, self.on_batch)
+        digests = None
+        if self.request.key is not None:  # the noise is bound to the text and to an eraser
+            digests = text_digests(texts, self.model_id)
+            if self.erasure is not None:
+                salt = self.erasure["digest"].encode()
+                digests = [hashlib.sha256(salt + d).digest() for d in digests]
+        if self.erase is not None:
+            X = erased(self.erase, X, self.name, 0)
+        yield Batch(X, self.ids, digests=digests, subjects=self.subjects, fold=self.fold)
+
+    def metadata(self, protection: dict[str, Any]) -> dict[str, Any]:
+        """The output's metadata: the embedder's, this release's and the erasure's."""
+        erasure = {} if self.erasure is None else {"concept_erasure": self.erasure}
+        return {**self.emb_meta, **protection, **erasure}
+
+
+class FileSink:
+    """A file as a sink: written to a temporary file and renamed into place inside the
+    release's commit hook (:func:`privembed.data.io.atomic_output`, signals held), one release
+    for the whole file. A vectors file is read and written in one pass
+    (:func:`privembed.data.io.transform_file`, kept columns copied beside the ids); texts are
+    written whole (:func:`privembed.data.io.write_embeddings`)."""
+
+    per_batch = False
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        overwrite: bool,
+        keep_columns: Sequence[str],
+        on_start: Callable[[int], None] | None,
+        on_batch: Callable[[int], None] | None,
+    ) -> None:
+        self.path, self.overwrite, self.keep_columns = path, overwrite, keep_columns
+        self.on_start, self.on_batch = on_start, on_batch
+        self.destination = str(path.resolve())
+
+    def run(self, source: Any, releases: Releases) -> None:
+        if isinstance(source, VectorFile):
+            kept, dropped, noun = self._stream(source, releases)
+        else:
+            kept, dropped, noun = self._whole(source, releases)
+        checkpoint("publish.after", stop=False)  # complete: a late signal changes nothing
+        releases.published()
+        assert releases.summary is not None
+        _note_columns(releases.summary, kept, dropped, noun)
+        releases.note_setting()
+
+    def _stream(
+        self, source: VectorFile, releases: Releases
+    ) -> tuple[Sequence[str], list[str], str]:
+        from ..data import io
+
+        def started(n: int) -> None:
+            releases.release().expect_rows(n)
+            if self.on_start is not None:
+                self.on_start(n)
+
+        done = io.transform_file(
+            source.path,
+            self.path,
+            lambda b: releases.protect(source.batch(b)),
+            metadata=lambda m: source.metadata(m, releases.metadata(source.dim())),
+            batch_rows=source.batch_rows,
+            column=source.column,
+            id_column=source.id_column,
+            on_start=started,
+            on_batch=self.on_batch,
+            commit=releases.commit,
+            overwrite=self.overwrite,
+            keep_columns=self.keep_columns,
+        )
+        return self.keep_columns, done["dropped_columns"], "columns"
+
+    def _whole(self, source: TextFile, releases: Releases) -> tuple[Sequence[str], list[str], str]:
+        from ..data import io
+
+        (batch,) = source.batches()
+        Y = releases.protect(batch)
+        io.write_embeddings(
+            self.path,
+            Y,
+            ids=batch.ids,
+            metadata=source.metadata(releases.metadata(batch.X.shape[1])),
+            extra=source.table.columns.select(source.keep) if source.keep else None,
+            src=source.path,
+            commit=releases.commit,
+            overwrite=self.overwrite,
+        )
+        return source.keep, [c for c in source.others if c not in source.keep], "fields"
