@@ -13,7 +13,9 @@ function of (key, configuration, model, record id, content) only, not of which s
 batch the record lands in. Without a key the local engine can be seeded (experiments; each row
 has its own stream); the Ray engine draws fresh OS entropy in every task.
 
-What happens, in order:
+The shards are the source (``_Shards``) and the output folder the sink (``_ShardFolder``) of
+:func:`privembed.release.publish`, which opens the ledger and begins the release. What happens,
+in order:
 
 1. the shards are listed and checked (same embedding column and dimension; not protected already
    unless allowed; record ids present and unique across all shards when a key or a ledger is
@@ -41,7 +43,7 @@ from typing import Any
 
 from ..core._validation import check_choice, check_int
 from ..mechanisms import Mechanism
-from ..release import Release, check_randomness, open_ledger
+from ..release import Batch, Release, ReleaseRequest, Releases, publish
 from ._shardplan import (
     PARQUET_SUFFIXES,
     ShardPlan,
@@ -92,19 +94,6 @@ def _staging(output_dir: Path, overwrite: bool) -> Iterator[Path]:
         raise
 
 
-def _account_shards(rel: Release, plan: ShardPlan, batch_rows: int) -> None:
-    """Stage every input record of the plan in the driver's release (ids, keyed tags)."""
-    from ..data.io import iter_batches
-
-    for f in plan.files:
-        _n, _d, _m, batches = iter_batches(
-            f, batch_rows=batch_rows, column=plan.column, id_column=plan.id_column
-        )
-        for b in batches:
-            assert b.ids is not None
-            rel.account(b.X, b.ids)
-
-
 def _check_engine_options(engine: str, rng: Any, address: str | None, num_cpus: int | None) -> None:
     """Refuse a seed for the Ray engine, and Ray's options for the local one."""
     if engine == "ray":
@@ -148,50 +137,63 @@ def _kept_columns(
     return keep, dropped
 
 
-def _protect_and_publish(
-    plan: ShardPlan,
-    out_dir: Path,
-    mechanism: Mechanism,
-    *,
-    engine: str,
-    key: Any,
-    rng: Any,
-    ledger: str | Path | None,
-    budget_epsilon: float | None,
-    budget_delta: float | None,
-    batch_rows: int,
-    overwrite: bool,
-    keep: tuple[str, ...],
-    on_shard: Callable[[Path, int], None] | None,
-    address: str | None,
-    num_cpus: int | None,
-) -> tuple[int, int, float]:
-    """Steps 2-5 of the module docstring: stage the release, run the engine into a staging
-    folder, commit, publish. Returns the files written, the ledger releases (0 or 1) and the
-    seconds taken."""
-    model = plan.metadata.get("embedding_model")
-    t0 = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        led = stack.enter_context(
-            open_ledger(ledger, budget_epsilon=budget_epsilon, budget_delta=budget_delta)
-        )
-        rel = stack.enter_context(
-            Release(
-                mechanism,
-                key=key,
-                rng=rng,
-                ledger=led,
-                model=model,
-                destination=str(out_dir.resolve()),
+class _Shards:
+    """The shards of a plan as a source: every record's ids and clean vectors, read from the
+    input shards (the driver accounts them; the engine's workers read the shards themselves)."""
+
+    name = "X"
+
+    def __init__(self, plan: ShardPlan, batch_rows: int) -> None:
+        self.plan, self.batch_rows = plan, batch_rows
+        self.model: str | None = plan.metadata.get("embedding_model")
+
+    def batches(self) -> Iterator[Batch]:
+        from ..data.io import iter_batches
+
+        p = self.plan
+        for f in p.files:
+            _n, _d, _m, raw = iter_batches(
+                f, batch_rows=self.batch_rows, column=p.column, id_column=p.id_column
             )
-        )
-        protection = rel.metadata(plan.dim if plan.dim > 0 else None)
-        worker = rel.worker_copy()
-        if led is not None:
-            _account_shards(rel, plan, batch_rows)
-        with _staging(out_dir, overwrite) as stage:
-            if engine == "local":
-                _run_local(plan, stage, worker, protection, batch_rows, on_shard, keep)
+            for b in raw:
+                assert b.ids is not None
+                yield Batch(b.X, b.ids, start=b.start)
+
+
+class _ShardFolder:
+    """An output folder as a sink: one release of all records, staged by the driver (keyed tags
+    from the input shards, so free re-releases are recognised), drawn by workers that hold a
+    copy without the ledger, written into a hidden staging folder and renamed into place only
+    after the commit."""
+
+    per_batch = False
+
+    def __init__(
+        self,
+        out_dir: Path,
+        *,
+        engine: str,
+        overwrite: bool,
+        keep: tuple[str, ...],
+        on_shard: Callable[[Path, int], None] | None,
+        address: str | None,
+        num_cpus: int | None,
+    ) -> None:
+        self.out_dir, self.engine, self.overwrite, self.keep = out_dir, engine, overwrite, keep
+        self.on_shard, self.address, self.num_cpus = on_shard, address, num_cpus
+        self.destination = str(out_dir.resolve())
+        self.files_out = 0
+
+    def run(self, source: Any, releases: Releases) -> None:
+        plan, batch_rows = source.plan, source.batch_rows
+        protection = releases.metadata(plan.dim if plan.dim > 0 else None)
+        worker = releases.worker_copy()
+        if releases.ledger is not None:
+            for b in source.batches():
+                releases.account(b)
+        with _staging(self.out_dir, self.overwrite) as stage:
+            if self.engine == "local":
+                _run_local(plan, stage, worker, protection, batch_rows, self.on_shard, self.keep)
             else:
                 from .ray_engine import run_ray
 
@@ -201,15 +203,13 @@ def _protect_and_publish(
                     worker,
                     protection,
                     batch_rows=batch_rows,
-                    address=address,
-                    num_cpus=num_cpus,
-                    keep_columns=keep,
+                    address=self.address,
+                    num_cpus=self.num_cpus,
+                    keep_columns=self.keep,
                 )
-            out_files = sorted(q for q in stage.iterdir() if q.suffix == ".parquet")
-            rel.commit()  # before the staging folder becomes the output
-        rel.mark_published()
-        releases = 1 if led is not None else 0
-    return len(out_files), releases, time.perf_counter() - t0
+            self.files_out = sum(1 for q in stage.iterdir() if q.suffix == ".parquet")
+            releases.commit()  # before the staging folder becomes the output
+        releases.published()
 
 
 def protect_shards(
@@ -267,7 +267,10 @@ def protect_shards(
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
     out_dir = Path(output_dir)
     _check_engine_options(engine, rng, address, num_cpus)
-    check_randomness(key, rng, ledger=ledger, key_name="a key", rng_name="a seed")
+    request = ReleaseRequest(
+        key=key, rng=rng, ledger=ledger, budget_epsilon=budget_epsilon, budget_delta=budget_delta
+    )
+    request.check()
     if (budget_epsilon is not None or budget_delta is not None) and ledger is None:
         raise ValueError("budget_epsilon/budget_delta need a ledger.")
     files = _shard_files(inputs, out_dir, engine)
@@ -275,29 +278,21 @@ def protect_shards(
         files,
         column=column,
         id_column=id_column,
-        need_ids=key is not None or ledger is not None,
+        need_ids=request.needs_ids,
         allow_reprotect=allow_reprotect,
     )
     if plan.dim > 0:
         mechanism.check_dim(plan.dim)
     keep, dropped = _kept_columns(plan, keep_columns)
-    files_out, releases, seconds = _protect_and_publish(
-        plan,
-        out_dir,
-        mechanism,
-        engine=engine,
-        key=key,
-        rng=rng,
-        ledger=ledger,
-        budget_epsilon=budget_epsilon,
-        budget_delta=budget_delta,
-        batch_rows=batch_rows,
-        overwrite=overwrite,
-        keep=keep,
-        on_shard=on_shard,
-        address=address,
-        num_cpus=num_cpus,
-    )
+    sink = _ShardFolder(
+        out_dir, engine=engine, overwrite=overwrite, keep=keep, on_shard=on_shard,
+        address=address, num_cpus=num_cpus,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    releases = publish(_Shards(plan, batch_rows), sink, mechanism, request)
+    seconds = time.perf_counter() - t0
+    files_out = sink.files_out
+    ledger_releases = releases.count if ledger is not None else 0
     return {
         "rows": plan.total_rows,
         "shards_in": len(files),
@@ -306,7 +301,7 @@ def protect_shards(
         "dim_out": mechanism.output_dim(plan.dim) if plan.dim > 0 else None,
         "engine": engine,
         "seconds": seconds,
-        "ledger_releases": releases,
+        "ledger_releases": ledger_releases,
         "output": str(out_dir),
         "guarantee": mechanism.guarantee.describe(),
         "kept_columns": list(keep),
@@ -353,20 +348,10 @@ def protect_dataset(
     output_dir: str | Path,
     mechanism: Mechanism,
     key: bytes | None = None,
-    *,
-    address: str | None = None,
-    num_cpus: int | None = None,
-    batch_rows: int = 4096,
-    column: str | None = None,
-    id_column: str | None = None,
-    ledger: str | Path | None = None,
-    budget_epsilon: float | None = None,
-    budget_delta: float | None = None,
-    allow_reprotect: bool = False,
-    overwrite: bool = False,
-    keep_columns: Sequence[str] = (),
+    **options: Any,
 ) -> dict[str, Any]:
-    """Protect a folder, glob or list of Parquet shards with Ray Data (see the module docstring).
+    """Protect a folder, glob or list of Parquet shards with Ray Data (see the module docstring):
+    :func:`protect_shards` with ``engine="ray"``.
 
     Parameters
     ----------
@@ -377,35 +362,16 @@ def protect_dataset(
     key : bytes, optional
         Keyed noise: output independent of partitioning, equal to the local engine's. Without
         a key every task draws fresh OS entropy.
-    address : str, optional
-        An existing Ray cluster; default: start a local one.
-    num_cpus : int, optional
-        CPUs of the local instance (default: all).
-    batch_rows : int
-        Rows per ``map_batches`` call.
-    ledger, budget_epsilon, budget_delta, allow_reprotect, overwrite, keep_columns
-        As in :func:`~privembed.integrations.shards.protect_shards`.
+    **options
+        As in :func:`protect_shards`: ``address`` (an existing Ray cluster; default: start a
+        local one), ``num_cpus`` (CPUs of the local instance; default: all), ``batch_rows``
+        (rows per ``map_batches`` call), ``column``, ``id_column``, ``ledger``,
+        ``budget_epsilon``, ``budget_delta``, ``allow_reprotect``, ``overwrite``,
+        ``keep_columns``.
 
     Returns
     -------
     dict
         Summary (rows, files, seconds, ...).
     """
-    return protect_shards(
-        paths_or_dir,
-        output_dir,
-        mechanism,
-        key=key,
-        engine="ray",
-        address=address,
-        num_cpus=num_cpus,
-        batch_rows=batch_rows,
-        column=column,
-        id_column=id_column,
-        ledger=ledger,
-        budget_epsilon=budget_epsilon,
-        budget_delta=budget_delta,
-        allow_reprotect=allow_reprotect,
-        overwrite=overwrite,
-        keep_columns=keep_columns,
-    )
+    return protect_shards(paths_or_dir, output_dir, mechanism, key=key, engine="ray", **options)

@@ -14,9 +14,10 @@ Formats:
   buffers the whole stream.
 
 On bad input the stream stops with a one-line error at the first bad batch: earlier batches have
-already been written (use ``set -o pipefail`` so a pipeline sees the failure). Each batch is one
-release (:class:`privembed.release.Release`), recorded in the ledger before it is written; record
-ids must be unique over the whole stream (checked in bounded memory).
+already been written (use ``set -o pipefail`` so a pipeline sees the failure). stdin is the
+source and stdout the sink of :func:`privembed.release.publish`: each batch is one release,
+recorded in the ledger before it is written; record ids must be unique over the whole stream
+(checked in bounded memory).
 
 Examples
 --------
@@ -44,7 +45,7 @@ from numpy.typing import NDArray
 from ..core._validation import DataError, check_choice, check_int
 from ..core.cancel import checkpoint, cooperative
 from ..mechanisms import Mechanism
-from ..release import Release, ReleasedIds, check_randomness
+from ..release import Batch, ReleaseRequest, Releases, publish
 
 __all__ = ["FORMATS", "protect_stream"]
 
@@ -170,11 +171,9 @@ def _input_batches(
     return None, _jsonl_batches(src, batch_rows)
 
 
-def _record_ids(
-    recs: list[dict[str, Any]], first: int, seen: ReleasedIds | None
-) -> list[Any] | None:
-    """A batch's record ids, refused if missing or seen before (None: no ids are needed)."""
-    if seen is None:
+def _record_ids(recs: list[dict[str, Any]], first: int, needs_ids: bool) -> list[Any] | None:
+    """A batch's record ids, refused if missing (None: no ids are needed)."""
+    if not needs_ids:
         return None
     missing = [i for i, r in enumerate(recs) if "id" not in r]
     if missing:
@@ -182,14 +181,40 @@ def _record_ids(
             f"stdin:{first + missing[0]}: missing 'id' (keyed noise and the ledger "
             "need record ids)."
         )
-    ids = [r["id"] for r in recs]
-    seen.add_ids(ids, where=f"stdin:{first}")
-    return ids
+    return [r["id"] for r in recs]
 
 
-class _StreamWriter:
-    """Writes protected batches to ``dst``: JSONL lines with the kept fields, or NPY rows (after
-    a header on the first batch when the row count is known, else buffered to the end)."""
+class _StreamSource:
+    """stdin as a source: JSONL lines (ids and the other fields carried to the sink) or NPY
+    rows, batch by batch as they arrive."""
+
+    name = "stdin"
+
+    def __init__(
+        self, src: IO[bytes], in_format: str, batch_rows: int, *, model: str | None, needs_ids: bool
+    ) -> None:
+        self.model, self.needs_ids = model, needs_ids
+        self.n_known, self._batches = _input_batches(src, in_format, batch_rows)
+
+    def batches(self) -> Iterator[Batch]:
+        rows = 0
+        for X, recs, first in self._batches:
+            checkpoint("batch.read")
+            ids = _record_ids(recs, first, self.needs_ids)
+            yield Batch(
+                X, ids, start=rows, name=f"stdin (lines from {first})", ids_at=f"stdin:{first}",
+                carry=recs,
+            )  # fmt: skip
+            rows += X.shape[0]
+
+
+class _StreamSink:
+    """stdout as a sink: each batch is one release, committed before it is written -- JSONL
+    lines with the kept fields, or NPY rows (after a header on the first batch when the row
+    count is known, else buffered to the end)."""
+
+    destination = "stdout"
+    per_batch = True
 
     def __init__(
         self, dst: IO[bytes], out_format: str, n_known: int | None, keep_fields: Sequence[str]
@@ -199,6 +224,15 @@ class _StreamWriter:
         self.keep = ["id", *dict.fromkeys(str(f) for f in keep_fields if f not in drop)]
         self.buffered: list[NDArray[Any]] = []
         self.started = False
+
+    def run(self, source: Any, releases: Releases) -> None:
+        for batch in source.batches():
+            Y = releases.protect(batch)
+            releases.commit()  # recorded before the batch is written
+            self.write(batch.carry, Y)
+            releases.published()
+            checkpoint("batch.written")
+        self.finish()
 
     def write(self, recs: list[dict[str, Any]], Y: NDArray[Any]) -> None:
         """Write (or buffer) one batch and flush."""
@@ -222,35 +256,6 @@ class _StreamWriter:
             _write_npy_header(self.dst, Yall.shape[0], Yall.shape[1], Yall.dtype)
             self.dst.write(np.ascontiguousarray(Yall).tobytes())
             self.dst.flush()
-
-
-class _StreamTotals:
-    """What :func:`protect_stream` reports: rows, dimensions, batches, fresh and free records."""
-
-    def __init__(self) -> None:
-        self.rows = self.count = self.fresh = self.free = 0
-        self.dim_in: int | None = None
-        self.dim_out: int | None = None
-
-    def add(self, X: NDArray[Any], Y: NDArray[Any], summary: Any) -> None:
-        """Count one protected batch (``summary``: its release's)."""
-        self.fresh += summary.fresh or 0
-        self.free += summary.free or 0
-        if self.dim_in is None:
-            self.dim_in, self.dim_out = X.shape[1], Y.shape[1]
-        self.rows += X.shape[0]
-        self.count += 1
-
-    def as_dict(self) -> dict[str, Any]:
-        """The summary :func:`protect_stream` returns."""
-        return {
-            "rows": self.rows,
-            "dim_in": self.dim_in,
-            "dim_out": self.dim_out,
-            "batches": self.count,
-            "fresh": self.fresh,
-            "free": self.free,
-        }
 
 
 @cooperative
@@ -303,40 +308,24 @@ def protect_stream(
     in_format = check_choice("in_format", in_format, FORMATS)
     out_format = check_choice("out_format", out_format or in_format, FORMATS)
     batch_rows = check_int("batch_rows", batch_rows, ge=1)
-    needs_ids = key is not None or ledger is not None
-    if in_format == "npy" and needs_ids:
+    request = ReleaseRequest(key=key, rng=rng, generator=generator, ledger=ledger)
+    if in_format == "npy" and request.needs_ids:
         raise DataError(
             "NPY input carries no record ids; keyed noise and the ledger need them -- use "
             "JSONL lines with an 'id' field."
         )
-    check_randomness(key, rng, ledger=ledger, key_name="a key", rng_name="a seed")
-    n_known, batches = _input_batches(src, in_format, batch_rows)
-    out = _StreamWriter(dst, out_format, n_known, keep_fields)
-    totals = _StreamTotals()
-    seen = ReleasedIds() if needs_ids else None
-    try:
-        for X, recs, first in batches:
-            checkpoint("batch.read")
-            ids = _record_ids(recs, first, seen)
-            with Release(
-                mechanism,
-                key=key,
-                rng=rng,
-                generator=generator,
-                ledger=ledger,
-                model=model,
-                destination="stdout",
-                name=f"stdin (lines from {first})",
-            ) as rel:
-                Y = rel.protect(X, ids, row_offset=totals.rows)
-                rel.commit()  # recorded before the batch is written
-                totals.add(X, Y, rel.summary)
-                out.write(recs, Y)
-            checkpoint("batch.written")
-    finally:
-        if seen is not None:
-            seen.close()
-    if totals.rows == 0:
+    request.check()
+    source = _StreamSource(src, in_format, batch_rows, model=model, needs_ids=request.needs_ids)
+    sink = _StreamSink(dst, out_format, source.n_known, keep_fields)
+    releases = publish(source, sink, mechanism, request)
+    s = releases.summary
+    if s is None or s.rows == 0:
         raise DataError("stdin contains no embeddings.")
-    out.finish()
-    return totals.as_dict()
+    return {
+        "rows": s.rows,
+        "dim_in": s.dim_in,
+        "dim_out": s.dim_out,
+        "batches": releases.count,
+        "fresh": s.fresh or 0,
+        "free": s.free or 0,
+    }
