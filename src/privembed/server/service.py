@@ -86,12 +86,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import math
 import time
 from collections import OrderedDict
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -99,11 +98,19 @@ from numpy.typing import NDArray
 
 from ..core import labels
 from ..keys.keyed import canonical_text, key_id, text_digests, vector_digests
-from ..release import Release
+from ..release import Batch, ReleaseRequest, Releases, Rows, Source, publish
 from .backends import Backend, BackendError, make_backend
 from .batcher import Job, MicroBatcher, QueueFull, ShuttingDown
 from .config import ModelConfig, ServeConfig
 from .metrics import Metrics
+from .refusals import (
+    BudgetRefused,
+    BudgetState,
+    LedgerHealth,
+    LedgerUnavailable,
+    one_more_exceeds,
+    unavailable,
+)
 
 __all__ = [
     "LANE_MARGIN_S",
@@ -147,92 +154,6 @@ def backend_key(key: bytes, identity: str) -> bytes:
     return hmac.digest(key, _BACKEND_DOMAIN + identity.encode("utf-8"), "sha256")
 
 
-@dataclass(frozen=True)
-class BudgetState:
-    """One budget as a refused client may see it: the budget, what is spent (composed, at the
-    budget's delta) and the epsilon left at that delta (composition does not subtract)."""
-
-    epsilon: float
-    delta: float
-    spent_epsilon: float
-    spent_delta: float
-
-    @property
-    def left_epsilon(self) -> float:
-        return max(0.0, self.epsilon - self.spent_epsilon)
-
-
-class BudgetRefused(Exception):
-    """The ledger refused a release: a text or the subject would pass its budget.
-
-    Attributes
-    ----------
-    scope : {"record", "subject"}
-        The budget that refused it.
-    cost : tuple of float, optional
-        (epsilon, delta) of one release of one text under the request's model.
-    subject : BudgetState, optional
-        The requesting subject's budget (with a per-subject budget).
-    texts : dict of str to BudgetState
-        The request's texts (by request id) that one more release would take past the
-        per-text budget -- only those: what a refusal tells about a text is never more than
-        that it is spent (another subject's releases of the request's other texts stay hidden).
-    """
-
-    def __init__(
-        self,
-        scope: str = "record",
-        *,
-        cost: tuple[float, float] | None = None,
-        subject: BudgetState | None = None,
-        texts: dict[str, BudgetState] | None = None,
-    ) -> None:
-        super().__init__(scope)
-        self.scope = scope
-        self.cost = cost
-        self.subject = subject
-        self.texts = texts or {}
-
-
-def _one_more_exceeds(spent: Any, cost: Any, budget: Any) -> bool:
-    """Whether one more release at ``cost`` takes a record that has ``spent`` past ``budget``
-    -- never True for one that would pass. Exact when its fresh releases compose like that
-    many releases at ``cost`` (the usual history: one model's releases); otherwise a lower
-    bound of what it would spend (a composition never shrinks, and a basic cost adds at least
-    its epsilon)."""
-    from ..core.accounting import Composition
-
-    tol = 1 + 1e-12
-    fresh = spent.releases - spent.free_releases
-    same = Composition().add(cost, fresh)
-    e, d = same.at(budget.delta)
-    if math.isclose(e, spent.epsilon, rel_tol=1e-9, abs_tol=1e-12) and math.isclose(
-        d, spent.delta, rel_tol=1e-9, abs_tol=1e-15
-    ):
-        e, d = same.add(cost).at(budget.delta)
-        return bool(e > budget.epsilon * tol or d > budget.delta * tol)
-    basic = cost.epsilon if cost.noise_multiplier is None else 0.0
-    return bool(spent.epsilon + basic > budget.epsilon * tol or spent.delta > budget.delta * tol)
-
-
-class LedgerUnavailable(Exception):
-    """The ledger stayed locked by another process longer than ``ledger_timeout_s``, or (with
-    ``unreachable``) its database could not be reached: nothing was released."""
-
-    def __init__(self, message: str = "", *, unreachable: bool = False) -> None:
-        super().__init__(message)
-        self.unreachable = unreachable
-
-
-def _unavailable(health: LedgerHealth, exc: BaseException) -> LedgerUnavailable:
-    """What a ledger that could not be used answers (503), with ``/healthz`` updated."""
-    from ..keys.ledger import LedgerUnreachable
-
-    unreachable = isinstance(exc, LedgerUnreachable)
-    health.set("unreachable" if unreachable else "busy", str(exc))
-    return LedgerUnavailable(str(exc), unreachable=unreachable)
-
-
 @dataclass
 class Embedded:
     """The result of one request's texts: a vector and a token count per request id."""
@@ -250,18 +171,24 @@ class _Work:
     subject: str | None = None
 
 
-@dataclass
-class LedgerHealth:
-    """What ``/healthz`` reports about the ledger (updated by every ledger operation)."""
+class _Response:
+    """The HTTP responses of a group of requests as a sink (their source: the group's texts,
+    one batch of :class:`~privembed.release.Rows`, ids the texts' identities after the ledger's
+    aliases, noise bound to the exact texts, alias claims recorded with the release): handed
+    over at once, so the release is committed as published (one write)."""
 
-    state: str = "ok"  # "ok" | "busy" | "unreachable" | "none"
-    since: float = field(default_factory=time.time)
-    detail: str = ""
+    destination = "serve"
+    per_batch = False
 
-    def set(self, state: str, detail: str = "") -> None:
-        if state != self.state:
-            self.since = time.time()
-        self.state, self.detail = state, detail
+    def __init__(self) -> None:
+        self.Y: NDArray[Any] | None = None
+
+    def run(self, source: Source, releases: Releases) -> None:
+        (batch,) = source.batches()
+        Y = releases.protect(batch)
+        releases.commit(published=True)
+        self.Y = Y
+        releases.published()
 
 
 def _resolve(fut: asyncio.Future[Any], value: Any = None, exc: BaseException | None = None) -> None:
@@ -336,21 +263,19 @@ class Service:
     def _open_ledger(self) -> Any:
         """Open the ledger; the configured budgets may set a first budget or confirm/lower one
         (never raise it: that is ``privembed ledger budget --raise``)."""
-        from ..release import open_ledger
-
         s = self.config.server
         assert s.ledger is not None
-        # the release path's one way to open a ledger; a failure here leaves no empty ledger
+        # the release path's one way to open a ledger, held for every release the server
+        # makes; a failure here leaves no empty ledger
+        request = ReleaseRequest(
+            ledger=s.ledger,
+            budget_epsilon=s.budget_epsilon,
+            budget_delta=s.budget_delta,
+            subject_budget=(s.subject_budget_epsilon, s.subject_budget_delta),
+            ledger_timeout=s.ledger_timeout_s,
+        )
         with contextlib.ExitStack() as stack:
-            led = stack.enter_context(
-                open_ledger(
-                    s.ledger,
-                    budget_epsilon=s.budget_epsilon,
-                    budget_delta=s.budget_delta,
-                    subject_budget=(s.subject_budget_epsilon, s.subject_budget_delta),
-                    timeout=s.ledger_timeout_s,
-                )
-            )
+            led = stack.enter_context(request.opened())
             assert led is not None
             legacy = [x for x in led.subjects() if not x.startswith(("key:", "unauthenticated"))]
             self._ledger_stack = stack.pop_all()
@@ -701,7 +626,7 @@ class Service:
             except AliasConflict:
                 continue
             except LedgerBusy as exc:  # locked, or (LedgerUnreachable) lost
-                raise _unavailable(self.ledger_health, exc) from None
+                raise unavailable(self.ledger_health, exc) from None
             except BudgetRefused as exc:
                 if futures is None or len(futures) != 1:
                     raise  # (a group is retried request by request: the last one tells)
@@ -734,7 +659,7 @@ class Service:
                 spent = {x.record_id: x for x in ledger.spent(list(set(owners.values())))}
                 for rid, owner in owners.items():
                     sp = spent.get(record_key(owner))
-                    if sp is not None and _one_more_exceeds(sp, cost, per_text):
+                    if sp is not None and one_more_exceeds(sp, cost, per_text):
                         texts[rid] = BudgetState(
                             per_text.epsilon, per_text.delta, sp.epsilon, sp.delta
                         )
@@ -800,30 +725,25 @@ class Service:
             left = s.ledger_timeout_s if deadline is None else deadline - time.monotonic()
             ledger.timeout = max(0.0, left)
         try:
-            with Release(
-                mech,
+            request = ReleaseRequest(
                 key=self._bkeys[backend] if keyed else None,
                 generator=s.generator,
                 ledger=ledger,
                 subject=subject,
-                model=ident,
-                destination="serve",
-                name="request",
-            ) as rel:
-                digests = text_digests(texts, ident) if keyed else None
-                Y = rel.protect(X, ids, digests=digests)
-                if claims is not None and rel.staged is not None:
-                    rel.staged.claim_aliases(*claims)
-                rel.commit(published=True)
+            )
+            digests = text_digests(texts, ident) if keyed else None
+            batch = Batch(X, ids, digests=digests, aliases=claims)
+            sink = _Response()
+            publish(Rows(batch, "request", ident), sink, mech, request)
         except BudgetExceeded as exc:  # (the commit recorded the alias claims all the same)
             if ledger is not None:
                 self.ledger_health.set("ok")
             raise BudgetRefused("subject" if "subject" in str(exc) else "record") from None
         except LedgerBusy as exc:  # locked, or (LedgerUnreachable) lost: nothing released
-            raise _unavailable(self.ledger_health, exc) from None
+            raise unavailable(self.ledger_health, exc) from None
         if ledger is not None:
             self.ledger_health.set("ok")
-        return np.asarray(Y, dtype=np.float32)
+        return np.asarray(sink.Y, dtype=np.float32)
 
     # ---- introspection -------------------------------------------------------------------------
     def describe_models(self) -> list[dict[str, Any]]:
