@@ -178,6 +178,15 @@ def _vectors(x: Any, y: Any) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     return a, b
 
 
+def _correlation(test: Any, x: Any, y: Any) -> float:
+    """``test(a, b).statistic`` (a scipy correlation) on the checked vectors; ``nan`` when
+    either is constant (scipy warns and returns nan; the warning is not news here)."""
+    a, b = _vectors(x, y)
+    if np.ptp(a) == 0 or np.ptp(b) == 0:
+        return float("nan")
+    return float(test(a, b).statistic)
+
+
 def pearson(x: Any, y: Any) -> float:
     """Pearson correlation (:func:`scipy.stats.pearsonr`); ``nan`` when either input is constant.
 
@@ -188,10 +197,7 @@ def pearson(x: Any, y: Any) -> float:
     """
     from scipy.stats import pearsonr
 
-    a, b = _vectors(x, y)
-    if np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan")  # scipy warns and returns nan; the warning is not news here
-    return float(np.clip(pearsonr(a, b).statistic, -1.0, 1.0))
+    return float(np.clip(_correlation(pearsonr, x, y), -1.0, 1.0))
 
 
 def spearman(x: Any, y: Any) -> float:
@@ -205,10 +211,7 @@ def spearman(x: Any, y: Any) -> float:
     """
     from scipy.stats import spearmanr
 
-    a, b = _vectors(x, y)
-    if np.ptp(a) == 0 or np.ptp(b) == 0:
-        return float("nan")
-    return float(spearmanr(a, b).statistic)
+    return _correlation(spearmanr, x, y)
 
 
 def paired_cosines(A: Any, B: Any) -> NDArray[np.float64]:

@@ -284,28 +284,23 @@ class Recommendation:
         """The nearest frontier point on each side, one line each (empty if feasible)."""
         if self.feasible:
             return []
-        lines = []
-        if self.floors:
-            lines.append(
-                "nearest meeting the utility floor: "
-                + (
-                    self.point_text(result, self.nearest_utility)
-                    if self.nearest_utility is not None
-                    else "none meets it"
-                )
-            )
-        if self.ceilings:
-            lines.append(
-                "nearest meeting the attack ceiling: "
-                + (
-                    self.point_text(result, self.nearest_attack)
-                    if self.nearest_attack is not None
-                    else "none of the tested settings meets it with plain protected vectors "
-                    "(smaller epsilons would); the deployment recommendation (re-rank, "
-                    "subspace, sealed) is what 'privembed advise' prints"
-                )
-            )
-        return lines
+        sides = (
+            (self.floors, "the utility floor", self.nearest_utility, "none meets it"),
+            (
+                self.ceilings,
+                "the attack ceiling",
+                self.nearest_attack,
+                "none of the tested settings meets it with plain protected vectors (smaller "
+                "epsilons would); the deployment recommendation (re-rank, subspace, sealed) is "
+                "what 'privembed advise' prints",
+            ),
+        )
+        return [
+            f"nearest meeting {side}: "
+            + (self.point_text(result, point) if point is not None else none)
+            for required, side, point, none in sides
+            if required
+        ]
 
 
 def _utility_axes(result: SweepResult, floors: Sequence[Floor]) -> list[str]:
