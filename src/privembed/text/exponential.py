@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import check_choice, check_int, check_real
+from ..core._validation import check_int, check_real
 from ..core.accounting import Guarantee, MetricDP
 from ..core.rng import as_generator
 from .index import DistanceRows
-from .sanitizer import METRIC, OOV_POLICIES, TextSanitizer
+from .sanitizer import METRIC, TextSanitizer
 from .vocab import Vocabulary
 
 __all__ = ["ExponentialSanitizer", "sample_exponential"]
@@ -110,11 +110,7 @@ class ExponentialSanitizer(TextSanitizer):
     def __init__(
         self, *, vocabulary: Vocabulary, epsilon: float, oov: str = "keep", block_rows: int = 32
     ) -> None:
-        if not isinstance(vocabulary, Vocabulary):
-            raise TypeError(f"vocabulary must be a Vocabulary, got vocabulary={vocabulary!r}.")
-        self.vocabulary = vocabulary
-        self.epsilon = check_real("epsilon", epsilon, gt=0)
-        self.oov = check_choice("oov", oov, OOV_POLICIES)
+        super().__init__(vocabulary=vocabulary, epsilon=epsilon, oov=oov)
         self.block_rows = check_int("block_rows", block_rows, ge=1)
         self._rows: DistanceRows | None = None
 

@@ -145,8 +145,13 @@ class TextSanitizer(abc.ABC):
       (as SanText does): the output does not depend on the token at all.
     """
 
-    vocabulary: Vocabulary
-    oov: str
+    def __init__(self, *, vocabulary: Vocabulary, epsilon: float, oov: str) -> None:
+        """The parameters every sanitiser takes, checked once here."""
+        if not isinstance(vocabulary, Vocabulary):
+            raise TypeError(f"vocabulary must be a Vocabulary, got vocabulary={vocabulary!r}.")
+        self.vocabulary = vocabulary
+        self.epsilon = check_real("epsilon", epsilon, gt=0)
+        self.oov = check_choice("oov", oov, OOV_POLICIES)
 
     @property
     @abc.abstractmethod
@@ -291,10 +296,7 @@ class WordSanitizer(TextSanitizer):
         oov: str = "keep",
         index: str | NearestNeighbourIndex = "exact",
     ) -> None:
-        if not isinstance(vocabulary, Vocabulary):
-            raise TypeError(f"vocabulary must be a Vocabulary, got vocabulary={vocabulary!r}.")
-        self.vocabulary = vocabulary
-        self.epsilon = check_real("epsilon", epsilon, gt=0)
+        super().__init__(vocabulary=vocabulary, epsilon=epsilon, oov=oov)
         self.post = check_choice("post", post, POST_PROCESSING)
         if self.post == "rank":
             if c is None:
@@ -307,7 +309,6 @@ class WordSanitizer(TextSanitizer):
             if c is not None:
                 raise ValueError(f"c only applies to post='rank', got c={c!r} with post='nearest'.")
             self.c = None
-        self.oov = check_choice("oov", oov, OOV_POLICIES)
         if isinstance(index, NearestNeighbourIndex):
             if (index.size, index.dim) != (len(vocabulary), vocabulary.dim):
                 raise DataError(
