@@ -54,3 +54,28 @@ def describe(X: np.ndarray, *, sample: int = 1000, seed: int = 2) -> str:
     S = X[rng.integers(0, X.shape[0], size=sample)] @ X.T
     tenth = -np.partition(-S, 10, axis=1)[:, 10]  # index 0 is the document itself
     return f"mean cosine {S.mean():.3f}, mean 10th-neighbour cosine {tenth.mean():.3f}"
+
+
+def spectral(X: np.ndarray, n: int, *, seed: int = 3, chunk: int = 65536) -> np.ndarray:
+    """``n`` unit float32 vectors drawn to the spectrum of the real embeddings ``X``.
+
+    A Gaussian with ``X``'s mean and covariance (its eigenvalues and eigenvectors: the
+    "spectrum"), each draw normalised to unit length. It keeps what the second moments fix --
+    the shared direction, how the variance spreads over the 384 axes, hence the bulk of the
+    similarity distribution a query sees -- and not the clusters and near-duplicates of real
+    text (a draw has no close neighbour of its own): rows added this way make the corpus
+    larger without making a true neighbour's rivals denser. Stated as synthetic wherever used
+    (``bench_law.py``'s 1M rows).
+    """
+    A = np.asarray(X, dtype=np.float64)
+    mu = A.mean(axis=0)
+    C = np.cov(A, rowvar=False)
+    w, V = np.linalg.eigh(C)
+    root = V * np.sqrt(np.clip(w, 0.0, None))  # C = root @ root.T
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, A.shape[1]), dtype=np.float32)
+    for s in range(0, n, chunk):
+        m = min(chunk, n - s)
+        Z = mu + rng.standard_normal((m, A.shape[1])) @ root.T
+        out[s : s + m] = Z / np.linalg.norm(Z, axis=1, keepdims=True)
+    return out

@@ -209,6 +209,10 @@ class DepthPrediction:
     high: int
     bytes_per_query: int
     spread: float = 0.0
+    #: bytes per query at ``low`` and ``high`` (the cost model is increasing in k': the
+    #: stated range of the bytes is that of k')
+    bytes_low: int = 0
+    bytes_high: int = 0
 
     def text(self) -> str:
         pts = ", ".join(f"{d:,} at n = {m:,}" for m, d in zip(self.sizes, self.depths, strict=True))
@@ -216,7 +220,8 @@ class DepthPrediction:
         return (
             f"At n = {self.target_n:,}: {self.mode} / {self.mechanism} epsilon "
             f"{self.epsilon:.4g} needs k' ~ {self.depth:,} (range {self.low:,}-{self.high:,}), "
-            f"about {self.bytes_per_query / 1e6:.2f} MB per query: k' grows as n^"
+            f"about {self.bytes_per_query / 1e6:.2f} MB per query (range "
+            f"{self.bytes_low / 1e6:.2f}-{self.bytes_high / 1e6:.2f}): k' grows as n^"
             f"{self.exponent:.2f} (half-steps {lo:.2f}-{hi:.2f}; measured k' {pts}); the range "
             f"runs from the smaller exponent to linear growth, +-{100 * self.spread:.0f}% for "
             "the draw-to-draw spread of k'."
@@ -229,6 +234,7 @@ class DepthPrediction:
             "exponent_range": list(self.exponent_range), "target_n": self.target_n,
             "depth": self.depth, "low": self.low, "high": self.high,
             "bytes_per_query": self.bytes_per_query, "spread": self.spread,
+            "bytes_low": self.bytes_low, "bytes_high": self.bytes_high,
         }  # fmt: skip
 
 
@@ -1013,14 +1019,18 @@ class _Search:
         low = min(target, math.floor(depths[2] * grow ** min(b) * (1 - spread)))
         high = min(target, math.ceil(depths[2] * grow ** max(1.0, max(b)) * (1 + spread)))
         store_dim = setting.subspace_k or D.shape[1]
-        cost = query_cost(
-            setting.mode, n=target, d=D.shape[1], store_dim=store_dim, depth=max(1, pred),
-            rates=self.rates,
-        )  # fmt: skip
+        low, high = min(low, pred), max(high, pred)
+
+        def cost(depth: int) -> int:
+            return query_cost(
+                setting.mode, n=target, d=D.shape[1], store_dim=store_dim, depth=max(1, depth),
+                rates=self.rates,
+            ).bytes  # fmt: skip
+
         return DepthPrediction(
             setting.mode, setting.mechanism, float(setting.epsilon), tuple(ns), tuple(depths),
-            slope, (min(b), max(b)), target, pred, min(low, pred), max(high, pred), cost.bytes,
-            spread,
+            slope, (min(b), max(b)), target, pred, low, high, cost(pred), spread, cost(low),
+            cost(high),
         )  # fmt: skip
 
     def sealed(self) -> ModeSetting:
