@@ -16,7 +16,7 @@ from ..release import Release, check_randomness, content_ids
 from ..release.identity import rounds
 from .query import QueryTreatment, query_treatment
 
-__all__ = ["TextProtector"]
+__all__ = ["TextProtector", "TextWrapper"]
 
 Encode = Callable[[list[str]], Any]
 
@@ -104,3 +104,20 @@ class TextProtector:
         if not items:
             return np.empty((0, 0), dtype=np.float32)
         return np.atleast_2d(self.treatment.apply(self._embed(self.encode_query, items)))
+
+
+class TextWrapper:
+    """What a wrapper that protects texts through a :class:`TextProtector` (``self._texts``)
+    shows of it."""
+
+    _texts: TextProtector
+
+    @property
+    def mechanism(self) -> Mechanism:
+        return self._texts.mechanism
+
+    @property
+    def metric(self) -> str:
+        """The similarity between queries and protected documents, ``"cosine"`` or ``"ip"``
+        (the one a vector store must use)."""
+        return self._texts.treatment.metric

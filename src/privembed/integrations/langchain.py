@@ -32,12 +32,12 @@ from langchain_core.embeddings import Embeddings  # noqa: E402 - after the extra
 from langchain_core.retrievers import BaseRetriever  # noqa: E402
 from pydantic import ConfigDict  # noqa: E402
 
-from ._text import TextProtector  # noqa: E402
+from ._text import TextProtector, TextWrapper  # noqa: E402
 
 __all__ = ["PrivateEmbeddings", "PrivateRetriever"]
 
 
-class PrivateEmbeddings(Embeddings):
+class PrivateEmbeddings(TextWrapper, Embeddings):
     """A LangChain ``Embeddings`` that protects document embeddings with a privembed mechanism.
 
     Parameters
@@ -113,15 +113,6 @@ class PrivateEmbeddings(Embeddings):
             rng=rng,
             model_id=str(model_id) if model_id else type(embeddings).__qualname__,
         )
-
-    @property
-    def mechanism(self) -> Mechanism:
-        return self._texts.mechanism
-
-    @property
-    def metric(self) -> str:
-        """The similarity the vector store must use: ``"cosine"`` or ``"ip"``."""
-        return self._texts.treatment.metric
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Protected embeddings of the documents (one list of floats each)."""

@@ -17,12 +17,12 @@ import numpy as np
 
 from ..core._optional import require
 from ..mechanisms import Mechanism
-from ._text import TextProtector
+from ._text import TextProtector, TextWrapper
 
 __all__ = ["PrivateSentenceTransformer"]
 
 
-class PrivateSentenceTransformer:
+class PrivateSentenceTransformer(TextWrapper):
     """Encode texts with a sentence-transformers model and protect the vectors.
 
     Parameters
@@ -84,15 +84,6 @@ class PrivateSentenceTransformer:
         if isinstance(model, Embedder):
             return fn
         return lambda texts: fn(texts, convert_to_numpy=True, show_progress_bar=False)
-
-    @property
-    def mechanism(self) -> Mechanism:
-        return self._texts.mechanism
-
-    @property
-    def metric(self) -> str:
-        """The similarity to use between queries and documents: ``"cosine"`` or ``"ip"``."""
-        return self._texts.treatment.metric
 
     @staticmethod
     def _out(Y: np.ndarray, single: bool, convert_to_tensor: bool) -> Any:
