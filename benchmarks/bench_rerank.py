@@ -8,22 +8,22 @@ Run::
         --depths 1000 10000 --workdir /tmp/rerank-bench      # the full-size figures
 
 Corpus: ``--n`` synthetic 384-d unit vectors with the similarity structure of sentence
-embeddings (``_synthetic.py``: a shared direction, 2,000 Zipf-sized topics, noise), protected
-with keyed Laplace noise (epsilon 200) and stored with sealed payloads (AES-256-GCM, 1,585 bytes
-each) in a FAISS store; queries are paraphrase-like neighbours of random documents. Memory and
-latency do not depend on what the vectors mean, so synthetic vectors stand in for embedded text.
+embeddings (``_synthetic.py``: a shared direction, 2,000 Zipf-sized topics, noise), or real
+embeddings (``--vectors corpus.npz --query-vectors queries.npz``: ``embeddings`` arrays, e.g.
+dictionary sentences embedded with ``privembed embed``), protected with keyed Laplace noise
+(``--epsilon``, default 200) and stored with sealed payloads (AES-256-GCM, 1,585 bytes each) in
+a FAISS store; synthetic queries are paraphrase-like neighbours of random documents.
 
-Parts (``--parts``, default all):
+Parts (``--parts``, default latency, memory, stores):
 
-- ``latency``: one query at a time (``--latency-queries`` queries after the store is open,
-  median and p90 in ms): plain search (k = 10) and search with exact re-rank at k' = 100 and
-  1,000, end to end through ``ProtectedCollection.query``, over a store of each FAISS index of
-  ``--factories`` (default ``Flat`` and ``SQfp16``, half-precision vectors); and for k' =
-  1,000 the breakdown -- the store's search (``FaissStore.search(..., with_payloads=False)``,
-  on one FAISS thread as the store runs a lone query, and on FAISS's default threads as
-  before), the payload fetch by id (``FaissStore.payloads``), decryption one by one
-  (``PayloadCodec.open_many``, before) and as one batch (``PayloadCodec.open_batch``, now) and
-  exact scoring.
+- ``latency``: one query at a time (``--latency-queries``), each running in turn the plain
+  top-10 search and the re-rank at k' = 1,000 end to end (``ProtectedCollection.query``) over
+  a store of each FAISS index of ``--factories`` (default ``Flat`` and ``SQfp16``), then every
+  step of the re-rank on its own: the store's candidates as arrays
+  (``VectorStore.candidates``), their ids, the payloads read as one memory-mapped gather
+  (``payload_block``; beside it the earlier one ``pread`` a payload), decryption and checks as
+  one block (``PayloadCodec.open_block``), exact scoring and the 10 hits; p50 / p95 of wall
+  and CPU time.
 - ``e2e``: the end-to-end re-rank at k' = 1,000 alone over each index of ``--factories``,
   alternating which goes first, and whether their re-ranked top 10 agree.
 - ``memory``: ``privembed search --query-embeddings Q.npy --rerank K' --json`` in a child
@@ -36,6 +36,13 @@ Parts (``--parts``, default all):
 - ``stores``: plain k = 10 and re-rank k' = 100 / 1,000 latency through Chroma (embedded),
   Qdrant (local mode) and FAISS, on ``--store-n`` records (Qdrant's local mode is a brute-force
   scan in Python: keep it small).
+- ``gate``: compact exact vectors in payloads (float16; int8 with a scale per vector) against
+  float32 on the exact top 10 of held-out queries over the whole corpus: recall of float32's
+  top 10, NDCG@10 with float32's cosines as gains, identical top 10.
+- ``approx``: candidates from FAISS HNSW32 against Flat on ``--approx-n`` records
+  (``--approx-epsilon``): the k' that ``recall=`` (``--recall``) plans with the HNSW index's
+  measured recall folded in, and whether both re-ranked top 10 agree at that k' on 30
+  held-out queries.
 
 The store is built once in ``--workdir`` (default: a temporary folder) and reused when the
 folder already holds it. Compare ratios measured in one run: the machine is shared.
@@ -61,27 +68,36 @@ import _synthetic
 import numpy as np
 
 from privembed import get_mechanism
-from privembed.integrations import stores as store_mod
 from privembed.integrations.collection import ProtectedCollection
 
 KEY = bytes(range(32))
 MECH = get_mechanism("laplace", epsilon=200.0)
 
 
-def build(path: Path, X: np.ndarray, store: str = "faiss", factory: str | None = None) -> float:
+def build(
+    path: Path, X: np.ndarray, store: str = "faiss", factory: str | None = None, mech: Any = None
+) -> float:
     """Index ``X`` with payloads into ``path`` (skipped when it is there); seconds taken."""
     marker = path / ".complete"
     if marker.exists():
         return float(marker.read_text())
     t = time.perf_counter()
     opts = None if factory is None else {"factory": factory}
-    with ProtectedCollection.open(store, path, "bench", mechanism=MECH, key=KEY,
+    with ProtectedCollection.open(store, path, "bench", mechanism=mech or MECH, key=KEY,
                                   payloads=True, store_options=opts) as col:  # fmt: skip
         for s in range(0, X.shape[0], 8192):
             col.add([f"r{i}" for i in range(s, min(s + 8192, X.shape[0]))], X[s : s + 8192])
     took = time.perf_counter() - t
     marker.write_text(f"{took:.1f}")
     return took
+
+
+def _load(path: Path, n: int) -> np.ndarray:
+    """The first ``n`` rows of an embeddings file (.npz with ``embeddings``, or .npy)."""
+    if path.suffix == ".npz":
+        with np.load(path) as z:
+            return np.asarray(z["embeddings"][:n], dtype=np.float32)
+    return np.asarray(np.load(path, mmap_mode="r")[:n], dtype=np.float32)
 
 
 def _stats(times: list[float]) -> str:
@@ -104,86 +120,76 @@ def _warm_collections(paths: dict[str, Path], Q: np.ndarray) -> Iterator[dict[st
             c.close()
 
 
-def latency(paths: dict[str, Path], Q: np.ndarray) -> None:
-    """``paths``: FAISS index factory -> store folder (the first is the main one)."""
-    import faiss
+def _p(times: list[float]) -> str:
+    a = np.asarray(times) * 1e3
+    return f"{np.median(a):.1f} / {np.percentile(a, 95):.1f}"
 
+
+def latency(paths: dict[str, Path], Q: np.ndarray, depth: int = 1000) -> None:
+    """``paths``: FAISS index factory -> store folder (the first is the main one). Every query
+    runs the plain top-10 search and the re-rank at k' = ``depth`` in turn (the same load for
+    both), then each step of the re-rank on its own."""
     nq = Q.shape[0]
     with _warm_collections(paths, Q) as cols:
         main = next(iter(cols))
         rows: dict[str, list[float]] = {}
         cpu: dict[str, list[float]] = {}
 
-        def clock(label: str, fn) -> object:
+        def clock(label: str, fn) -> Any:
             t, c = time.perf_counter(), time.process_time()
             out = fn()
             rows.setdefault(label, []).append(time.perf_counter() - t)
             cpu.setdefault(label, []).append(time.process_time() - c)
             return out
 
-        Qt = cols[main].treatment.apply(Q)
-        default_threads = faiss.omp_get_max_threads()
-        for i in range(nq):  # every variant once per query, in turn: the same load for all
+        col = cols[main]
+        store, codec = col.store, col.codec
+        assert codec is not None
+        Qt = col.treatment.apply(Q)
+        Qn = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+        kp = f"{depth:,}"
+        for i in range(nq):
             q = Q[i : i + 1]
-            col = cols[main]
-            clock("plain k = 10", lambda q=q, col=col: col.query(q, k=10))
-            clock("re-rank k' = 100", lambda q=q, col=col: col.query(q, k=10, rerank=100))
             for f, c in cols.items():
-                clock(f"re-rank k' = 1,000, end to end ({f})",
-                      lambda q=q, c=c: c.query(q, k=10, rerank=1000))  # fmt: skip
-            for f, c in cols.items():
-                clock(
-                    f"  the store's search, 1 FAISS thread ({f})",
-                    lambda i=i, c=c: c.store.search(Qt[i : i + 1], 1000, with_payloads=False)[0],
-                )
-            store, codec = col.store, col.codec
-            assert codec is not None
-            before = store_mod.FAISS_ONE_THREAD_BELOW
-            store_mod.FAISS_ONE_THREAD_BELOW = 0  # the store as it was: FAISS's own threads
-            try:
-                hits = clock(
-                    f"  the store's search, {default_threads} FAISS threads (Flat, before)",
-                    lambda i=i, store=store: store.search(Qt[i : i + 1], 1000, with_payloads=False)[
-                        0
-                    ],
-                )
-            finally:
-                store_mod.FAISS_ONE_THREAD_BELOW = before
-            ids = [h.id for h in hits]
-            blobs = clock("  payload fetch by id", lambda ids=ids, s=store: s.payloads(ids))
-            clock(
-                "  decryption and checks, one by one (before)",
-                lambda b=blobs, ids=ids, c=codec: c.open_many(b, ids=ids, collection="bench"),
-            )
+                clock(f"plain top 10 ({f})", lambda q=q, c=c: c.query(q, k=10))
+                clock(f"**re-rank k' = {kp}, end to end ({f})**",
+                      lambda q=q, c=c: c.query(q, k=10, rerank=depth))  # fmt: skip
+            cand = clock(f"  the store's {kp} candidates ({main}, arrays)",
+                         lambda i=i: store.candidates(Qt[i : i + 1], depth))  # fmt: skip
+            ids = clock("  their ids", lambda cand=cand: store.candidate_ids(cand))
+            block, off = clock("  payloads, one memory-mapped gather (now)",
+                               lambda cand=cand: store.payload_block(cand))  # fmt: skip
+            clock("  payloads, one pread each (before)", lambda ids=ids: store.payloads(ids))
             opened = clock(
-                "  decryption and checks, as one batch (now)",
-                lambda b=blobs, ids=ids, c=codec: c.open_batch(b, ids=ids, collection="bench"),
+                "  decryption and checks, as one block (open_block)",
+                lambda b=block, o=off, ids=ids: codec.open_block(b, o, ids=ids, collection="bench"),
             )
 
-            def score(opened=opened, q=q) -> object:
+            def score(opened=opened, cand=cand, qn=Qn[i]) -> object:
                 V = opened.vectors.astype(np.float64)
-                V /= np.linalg.norm(V, axis=1, keepdims=True)
-                qn = q[0] / np.linalg.norm(q[0])
-                return np.argsort(-(V @ qn), kind="stable")[:10]
+                V /= np.sqrt(np.einsum("ij,ij->i", V, V))[:, None]
+                row = cand.rows[0]
+                exact = V[row] @ qn
+                keep = np.argsort(-exact, kind="stable")[:10]
+                return store.candidate_hits(cand, row[keep].tolist(), exact[keep].tolist())
 
-            clock("  exact scoring", score)
-        n = cols[main].store.count()
+            clock("  exact scoring and the 10 hits", score)
+        n = store.count()
     print(f"\n## re-rank latency, one query at a time: FAISS, {n:,} records, {nq} queries\n")
-    print("| step | wall ms, median / p90 | CPU ms of this process, median / p90 |")
+    print("| step | wall ms, p50 / p95 | CPU ms of this process, p50 / p95 |")
     print("|---|---|---|")
     for label, times in rows.items():
-        print(f"| {label} | {_stats(times)} | {_stats(cpu[label])} |")
-    for f in cols:
-        parts = [f"  the store's search, 1 FAISS thread ({f})", "  payload fetch by id",
-                 "  decryption and checks, as one batch (now)", "  exact scoring"]  # fmt: skip
-        total = sum(float(np.median(rows[k])) for k in parts) * 1e3
-        total_cpu = sum(float(np.median(cpu[k])) for k in parts) * 1e3
-        print(f"\nsum of the k' = 1,000 steps with the {f} index (medians): {total:.1f} ms wall, "
-              f"{total_cpu:.1f} ms CPU")  # fmt: skip
+        print(f"| {label} | {_p(times)} | {_p(cpu[label])} |")
+    parts = [k for k in rows if k.startswith("  ") and "before" not in k]
+    total = sum(float(np.median(rows[k])) for k in parts) * 1e3
+    total_cpu = sum(float(np.median(cpu[k])) for k in parts) * 1e3
+    plain = float(np.median(rows[f"plain top 10 ({main})"])) * 1e3
+    e2e = float(np.median(rows[f"**re-rank k' = {kp}, end to end ({main})**"])) * 1e3
+    print(f"\nsum of the steps (medians, {main}): {total:.1f} ms wall, {total_cpu:.1f} ms CPU; "
+          f"re-rank minus plain search, end to end: {e2e - plain:.1f} ms")  # fmt: skip
     print(
-        "the rest of the end-to-end time is building hits and the query treatment. A lone "
-        "query runs on one thread, so its CPU time is what its wall time is on an idle core "
-        "(on a shared machine the wall time also counts waiting for a core)."
+        "A lone query runs on one thread, so its CPU time is what its wall time is on an idle "
+        "core (on a shared machine the wall time also counts waiting for a core)."
     )
 
 
@@ -355,6 +361,102 @@ def stores(n: int, work: Path, names: list[str], nq: int) -> None:
               flush=True)  # fmt: skip
 
 
+def _top10(Qn: np.ndarray, V: np.ndarray) -> np.ndarray:
+    """Each query's top 10 rows of ``V`` by inner product, best first (queries in blocks of
+    64: one (64, records) score matrix at a time)."""
+    tops = []
+    for s in range(0, Qn.shape[0], 64):
+        S = Qn[s : s + 64] @ V.T
+        part = np.argpartition(-S, 9, axis=1)[:, :10]
+        order = np.argsort(-np.take_along_axis(S, part, axis=1), axis=1, kind="stable")
+        tops.append(np.take_along_axis(part, order, axis=1))
+    return np.concatenate(tops)
+
+
+def gate(X: np.ndarray, Q: np.ndarray) -> None:
+    """Compact exact vectors in payloads: the exact top 10 over the whole corpus with each
+    payload precision against float32's -- recall of float32's top 10, NDCG@10 with float32's
+    cosines as the gains, and the share of queries whose top 10 is identical (in order)."""
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    Qn = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+    top = _top10(Qn, Xn)
+    disc = 1.0 / np.log2(np.arange(2, 12))
+
+    def gains(rows: np.ndarray) -> np.ndarray:  # float32's cosine of each ranked row
+        return np.einsum("qd,qkd->qk", Qn, Xn[rows])
+
+    ideal = (gains(top) * disc).sum(axis=1)
+    scale = np.abs(X).max(axis=1, keepdims=True) / 127.0
+    variants = {
+        "float16 (2 bytes a dimension)": X.astype(np.float16).astype(np.float32),
+        "int8 with a scale per vector (1 byte a dimension + 4)": np.round(X / scale) * scale,
+    }
+    print(f"\n## payload precision gate: exact top 10 of {Q.shape[0]:,} held-out queries over "
+          f"{X.shape[0]:,} real embeddings, against float32\n")  # fmt: skip
+    print("| exact vectors | recall of float32's top 10 | NDCG@10 / float32's | identical top 10 "
+          "| max abs cosine error (top 10) |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|")
+    for name, V in variants.items():
+        Vn = V / np.linalg.norm(V, axis=1, keepdims=True)
+        got = _top10(Qn, Vn)
+        rec = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(top, got, strict=True)])
+        ndcg = ((gains(got) * disc).sum(axis=1) / ideal).mean()
+        same = float(np.mean((top == got).all(axis=1)))
+        err = float(np.abs(np.einsum("qd,qkd->qk", Qn, Vn[top]) - gains(top)).max())
+        print(f"| {name} | {rec:.4f} | {ndcg:.5f} | {same:.3f} | {err:.1e} |", flush=True)
+    print("\ngate: recall >= 0.99 and NDCG@10 >= 0.999 of float32's.")
+
+
+def approximate(X: np.ndarray, Q: np.ndarray, work: Path, mech: Any, recall: float) -> None:
+    """Candidates from FAISS HNSW32 (efSearch = 2 k') against the exact Flat scan, both re-ranked:
+    k' planned for ``recall`` with the HNSW index's measured recall folded in, and whether the
+    re-ranked top 10 agree at that k'."""
+    import faiss
+
+    n = X.shape[0]
+    paths = {f: work / f"approx-{n}-{mech.epsilon:g}-{f}" for f in ("Flat", "HNSW32")}
+    took = {}
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # one thread builds one HNSW graph: the run repeats
+    try:
+        for f, p in paths.items():
+            took[f] = build(p, X, factory=None if f == "Flat" else f, mech=mech)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    cols = {f: ProtectedCollection.open("faiss", p, "bench", key=KEY, create=False)
+            for f, p in paths.items()}  # fmt: skip
+    try:
+        for c in cols.values():
+            if c.profile_source is None:
+                c.save_profile(X[:200], X, rng=0, source="documents")
+        flat, hnsw = cols["Flat"], cols["HNSW32"]
+        exact_depth = flat._depth(10, None, recall, None)
+        depth = hnsw._depth(10, None, recall, None)
+        r = hnsw._search_recall(depth)
+        times: dict[str, list[float]] = {f: [] for f in cols}
+        tops: dict[str, list[list[str]]] = {f: [] for f in cols}
+        for i in range(Q.shape[0]):
+            for f, c in cols.items():
+                t = time.perf_counter()
+                hits = c.query(Q[i], k=10, rerank=depth)[0]
+                times[f].append(time.perf_counter() - t)
+                tops[f].append([h.id for h in hits])
+    finally:
+        for c in cols.values():
+            c.close()
+    same = sum(a == b for a, b in zip(tops["Flat"], tops["HNSW32"], strict=True))
+    print(f"\n## approximate candidates: {n:,} records, Laplace epsilon {mech.epsilon:g}, "
+          f"recall target {recall}, {Q.shape[0]} held-out queries\n")  # fmt: skip
+    print(f"k' planned for the exact index: {exact_depth:,}; the HNSW index finds {r:.4f} of "
+          f"the exact top k', so k' = {depth:,} (target / measured recall)\n")  # fmt: skip
+    print("| candidates | build s | re-rank at k' ms, p50 / p95 | re-ranked top 10 = Flat's |")
+    print("|---|---:|---|---|")
+    for f in cols:
+        print(f"| {f} | {took[f]:.0f} | {_p(times[f])} | "
+              f"{sum(a == b for a, b in zip(tops[f], tops['Flat'], strict=True))} of {Q.shape[0]} |")  # fmt: skip
+    print(f"\nagreement: {same} of {Q.shape[0]} (must-show: >= 29 of 30)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=20_000, help="records (full size: 117659)")
@@ -366,6 +468,15 @@ def main() -> None:
     ap.add_argument("--store-n", type=int, default=10_000)
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--baseline-src", type=Path, default=None, help="src of the code to compare")
+    ap.add_argument("--vectors", type=Path, default=None,
+                    help="real embeddings (.npz with 'embeddings', or .npy): the first --n rows")  # fmt: skip
+    ap.add_argument("--query-vectors", type=Path, default=None,
+                    help="real held-out query embeddings (same formats)")  # fmt: skip
+    ap.add_argument("--epsilon", type=float, default=200.0, help="Laplace epsilon of the store")
+    ap.add_argument("--approx-n", type=int, default=20_000, help="records of the approx part")
+    ap.add_argument("--approx-epsilon", type=float, default=None,
+                    help="Laplace epsilon of the approx part (default --epsilon)")  # fmt: skip
+    ap.add_argument("--recall", type=float, default=0.9, help="target of the approx part")
     ap.add_argument("--factories", nargs="+", default=["Flat", "SQfp16"],
                     help="FAISS indexes to time the re-rank over (the first is the main store)")  # fmt: skip
     args = ap.parse_args()
@@ -384,9 +495,26 @@ def main() -> None:
         f"numpy {np.__version__}, faiss {faiss.__version__}, cryptography "
         f"{version('cryptography')}"
     )
-    X = _synthetic.corpus(args.n)
-    print(f"corpus: {args.n:,} x {X.shape[1]} synthetic unit vectors ({_synthetic.describe(X)})")
-    path = work / f"faiss-{args.n}"
+    global MECH
+    MECH = get_mechanism("laplace", epsilon=args.epsilon)
+    if args.vectors is not None:
+        X = _load(args.vectors, args.n)
+        print(f"corpus: {X.shape[0]:,} x {X.shape[1]} real embeddings from {args.vectors}")
+        tag = f"real-{X.shape[0]}-{args.epsilon:g}"
+    else:
+        X = _synthetic.corpus(args.n)
+        print(f"corpus: {args.n:,} x {X.shape[1]} synthetic unit vectors "
+              f"({_synthetic.describe(X)})")  # fmt: skip
+        tag = f"{args.n}" if args.epsilon == 200.0 else f"{args.n}-{args.epsilon:g}"
+
+    def queries(count: int, seed: int) -> np.ndarray:
+        if args.query_vectors is not None:
+            return _load(args.query_vectors, count)
+        return _synthetic.queries(X, count, seed=seed)
+
+    print(f"protection: Laplace epsilon {args.epsilon:g}, keyed; queries: "
+          f"{args.query_vectors or 'paraphrase-like neighbours of documents'}")  # fmt: skip
+    path = work / f"faiss-{tag}"
     if {"latency", "memory"} & set(args.parts):
         took = build(path, X)
         size = sum(p.stat().st_size for p in path.iterdir() if p.is_file())
@@ -395,19 +523,26 @@ def main() -> None:
     if "latency" in args.parts:
         paths = {}
         for f in args.factories:
-            p = path if f == "Flat" else work / f"faiss-{args.n}-{f}"
+            p = path if f == "Flat" else work / f"faiss-{tag}-{f}"
             if f != "Flat":
                 took = build(p, X, factory=f)
                 size = sum(q.stat().st_size for q in p.iterdir() if q.is_file())
                 print(f"FAISS store ({f}) with payloads: built in {took:.0f} s, "
                       f"{size / 2**20:.0f} MiB on disk")  # fmt: skip
             paths[f] = p
-        latency(paths, _synthetic.queries(X, args.latency_queries, seed=3))
+        latency(paths, queries(args.latency_queries, 3))
     if "e2e" in args.parts:
-        paths = {f: path if f == "Flat" else work / f"faiss-{args.n}-{f}" for f in args.factories}
+        paths = {f: path if f == "Flat" else work / f"faiss-{tag}-{f}" for f in args.factories}
         for f, p in paths.items():
             build(p, X, factory=None if f == "Flat" else f)
-        end_to_end(paths, _synthetic.queries(X, args.latency_queries, seed=5))
+        end_to_end(paths, queries(args.latency_queries, 5))
+    if "gate" in args.parts:
+        gate(X, queries(max(args.latency_queries, 1000), 6))
+    if "approx" in args.parts:
+        eps = args.approx_epsilon or args.epsilon
+        Qa = queries(args.latency_queries + 30, 9)[-30:]
+        approximate(X[: args.approx_n], Qa, work, get_mechanism("laplace", epsilon=eps),
+                    args.recall)  # fmt: skip
     if "memory" in args.parts:
         memory(path, X, work, args.queries_list, args.depths)
     if "ab" in args.parts and args.baseline_src is not None:

@@ -317,13 +317,13 @@ def test_search_holds_one_batch_of_candidates_at_a_time(tmp_path):
                                   payloads=True) as col:  # fmt: skip
         col.add(ids, X)
         calls = []
-        search = col.store.search
+        candidates = col.store.candidates
 
-        def spy(V, k, **kw):
+        def spy(V, k):
             calls.append((len(V), k))
-            return search(V, k, **kw)
+            return candidates(V, k)
 
-        col.store.search = spy  # type: ignore[method-assign]
+        col.store.candidates = spy  # type: ignore[method-assign]
         runs = {b: col.query(Q[:23], k=3, rerank=150, batch_queries=b) for b in (1, 7, 23)}
         assert calls[:23] == [(1, 150)] * 23
         assert calls[23:] == [(7, 150)] * 3 + [(2, 150)] + [(23, 150)]

@@ -61,7 +61,7 @@ from ..search.sealed import (
     stamp,
 )
 from .query import QueryTreatment, protect_queries, query_treatment
-from .stores import Hit, VectorStore, check_metadata
+from .stores import Candidates, Hit, VectorStore, check_metadata
 
 __all__ = ["ProtectedCollection", "SearchResult", "Searcher", "index_file", "score_kind"]
 
@@ -693,7 +693,7 @@ class ProtectedCollection:
                     hits = [[replace(h, score=h.score * scale) for h in hs] for hs in hits]
                 yield hits
             else:
-                fetched = self.store.search(Qt[s : s + step], depth)
+                fetched = self.store.candidates(Qt[s : s + step], depth)
                 yield self._exact_top(clean[s : s + step], fetched, k)
 
     def _sealed_batches(
@@ -830,34 +830,69 @@ class ProtectedCollection:
             raise ValueError("re-ranking opens the payloads with your key: give it (--key-file).")
         if rerank is not None:
             return check_int("rerank", rerank, ge=k)
-        return max(k, self.planner(protect_query).depth(k=k, recall=float(recall)))  # type: ignore[arg-type]
-
-    def _exact_top(self, clean: NDArray[Any], fetched: list[list[Hit]], k: int) -> list[list[Hit]]:
-        """Open the candidates' payloads -- each record once for the whole batch -- and keep
-        each query's top ``k`` by exact cosine (rows of ``clean``)."""
-        assert self.codec is not None
-        slot: dict[str, int] = {}
-        blobs: list[bytes] = []
-        for hits in fetched:
-            missing = [h.id for h in hits if h.payload is None]
-            if missing:
-                raise PayloadError(
-                    f"record {missing[0]!r} has no payload in collection "
-                    f"{self.store.collection!r} ({len(missing)} of {len(hits)} candidates); the "
-                    "store lost or dropped it.",
-                    cause="missing",
+        planner = self.planner(protect_query)
+        depth = max(k, planner.depth(k=k, recall=float(recall)))  # type: ignore[arg-type]
+        if not self.store.approximate:
+            return depth
+        # an approximate index finds a share r of the exact top k': plan for recall / r, with r
+        # measured at the k' planned, until k' settles
+        for _ in range(4):
+            r = self._search_recall(depth)
+            if recall / r >= 1.0:  # type: ignore[operator]
+                raise ValueError(
+                    f"the store's approximate index finds {r:.3f} of the exact top {depth:,}, "
+                    f"so no k' reaches recall {recall}: use an exact index (FAISS 'Flat') or a "
+                    "larger search depth (ef_factor)."
                 )
-            for h in hits:
-                if h.id not in slot:
-                    slot[h.id] = len(blobs)
-                    blobs.append(h.payload)  # type: ignore[arg-type]
-        if not blobs:
-            return [[] for _ in fetched]
-        current = self._current_releases(list(slot))
+            more = max(k, planner.depth(k=k, recall=recall / r))  # type: ignore[operator]
+            if more <= depth:
+                break
+            depth = more
+        return depth
+
+    def _search_recall(self, depth: int, n_queries: int = 32) -> float:
+        """The store's measured recall of the exact top ``depth`` (``search_recall``) on
+        pseudo-queries made from ``n_queries`` records' exact vectors (fixed seed), cached."""
+        from ..search.rerank import pseudo_queries
+
+        cache: dict[int, float] = self.__dict__.setdefault("_search_recalls", {})
+        if depth not in cache:
+            assert self.codec is not None
+            ids = self.store.store_ids()
+            pick = np.random.default_rng(0).choice(
+                len(ids), min(n_queries, len(ids)), replace=False
+            )
+            chosen = [ids[i] for i in sorted(pick.tolist())]
+            blobs = self.store.payloads(chosen)
+            X = self.codec.open_batch(blobs, ids=chosen, collection=self.store.collection).vectors  # type: ignore[arg-type]
+            Qt = self.treatment.apply(pseudo_queries(X, rng=0))
+            cache[depth] = float(self.store.search_recall(Qt, depth))
+        return cache[depth]
+
+    def _exact_top(self, clean: NDArray[Any], fetched: Candidates, k: int) -> list[list[Hit]]:
+        """Open the candidates' payloads -- each record once for the whole batch, read as one
+        block (:meth:`VectorStore.payload_block`) and opened as one
+        (:meth:`PayloadCodec.open_block`) -- and keep each query's top ``k`` by exact cosine
+        (rows of ``clean``); hits are built for those only."""
+        assert self.codec is not None
+        nq = fetched.rows.shape[0]
+        if len(fetched) == 0:
+            return [[] for _ in range(nq)]
+        ids = self.store.candidate_ids(fetched)
+        block, offsets = self.store.payload_block(fetched)
+        missing = np.flatnonzero(np.diff(offsets) == 0)
+        if missing.size:
+            raise PayloadError(
+                f"record {ids[int(missing[0])]!r} has no payload in collection "
+                f"{self.store.collection!r} ({missing.size} of {len(ids)} candidates); the "
+                "store lost or dropped it.",
+                cause="missing",
+            )
+        current = self._current_releases(ids)
         # one batch: the vectors stacked, texts parsed only for the hits kept
-        opened = self.codec.open_batch(blobs, ids=list(slot), collection=self.store.collection)
+        opened = self.codec.open_block(block, offsets, ids=ids, collection=self.store.collection)
         if current:
-            for rid, rel in zip(slot, opened.releases, strict=True):
+            for rid, rel in zip(ids, opened.releases, strict=True):
                 allowed = current.get(rid)
                 if allowed is not None and rel not in allowed:
                     raise PayloadError(
@@ -872,17 +907,17 @@ class ProtectedCollection:
         Qn = Qn / np.linalg.norm(Qn, axis=1, keepdims=True)
         out: list[list[Hit]] = []
         texts: dict[int, str | None] = {}
-        for q, hits in zip(Qn, fetched, strict=True):
-            rows = np.fromiter((slot[h.id] for h in hits), dtype=np.int64, count=len(hits))
-            exact = V[rows] @ q
-            order = np.argsort(-exact, kind="stable")[:k]
-            kept = []
-            for i in order.tolist():
-                r = int(rows[i])
+        for q, row in zip(Qn, fetched.rows, strict=True):
+            row = row[row >= 0]
+            exact = V[row] @ q  # per query: a score does not depend on the batch it is in
+            keep = np.argsort(-exact, kind="stable")[:k]
+            kept = row[keep].tolist()
+            scores = exact[keep].tolist()
+            hits = self.store.candidate_hits(fetched, kept, scores)
+            for r in kept:
                 if r not in texts:
                     texts[r] = opened.payload(r).text
-                kept.append(replace(hits[i], score=float(exact[i]), text=texts[r], payload=None))
-            out.append(kept)
+            out.append([replace(h, text=texts[r]) for h, r in zip(hits, kept, strict=True)])
         return out
 
     def _current_releases(self, ids: list[str]) -> dict[str, frozenset[bytes]]:

@@ -37,6 +37,7 @@ import base64
 import contextlib
 import itertools
 import json
+import mmap
 import os
 import re
 import secrets
@@ -94,6 +95,51 @@ class Hit:
     vector: NDArray[np.float32] | None = None
     payload: bytes | None = None
     text: str | None = None
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The ``k`` candidates of a batch of queries as arrays: what an exact re-rank needs from a
+    search (:meth:`VectorStore.candidates`), without a Python object per candidate.
+
+    Attributes
+    ----------
+    rows : ndarray of int64, shape (nq, k)
+        Each query's candidates, best protected score first, as rows of ``keys`` (``-1`` where
+        the store had fewer than ``k`` records to return).
+    scores : ndarray of float32, shape (nq, k)
+        Their protected similarity (``-inf`` at the ``-1`` rows).
+    keys : ndarray of int64, shape (u,)
+        The distinct candidates of the batch, ascending: the store's own handle of each (a
+        FAISS label; for the other stores a position in :attr:`hits`). A record that several
+        queries of the batch fetch is one key: its payload is read and opened once.
+    """
+
+    rows: NDArray[np.int64]
+    scores: NDArray[np.float32]
+    keys: NDArray[np.int64]
+    #: stores that search through :class:`Hit` objects: the hit of each key (payload included)
+    hits: list[Hit] | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return int(self.keys.size)
+
+    @staticmethod
+    def of_hits(fetched: list[list[Hit]], k: int) -> Candidates:
+        """Candidates of a search that returned hits (a store without array search)."""
+        slot: dict[str, int] = {}
+        table: list[Hit] = []
+        rows = np.full((len(fetched), k), -1, dtype=np.int64)
+        scores = np.full((len(fetched), k), -np.inf, dtype=np.float32)
+        for qi, hs in enumerate(fetched):
+            for j, h in enumerate(hs[:k]):
+                r = slot.get(h.id)
+                if r is None:
+                    r = slot[h.id] = len(table)
+                    table.append(h)
+                rows[qi, j] = r
+                scores[qi, j] = h.score
+        return Candidates(rows, scores, np.arange(len(table), dtype=np.int64), table)
 
 
 def check_collection_name(name: Any) -> str:
@@ -511,6 +557,82 @@ class VectorStore(abc.ABC):
         )
         return [[_with_payload(h, with_payloads) for h in hs] for hs in hits]
 
+    def candidates(self, vectors: Any, k: int) -> Candidates:
+        """The ``k`` most similar records of each query as arrays (:class:`Candidates`), for a
+        re-rank that reads their payloads (:meth:`payload_block`) and keeps a few
+        (:meth:`candidate_hits`). FAISS answers from its arrays; the other stores through
+        their hits.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp, FaissStore(tmp, "demo") as s:
+        ...     s.upsert(["a", "b", "c"], np.eye(3), payloads=[b"pa", b"pb", b"pc"])
+        ...     c = s.candidates(np.array([[1.0, 0.2, 0.0], [0.0, 1.0, 0.1]]), k=2)
+        ...     block, off = s.payload_block(c)
+        ...     c.rows.tolist(), s.candidate_ids(c), block, off.tolist()
+        ([[0, 1], [1, 2]], ['a', 'b', 'c'], b'papbpc', [0, 2, 4, 6])
+        """
+        self._check_open()
+        k = check_int("k", k, ge=1)
+        Q, _ = check_embeddings(vectors, name="query", dim=self.dim, allow_zero=True)
+        n = self.count()
+        if n == 0:
+            return Candidates(
+                np.full((Q.shape[0], 0), -1, dtype=np.int64),
+                np.zeros((Q.shape[0], 0), dtype=np.float32),
+                np.zeros(0, dtype=np.int64),
+                [],
+            )
+        return self._candidates(np.ascontiguousarray(Q, dtype=np.float32), min(k, n))
+
+    def _candidates(self, Q: NDArray[np.float32], k: int) -> Candidates:
+        hits = self._search(Q, k, False, True)
+        return Candidates.of_hits([[_with_payload(h) for h in hs] for hs in hits], k)
+
+    @property
+    def approximate(self) -> bool:
+        """Whether the store's search is approximate *and* its recall is measured
+        (:meth:`search_recall`): a re-rank planned for a target recall then folds that recall
+        into k'. ``False`` here: an exact search, or one whose recall privembed cannot
+        measure (Chroma's HNSW)."""
+        return False
+
+    def search_recall(self, vectors: Any, k: int) -> float:
+        """Mean share of each query's exact top ``k`` that :meth:`search` returns at depth
+        ``k`` (1 for an exact search)."""
+        return 1.0
+
+    def payload_block(self, candidates: Candidates) -> tuple[bytes, NDArray[np.int64]]:
+        """The sealed payloads of ``candidates.keys``, back to back, and their offsets
+        (``u + 1``; an empty slice: the record has no payload), read in one batch.
+
+        What :meth:`privembed.keys.payload.PayloadCodec.open_block` opens.
+        """
+        self._check_open()
+        assert candidates.hits is not None
+        blobs = [h.payload or b"" for h in candidates.hits]
+        return _joined(blobs)
+
+    def candidate_ids(self, candidates: Candidates) -> list[str]:
+        """The store id (:attr:`Hit.id`) of each of ``candidates.keys``."""
+        self._check_open()
+        assert candidates.hits is not None
+        return [h.id for h in candidates.hits]
+
+    def candidate_hits(
+        self, candidates: Candidates, keys: Sequence[int], scores: Sequence[float]
+    ) -> list[Hit]:
+        """Hits (id, score, metadata; no payload) of rows ``keys`` of ``candidates.keys``,
+        with the given ``scores``: what a re-rank returns for the few it keeps."""
+        self._check_open()
+        assert candidates.hits is not None
+        table = candidates.hits
+        return [
+            Hit(table[r].id, float(sc), table[r].metadata)
+            for r, sc in zip(keys, scores, strict=True)
+        ]
+
     def payloads(self, ids: Sequence[Any]) -> list[bytes | None]:
         """The sealed payload of each record id, in order (``None`` where a record has none or
         does not exist), fetched in one batch without reading any other record's payload.
@@ -607,6 +729,12 @@ def _with_payload_meta(
         {**(m or {}), PAYLOAD_KEY: base64.b64encode(b).decode("ascii")}
         for m, b in zip(metadata or [{} for _ in range(n)], payloads, strict=True)
     ]
+
+
+def _joined(blobs: list[bytes]) -> tuple[bytes, NDArray[np.int64]]:
+    off = np.zeros(len(blobs) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in blobs], out=off[1:])
+    return b"".join(blobs), off
 
 
 def _decode_payload(rid: str, raw: Any) -> bytes | None:
@@ -924,6 +1052,10 @@ FAISS_LAYOUT = 2
 #: parallelises over queries below its BLAS threshold (20), so a lone query gains nothing
 #: from a second thread but pays for waking it (docs/benchmarks.md, re-rank latency)
 FAISS_ONE_THREAD_BELOW = 20
+#: an HNSW index searches a depth of k with efSearch = this factor times k (at least
+#: :data:`HNSW_EF_MIN`): its recall of the exact top k' is measured and folded into k'
+HNSW_EF_FACTOR = 2.0
+HNSW_EF_MIN = 64
 #: the zip member of a layout-2 index file that holds FAISS's own serialisation of the index
 _INDEX_MEMBER = "index.faiss"
 
@@ -941,6 +1073,25 @@ def _faiss_threads(faiss: Any, nq: int) -> Any:
         yield
     finally:
         faiss.omp_set_num_threads(before)
+
+
+def _gather(
+    src: Any,
+    starts: NDArray[np.int64],
+    lens: NDArray[np.int64],
+    off: NDArray[np.int64],
+    out: NDArray[np.uint8],
+) -> None:
+    """``out[off[i] : off[i] + lens[i]] = src[starts[i] : starts[i] + lens[i]]`` for every i: one
+    gather of whole rows per distinct length, in source order (the views of ``src`` end with
+    the call, so a memory map can close after it)."""
+    buf = np.frombuffer(src, dtype=np.uint8)
+    windows = np.lib.stride_tricks.sliding_window_view
+    for length in np.unique(lens[lens > 0]).tolist():
+        rows = np.flatnonzero(lens == length)
+        rows = rows[np.argsort(starts[rows], kind="stable")]  # ascending in the file
+        windows(out, length, writeable=True)[off[rows]] = windows(buf, length)[starts[rows]]
+    del buf
 
 
 def _join_utf8(items: Sequence[str]) -> tuple[NDArray[np.uint8], NDArray[np.int64]]:
@@ -1410,7 +1561,7 @@ class FaissStore(VectorStore):
     def _search(
         self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
     ) -> list[list[Hit]]:
-        with _faiss_threads(self._faiss, Q.shape[0]):
+        with _faiss_threads(self._faiss, Q.shape[0]), self._search_depth(k):
             D, I = self._index.search(self._prep(Q), k)  # noqa: E741 - FAISS's name
         payload: dict[int, bytes | None] = {}
         if with_payloads:
@@ -1431,6 +1582,132 @@ class FaissStore(VectorStore):
                 for rid, sc, meta, vec, lab in zip(ids, scores, metas, vecs, labels, strict=True)
             ])  # fmt: skip
         return out
+
+    # ---- a re-rank's candidates, as arrays ------------------------------------------------------
+    @property
+    def approximate(self) -> bool:
+        """Whether the index searches approximately (HNSW): its recall of the exact top k' is
+        then measured (:meth:`search_recall`) and folded into the k' of a re-rank."""
+        return self._hnsw() is not None
+
+    def _hnsw(self) -> Any:
+        """The HNSW graph of the index (``None``: an exact index)."""
+        if self._index is None:
+            return None
+        inner = self._faiss.downcast_index(self._faiss.downcast_index(self._index).index)
+        return getattr(inner, "hnsw", None)
+
+    @contextlib.contextmanager
+    def _search_depth(self, k: int) -> Iterator[None]:
+        """An HNSW index searched with ``efSearch`` set from the depth ``k``
+        (:data:`HNSW_EF_FACTOR` times k, at least :data:`HNSW_EF_MIN`), restored afterwards."""
+        graph = self._hnsw()
+        if graph is None:
+            yield
+            return
+        before = graph.efSearch
+        graph.efSearch = max(HNSW_EF_MIN, int(np.ceil(self.ef_factor * k)))
+        try:
+            yield
+        finally:
+            graph.efSearch = before
+
+    @property
+    def ef_factor(self) -> float:
+        """efSearch per unit of depth of an HNSW index (the store's info ``ef_factor``, else
+        :data:`HNSW_EF_FACTOR`)."""
+        return float(self._info.get("ef_factor", HNSW_EF_FACTOR))
+
+    def _candidates(self, Q: NDArray[np.float32], k: int) -> Candidates:
+        with _faiss_threads(self._faiss, Q.shape[0]), self._search_depth(k):
+            D, I = self._index.search(self._prep(Q), k)  # noqa: E741 - FAISS's name
+        found = I >= 0  # FAISS pads short answers with -1
+        keys, inv = np.unique(I[found], return_inverse=True)
+        rows = np.full(I.shape, -1, dtype=np.int64)
+        rows[found] = inv
+        scores = np.where(found, D, -np.inf).astype(np.float32)
+        return Candidates(rows, scores, keys.astype(np.int64))
+
+    def payload_block(self, candidates: Candidates) -> tuple[bytes, NDArray[np.int64]]:
+        """The candidates' payloads read through one memory map of the payload file, in file
+        order, a gather per payload length (one for payloads of vectors alone, which all have
+        one length): no read call per payload. The map lives for the call only, so a search
+        does not keep the pages it read in its memory."""
+        self._check_open()
+        if candidates.hits is not None:
+            return super().payload_block(candidates)
+        labels = candidates.keys
+        if self._legacy or self._pfh is None:  # payloads of a layout-1 file, until saved
+            return _joined([b or b"" for b in self._read(labels.tolist())])
+        pos = self._pos[labels]
+        lens = np.where(pos[:, 1] >= 0, pos[:, 1], 0)
+        off = np.zeros(labels.size + 1, dtype=np.int64)
+        np.cumsum(lens, out=off[1:])
+        fd = self._reader()
+        size = os.fstat(fd).st_size
+        over = np.flatnonzero(pos[:, 0] + lens > size)
+        if over.size:
+            raise DataError(
+                f"the payload file {self._pfile} ends before the payload of record "
+                f"{self._ids[int(labels[over[0]])]!r} (truncated?)."
+            )
+        out = np.empty(int(off[-1]), dtype=np.uint8)
+        if out.size:
+            with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
+                mm.madvise(mmap.MADV_RANDOM)  # no read-ahead around each payload
+                _gather(mm, pos[:, 0], lens, off, out)
+        return out.tobytes(), off
+
+    def candidate_ids(self, candidates: Candidates) -> list[str]:
+        self._check_open()
+        if candidates.hits is not None:
+            return super().candidate_ids(candidates)
+        return self._ids.take(candidates.keys.tolist())
+
+    def candidate_hits(
+        self, candidates: Candidates, keys: Sequence[int], scores: Sequence[float]
+    ) -> list[Hit]:
+        self._check_open()
+        if candidates.hits is not None:
+            return super().candidate_hits(candidates, keys, scores)
+        labels = candidates.keys[np.asarray(keys, dtype=np.int64)].tolist()
+        ids = self._ids.take(labels)
+        metas = [{} if m == "{}" else json.loads(m) for m in self._meta.take(labels)]
+        return [Hit(rid, float(sc), meta) for rid, sc, meta in zip(ids, scores, metas, strict=True)]
+
+    def search_recall(self, vectors: Any, k: int) -> float:
+        """Mean share of each query's exact top ``k`` (by the stored vectors, scanned in
+        chunks) that the index's search returns at depth ``k``: 1 for an exact index.
+
+        What a re-rank loses to an approximate index beyond what the noise costs; the k' of
+        ``--recall`` divides its target by it (:meth:`ProtectedCollection.query
+        <privembed.integrations.collection.ProtectedCollection.query>`).
+        """
+        self._check_open()
+        k = check_int("k", k, ge=1)
+        Q, _ = check_embeddings(vectors, name="query", dim=self.dim, allow_zero=True)
+        n = self.count()
+        if self._hnsw() is None or n == 0:
+            return 1.0
+        k = min(k, n)
+        Qp = self._prep(np.ascontiguousarray(Q, dtype=np.float32))
+        got = self._candidates(Qp, k)
+        found = np.where(got.rows >= 0, got.keys[np.maximum(got.rows, 0)], -1)
+        idmap = self._faiss.downcast_index(self._index)
+        inner = self._faiss.downcast_index(idmap.index)
+        labels = self._label_array()
+        best_s = np.full((Qp.shape[0], 0), -np.inf, dtype=np.float32)
+        best_l = np.zeros((Qp.shape[0], 0), dtype=np.int64)
+        step = max(1024, (32 << 20) // (4 * inner.d))  # about 32 MiB of vectors at a time
+        for s in range(0, n, step):
+            C = inner.reconstruct_n(s, min(step, n - s))
+            S = np.concatenate([best_s, Qp @ C.T], axis=1)
+            L = np.concatenate([best_l, np.broadcast_to(labels[s : s + C.shape[0]], (Qp.shape[0], C.shape[0]))], axis=1)  # fmt: skip
+            top = np.argpartition(-S, k - 1, axis=1)[:, :k] if S.shape[1] > k else np.argsort(-S, axis=1)  # fmt: skip
+            best_s = np.take_along_axis(S, top, axis=1)
+            best_l = np.take_along_axis(L, top, axis=1)
+        hit = [np.isin(e, f).mean() for e, f in zip(best_l, found, strict=True)]
+        return float(np.mean(hit))
 
     def _all_ids(self) -> list[str]:
         return self._ids.take(np.flatnonzero(self._present[: len(self._ids)]).tolist())
@@ -1545,6 +1822,8 @@ _PG_REGISTRY = "privembed_collections"
 #: longest collection name (PostgreSQL identifiers are 63 bytes: "pev_" + name + "_hnsw")
 _PG_MAX_NAME = 50
 _PG_INDEXES = ("hnsw", "ivfflat")
+#: pgvector's largest hnsw.ef_search
+PG_EF_SEARCH_MAX = 1000
 
 
 def _pg_vector(value: Any) -> NDArray[np.float32]:
@@ -1821,8 +2100,43 @@ class PgVectorStore(VectorStore):
         except (self._pg.Error, UnicodeEncodeError) as exc:
             raise self._fail(exc, "cannot upsert") from None
 
+    @property
+    def approximate(self) -> bool:
+        """Whether searches go through an approximate index (HNSW or IVFFlat): its recall is
+        measured against an exact scan (:meth:`search_recall`) and folded into k'."""
+        return self._info.get("index") in _PG_INDEXES
+
+    def ef_search_for(self, k: int) -> int:
+        """``hnsw.ef_search`` of a search of depth ``k``: :data:`HNSW_EF_FACTOR` times k, at
+        least the store's ``ef_search``, at most pgvector's limit (1,000; a deeper search
+        returns fewer than k rows, which its measured recall shows)."""
+        return min(PG_EF_SEARCH_MAX, max(self.ef_search, int(np.ceil(HNSW_EF_FACTOR * k))))
+
+    def search_recall(self, vectors: Any, k: int) -> float:
+        """Mean share of each query's exact top ``k`` (the same query with index scans off:
+        a sequential scan) that the indexed search returns."""
+        self._check_open()
+        k = check_int("k", k, ge=1)
+        Q, _ = check_embeddings(vectors, name="query", dim=self.dim, allow_zero=True)
+        if not self.approximate or not self._exists:
+            return 1.0
+        Q = np.ascontiguousarray(Q, dtype=np.float32)
+        got = self._search(Q, k, False, False)
+        exact = self._search(Q, k, False, False, exact=True)
+        shares = [
+            len({h.id for h in a} & {h.id for h in b}) / max(1, len(b))
+            for a, b in zip(got, exact, strict=True)
+        ]
+        return float(np.mean(shares))
+
     def _search(
-        self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
+        self,
+        Q: NDArray[np.float32],
+        k: int,
+        with_vectors: bool,
+        with_payloads: bool,
+        *,
+        exact: bool = False,
     ) -> list[list[Hit]]:
         sql = self._sql
         op, _ = self._ops()
@@ -1840,10 +2154,13 @@ class PgVectorStore(VectorStore):
         try:
             with self._conn.transaction():
                 kind = self._info.get("index")
-                if kind == "hnsw":
+                if exact:  # the planner cannot use the index: a sequential scan, exact
+                    self._conn.execute("SET LOCAL enable_indexscan = off")
+                    self._conn.execute("SET LOCAL enable_bitmapscan = off")
+                elif kind == "hnsw":
                     self._conn.execute(
                         sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
-                            sql.Literal(max(self.ef_search, k))
+                            sql.Literal(self.ef_search_for(k))
                         )
                     )
                 elif kind == "ivfflat":
