@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..core._validation import DataError
-from ..data.io import atomic_output
+from ._npz import write_npz
 
 __all__ = ["cache_key", "default_cache_dir", "embed_texts"]
 
@@ -105,6 +105,5 @@ def embed_texts(
         raise DataError(f"the embedder returned shape {X.shape} for {len(texts)} texts.")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_output(path) as tmp, tmp.open("wb") as fh:
-            np.savez(fh, embeddings=X, metadata=np.array(json.dumps({**meta, "n": len(texts)})))
+        write_npz(path, {**meta, "n": len(texts)}, {"embeddings": X})
     return X

@@ -38,7 +38,6 @@ References
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,7 +50,7 @@ from numpy.typing import NDArray
 from ..core._optional import require
 from ..core._validation import DataError, check_choice, check_embeddings, check_real
 from ..core.rng import as_generator
-from ..data.io import atomic_output
+from ._npz import read_metadata, write_npz
 
 __all__ = [
     "ERASER_FORMAT",
@@ -260,17 +259,8 @@ class ConceptEraser:
 
     def save(self, path: str | Path) -> Path:
         """Write the eraser atomically to an ``.npz`` file (see :func:`eraser_path`)."""
-        p = Path(path)
-        arrays: dict[str, Any] = {
-            "proj_left": self.proj_left,
-            "proj_right": self.proj_right,
-            "metadata": np.array(json.dumps({"format": ERASER_FORMAT, **self.metadata})),
-        }
-        if self.bias is not None:
-            arrays["bias"] = self.bias
-        with atomic_output(p) as tmp, tmp.open("wb") as fh:
-            np.savez(fh, **arrays)
-        return p
+        arrays = {"proj_left": self.proj_left, "proj_right": self.proj_right, "bias": self.bias}
+        return write_npz(Path(path), {"format": ERASER_FORMAT, **self.metadata}, arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> ConceptEraser:
@@ -282,7 +272,7 @@ class ConceptEraser:
             with np.load(p, allow_pickle=False) as z:
                 if "proj_left" not in z.files or "proj_right" not in z.files:
                     raise DataError(f"{p} is not a concept eraser (no proj_left/proj_right).")
-                meta = json.loads(str(z["metadata"])) if "metadata" in z.files else {}
+                meta = read_metadata(z)
                 fmt = meta.pop("format", ERASER_FORMAT)
                 if fmt != ERASER_FORMAT:
                     raise DataError(f"{p}: unknown eraser format {fmt!r}.")

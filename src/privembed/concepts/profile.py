@@ -30,7 +30,6 @@ References
 from __future__ import annotations
 
 import datetime as _dt
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,13 +39,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..core._validation import DataError, check_choice, check_int
-from ..data.io import atomic_output
 from ..mechanisms.mahalanobis import (
     DEFAULT_MASK_DELTA,
     MahalanobisMechanism,
     covariance_from_mask,
     smooth_covariance,
 )
+from ._npz import read_metadata, write_npz
 from .cache import embed_texts
 from .masks import MaskLearner, MaskResult
 from .pairs import build_pairs
@@ -215,14 +214,8 @@ class ConceptProfile:
 
             self.eraser.save(eraser_path(p))
         meta = {"format": PROFILE_FORMAT, **self.metadata, "dim": self.dim}
-        arrays: dict[str, Any] = {"mask": self.mask, "metadata": np.array(json.dumps(meta))}
-        for name in _ARRAYS:
-            v = getattr(self, name)
-            if v is not None:
-                arrays[name] = v
-        with atomic_output(p) as tmp, tmp.open("wb") as fh:
-            np.savez(fh, **arrays)  # a file handle: no ".npz" appended to the name
-        return p
+        arrays = {"mask": self.mask, **{name: getattr(self, name) for name in _ARRAYS}}
+        return write_npz(p, meta, arrays)
 
     @classmethod
     def load(cls, path: str | Path) -> ConceptProfile:
@@ -243,7 +236,7 @@ class ConceptProfile:
                 raise DataError(f"{p} has no 'mask' array: not a concept profile.")
             try:
                 arrays = {k: z[k] for k in ("mask", *_ARRAYS) if k in z.files}
-                meta: Any = json.loads(str(z["metadata"])) if "metadata" in z.files else {}
+                meta = read_metadata(z)
             except (OSError, ValueError) as exc:
                 raise DataError(f"cannot read profile {p}: {str(exc).splitlines()[0]}") from None
         if not isinstance(meta, dict):
