@@ -152,7 +152,8 @@ def test_pgvector_hnsw_ef_search_follows_k_and_its_recall_is_measured(tmp_path, 
     with PgVectorStore(tmp_path, "graph", dsn=pg_url, index="hnsw") as s:
         s.upsert([f"r{i}" for i in range(300)], X, payloads=[b"p%d" % i for i in range(300)])
         assert s.approximate
-        assert s.ef_search_for(10) == max(s.ef_search, 20)
+        assert s.ef_search_for(10) == max(s.ef_search, store_mod.HNSW_EF_MIN)
+        assert s.ef_search_for(400) == 800
         assert s.ef_search_for(5000) == PG_EF_SEARCH_MAX
         assert 0.9 <= s.search_recall(X[:10], 100) <= 1.0
         cand = s.candidates(X[:2], 20)
