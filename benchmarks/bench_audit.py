@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-import privembed.release as release_module
+import privembed.release.core as release_module
 from privembed import get_mechanism
 from privembed.audit import VERDICTS, audit, max_certifiable_epsilon
 from privembed.core.accounting import ApproxDP

@@ -151,7 +151,7 @@ def command_line_blocks() -> list[tuple[int, str, str]]:
         line = first + section.count("\n", 0, m.start())
         if words[:1] == ["python"]:
             out.append((line, "python", m.group("body")))
-        elif words[:2] == ["bash", "runnable"]:
+        elif words[:1] == ["bash"]:
             out.append((line, "bash", m.group("body")))
     return out
 
