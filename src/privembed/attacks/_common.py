@@ -117,6 +117,34 @@ def train_minibatch(
     return history
 
 
+class MLPFit:
+    """An attack whose model is an MLP trained on shuffled minibatches (token inference, the
+    fingerprint classifier): the one training call, made from the attack's ``hidden``,
+    ``epochs``, ``batch_size``, ``lr``, ``weight_decay`` and ``num_threads``."""
+
+    hidden: Sequence[int]
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    num_threads: int | None
+    model_: Any
+
+    def _fit_mlp(
+        self, torch: Any, loss_fn: Any, inputs: NDArray[np.float32], targets: NDArray[Any],
+        d_out: int, gen: np.random.Generator, on_epoch: Callable[[int], None] | None = None,
+    ) -> list[float]:  # fmt: skip
+        """A new ``model_`` (seeded from ``gen``) trained on ``inputs`` -> ``targets``; the mean
+        loss of every epoch."""
+        with torch_threads(torch, self.num_threads):
+            self.model_ = build_mlp(torch, inputs.shape[1], self.hidden, d_out, seed_from(gen))
+            return train_minibatch(
+                torch, self.model_, loss_fn, torch.from_numpy(inputs), torch.from_numpy(targets),
+                epochs=self.epochs, batch_size=self.batch_size, lr=self.lr,
+                weight_decay=self.weight_decay, gen=gen, on_epoch=on_epoch,
+            )  # fmt: skip
+
+
 def word_tokens(text: str) -> list[str]:
     """Lower-cased word tokens (``\\w+`` runs) of ``text``, in order.
 

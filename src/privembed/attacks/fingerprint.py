@@ -55,15 +55,13 @@ from ..core._validation import DataError, check_choice, check_int, check_real
 from ..core.rng import as_generator, spawn
 from . import metrics
 from ._common import (
-    build_mlp,
+    MLPFit,
     check_hidden,
     embeddings_f64,
-    seed_from,
     simulate_release,
     standard_scale,
     torch_module,
     torch_threads,
-    train_minibatch,
 )
 from .base import AttackResult
 
@@ -313,7 +311,7 @@ class TemplateMatcher:
         return _report(y, self.predict(F), self.labels_)
 
 
-class FingerprintClassifier:
+class FingerprintClassifier(MLPFit):
     """An MLP on L1-normalised fingerprints (the learned variant of [F26]; no templates).
 
     Inputs are :math:`d\\,\\phi_G` (mean 1 per dimension), z-scored with the training statistics.
@@ -364,22 +362,9 @@ class FingerprintClassifier:
         self._mu, self._sd = standard_scale(l1_normalize(A) * self.dim_)
         torch = torch_module()
         gen = as_generator(rng)
-        with torch_threads(torch, self.num_threads):
-            self.model_ = build_mlp(
-                torch, self.dim_, self.hidden, len(self.labels_), seed_from(gen)
-            )
-            train_minibatch(
-                torch,
-                self.model_,
-                torch.nn.CrossEntropyLoss(),
-                torch.from_numpy(self._inputs(A)),
-                torch.from_numpy(target),
-                epochs=self.epochs,
-                batch_size=self.batch_size,
-                lr=self.lr,
-                weight_decay=self.weight_decay,
-                gen=gen,
-            )
+        self._fit_mlp(
+            torch, torch.nn.CrossEntropyLoss(), self._inputs(A), target, len(self.labels_), gen
+        )
         return self
 
     def predict(self, F: Any) -> list[str]:

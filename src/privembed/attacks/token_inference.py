@@ -37,15 +37,13 @@ from ..core._validation import DataError, check_int, check_real
 from ..core.rng import as_generator
 from . import metrics
 from ._common import (
+    MLPFit,
     as_token_sets,
-    build_mlp,
     check_hidden,
     embeddings_f64,
-    seed_from,
     standard_scale,
     torch_module,
     torch_threads,
-    train_minibatch,
 )
 from .base import AdaptiveFit, AttackResult
 
@@ -183,7 +181,7 @@ class TokenInferenceReport:
         return asdict(self)
 
 
-class MLCAttack(AdaptiveFit):
+class MLCAttack(AdaptiveFit, MLPFit):
     """Multi-label token classifier on (protected) embeddings ([SR20]; [T26] App. I.3).
 
     Parameters
@@ -323,23 +321,10 @@ class MLCAttack(AdaptiveFit):
         self._mu, self._sd = standard_scale(X, self.standardize)
         self._prior = Y.mean(axis=0)
         self.dim_ = X.shape[1]
-        with torch_threads(torch, self.num_threads):
-            self.model_ = build_mlp(
-                torch, X.shape[1], self.hidden, len(self.vocabulary_), seed_from(gen)
-            )
-            self.history_ = train_minibatch(
-                torch,
-                self.model_,
-                torch.nn.BCEWithLogitsLoss(),
-                torch.from_numpy(self._inputs(X)),
-                torch.from_numpy(Y),
-                epochs=self.epochs,
-                batch_size=self.batch_size,
-                lr=self.lr,
-                weight_decay=self.weight_decay,
-                gen=gen,
-                on_epoch=on_epoch,
-            )
+        self.history_ = self._fit_mlp(
+            torch, torch.nn.BCEWithLogitsLoss(), self._inputs(X), Y, len(self.vocabulary_), gen,
+            on_epoch,
+        )  # fmt: skip
         return self
 
     def _adaptive_targets(self, texts: Iterable[Any]) -> list[Any]:
