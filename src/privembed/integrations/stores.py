@@ -603,7 +603,7 @@ class VectorStore(abc.ABC):
         ``k`` (1 for an exact search)."""
         return 1.0
 
-    def payload_block(self, candidates: Candidates) -> tuple[bytes, NDArray[np.int64]]:
+    def payload_block(self, candidates: Candidates) -> tuple[bytes | memoryview, NDArray[np.int64]]:
         """The sealed payloads of ``candidates.keys``, back to back, and their offsets
         (``u + 1``; an empty slice: the record has no payload), read in one batch.
 
@@ -1631,7 +1631,7 @@ class FaissStore(VectorStore):
         scores = np.where(found, D, -np.inf).astype(np.float32)
         return Candidates(rows, scores, keys.astype(np.int64))
 
-    def payload_block(self, candidates: Candidates) -> tuple[bytes, NDArray[np.int64]]:
+    def payload_block(self, candidates: Candidates) -> tuple[bytes | memoryview, NDArray[np.int64]]:
         """The candidates' payloads read through one memory map of the payload file, in file
         order, a gather per payload length (one for payloads of vectors alone, which all have
         one length): no read call per payload. The map lives for the call only, so a search
@@ -1659,7 +1659,7 @@ class FaissStore(VectorStore):
             with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
                 mm.madvise(mmap.MADV_RANDOM)  # no read-ahead around each payload
                 _gather(mm, pos[:, 0], lens, off, out)
-        return out.tobytes(), off
+        return out.data, off  # the gathered bytes themselves (a memoryview), not a copy
 
     def candidate_ids(self, candidates: Candidates) -> list[str]:
         self._check_open()

@@ -534,7 +534,7 @@ class PayloadCodec:
         return Payload(opened.vector, opened.text, opened.metadata, sealed_release)
 
     @staticmethod
-    def _parse(plaintext: bytes, flags: int, where: str) -> Payload:
+    def _parse(plaintext: bytes | bytearray, flags: int, where: str) -> Payload:
         # authenticated content: a malformed body means a writer bug, not an attack
         if flags & ~_KNOWN_FLAGS:
             raise PayloadError(f"payload of {where} has unknown flags {flags:#x}.", cause="format")
@@ -717,7 +717,7 @@ class PayloadCodec:
                 V[rows] = _windows(P, dim * w)[pt_off[:-1][rows] + 4].view(kind)
         for j, got in opened.items():
             V[j] = got.vector
-        return OpenedBatch(V, list(ids), collection, bytes(plain), pt_off, flags.copy(),
+        return OpenedBatch(V, list(ids), collection, plain, pt_off, flags.copy(),
                            np.ascontiguousarray(H[:, 29:45]), opened)  # fmt: skip
 
 
@@ -745,8 +745,9 @@ class OpenedBatch:
     vectors: NDArray[np.float32]
     ids: list[Any] = field(repr=False)
     collection: str
-    #: the plaintexts back to back, their offsets (n + 1) and each payload's flags
-    _plain: bytes = field(repr=False)
+    #: the plaintexts back to back (never changed after opening), their offsets (n + 1) and
+    #: each payload's flags
+    _plain: bytearray = field(repr=False)
     _pt_off: NDArray[np.int64] = field(repr=False)
     _flags: NDArray[np.uint8] = field(repr=False)
     #: each payload's 16-byte release field, as its header holds it
