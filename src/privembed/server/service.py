@@ -685,7 +685,12 @@ class Service:
         deadline: float | None = None,
     ) -> NDArray[np.float32]:
         """One release per round of distinct ids (ids may repeat after aliasing: two texts
-        with one clean vector); the first round also records the alias claims."""
+        with one clean vector); the first round also records the alias claims. With a ledger
+        each is committed -- with its alias claims and marked published -- in one transaction
+        (the response follows at once), waiting for another process's lock until ``deadline``
+        at most."""
+        from ..keys.ledger import BudgetExceeded, LedgerBusy
+
         rounds: list[list[int]] = []
         for i, rid in enumerate(ids):
             for r in rounds:
@@ -694,56 +699,35 @@ class Service:
                     break
             else:
                 rounds.append([i])
+        s = self.config.server
+        ident = self._identity[backend]
+        request = ReleaseRequest(
+            key=self._bkeys[backend] if self.keyed else None,
+            generator=s.generator,
+            ledger=ledger,
+            subject=subject,
+        )
         out = np.empty((len(ids), mech.output_dim(X.shape[1])), dtype=np.float32)
         for n, r in enumerate(rounds):
-            out[r] = self._one_release(mech, backend, [ids[i] for i in r], [texts[i] for i in r],
-                                       X[r], subject, ledger, claims if n == 0 else None,
-                                       deadline)  # fmt: skip
-        return out
-
-    def _one_release(
-        self,
-        mech: Any,
-        backend: str,
-        ids: list[str],
-        texts: list[str],
-        X: NDArray[np.float32],
-        subject: str | None,
-        ledger: Any,
-        claims: tuple[list[str], list[str]] | None = None,
-        deadline: float | None = None,
-    ) -> NDArray[np.float32]:
-        """One release; with a ledger it is committed -- with the alias ``claims`` and marked
-        published -- in one transaction (the response follows at once), waiting for another
-        process's lock until ``deadline`` at most."""
-        from ..keys.ledger import BudgetExceeded, LedgerBusy
-
-        s = self.config.server
-        keyed = self.keyed
-        ident = self._identity[backend]
-        if ledger is not None:  # (the ledger thread owns it: its wait is this request's)
-            left = s.ledger_timeout_s if deadline is None else deadline - time.monotonic()
-            ledger.timeout = max(0.0, left)
-        try:
-            request = ReleaseRequest(
-                key=self._bkeys[backend] if keyed else None,
-                generator=s.generator,
-                ledger=ledger,
-                subject=subject,
-            )
-            digests = text_digests(texts, ident) if keyed else None
-            batch = Batch(X, ids, digests=digests, aliases=claims)
+            if ledger is not None:  # (the ledger thread owns it: its wait is this request's)
+                left = s.ledger_timeout_s if deadline is None else deadline - time.monotonic()
+                ledger.timeout = max(0.0, left)
+            digests = text_digests([texts[i] for i in r], ident) if self.keyed else None
+            batch = Batch(X[r], [ids[i] for i in r], digests=digests,
+                          aliases=claims if n == 0 else None)  # fmt: skip
             sink = _Response()
-            publish(Rows(batch, "request", ident), sink, mech, request)
-        except BudgetExceeded as exc:  # (the commit recorded the alias claims all the same)
+            try:
+                publish(Rows(batch, "request", ident), sink, mech, request)
+            except BudgetExceeded as exc:  # (the commit recorded the alias claims all the same)
+                if ledger is not None:
+                    self.ledger_health.set("ok")
+                raise BudgetRefused("subject" if "subject" in str(exc) else "record") from None
+            except LedgerBusy as exc:  # locked, or (LedgerUnreachable) lost: nothing released
+                raise unavailable(self.ledger_health, exc) from None
             if ledger is not None:
                 self.ledger_health.set("ok")
-            raise BudgetRefused("subject" if "subject" in str(exc) else "record") from None
-        except LedgerBusy as exc:  # locked, or (LedgerUnreachable) lost: nothing released
-            raise unavailable(self.ledger_health, exc) from None
-        if ledger is not None:
-            self.ledger_health.set("ok")
-        return np.asarray(sink.Y, dtype=np.float32)
+            out[r] = sink.Y
+        return out
 
     # ---- introspection -------------------------------------------------------------------------
     def describe_models(self) -> list[dict[str, Any]]:
