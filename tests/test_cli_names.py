@@ -8,9 +8,11 @@ result as the new ones.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +21,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from privembed._cli.common import RENAMED_OPTIONS
+from privembed._cli.common import RENAMED_OPTIONS, OptionGroup, with_option_groups
 from privembed.cli import app
 from privembed.data.io import read_embeddings
 
@@ -317,3 +319,130 @@ def test_every_command_module_registers_one_way():
     names = set(_commands())
     for expected in ("serve", "advise", "evaluate", "index", "ledger show", "attack linkage"):
         assert expected in names, expected
+
+
+# ---- options declared in place, repeated (issue 41.1) ----------------------------------------
+
+
+def repeated_option_declarations() -> dict[str, list[str]]:
+    """Parameter names that commands declare in place -- ``name: Annotated[T, <option>(...)]``
+    in a command's signature, not through a shared ``Opt*`` alias or an option group -- at more
+    than one place: name -> ``file:line`` of each. Issue 41 counted 27 (at 9b38fdb).
+
+    Run ``python -m tests.test_cli_names`` for the list."""
+    import ast
+    from collections import defaultdict
+
+    import privembed.cli
+
+    src = Path(privembed.cli.__file__).parent
+    places: dict[str, list[str]] = defaultdict(list)
+    for f in [src / "cli.py", *sorted((src / "_cli").glob("*.py"))]:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            ann = getattr(node, "annotation", None) if isinstance(node, ast.arg) else None
+            if (
+                isinstance(ann, ast.Subscript)
+                and ast.unparse(ann.value) == "Annotated"
+                and isinstance(ann.slice, ast.Tuple)
+                and isinstance(ann.slice.elts[1], ast.Call)
+            ):
+                places[node.arg].append(f"{f.name}:{node.lineno}")
+    return {k: v for k, v in places.items() if len(v) > 1}
+
+
+def test_the_counter_sees_an_option_declared_in_place(tmp_path, monkeypatch):
+    """The counter is not blind: a second in-place ``--seed`` in a copy of the CLI is counted."""
+    import shutil
+
+    import privembed.cli
+
+    src = Path(privembed.cli.__file__).parent
+    fake = tmp_path / "privembed"
+    shutil.copytree(src / "_cli", fake / "_cli")
+    shutil.copy(src / "cli.py", fake / "cli.py")
+    before = repeated_option_declarations()
+    extra = (
+        'def twice(\n    batch_rows: Annotated[int, typer.Option(help="x")] = 1,\n) -> None: ...\n'
+    )
+    (fake / "_cli" / "zz.py").write_text(extra + extra.replace("twice", "thrice"))
+    monkeypatch.setattr(privembed.cli, "__file__", str(fake / "cli.py"))
+    after = repeated_option_declarations()
+    assert len(after["batch_rows"]) == len(before.get("batch_rows", [])) + 2
+
+
+def test_options_declared_in_place_repeat_less_than_they_did():
+    """27 names were declared in place at several places (issue 41); sharing the options that
+    mean the same (option groups, ``Opt*`` aliases) left 22. The rest are shared flags whose help
+    each command words for itself (--json, --output, --seed, --model, --overwrite; checked
+    above), INPUT arguments that name different things, and names that mean different things on
+    different commands (--epsilon of a budget or of a simulation, --top, --subject, ...)."""
+    repeated = repeated_option_declarations()
+    assert len(repeated) <= 22, sorted(repeated)
+
+
+def test_attack_commands_share_their_common_options():
+    """Every attack command takes the run options (seed, key, model, -o, --json) and, where it
+    protects its inputs itself, the mechanism options from one declaration each."""
+    from privembed._cli._attack_shape import MechanismSpec, Run
+
+    cmds = {n: c for n, c in _commands().items() if n.startswith("attack ")}
+    assert len(cmds) == 6
+    run = [f.name for f in dataclasses.fields(Run) if f.init]
+    spec = [f.name for f in dataclasses.fields(MechanismSpec) if f.init]
+    protects = [n for n, c in cmds.items() if "--mechanism" in _shown(c)]
+    assert len(protects) == 5  # all but fingerprint, which simulates its own defender
+    for names, which in ((run, list(cmds)), (spec, protects)):
+        for name in names:
+            declared = {_option(cmds[c], name) for c in which}
+            assert len(declared) == 1, (name, declared)
+
+
+# ---- option groups (common.OptionGroup) ------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Pair(OptionGroup):
+    a: Annotated[int, typer.Option(help="First.")] = 1
+    b: Annotated[str, typer.Option(help="Second.")] = "x"
+    total: str = dataclasses.field(init=False, default="")
+
+    def __post_init__(self) -> None:
+        if self.a < 0:
+            raise ValueError(f"--a must be >= 0, got {self.a}.")
+        self.total = f"{self.b}{self.a}"
+
+
+_SEEN: list[tuple[int, _Pair, bool]] = []
+
+
+def _grouped(
+    first: Annotated[int, typer.Option(help="Before.")] = 0,
+    *,
+    pair: _Pair,
+    last: Annotated[bool, typer.Option(help="After.")] = False,
+) -> None:
+    _SEEN.append((first, pair, last))
+
+
+def test_an_option_group_shows_in_place_and_arrives_whole():
+    command = with_option_groups(_grouped)
+    assert list(inspect.signature(command).parameters) == ["first", "a", "b", "last"]
+    app_ = typer.Typer()
+    app_.command("go")(command)
+    app_.command("other")(lambda: None)  # two commands: each is called by its name
+    _SEEN.clear()
+    r = runner.invoke(app_, ["go", "--a", "3", "--b", "y", "--last"])
+    assert r.exit_code == 0, r.output
+    ((first, pair, last),) = _SEEN
+    assert isinstance(pair, _Pair)
+    assert (first, pair.a, pair.b, pair.total, last) == (0, 3, "y", "y3", True)
+    assert "--a" in runner.invoke(app_, ["go", "--help"]).output
+    r = runner.invoke(app_, ["go", "--a", "-1"])
+    assert r.exit_code != 0 and "--a must be >= 0" in str(r.exception)
+
+
+if __name__ == "__main__":
+    found = repeated_option_declarations()
+    print(f"{len(found)} option names declared in place at several places")
+    for name, where in sorted(found.items(), key=lambda kv: -len(kv[1])):
+        print(f"  {name} x{len(where)}: {', '.join(where)}")

@@ -14,32 +14,17 @@ from ._cli.common import (
     EmbedBackend,
     KeyedGenerator,
     MechanismName,
+    MechanismOptions,
     OneLineErrors,
-    OptCalibration,
-    OptCovariance,
-    OptDelta,
-    OptEpsilon,
-    OptInputNorm,
-    OptK,
-    OptKind,
-    OptMask,
-    OptMaskDelta,
-    OptNeighbouring,
-    OptProjectionSeed,
-    OptRenormalize,
-    OptSigma,
-    OptSmoothing,
     SubspaceNoise,
     console,
     err_console,
     fail,
     user_errors,
+    with_option_groups,
 )
 from ._cli.options import (
     OptAllowReprotect,
-    OptBasis,
-    OptBasisDelta,
-    OptBasisEpsilon,
     OptBatchRows,
     OptBudgetDelta,
     OptBudgetEpsilon,
@@ -57,7 +42,6 @@ from ._cli.options import (
     OptSubjectField,
     OptTextField,
     backend_flag,
-    column_flag,
     id_field_flag,
     ids_from_content_flag,
     json_flag,
@@ -70,6 +54,7 @@ from ._cli.options import (
     seed_flag,
     text_field_flag,
 )
+from ._cli.stores import BasisOptions
 
 app = typer.Typer(
     name="privembed",
@@ -241,28 +226,14 @@ TextBackend = Annotated[
 
 @app.command()
 @user_errors
+@with_option_groups
 def protect(
     input: ProtectInput,
     output: Annotated[Path, output_flag(help="Output file (written atomically).")],
     mechanism: ProtectMechanism,
-    epsilon: OptEpsilon = None,
-    delta: OptDelta = None,
-    sigma: OptSigma = None,
-    calibration: OptCalibration = None,
-    covariance: OptCovariance = None,
-    mask: OptMask = None,
-    mask_delta: OptMaskDelta = None,
-    smoothing: OptSmoothing = None,
-    k: OptK = None,
-    basis: OptBasis = None,
-    basis_epsilon: OptBasisEpsilon = None,
-    basis_delta: OptBasisDelta = None,
+    params: MechanismOptions,
+    basis: BasisOptions,
     noise: Noise = None,
-    kind: OptKind = None,
-    projection_seed: OptProjectionSeed = None,
-    neighbouring: OptNeighbouring = None,
-    input_norm: OptInputNorm = None,
-    renormalize: OptRenormalize = None,
     seed: OptSeed = None,
     column: OptColumn = None,
     id_column: OptIdField = None,
@@ -294,13 +265,12 @@ def protect(
     note when it is below a useful level or the guarantee is vacuous.
     """
     from ._cli.common import progress_callback
-    from ._cli.stores import check_basis_options, subspace_basis
     from .core.rng import bit_generator_name, use_bit_generator
     from .mechanisms import build_mechanism
     from .release import check_randomness, open_ledger, protect_file
 
     check_randomness(key_file, seed, ledger=ledger, key_name="--key-file", rng_name="--seed")
-    check_basis_options(mechanism, basis, basis_epsilon, basis_delta)
+    basis.check(mechanism)
     eraser = _load_eraser(erase)
     with (
         # one ledger for the command: a DP-PCA basis is charged with the release it serves
@@ -310,16 +280,8 @@ def protect(
         use_bit_generator(bit_generator or bit_generator_name()),
         progress_callback("protecting") as (set_total, advance),
     ):
-        subspace = subspace_basis(
-            basis, input, led, column=column, id_column=id_column, model=model,
-            epsilon=basis_epsilon, delta=basis_delta,
-        )  # fmt: skip
-        mech = build_mechanism(
-            mechanism, basis=subspace, noise=noise, epsilon=epsilon, delta=delta, sigma=sigma,
-            calibration=calibration, covariance=covariance, mask=mask, mask_delta=mask_delta,
-            smoothing=smoothing, k=k, kind=kind, projection_seed=projection_seed,
-            neighbouring=neighbouring, input_norm=input_norm, renormalize=renormalize,
-        )  # fmt: skip
+        subspace = basis.fit(input, led, column=column, id_column=id_column, model=model)
+        mech = build_mechanism(mechanism, basis=subspace, noise=noise, **params.kwargs())
         summary = protect_file(
             input, output, mech, key=key_file, rng=seed, generator=generator,
             ledger=led, budget_epsilon=budget_epsilon, budget_delta=budget_delta,
@@ -444,7 +406,7 @@ def _print_guarantee(mech: Any) -> None:
 @user_errors
 def info(
     file: Annotated[Path, typer.Argument(help="An embeddings file.")],
-    column: Annotated[str | None, column_flag(help="Embedding column (Parquet).")] = None,
+    column: OptColumn = None,
     as_json: Annotated[bool, json_flag(help="Print the full record as JSON (stdout).")] = False,
 ) -> None:
     """What an embeddings file holds: rows, dimension, norms, model, and for a protected file

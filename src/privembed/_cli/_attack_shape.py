@@ -277,6 +277,7 @@ def input_argument(help: str) -> Any:
     return typer.Argument(help=help, show_default=False)
 
 
+@functools.cache
 def old_spelling(flag: str) -> inspect.Parameter:
     """A hidden option that names INPUT the way an earlier version did (still parsed)."""
     opt = texts_flag() if flag == "--texts" else typer.Option(flag, hidden=True,

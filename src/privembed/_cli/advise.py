@@ -45,12 +45,13 @@ from .evaluate import (
     token_attack_settings,
 )
 from .options import (
+    OptMinCosine,
+    OptRuns,
     basis_epsilon_flag,
     basis_flag,
     delta_flag,
     json_flag,
     mechanisms_flag,
-    min_cosine_flag,
     min_overlap_flag,
     model_flag,
     profile_flag,
@@ -159,9 +160,7 @@ def advise(
             "the token attack."
         ),
     ],
-    min_cosine: Annotated[
-        float | None, min_cosine_flag(help="Utility target: mean cosine to the original.")
-    ] = None,
+    min_cosine: OptMinCosine = None,
     min_overlap: Annotated[
         float | None,
         min_overlap_flag(help="Utility target: knn_overlap@10 (10 nearest neighbours kept)."),
@@ -185,7 +184,7 @@ def advise(
     aux_fraction: OptAuxFraction = 0.5,
     attack_epochs: OptAttackEpochs = None,
     attack_lr: OptAttackLr = None,
-    runs: Annotated[int, typer.Option(help="Releases averaged at every reported point.")] = 3,
+    runs: OptRuns = 3,
     seed: Annotated[int, seed_flag(help="Seed of every release and attack.")] = 0,
     n_queries: OptNQueries = 2000,
     column: OptColumn = None,

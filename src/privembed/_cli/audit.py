@@ -26,24 +26,12 @@ from rich.table import Table
 
 from .common import (
     MechanismName,
-    OptCalibration,
-    OptCovariance,
-    OptDelta,
-    OptEpsilon,
-    OptInputNorm,
-    OptK,
-    OptKind,
-    OptMask,
-    OptMaskDelta,
-    OptNeighbouring,
-    OptProjectionSeed,
-    OptRenormalize,
-    OptSigma,
-    OptSmoothing,
+    MechanismOptions,
     console,
     err_console,
     print_json,
     user_errors,
+    with_option_groups,
 )
 from .options import json_flag, mechanism_flag, seed_flag
 
@@ -199,22 +187,11 @@ def _print(result: Any) -> None:
 
 
 @user_errors
+@with_option_groups
 def audit(
+    *,
     mechanism: OptMechanism = None,
-    epsilon: OptEpsilon = None,
-    delta: OptDelta = None,
-    sigma: OptSigma = None,
-    calibration: OptCalibration = None,
-    covariance: OptCovariance = None,
-    mask: OptMask = None,
-    mask_delta: OptMaskDelta = None,
-    smoothing: OptSmoothing = None,
-    k: OptK = None,
-    kind: OptKind = None,
-    projection_seed: OptProjectionSeed = None,
-    neighbouring: OptNeighbouring = None,
-    input_norm: OptInputNorm = None,
-    renormalize: OptRenormalize = None,
+    params: MechanismOptions,
     from_file: OptFromFile = None,
     dim: OptDim = None,
     samples: Annotated[int, typer.Option(help="Releases drawn per input of the pair.")] = 100_000,
@@ -264,13 +241,10 @@ def audit(
     """
     from ..audit import audit as run_audit
 
-    params = {
-        "epsilon": epsilon, "delta": delta, "sigma": sigma, "calibration": calibration,
-        "mask_delta": mask_delta, "smoothing": smoothing, "k": k, "kind": kind,
-        "projection_seed": projection_seed, "neighbouring": neighbouring,
-        "input_norm": input_norm, "renormalize": renormalize,
-    }  # fmt: skip
-    mech, d = _mechanism_under_audit(mechanism, params, mask, covariance, from_file, dim)
+    mech, d = _mechanism_under_audit(
+        mechanism, params.kwargs(leave_out=("mask", "covariance")), params.mask,
+        params.covariance, from_file, dim,
+    )  # fmt: skip
     noise, gens = _noise_paths(keyed=keyed, fresh_noise=fresh_noise, generator=keyed_generator)
     how: dict[str, Any] = {
         "dim": d, "samples": samples, "score": score, "distance": distance,

@@ -38,6 +38,7 @@ from ..mechanisms.params import describe
 from .options import delta_flag, epsilon_flag, k_flag
 
 __all__ = [
+    "MECHANISM_OPTIONS",
     "USER_ERRORS",
     "BitGeneratorName",
     "Calibration",
@@ -46,6 +47,7 @@ __all__ = [
     "KeyedGenerator",
     "LogProgress",
     "MechanismName",
+    "MechanismOptions",
     "Neighbouring",
     "OneLineErrors",
     "OptionGroup",
@@ -128,12 +130,6 @@ OptRenormalize = Annotated[
     bool | None,
     typer.Option("--renormalize/--no-renormalize", help=describe("renormalize")),
 ]
-#: the keyword arguments of :func:`privembed.mechanisms.build_mechanism` these options give,
-#: in the order the commands declare them (checked by a test)
-MECHANISM_OPTIONS = (
-    "epsilon", "delta", "sigma", "calibration", "covariance", "mask", "mask_delta", "smoothing",
-    "k", "kind", "projection_seed", "neighbouring", "input_norm", "renormalize",
-)  # fmt: skip
 #: randomness policies (:func:`privembed.core.rng.set_bit_generator`; aes/chacha need randomgen)
 BitGeneratorName = Literal["pcg64", "pcg64dxsm", "philox", "sfc64", "aes", "chacha"]
 #: vector stores (:mod:`privembed.integrations.stores`)
@@ -715,6 +711,19 @@ class OptionGroup:
     """
 
 
+@functools.cache
+def _group_options(cls: type[OptionGroup]) -> list[inspect.Parameter]:
+    """The options of a group, made once: every command that takes the group shares them."""
+    types = typing.get_type_hints(cls, include_extras=True)
+    return [
+        inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, annotation=types[f.name], default=f.default
+        )
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if f.init
+    ]
+
+
 def with_option_groups(func: Callable[..., Any]) -> Callable[..., Any]:
     """``func`` as typer sees it: each parameter annotated with an :class:`OptionGroup` class
     is replaced by that group's options, in place; the call builds the groups back from the
@@ -727,15 +736,9 @@ def with_option_groups(func: Callable[..., Any]) -> Callable[..., Any]:
         if not (isinstance(hint, type) and issubclass(hint, OptionGroup)):
             params.append(p.replace(annotation=hint, kind=inspect.Parameter.KEYWORD_ONLY))
             continue
-        fields = [f for f in dataclasses.fields(hint) if f.init]  # type: ignore[arg-type]
-        types = typing.get_type_hints(hint, include_extras=True)
-        groups[p.name] = (hint, [f.name for f in fields])
-        params += [
-            inspect.Parameter(
-                f.name, inspect.Parameter.KEYWORD_ONLY, annotation=types[f.name], default=f.default
-            )
-            for f in fields
-        ]
+        options = _group_options(hint)  # type: ignore[arg-type]  # a class is hashable
+        groups[p.name] = (hint, [o.name for o in options])
+        params += options
 
     @functools.wraps(func)
     def wrapper(**values: Any) -> Any:
@@ -746,3 +749,34 @@ def with_option_groups(func: Callable[..., Any]) -> Callable[..., Any]:
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in params}
     return wrapper
+
+
+@dataclasses.dataclass
+class MechanismOptions(OptionGroup):
+    """The parameters of a mechanism (protect, audit), one option each: the keyword arguments of
+    :func:`privembed.mechanisms.build_mechanism` these options give, in the order the commands
+    show them (:data:`MECHANISM_OPTIONS`)."""
+
+    epsilon: OptEpsilon = None
+    delta: OptDelta = None
+    sigma: OptSigma = None
+    calibration: OptCalibration = None
+    covariance: OptCovariance = None
+    mask: OptMask = None
+    mask_delta: OptMaskDelta = None
+    smoothing: OptSmoothing = None
+    k: OptK = None
+    kind: OptKind = None
+    projection_seed: OptProjectionSeed = None
+    neighbouring: OptNeighbouring = None
+    input_norm: OptInputNorm = None
+    renormalize: OptRenormalize = None
+
+    def kwargs(self, *, leave_out: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The parameters as keyword arguments (``leave_out``: those a command passes itself)."""
+        return {n: getattr(self, n) for n in MECHANISM_OPTIONS if n not in leave_out}
+
+
+#: the keyword arguments of :func:`privembed.mechanisms.build_mechanism` the mechanism options
+#: give, in the order the commands declare them (checked by a test)
+MECHANISM_OPTIONS = tuple(f.name for f in dataclasses.fields(MechanismOptions))

@@ -31,16 +31,17 @@ from .common import (
     user_errors,
 )
 from .options import (
+    OptColumn,
+    OptMinCosine,
+    OptRuns,
     attack_epochs_flag,
     attack_lr_flag,
     aux_fraction_flag,
     ceiling_flag,
-    column_flag,
     delta_flag,
     epsilon_flag,
     k_flag,
     mechanisms_flag,
-    min_cosine_flag,
     min_overlap_flag,
     model_flag,
     n_queries_flag,
@@ -120,7 +121,6 @@ OptNQueries = Annotated[
     int | None, n_queries_flag(help="Queries of the ranking metrics (default 2000; 0 = all).")
 ]
 #: ``--column``
-OptColumn = Annotated[str | None, column_flag()]
 
 # ---- evaluate's own options, grouped with the helper that reads them -------------------------
 # a retrieval task instead of INPUT (_task_embeddings)
@@ -241,7 +241,7 @@ def evaluate(
         str, mechanisms_flag(help=f"Comma-separated mechanisms, any of: {MECHANISM_CHOICES}.")
     ] = "gaussian,laplace,mahalanobis,purkayastha",
     epsilon: _OptEpsilons = None,
-    runs: Annotated[int, typer.Option(help="Independent releases per configuration.")] = 5,
+    runs: OptRuns = 5,
     seed: Annotated[int, seed_flag(help="Seed of the sweep (every cell reproducible).")] = 0,
     delta: Annotated[float, delta_flag(help="delta of gaussian/projection.")] = 1e-5,
     sigma: _OptSigmas = None,
@@ -258,9 +258,7 @@ def evaluate(
     ] = None,
     mask_delta: _OptMaskDeltas = None,
     min_overlap: _OptMinOverlap = None,
-    min_cosine: Annotated[
-        float | None, min_cosine_flag(help="Utility floor on the mean cosine.")
-    ] = None,
+    min_cosine: OptMinCosine = None,
     min_top1: _OptMinTop1 = None,
     floor: _OptFloor = None,
     ceiling: OptCeiling = None,

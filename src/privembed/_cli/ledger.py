@@ -27,6 +27,8 @@ app = typer.Typer(no_args_is_help=True)
 
 #: a ledger on the command line: a file, or a PostgreSQL URL
 LEDGER_HELP = "Ledger file, or a postgresql:// URL (password from PGPASSWORD or ~/.pgpass)."
+#: the LEDGER argument of the ledger commands that read one
+LedgerArg = Annotated[str, typer.Argument(help=LEDGER_HELP)]
 
 
 def _open(path: str) -> Ledger:
@@ -54,7 +56,7 @@ def _guarantee_text(g: object) -> str:
 @app.command()
 @user_errors
 def show(
-    ledger: Annotated[str, typer.Argument(help=LEDGER_HELP)],
+    ledger: LedgerArg,
     as_json: Annotated[bool, json_flag(help="Print the full summary as JSON.")] = False,
 ) -> None:
     """Budgets, and per configuration: mechanism, guarantee, key id, releases; unpublished
@@ -128,7 +130,7 @@ def _lookup_keys(ids: list[str]) -> list[str]:
 @app.command()
 @user_errors
 def spent(
-    ledger: Annotated[str, typer.Argument(help=LEDGER_HELP)],
+    ledger: LedgerArg,
     record: Annotated[
         list[str] | None,
         typer.Option("--id", help="Record id(s); 5 finds the int and the string record 5."),
@@ -181,7 +183,7 @@ def spent(
 @app.command()
 @user_errors
 def export(
-    ledger: Annotated[str, typer.Argument(help=LEDGER_HELP)],
+    ledger: LedgerArg,
     fmt: Annotated[
         Literal["json", "csv"], typer.Option("--format", help="Output format.")
     ] = "json",

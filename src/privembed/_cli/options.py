@@ -177,6 +177,12 @@ OptTextField = Annotated[
 ]
 #: ``--batch-rows``
 OptBatchRows = Annotated[int, batch_rows_flag()]
+#: ``--min-cosine`` of the commands that judge a setting (advise, evaluate)
+OptMinCosine = Annotated[float | None, min_cosine_flag()]
+#: ``--runs`` of the commands that judge a setting (advise, evaluate)
+OptRuns = Annotated[
+    int, typer.Option(help="Independent releases of every setting; their results are averaged.")
+]
 #: ``--allow-reprotect``
 OptAllowReprotect = Annotated[
     bool, allow_reprotect_flag(help="Protect a file that is already protected.")

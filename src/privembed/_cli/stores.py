@@ -11,6 +11,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Annotated, Any, Literal
 
@@ -21,12 +22,14 @@ from .common import (
     MechanismName,
     OptDelta,
     OptEpsilon,
+    OptionGroup,
     OptMask,
     OptSigma,
     console,
     err_console,
     print_json,
     user_errors,
+    with_option_groups,
 )
 from .common import (
     StoreKind as StoreName,
@@ -48,8 +51,6 @@ from .options import (
     OptSeed,
     OptTextField,
     allow_reprotect_flag,
-    batch_rows_flag,
-    column_flag,
     id_field_flag,
     ids_from_content_flag,
     json_flag,
@@ -98,74 +99,80 @@ def _parse_params(mechanism: str, items: list[str] | None) -> dict[str, Any]:
     return out
 
 
-def cli_mechanism(
-    name: str,
-    *,
-    epsilon: float | None,
-    delta: float | None,
-    sigma: float | None,
-    params: list[str] | None,
-    mask: Path | None,
-    basis: Any = None,
-) -> Any:
-    """A mechanism from command-line options (``-p`` parameters are passed through)."""
-    from ..mechanisms import build_mechanism
+@dataclass
+class MechanismParams(OptionGroup):
+    """The parameters of the mechanism of index, protect-stream and protect-shards: epsilon,
+    delta, sigma, a mask, and any other as ``-p NAME=VALUE``."""
 
-    kw = _parse_params(name, params)
-    for k, v in (
-        ("epsilon", epsilon), ("delta", delta), ("sigma", sigma), ("mask", mask), ("basis", basis)
-    ):  # fmt: skip
-        if v is not None:
-            kw[k] = v
-    return build_mechanism(name, **kw)
+    epsilon: OptEpsilon = None
+    delta: OptDelta = None
+    sigma: OptSigma = None
+    param: Params = None
+    mask: OptMask = None
 
+    def given(self) -> dict[str, Any]:
+        """The options as they are spelled, with their values (None: not given)."""
+        return {"--epsilon": self.epsilon, "--delta": self.delta, "--sigma": self.sigma,
+                "--param": self.param, "--mask": self.mask}  # fmt: skip
 
-def check_basis_options(
-    mechanism: str | None, basis: str | None, basis_epsilon: float | None, basis_delta: float | None
-) -> None:
-    """Refuse basis options for a mechanism that takes no basis, and a mechanism that needs one
-    without it (which mechanisms: read from their constructors, ``needs("basis")``)."""
-    from ..mechanisms import MECHANISMS
-    from ..mechanisms.params import takers
+    def build(self, name: str, *, basis: Any = None) -> Any:
+        """Mechanism ``name`` with these parameters (``-p`` ones passed through)."""
+        from ..mechanisms import build_mechanism
 
-    cls = MECHANISMS.get(mechanism or "")
-    takes = cls is not None and "basis" in cls.parameter_names()
-    if not takes and (basis, basis_epsilon, basis_delta) != (None, None, None):
-        which = ", ".join(f"-m {n}" for n in takers("basis"))
-        raise ValueError(
-            f"--basis/--basis-epsilon/--basis-delta apply to {which}, got -m {mechanism}."
-        )
-    if cls is not None and cls.needs("basis") and basis is None:
-        raise ValueError(
-            f"-m {mechanism} needs a basis: --basis PUBLIC_DATA (embeddings or texts), a saved "
-            "basis, or --basis dp-pca with --basis-epsilon and --basis-delta."
-        )
+        kw = _parse_params(name, self.param)
+        for k, v in (("epsilon", self.epsilon), ("delta", self.delta), ("sigma", self.sigma),
+                     ("mask", self.mask), ("basis", basis)):  # fmt: skip
+            if v is not None:
+                kw[k] = v
+        return build_mechanism(name, **kw)
 
 
-def subspace_basis(
-    basis: str | None,
-    corpus: Path,
-    ledger: Any,
-    *,
-    column: str | None,
-    id_column: str | None,
-    model: str | None,
-    epsilon: float | None,
-    delta: float | None,
-) -> Any:
-    """The basis ``--basis`` names (None without one): read, or fitted on ``corpus`` -- a
-    DP-PCA basis charged to every record in ``ledger``, an open ledger (the command's), in the
-    transaction of the first release the command commits with it: the basis and its first use
-    are one unit, and a command refused or failing before then records neither
-    (:func:`privembed.mechanisms.subspace.charge_basis`)."""
-    if basis is None:
-        return None
-    from ..mechanisms.subspace import basis_from
+@dataclass
+class BasisOptions(OptionGroup):
+    """The basis of ``-m subspace`` (protect, index): public data, a saved basis, or DP-PCA of
+    the input with its own central epsilon and delta."""
 
-    return basis_from(
-        basis, corpus=corpus, column=column, id_column=id_column, model=model,
-        epsilon=epsilon, delta=delta, ledger=ledger, charge_with_next_release=True,
-    )  # fmt: skip
+    basis: OptBasis = None
+    basis_epsilon: OptBasisEpsilon = None
+    basis_delta: OptBasisDelta = None
+
+    def check(self, mechanism: str | None) -> None:
+        """Refuse basis options for a mechanism that takes no basis, and a mechanism that needs
+        one without it (which mechanisms: read from their constructors, ``needs("basis")``)."""
+        from ..mechanisms import MECHANISMS
+        from ..mechanisms.params import takers
+
+        cls = MECHANISMS.get(mechanism or "")
+        takes = cls is not None and "basis" in cls.parameter_names()
+        if not takes and (self.basis, self.basis_epsilon, self.basis_delta) != (None, None, None):
+            which = ", ".join(f"-m {n}" for n in takers("basis"))
+            raise ValueError(
+                f"--basis/--basis-epsilon/--basis-delta apply to {which}, got -m {mechanism}."
+            )
+        if cls is not None and cls.needs("basis") and self.basis is None:
+            raise ValueError(
+                f"-m {mechanism} needs a basis: --basis PUBLIC_DATA (embeddings or texts), a "
+                "saved basis, or --basis dp-pca with --basis-epsilon and --basis-delta."
+            )
+
+    def fit(
+        self, corpus: Path, ledger: Any, *, column: str | None, id_column: str | None,
+        model: str | None,
+    ) -> Any:  # fmt: skip
+        """The basis ``--basis`` names (None without one): read, or fitted on ``corpus`` -- a
+        DP-PCA basis charged to every record in ``ledger``, an open ledger (the command's), in
+        the transaction of the first release the command commits with it: the basis and its
+        first use are one unit, and a command refused or failing before then records neither
+        (:func:`privembed.mechanisms.subspace.charge_basis`)."""
+        if self.basis is None:
+            return None
+        from ..mechanisms.subspace import basis_from
+
+        return basis_from(
+            self.basis, corpus=corpus, column=column, id_column=id_column, model=model,
+            epsilon=self.basis_epsilon, delta=self.basis_delta, ledger=ledger,
+            charge_with_next_release=True,
+        )  # fmt: skip
 
 
 #: the least dimension of a collection whose payloads carry a --recall profile (the profile's
@@ -294,16 +301,13 @@ Sealed = Annotated[
 
 
 def index(
+    *,
     input: IndexInput,
     store: StoreKind = "chroma",
     path: StorePath = Path("privembed-db"),
     collection: Collection = "privembed",
     mechanism: IndexMechanism = None,
-    epsilon: OptEpsilon = None,
-    delta: OptDelta = None,
-    sigma: OptSigma = None,
-    param: Params = None,
-    mask: OptMask = None,
+    params: MechanismParams,
     key_file: OptKeyFile = None,
     seed: OptSeed = None,
     column: OptColumn = None,
@@ -323,9 +327,7 @@ def index(
     text_field: OptTextField = "text",
     ids_from_content: IndexIdsFromContent = False,
     profile_queries: ProfileQueries = None,
-    basis: OptBasis = None,
-    basis_epsilon: OptBasisEpsilon = None,
-    basis_delta: OptBasisDelta = None,
+    basis: BasisOptions,
     faiss_index: FaissIndex = None,
     quiet: OptQuiet = False,
     as_json: OptJsonSummary = False,
@@ -339,10 +341,10 @@ def index(
     """
     if sealed:  # payloads only: no mechanism, noise, ledger or profile (a path of its own)
         refused = {
-            "--mechanism": mechanism, "--epsilon": epsilon, "--delta": delta, "--sigma": sigma,
-            "--param": param, "--mask": mask, "--seed": seed, "--ledger": ledger,
+            "--mechanism": mechanism, **params.given(), "--seed": seed, "--ledger": ledger,
             "--budget-epsilon": budget_epsilon, "--budget-delta": budget_delta,
-            "--basis": basis, "--basis-epsilon": basis_epsilon, "--basis-delta": basis_delta,
+            "--basis": basis.basis, "--basis-epsilon": basis.basis_epsilon,
+            "--basis-delta": basis.basis_delta,
             "--profile-queries": profile_queries, "--allow-reprotect": allow_reprotect,
             "--faiss-index": faiss_index,
         }  # fmt: skip
@@ -362,21 +364,15 @@ def index(
     if faiss_index is not None and store != "faiss":
         raise ValueError(f"--faiss-index applies to --store faiss, not --store {store}.")
     key, rng = _randomness(key_file, seed, ledger)
-    check_basis_options(mechanism, basis, basis_epsilon, basis_delta)
+    basis.check(mechanism)
     mech: Any = mechanism
     with (
         _open_ledger(ledger, budget_epsilon, budget_delta) as led,
         progress_callback("indexing") as (set_total, advance),
     ):
         if mechanism not in (None, "none"):
-            subspace = subspace_basis(
-                basis, input, led, column=column, id_column=id_column, model=model,
-                epsilon=basis_epsilon, delta=basis_delta,
-            )  # fmt: skip
-            mech = cli_mechanism(
-                mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask,
-                basis=subspace,
-            )  # fmt: skip
+            subspace = basis.fit(input, led, column=column, id_column=id_column, model=model)
+            mech = params.build(mechanism, basis=subspace)
             check_index_dimension(mech, subspace, payloads=payloads)
         res = index_file(
             input, store, path, collection, mechanism=mech, key=key, rng=rng, ledger=led,
@@ -770,12 +766,9 @@ def _print_results(results: Any, as_json: bool) -> None:
 
 # ---- protect-stream ---------------------------------------------------------------------------
 def protect_stream(
+    *,
     mechanism: Mechanism = None,
-    epsilon: OptEpsilon = None,
-    delta: OptDelta = None,
-    sigma: OptSigma = None,
-    param: Params = None,
-    mask: OptMask = None,
+    params: MechanismParams,
     key_file: OptKeyFile = None,
     seed: OptSeed = None,
     in_format: Annotated[Literal["jsonl", "npy"], typer.Option(help="Input format.")] = "jsonl",
@@ -787,7 +780,7 @@ def protect_stream(
         Path | None, typer.Option("--input", "-i", help="Read this file instead of stdin.")
     ] = None,
     output: Annotated[Path | None, output_flag()] = None,
-    batch_rows: Annotated[int, batch_rows_flag(help="Rows per batch.")] = 1024,
+    batch_rows: OptBatchRows = 1024,
     ledger: OptLedger = None,
     budget_epsilon: OptBudgetEpsilon = None,
     budget_delta: OptBudgetDelta = None,
@@ -805,9 +798,7 @@ def protect_stream(
     if mechanism is None or mechanism == "none":
         raise ValueError("--mechanism is required (protect-stream always protects).")
     key, rng = _randomness(key_file, seed, ledger)
-    mech = cli_mechanism(
-        mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
-    )
+    mech = params.build(mechanism)
     with contextlib.ExitStack() as stack:
         led = stack.enter_context(_open_ledger(ledger, budget_epsilon, budget_delta))
         src: IO[bytes]
@@ -846,16 +837,13 @@ def protect_stream(
 
 # ---- protect-shards ---------------------------------------------------------------------------
 def protect_shards(
+    *,
     inputs: Annotated[
         list[str], typer.Argument(help="Parquet shards: folder(s), glob pattern(s) or files.")
     ],
     output: Annotated[Path, output_flag(help="Output folder.")],
     mechanism: Mechanism = None,
-    epsilon: OptEpsilon = None,
-    delta: OptDelta = None,
-    sigma: OptSigma = None,
-    param: Params = None,
-    mask: OptMask = None,
+    params: MechanismParams,
     key_file: OptKeyFile = None,
     seed: Annotated[int | None, seed_flag(help="Seed (local engine only; experiments).")] = None,
     engine: Annotated[
@@ -867,8 +855,8 @@ def protect_shards(
     num_cpus: Annotated[
         int | None, typer.Option(help="CPUs for a local Ray instance (default: all).")
     ] = None,
-    batch_rows: Annotated[int, batch_rows_flag(help="Rows per batch.")] = 4096,
-    column: Annotated[str | None, column_flag(help="Embedding column.")] = None,
+    batch_rows: OptBatchRows = 4096,
+    column: OptColumn = None,
     id_column: Annotated[
         str | None, id_field_flag(help="Column holding the record ids (default: id).")
     ] = None,
@@ -896,9 +884,7 @@ def protect_shards(
     if mechanism is None or mechanism == "none":
         raise ValueError("--mechanism is required.")
     key, rng = _randomness(key_file, seed, ledger)
-    mech = cli_mechanism(
-        mechanism, epsilon=epsilon, delta=delta, sigma=sigma, params=param, mask=mask
-    )
+    mech = params.build(mechanism)
     if engine == "ray":
         import logging
 
@@ -947,10 +933,10 @@ def protect_shards(
 
 def register(app: typer.Typer) -> None:
     """Add ``index``, ``search``, ``protect-stream`` and ``protect-shards`` to ``app``."""
-    app.command("index")(user_errors(index))
+    app.command("index")(user_errors(with_option_groups(index)))
     app.command("search")(user_errors(search))
-    app.command("protect-stream")(user_errors(protect_stream))
-    app.command("protect-shards")(user_errors(protect_shards))
+    app.command("protect-stream")(user_errors(with_option_groups(protect_stream)))
+    app.command("protect-shards")(user_errors(with_option_groups(protect_shards)))
 
 
 def _pad_bytes(text: str) -> int:
