@@ -268,11 +268,11 @@ def test_cli_budget_refusal_leaves_no_output(where, tmp_path):
 
 
 def test_history_lookups_use_the_record_index_and_cover_every_chunk(tmp_path):
-    from privembed.keys import ledger as ledger_mod
+    from privembed.keys.ledger_sql import LOOKUP_CHUNK
 
     led = Ledger(tmp_path / "l.db")
     m = LaplaceMechanism(epsilon=1.0)
-    n = 2 * ledger_mod._LOOKUP_CHUNK + 7  # three IN (...) chunks
+    n = 2 * LOOKUP_CHUNK + 7  # three IN (...) chunks
     ids = [f"r{i}" for i in range(n)]
     _release(led, ids, m)
     _release(led, ids[::2], m)  # records spread over every chunk

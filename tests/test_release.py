@@ -348,7 +348,7 @@ def test_a_release_accounts_its_guarantee_once(tmp_path, monkeypatch):
     """The charge printed and the charge the ledger stages are one cost_of of the guarantee
     (issue 25: it ran twice per release, once for the text and once for the ledger); without
     a ledger the text still has its own."""
-    import privembed.keys.ledger as ledger_mod
+    import privembed.keys.ledger_staged as ledger_mod
     import privembed.release.policy as policy_mod
     from privembed.keys.ledger import Ledger
     from privembed.release import protect
