@@ -130,6 +130,20 @@ class MLPFit:
     num_threads: int | None
     model_: Any
 
+    def _set_training(
+        self, *, hidden: Sequence[int], epochs: int, batch_size: int, lr: float,
+        weight_decay: float, num_threads: int | None,
+    ) -> None:  # fmt: skip
+        """Check and keep the training hyper-parameters (the constructor's)."""
+        self.hidden = check_hidden(hidden)
+        self.epochs = check_int("epochs", epochs, ge=1)
+        self.batch_size = check_int("batch_size", batch_size, ge=1)
+        self.lr = check_real("lr", lr, gt=0)
+        self.weight_decay = check_real("weight_decay", weight_decay, ge=0)
+        self.num_threads = (
+            None if num_threads is None else check_int("num_threads", num_threads, ge=1)
+        )
+
     def _fit_mlp(
         self, torch: Any, loss_fn: Any, inputs: NDArray[np.float32], targets: NDArray[Any],
         d_out: int, gen: np.random.Generator, on_epoch: Callable[[int], None] | None = None,

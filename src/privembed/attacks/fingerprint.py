@@ -51,12 +51,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import DataError, check_choice, check_int, check_real
+from ..core._validation import DataError, check_choice, check_int
 from ..core.rng import as_generator, spawn
 from . import metrics
 from ._common import (
     MLPFit,
-    check_hidden,
     embeddings_f64,
     simulate_release,
     standard_scale,
@@ -336,14 +335,10 @@ class FingerprintClassifier(MLPFit):
         weight_decay: float = 1e-4,
         num_threads: int | None = 1,
     ) -> None:
-        self.hidden = check_hidden(hidden)
-        self.epochs = check_int("epochs", epochs, ge=1)
-        self.batch_size = check_int("batch_size", batch_size, ge=1)
-        self.lr = check_real("lr", lr, gt=0)
-        self.weight_decay = check_real("weight_decay", weight_decay, ge=0)
-        self.num_threads = (
-            None if num_threads is None else check_int("num_threads", num_threads, ge=1)
-        )
+        self._set_training(
+            hidden=hidden, epochs=epochs, batch_size=batch_size, lr=lr,
+            weight_decay=weight_decay, num_threads=num_threads,
+        )  # fmt: skip
         self.labels_: list[str] = []
         self.model_: Any = None
 

@@ -39,7 +39,6 @@ from . import metrics
 from ._common import (
     MLPFit,
     as_token_sets,
-    check_hidden,
     embeddings_f64,
     standard_scale,
     torch_module,
@@ -243,11 +242,10 @@ class MLCAttack(AdaptiveFit, MLPFit):
         top_k: int | None = None,
         num_threads: int | None = 1,
     ) -> None:
-        self.hidden = check_hidden(hidden)
-        self.epochs = check_int("epochs", epochs, ge=1)
-        self.batch_size = check_int("batch_size", batch_size, ge=1)
-        self.lr = check_real("lr", lr, gt=0)
-        self.weight_decay = check_real("weight_decay", weight_decay, ge=0)
+        self._set_training(
+            hidden=hidden, epochs=epochs, batch_size=batch_size, lr=lr,
+            weight_decay=weight_decay, num_threads=num_threads,
+        )  # fmt: skip
         self.min_count = check_int("min_count", min_count, ge=1)
         self.max_vocabulary = (
             None if max_vocabulary is None else check_int("max_vocabulary", max_vocabulary, ge=1)
@@ -257,9 +255,6 @@ class MLCAttack(AdaptiveFit, MLPFit):
         self.standardize = standardize
         self.threshold = check_real("threshold", threshold, gt=0, lt=1)
         self.top_k = None if top_k is None else check_int("top_k", top_k, ge=1)
-        self.num_threads = (
-            None if num_threads is None else check_int("num_threads", num_threads, ge=1)
-        )
         self.vocabulary_: TokenVocabulary | None = None
         self.model_: Any = None
         self.history_: list[float] = []
