@@ -27,10 +27,12 @@ def _collection(path, X, *, factory=None, epsilon=60.0, texts=None):
     return col
 
 
-def test_block_read_equals_reads_by_id_in_any_order(tmp_path):
+@pytest.mark.parametrize("chunk", [7, 2048])
+def test_block_read_equals_reads_by_id_in_any_order(tmp_path, monkeypatch, chunk):
     """payload_block returns each distinct candidate's payload (the bytes payloads() reads by
-    id), whatever the order of the payload file (records replaced: offsets out of label order)
-    and with payloads of several lengths (texts)."""
+    id), whatever the order of the payload file (records replaced: offsets out of label order),
+    with payloads of several lengths (texts) and through one map or several."""
+    monkeypatch.setattr(store_mod, "PAYLOAD_MAP_CHUNK", chunk)
     X = clustered(300, 16, seed=1)
     texts = ["t" * (i % 37) for i in range(300)]
     with _collection(tmp_path, X, texts=texts) as col:
@@ -139,7 +141,9 @@ def test_a_weak_approximate_index_is_refused_not_trusted(tmp_path, monkeypatch):
             col.query(X[:1], k=10, recall=0.9)
 
 
-def test_pgvector_hnsw_ef_search_follows_k_and_its_recall_is_measured(tmp_path, pg_url):
+def test_pgvector_hnsw_ef_search_follows_k_and_its_recall_is_measured(
+    tmp_path, pg_url, monkeypatch
+):
     """pgvector's HNSW search sets hnsw.ef_search from the depth (capped at pgvector's 1,000);
     its recall is measured against a sequential scan of the same query, and the candidates it
     gives as arrays are its hits."""
@@ -163,3 +167,8 @@ def test_pgvector_hnsw_ef_search_follows_k_and_its_recall_is_measured(tmp_path, 
             b"p" + i[1:].encode() for i in ids
         ]
         assert [ids[r] for r in cand.rows[0]] == [h.id for h in s.search(X[0], k=20)[0]]
+        # the exact side is a full scan, whatever the index would return: with a graph search
+        # of 5 the indexed answer is short, the exact one is not, and the recall says so
+        monkeypatch.setattr(PgVectorStore, "ef_search_for", lambda self, k: 5)
+        assert all(len(h) == 100 for h in s._search(X[:3], 100, False, False, exact=True))
+        assert s.search_recall(X[:10], 100) <= 0.1

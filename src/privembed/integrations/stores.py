@@ -1058,6 +1058,9 @@ FAISS_ONE_THREAD_BELOW = 20
 #: epsilon 1,000, k' = 15) efSearch 64 found 0.978 of real queries' exact top k' and re-ranked
 #: to the Flat index's top 10 on 24 of 30 queries, 256 found all of it (30 of 30)
 HNSW_EF_FACTOR = 2.0
+#: payloads a re-rank reads through one memory map of the payload file (the pages a map
+#: touches count in the process' memory until it is closed: about 16 MiB for this many)
+PAYLOAD_MAP_CHUNK = 2048
 HNSW_EF_MIN = 256
 #: the zip member of a layout-2 index file that holds FAISS's own serialisation of the index
 _INDEX_MEMBER = "index.faiss"
@@ -1085,14 +1088,13 @@ def _gather(
     off: NDArray[np.int64],
     out: NDArray[np.uint8],
 ) -> None:
-    """``out[off[i] : off[i] + lens[i]] = src[starts[i] : starts[i] + lens[i]]`` for every i: one
-    gather of whole rows per distinct length, in source order (the views of ``src`` end with
-    the call, so a memory map can close after it)."""
+    """``out[off[i] : off[i] + lens[i]] = src[starts[i] : starts[i] + lens[i]]`` for every i
+    (``starts`` ascending): one gather of whole rows per distinct length, in source order (the
+    views of ``src`` end with the call, so a memory map can close after it)."""
     buf = np.frombuffer(src, dtype=np.uint8)
     windows = np.lib.stride_tricks.sliding_window_view
     for length in np.unique(lens[lens > 0]).tolist():
         rows = np.flatnonzero(lens == length)
-        rows = rows[np.argsort(starts[rows], kind="stable")]  # ascending in the file
         windows(out, length, writeable=True)[off[rows]] = windows(buf, length)[starts[rows]]
     del buf
 
@@ -1655,10 +1657,18 @@ class FaissStore(VectorStore):
                 f"{self._ids[int(labels[over[0]])]!r} (truncated?)."
             )
         out = np.empty(int(off[-1]), dtype=np.uint8)
-        if out.size:
-            with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
+        # a map counts the pages it touches in the process' memory while it lives (about two
+        # of 4 kB a payload): at most PAYLOAD_MAP_CHUNK payloads are read through one map, the
+        # next chunk further on in the file through the next
+        rows = np.flatnonzero(lens > 0)
+        rows = rows[np.argsort(pos[rows, 0], kind="stable")]
+        for c in range(0, rows.size, PAYLOAD_MAP_CHUNK):
+            part = rows[c : c + PAYLOAD_MAP_CHUNK]
+            first = int(pos[part[0], 0]) // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
+            last = int((pos[part, 0] + lens[part]).max())
+            with mmap.mmap(fd, last - first, offset=first, access=mmap.ACCESS_READ) as mm:
                 mm.madvise(mmap.MADV_RANDOM)  # no read-ahead around each payload
-                _gather(mm, pos[:, 0], lens, off, out)
+                _gather(mm, pos[part, 0] - first, lens[part], off[part], out)
         return out.data, off  # the gathered bytes themselves (a memoryview), not a copy
 
     def candidate_ids(self, candidates: Candidates) -> list[str]:
@@ -2127,8 +2137,9 @@ class PgVectorStore(VectorStore):
         Q = np.ascontiguousarray(Q, dtype=np.float32)
         got = self._search(Q, k, False, False)
         exact = self._search(Q, k, False, False, exact=True)
+        want = min(k, self._count())  # a short indexed answer counts as misses
         shares = [
-            len({h.id for h in a} & {h.id for h in b}) / max(1, len(b))
+            len({h.id for h in a} & {h.id for h in b}) / max(1, want)
             for a, b in zip(got, exact, strict=True)
         ]
         return float(np.mean(shares))
@@ -2150,18 +2161,17 @@ class PgVectorStore(VectorStore):
             + ("payload" if with_payloads else "NULL::bytea")
             + (", embedding" if with_vectors else "")
         )
+        # exact: an order no index serves (the distance plus 0), so every row is scored and
+        # sorted -- a statement of its own, never a cached plan of the indexed one
+        order = f"(embedding {op} %s) + 0" if exact else f"embedding {op} %s"
         stmt = sql.SQL(
-            "SELECT " + cols.format(score=score) + " FROM {} ORDER BY embedding " + op + " %s "
-            "LIMIT %s"
+            "SELECT " + cols.format(score=score) + " FROM {} ORDER BY " + order + " LIMIT %s"
         ).format(self._table())  # the operator and columns are constants of this module
         out: list[list[Hit]] = []
         try:
             with self._conn.transaction():
-                kind = self._info.get("index")
-                if exact:  # the planner cannot use the index: a sequential scan, exact
-                    self._conn.execute("SET LOCAL enable_indexscan = off")
-                    self._conn.execute("SET LOCAL enable_bitmapscan = off")
-                elif kind == "hnsw":
+                kind = None if exact else self._info.get("index")
+                if kind == "hnsw":
                     self._conn.execute(
                         sql.SQL("SET LOCAL hnsw.ef_search = {}").format(
                             sql.Literal(self.ef_search_for(k))
