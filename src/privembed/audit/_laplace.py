@@ -92,9 +92,9 @@ class LaplaceFamily(Family):
             f"noise radius (Gamma shape {fit.shape:.4g}, consistent with d={d})",
             estimates,
             fit.tests,
-            self.checks(mech, d, metric),
-            findings,
-            exceeded,
+            checks=self.checks(mech, d, metric),
+            findings=findings,
+            exceeded=exceeded,
         )
 
     def _extra_estimates(self, mech: Mechanism, Z: NDArray[Any], d: int) -> tuple[Estimate, ...]:

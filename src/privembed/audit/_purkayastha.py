@@ -85,12 +85,17 @@ class PurkayasthaFamily(Family):
                 f"x1, so the pure {math.pi * claim_eps:.4g}-LDP claim holds only with "
                 f"delta={trunc:.3g}"
             )
-        interval = (fit.epsilon, fit.low, fit.high)
-        checks = self.checks(mech, d)
         return Evidence(
-            claim_eps, " per radian", interval, "the angle sample", estimates, fit.tests, checks,
-            findings, fit.exceeded(claim_eps),
-        )  # fmt: skip
+            claim_eps,
+            " per radian",
+            (fit.epsilon, fit.low, fit.high),
+            "the angle sample",
+            estimates,
+            fit.tests,
+            checks=self.checks(mech, d),
+            findings=findings,
+            exceeded=fit.exceeded(claim_eps),
+        )
 
     #: a truncated angle range is reported as a violation above this delta (the reference law's
     #: own rounding is ~1e-14)
