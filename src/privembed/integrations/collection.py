@@ -836,19 +836,23 @@ class ProtectedCollection:
             return depth
         # an approximate index finds a share r of the exact top k': plan for recall / r, with r
         # measured at the k' planned, until k' settles
-        for _ in range(4):
+        for _ in range(6):
             r = self._search_recall(depth)
             if recall / r >= 1.0:  # type: ignore[operator]
                 raise ValueError(
                     f"the store's approximate index finds {r:.3f} of the exact top {depth:,}, "
-                    f"so no k' reaches recall {recall}: use an exact index (FAISS 'Flat') or a "
-                    "larger search depth (ef_factor)."
+                    f"so no k' reaches recall {recall}: search exactly (a FAISS 'Flat' store, "
+                    "pgvector without an index) or with an index that searches deeper "
+                    "(pgvector's HNSW returns at most 1,000)."
                 )
             more = max(k, planner.depth(k=k, recall=recall / r))  # type: ignore[operator]
             if more <= depth:
-                break
+                return depth
             depth = more
-        return depth
+        raise ValueError(
+            f"k' does not settle for recall {recall} with the store's approximate index (it "
+            f"finds {r:.3f} of the exact top {depth:,}): search exactly (a FAISS 'Flat' store)."
+        )
 
     def _search_recall(self, depth: int, n_queries: int = 32) -> float:
         """The store's measured recall of the exact top ``depth`` (``search_recall``) on
