@@ -8,6 +8,7 @@ import base64
 import io
 import itertools
 import json
+import os
 
 import numpy as np
 import pytest
@@ -107,6 +108,16 @@ def test_reservoir_is_the_row_at_a_time_sample(cap):
     ref = _reservoir_row_at_a_time(batches, cap, 0)
     np.testing.assert_array_equal(res.rows(), ref)
     assert res.seen == 300 and res.rows().shape == (min(cap, 300), 6)
+    # row numbers only, the rows read again from a second pass (in other batches)
+    nums = _Reservoir(cap, rng=0, rows=False)
+    for b in batches:
+        nums.add(b)
+    again = ((X[s : s + 64], s) for s in range(0, 300, 64))
+    np.testing.assert_array_equal(nums.gather(again), ref)
+    with pytest.raises(ValueError, match="gather"):
+        nums.rows()
+    with pytest.raises(DataError, match="ended before"):
+        nums.gather(iter([(X[:10], 0)]))
 
 
 def test_reservoir_is_uniform():
@@ -229,3 +240,39 @@ def test_profile_blocks_fit_the_budget_and_never_end_with_a_lone_query():
             fits = max(2, min(256, col_mod.PROFILE_BLOCK_BYTES // (8 * n_docs)))
             if n_q <= fits or n_q % fits != 1:
                 assert b == fits  # the budget's block, where it leaves no lone query
+
+
+def test_an_input_changed_before_the_profile_is_read_again_is_refused(tmp_path, monkeypatch):
+    """The profile's sample is read from the file again once the store is closed (it is kept
+    as row numbers meanwhile): a file changed in between is refused, and a new store removed."""
+    pq, _ = _files(tmp_path)
+    real_close = ProtectedCollection.close
+
+    def close(self):
+        real_close(self)
+        pq.write_bytes(pq.read_bytes() + b"")  # the same bytes, a new modification time
+        os.utime(pq, ns=(1, 1))
+
+    monkeypatch.setattr(ProtectedCollection, "close", close)
+    with pytest.raises(DataError, match="changed while it was indexed"):
+        _index(pq, tmp_path / "db", 16, 200)
+    assert not (tmp_path / "db").exists()
+
+
+def test_repeated_ids_are_refused_after_the_check_moves_to_disk(tmp_path, monkeypatch):
+    """The ids already indexed are checked on disk past SEEN_IN_MEMORY: a repeat far apart is
+    still refused, before anything is kept."""
+    from privembed.keys.ledger import DuplicateIds
+
+    monkeypatch.setattr(col_mod, "SEEN_IN_MEMORY", 10)
+    X = clustered(N, D, seed=4)
+    ids = [f"r{i}" for i in range(N)]
+    ids[-1] = "r3"  # a repeat 57 rows after the first, 8 batches of 7 later
+    src = tmp_path / "dup.parquet"
+    write_embeddings(src, X, ids=ids)
+    with pytest.raises(DuplicateIds, match="'r3'"):
+        _index(src, tmp_path / "db", 7, 200)
+    assert not (tmp_path / "db").exists()
+    src2 = tmp_path / "ok.parquet"
+    write_embeddings(src2, X, ids=[f"r{i}" for i in range(N)])
+    assert _index(src2, tmp_path / "db2", 7, 200)["rows"] == N

@@ -35,7 +35,7 @@ import io
 import json
 import math
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -1386,6 +1386,9 @@ class _IndexInput:
     needs_ids: bool
     wanted: list[str]
     batches: Iterator[tuple[Any, Any, Any, Any, int]]
+    #: the file's batches of (X, first row) once more (an embeddings file; None for texts,
+    #: embedded as they are read): the profile's sample is gathered by row number
+    reread: Callable[[], Iterator[tuple[Any, int]]] | None = None
 
     @property
     def protection(self) -> dict[str, Any]:
@@ -1468,8 +1471,28 @@ def _index_input(
     batches = ((b.ids, b.X, None, b.extra, b.start) for b in raw)
     emb_model = meta.get("embedding_model") or model
     return _IndexInput(
-        input, n, dim if dim > 0 else None, meta, emb_model, needs_ids, wanted, batches
-    )
+        input, n, dim if dim > 0 else None, meta, emb_model, needs_ids, wanted, batches,
+        _rereader(input, batch_rows, column=column, id_column=id_column),
+    )  # fmt: skip
+
+
+def _rereader(
+    path: Path, batch_rows: int, *, column: str | None, id_column: str | None
+) -> Callable[[], Iterator[tuple[Any, int]]]:
+    """A second pass over an embeddings file, refused if the file changed since the first."""
+    from ..data.io import iter_batches
+
+    before = path.stat()
+
+    def again() -> Iterator[tuple[Any, int]]:
+        now = path.stat()
+        if (now.st_size, now.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            raise DataError(f"{path} changed while it was indexed; index it again.")
+        _, _, _, raw = iter_batches(path, batch_rows=batch_rows, column=column,
+                                    id_column=id_column)  # fmt: skip
+        return ((b.X, b.start) for b in raw)
+
+    return again
 
 
 def _check_index_mode(
@@ -1627,14 +1650,24 @@ class _ProfileSample:
     """What a collection's clean-score profile is made from (payloads only): real queries, or
     ``count`` documents standing in for them, and a uniform sample of the documents."""
 
-    def __init__(self, payloads: bool, queries: Any, max_docs: int, model: str | None) -> None:
+    def __init__(
+        self,
+        payloads: bool,
+        queries: Any,
+        max_docs: int,
+        model: str | None,
+        reread: Callable[[], Iterator[tuple[Any, int]]] | None = None,
+    ) -> None:
         self.queries: NDArray[np.float32] | None = None
         if payloads and not isinstance(queries, int):
             self.queries = _profile_query_vectors(queries, model)
         elif not isinstance(queries, int) or isinstance(queries, bool):
             raise ValueError("profile queries apply to a collection with payloads (--payloads).")
         self.count = queries
-        self.docs = _Reservoir(max_docs, rng=0) if payloads else None
+        #: with a second pass over the input, the sample is kept as row numbers while the store
+        #: fills (not max_docs x d) and its rows are read again once the store is closed
+        self.reread = reread
+        self.docs = _Reservoir(max_docs, rng=0, rows=reread is None) if payloads else None
 
     @property
     def source(self) -> str | None:
@@ -1667,7 +1700,7 @@ class _ProfileSample:
         is read as float32, before the profile's own copies are made."""
         if target is None or self.docs is None:
             return
-        docs = self.docs.rows()
+        docs = self.docs.rows() if self.reread is None else self.docs.gather(self.reread())
         self.docs = None
         if self.queries is not None:
             target.seal(self.queries, docs, rng=0, source="queries")
@@ -1693,6 +1726,11 @@ def _removed_on_failure(store_path: Path) -> Iterator[None]:
         raise
 
 
+#: record ids an index checks for repeats in memory; beyond, in a private temporary SQLite
+#: file (:class:`~privembed.release.ReleasedIds`): a million ids are about 100 MB in a set
+SEEN_IN_MEMORY = 100_000
+
+
 def _index_into(
     source: _IndexInput,
     store: str,
@@ -1710,7 +1748,7 @@ def _index_into(
     the setting note of a protected index (``setting``)."""
     from ..release import ReleasedIds
 
-    seen = ReleasedIds() if source.needs_ids else None
+    seen = ReleasedIds(spill=SEEN_IN_MEMORY) if source.needs_ids else None
     rows, dim = 0, source.dim
     try:
         with _removed_on_failure(Path(path)):
@@ -1864,7 +1902,7 @@ def index_file(
     if sealed and not isinstance(profile_queries, int):
         raise ValueError("a sealed collection ranks exactly: profile queries do not apply.")
     profile = _ProfileSample(
-        payloads and not sealed, profile_queries, profile_max_docs, source.model
+        payloads and not sealed, profile_queries, profile_max_docs, source.model, source.reread
     )
     return _index_into(
         source,
@@ -1885,29 +1923,36 @@ def index_file(
 
 
 class _Reservoir:
-    """A uniform sample of at most ``cap`` rows of a stream (Vitter's algorithm R), float16.
+    """A uniform sample of at most ``cap`` rows of a stream (Vitter's algorithm R): the row
+    numbers it holds and, with ``rows``, the rows themselves in float16.
 
     Vectorised per batch, with the draws of the row-at-a-time algorithm: row ``s`` of the
     stream (``s >= cap``) takes slot ``integers(0, s + 1)`` when that is below ``cap``, the
     bounds of a batch drawn in one call (the same stream of numbers), and a later row of a
-    batch drawn to the same slot as an earlier one replaces it. Holds ``cap`` x d float16.
+    batch drawn to the same slot as an earlier one replaces it. Holds ``cap`` row numbers, and
+    ``cap`` x d float16 with ``rows``; without, :meth:`gather` reads the rows from a second
+    pass over the stream.
     """
 
-    def __init__(self, cap: int, *, rng: Any = None) -> None:
+    def __init__(self, cap: int, *, rng: Any = None, rows: bool = True) -> None:
         self.cap = int(cap)
         self.seen = 0
+        self.keep_rows = bool(rows)
+        self._which = np.empty(0, dtype=np.int64)  # the stream row in each slot
         self._parts: list[NDArray[np.float16]] = []  # the first rows, until the sample is full
         self._rows: NDArray[np.float16] | None = None
         self._gen = np.random.default_rng(rng)
 
     def add(self, X: NDArray[Any]) -> None:
-        A = np.asarray(X, dtype=np.float16)
+        A = np.asarray(X, dtype=np.float16) if self.keep_rows else np.asarray(X)
         n = int(A.shape[0])
         take = max(0, min(n, self.cap - self.seen))
         if take:
-            self._parts.append(np.array(A[:take]))
+            self._which = np.concatenate([self._which, np.arange(self.seen, self.seen + take)])
+            if self.keep_rows:
+                self._parts.append(np.array(A[:take]))
         if take < n:
-            if self._rows is None:
+            if self.keep_rows and self._rows is None:
                 self._rows = self._filled(A.shape[1])
             high = np.arange(self.seen + take + 1, self.seen + n + 1, dtype=np.int64)
             slot = self._gen.integers(0, high)
@@ -1915,7 +1960,9 @@ class _Reservoir:
             # the last row drawn to a slot is the one that stays there
             _, last = np.unique(slot[hit][::-1], return_index=True)
             keep = hit[hit.size - 1 - last]
-            self._rows[slot[keep]] = A[take + keep]
+            self._which[slot[keep]] = self.seen + take + keep
+            if self._rows is not None:
+                self._rows[slot[keep]] = A[take + keep]
         self.seen += n
 
     def _filled(self, dim: int) -> NDArray[np.float16]:
@@ -1924,9 +1971,28 @@ class _Reservoir:
         return rows
 
     def rows(self) -> NDArray[np.float32]:
-        """The sample as float32, in slot order."""
+        """The sample as float32, in slot order (kept rows only)."""
+        if not self.keep_rows:
+            raise ValueError("this sample keeps row numbers only: gather() its rows.")
         if self._rows is None:
             if not self._parts:
                 return np.empty((0, 0), dtype=np.float32)
             self._rows = self._filled(self._parts[0].shape[1])
         return self._rows.astype(np.float32)
+
+    def gather(self, batches: Iterator[tuple[Any, int]]) -> NDArray[np.float32]:
+        """The sample as float32, in slot order, read from ``batches`` of (X, first row) of the
+        same stream again: what :meth:`rows` returns when the rows are kept."""
+        which = self._which
+        out: NDArray[np.float16] | None = None
+        found = 0
+        for X, start in batches:
+            A = np.asarray(X)
+            if out is None:
+                out = np.empty((which.size, A.shape[1]), dtype=np.float16)
+            here = np.flatnonzero((which >= start) & (which < start + A.shape[0]))
+            out[here] = np.asarray(A[which[here] - start], dtype=np.float16)
+            found += here.size
+        if out is None or found != which.size:
+            raise DataError("the input ended before the rows of the profile's sample.")
+        return out.astype(np.float32)
