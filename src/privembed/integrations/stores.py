@@ -1256,7 +1256,11 @@ class FaissStore(VectorStore):
         ``"Flat"``): ``"Flat"`` searches exactly; ``"SQfp16"`` keeps the vectors in half
         precision (half the memory, a faster scan; scores within about 1e-3 of float32's, so
         the k' candidates of a re-rank are the same in practice: docs/benchmarks.md);
-        ``"HNSW32"`` is approximate and faster on millions of vectors, but cannot replace
+        ``"HNSW32"`` is approximate (searched with ``efSearch`` = max(256, 2 k) for a depth
+        k; its recall of the exact top k' is measured by :meth:`search_recall` and folded into
+        the k' of ``recall=``), pays on low-dimensional or lightly perturbed vectors (a
+        subspace store; at Laplace epsilon <= 200 in 384 dimensions a search deep enough to keep
+        the exact top k' costs what the flat scan costs: docs/benchmarks.md), and cannot replace
         existing ids. An existing store keeps the index it was made with (a different
         ``factory`` for it is refused). For ``metric="cosine"`` vectors and queries are
         normalised and searched by inner product.
