@@ -221,3 +221,37 @@ def test_jsonl_output_carries_extra_columns(tmp_path, X):
     first = json.loads(out.read_text().splitlines()[0])
     assert list(first) == ["id", "lang", "embedding"] and first["id"] == "r0"
     assert read_embeddings(out).X.shape == X.shape
+
+
+def test_every_name_imported_from_privembed_data_io_is_there():
+    """io.py re-exports the modules it was split into: each name another module, test or
+    benchmark imports from it (many lazily, inside a function) is importable, privates too."""
+    import ast
+    from pathlib import Path
+
+    import privembed.data.io as io
+
+    root = Path(__file__).resolve().parents[1]
+    wanted: dict[str, str] = {}
+    for folder in ("src", "tests", "benchmarks", "tools"):
+        for f in (root / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("data.io"):
+                    wanted.update((a.name, f.name) for a in node.names)
+    assert {"write_embeddings", "_list_to_numpy", "_require_exists"} <= set(wanted)
+    missing = {name: where for name, where in wanted.items() if not hasattr(io, name)}
+    assert not missing, missing
+    assert set(io.__all__) <= set(dir(io))
+
+
+def test_jsonl_ids_on_some_lines_only_are_refused_alike_for_texts_and_embeddings(tmp_path):
+    """Texts and embeddings JSONL check their ids with one rule and the same messages."""
+    for body, message in [
+        ('{"id": 1, T}\n{T}\n', r"f\.jsonl:2: missing 'id' \(other lines have ids\)\."),
+        ('{T}\n{"id": 1, T}\n', r"f\.jsonl: some lines have an 'id' and others do not\."),
+    ]:
+        f = tmp_path / "f.jsonl"
+        f.write_text(body.replace("T", '"text": "a", "embedding": [1.0]'))
+        for reader in (read_texts, read_embeddings):
+            with pytest.raises(DataError, match=message):
+                reader(f)
