@@ -14,7 +14,6 @@ References
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 from ..core._optional import require
 from ..core._validation import DataError, check_int
 from ..core.rng import as_generator
+from ..data.io import iter_json_lines, parse_json
 
 __all__ = [
     "BUILTIN_CONCEPTS",
@@ -486,28 +486,27 @@ def generate_sentences(concept: str, n: int = 2000, *, rng: Any = None) -> list[
 def read_tokens(path: str | Path) -> list[str]:
     """Read concept tokens: ``.txt`` (one per line, ``#`` comments), ``.json`` (a list of strings)
     or ``.jsonl`` (``{"token": ...}`` or a bare JSON string per line).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``path`` does not exist.
+    privembed.DataError
+        Invalid or too deeply nested JSON (JSONL: naming the line), an entry that is not a
+        string, or no tokens at all.
     """
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"file not found: {p}")
     suffix = p.suffix.lower()
     if suffix == ".json":
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{p}: invalid JSON ({exc.msg}).") from None
+        data = parse_json(p.read_text(encoding="utf-8"), p)
         if not isinstance(data, list) or not all(isinstance(t, str) for t in data):
             raise DataError(f"{p}: expected a JSON list of strings.")
         tokens = data
     elif suffix in (".jsonl", ".ndjson"):
         tokens = []
-        for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{p}:{lineno}: invalid JSON ({exc.msg}).") from None
+        for lineno, obj in iter_json_lines(p):
             tok = obj.get("token") if isinstance(obj, dict) else obj
             if not isinstance(tok, str):
                 raise DataError(f"{p}:{lineno}: expected a string or {{'token': ...}}.")
