@@ -1058,9 +1058,12 @@ FAISS_ONE_THREAD_BELOW = 20
 #: epsilon 1,000, k' = 15) efSearch 64 found 0.978 of real queries' exact top k' and re-ranked
 #: to the Flat index's top 10 on 24 of 30 queries, 256 found all of it (30 of 30)
 HNSW_EF_FACTOR = 2.0
-#: payloads a re-rank reads through one memory map of the payload file (the pages a map
-#: touches count in the process' memory until it is closed: about 16 MiB for this many)
-PAYLOAD_MAP_CHUNK = 2048
+#: payloads a re-rank reads through one memory map of the payload file: the pages a map
+#: touches count in the process' memory until it is closed, and on Linux 6.18 each payload
+#: touched at random in a 1.66 GB payload file (1M records) brought ~640 kB in with it despite
+#: MADV_RANDOM (1,000 payloads through one map: +633 MB peak RSS; through maps of 64: +67 MB;
+#: benchmarks/bench_memory.py), so a map covers few payloads
+PAYLOAD_MAP_CHUNK = 64
 HNSW_EF_MIN = 256
 #: the zip member of a layout-2 index file that holds FAISS's own serialisation of the index
 _INDEX_MEMBER = "index.faiss"
