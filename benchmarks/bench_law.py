@@ -38,6 +38,7 @@ import json
 import math
 import os
 import platform
+import resource
 import sys
 import tempfile
 import time
@@ -233,11 +234,19 @@ def main() -> None:
     ap.add_argument("--eps", default="50,100,150")
     ap.add_argument("--modes", default="rerank,subspace+rerank,sealed")
     ap.add_argument("--queries", type=int, default=200, help="held-out evaluation queries")
+    ap.add_argument(
+        "--relevant-only",
+        action="store_true",
+        help="evaluate on queries whose relevant passage is in the corpus (NDCG share)",
+    )
     ap.add_argument("--max-mb", type=float, default=4.0, help="the per-query budget (MB)")
     ap.add_argument(
         "--synthetic-cells",
         default="",
         help="mode:eps,... measured at the sizes topped up with synthetic rows (default: all)",
+    )
+    ap.add_argument(
+        "--cells", default="", help="mode:eps,... measured at every size (default: all)"
     )
     ap.add_argument("--search", default="", help="cells searched for real: N|kind:mode:eps,...")
     ap.add_argument("--search-queries", type=int, default=100)
@@ -255,7 +264,12 @@ def main() -> None:
     # profile -- never the same query in both
     pool = np.flatnonzero(data["qsource"] != "wordnet")
     pick = np.random.default_rng(0).permutation(pool)
-    ev, pr = pick[: args.queries], pick[args.queries : 2 * args.queries]
+    if args.relevant_only:  # evaluation queries whose relevant passage is in the corpus
+        there = np.isin(data["relevant"][pick], data["pid"])
+        ev = pick[there][: args.queries]
+        pr = pick[~np.isin(pick, ev)][: args.queries]
+    else:
+        ev, pr = pick[: args.queries], pick[args.queries : 2 * args.queries]
     Qeval, Qprof = data["Q"][ev], data["Q"][pr]
     rel_pid = data["relevant"][ev]
     fit_rows = np.flatnonzero(src != "wordnet")
@@ -273,6 +287,7 @@ def main() -> None:
           f"{platform.python_version()}, load {os.getloadavg()}")  # fmt: skip
     searches = {tuple(c.split(":")) for c in args.search.split(",") if c}
     synth_cells = {tuple(c.split(":")) for c in args.synthetic_cells.split(",") if c}
+    cells = {tuple(c.split(":")) for c in args.cells.split(",") if c}
     rows: list[dict] = []
     print("| N | kind | mode | eps | k | k' planner (recall 0.9) | recall at it | MB/query | "
           "k'_0.9 measured | k' in 4 MB | recall / NDCG share at it | real search at k' | "
@@ -289,9 +304,10 @@ def main() -> None:
         if kind == "synthetic":
             D = np.concatenate([D, spectral(X, n - n_real, seed=3)])
         top = clean_top(Qeval, D)
-        rel_row = np.searchsorted(data["pid"][sel], rel_pid)  # pid is sorted among rows >= 0
-        rel_row = np.where(data["pid"][sel][np.minimum(rel_row, sel.size - 1)] == rel_pid,
-                           rel_row, -1)  # fmt: skip
+        pid_sel = data["pid"][sel]  # the passage id of each row of D (-1: reused rows)
+        where = np.full(int(max(pid_sel.max(), rel_pid.max())) + 2, -1)
+        where[pid_sel[pid_sel >= 0]] = np.flatnonzero(pid_sel >= 0)
+        rel_row = where[rel_pid]  # each query's relevant passage's row in D, or -1
         rel_pos = np.array([int(np.flatnonzero(t == r)[0]) if r >= 0 and (t == r).any() else -1
                             for t, r in zip(top, rel_row, strict=True)])  # fmt: skip
         for mode in modes:
@@ -306,6 +322,8 @@ def main() -> None:
                 continue
             for eps in eps_grid:
                 if kind == "synthetic" and synth_cells and (mode, f"{eps:g}") not in synth_cells:
+                    continue
+                if cells and (mode, f"{eps:g}") not in cells:
                     continue
                 mech = mechanism(mode, eps, basis)
                 dim = int(getattr(mech, "k", 384))
@@ -339,14 +357,16 @@ def main() -> None:
                     sh = p_real / c_real if c_real > 0 else float("nan")
                     row.update(search_depth=ks, p50=p50, p95=p95, recall_real=got, index_s=t_ix,
                                ndcg_share_real=sh)  # fmt: skip
-                    lat = f"{ks:,} | {p50:.0f} / {p95:.0f} | {got:.3f} / {sh:.2f}"
+                    lat = f"{ks:,} | {p50:.0f} / {p95:.0f} | {got:.3f} / {sh:.2f} (index {t_ix:.0f} s)"
                 else:
                     lat = " | | "
                 rows.append(row)
                 print(f"| {n:,} | {kind} | {mode} | {eps:g} | {dim} | {kp:,} | "
                       f"{row['recall']:.3f} | {cost.bytes / 1e6:.2f} | {row['k90']:,} | {kb:,} | "
                       f"{row['recall_budget']:.3f} / {share:.2f} ({n_ok} q) | {lat} |", flush=True)  # fmt: skip
-        print(f"#   N = {n:,} took {time.perf_counter() - t0:.0f} s, load {os.getloadavg()}",
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+        print(f"#   N = {n:,} took {time.perf_counter() - t0:.0f} s, peak RSS so far {peak:.1f} GB, "
+              f"load {os.getloadavg()}",
               flush=True)  # fmt: skip
         del D
 
