@@ -19,6 +19,7 @@ import pytest
 
 from privembed import get_mechanism
 from privembed.data.io import write_embeddings
+from privembed.integrations import cluster_index
 from privembed.integrations.cluster_index import index_cluster, prepare_collection
 from privembed.integrations.collection import ProtectedCollection
 from privembed.integrations.stores import PgVectorStore
@@ -151,31 +152,42 @@ def test_two_writers_equal_one_process_and_charge_once(pg_url, tmp_path):
         assert np.allclose([h.score for h in hs], np.sort(c)[::-1][:10], atol=1e-5)
 
 
-def test_a_writer_killed_mid_batch_then_rerun(pg_url, tmp_path, monkeypatch):
-    """Writer 1's third batch commits half its rows, then the process is killed (SIGKILL):
-    the call fails in one line with the release committed; the same call again completes the
-    collection without a duplicate and charges nothing new."""
-    shards = _shards(tmp_path / "shards")
-    ledger = tmp_path / "ledger.db"
-    victim = "doc-0200"  # in batch 5 (rows 170..209): writer 1's third batch (1, 3, 5, 7)
+#: the record whose batch a writer dies in: batch 5 (rows 170..209), writer 1's third (1, 3, 5, 7)
+VICTIM = "doc-0200"
+
+
+def _dying_writer(target, plan, w, n, conn):
+    """A writer process (spawned: it imports this module) whose upsert of the batch holding
+    :data:`VICTIM` commits half of the batch's rows and then kills the process (SIGKILL)."""
     real = PgVectorStore._upsert
 
     def dying(self, ids, X, metadata, payloads):
-        if victim in ids:
+        if VICTIM in ids:
             h = len(ids) // 2
             real(self, ids[:h], X[:h], None if metadata is None else metadata[:h],
                  None if payloads is None else payloads[:h])  # fmt: skip
             os.kill(os.getpid(), signal.SIGKILL)
         return real(self, ids, X, metadata, payloads)
 
-    monkeypatch.setattr(PgVectorStore, "_upsert", dying)
+    PgVectorStore._upsert = dying
+    cluster_index._local_writer(target, plan, w, n, conn)
+
+
+def test_a_writer_killed_mid_batch_then_rerun(pg_url, tmp_path, monkeypatch):
+    """Writer 1's third batch commits half its rows, then the process is killed (SIGKILL):
+    the call fails in one line with the release committed; the same call again completes the
+    collection without a duplicate and charges nothing new."""
+    shards = _shards(tmp_path / "shards")
+    ledger = tmp_path / "ledger.db"
+    real = cluster_index._local_writer
+    monkeypatch.setattr(cluster_index, "_local_writer", _dying_writer)
     args = dict(key=KEY, path=tmp_path / "cl", writers=2, partitions=3, ledger=ledger,
                 batch_rows=BATCH)  # fmt: skip
     with pytest.raises(RuntimeError, match=r"writer 1 died \(exit code -9\).*run the same call"):
         index_cluster(shards, pg_url, "killed", _mech(), **args)
     n, distinct, _got = _rows(pg_url, "killed")
     assert n == distinct and 0 < n < N  # half a batch is in, what came after it is not
-    monkeypatch.setattr(PgVectorStore, "_upsert", real)
+    monkeypatch.setattr(cluster_index, "_local_writer", real)
     single = _single(pg_url, tmp_path)
     single.close()
     one = _spent(tmp_path / "single.db")

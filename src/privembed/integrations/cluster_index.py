@@ -50,7 +50,7 @@ from __future__ import annotations
 import multiprocessing
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -267,13 +267,15 @@ def _local_writer(target: ClusterTarget, plan: ShardPlan, w: int, n: int, conn: 
 
 
 def _run_local(target: ClusterTarget, plan: ShardPlan, writers: int) -> list[WriterReport]:
-    """``writers`` processes (forked where the platform allows), each with its connection."""
-    methods = multiprocessing.get_all_start_methods()
-    ctx: Any = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    """``writers`` new processes, each with its connection. Started with ``spawn``, never
+    ``fork``: a process forked from one that runs threads (pyarrow's, a database driver's) can
+    wait forever on a lock held by a thread that was not copied."""
+    ctx: Any = multiprocessing.get_context("spawn")
+    shared = replace(plan, ids=None)  # the writers read their rows; the ids stay here
     procs, pipes = [], []
     for w in range(writers):
         recv, send = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_local_writer, args=(target, plan, w, writers, send), daemon=True)
+        p = ctx.Process(target=_local_writer, args=(target, shared, w, writers, send), daemon=True)
         p.start()
         send.close()
         procs.append(p)
