@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from privembed import get_mechanism
-from privembed.integrations import stores as store_mod
+from privembed.integrations import store_faiss as store_mod
 from privembed.integrations.collection import ProtectedCollection
 from privembed.integrations.stores import FaissStore
 from privembed.keys.payload import PayloadCodec, PayloadError

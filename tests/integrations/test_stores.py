@@ -449,7 +449,7 @@ def _write_layout1(path, collection, ids, X, metas):
 def test_faiss_stores_of_the_earlier_layout_open_and_are_converted(tmp_path, monkeypatch):
     import base64
 
-    from privembed.integrations import stores
+    from privembed.integrations import store_faiss, stores
 
     rng = np.random.default_rng(3)
     X = rng.standard_normal((50, 8)).astype(np.float32)
@@ -460,7 +460,10 @@ def test_faiss_stores_of_the_earlier_layout_open_and_are_converted(tmp_path, mon
     ]
     ids = [f"r{i}" for i in range(50)]
     _write_layout1(tmp_path, "old", ids, X, metas)
-    monkeypatch.setattr(stores, "_npy_rows", _chunked(stores._npy_rows, 64))  # 1-2 rows a chunk
+    # the FAISS store reads layout-1 rows through store_faiss's name for them
+    monkeypatch.setattr(
+        store_faiss, "_npy_rows", _chunked(stores._npy_rows, 64)
+    )  # 1-2 rows a chunk
     want = [b if i % 5 else None for i, b in enumerate(blobs)]
     with FaissStore(tmp_path, "old", create=False) as s:
         assert s.layout == 1 and s.count() == 50

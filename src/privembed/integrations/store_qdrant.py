@@ -1,0 +1,165 @@
+"""Qdrant (local mode) behind :class:`~privembed.integrations.store_base.VectorStore`."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ..core._optional import require
+from .store_base import (
+    _INFO_KEY,
+    PAYLOAD_KEY,
+    Hit,
+    VectorStore,
+    _decode_payload,
+    _named_collections,
+    _parse_info,
+    _split_meta,
+    _with_payload_meta,
+)
+
+__all__ = ["QdrantStore"]
+
+
+#: namespace of the UUIDs that stand for record ids (Qdrant point ids are ints or UUIDs)
+_QDRANT_NS = uuid.UUID("6f1c3a52-5c1e-4f7a-9d3e-1b0e6c1f2a77")
+_QDRANT_ID = "privembed_id"
+
+
+class QdrantStore(VectorStore):
+    """A collection in a local-mode Qdrant database (``QdrantClient(path=...)``, no server).
+
+    Record ids become UUID5 point ids (Qdrant accepts only integers and UUIDs); the original id
+    is kept in the payload under ``privembed_id``. ``metric`` maps to ``Distance.COSINE`` /
+    ``Distance.DOT``. Local mode allows one client per folder at a time and searches exactly.
+    """
+
+    name = "qdrant"
+
+    def _open(self) -> dict[str, Any] | None:
+        qc = require("qdrant_client", "integrations", purpose="the Qdrant vector store")
+        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self._client = qc.QdrantClient(path=str(self.path))
+        except RuntimeError as exc:
+            raise ValueError(f"cannot open Qdrant store {self.path}: {exc}") from None
+        if not self._client.collection_exists(self.collection):
+            return None
+        meta = self._client.get_collection(self.collection).config.metadata or {}
+        return _parse_info(meta.get(_INFO_KEY))
+
+    def _listing(self) -> str:
+        names = [c.name for c in self._client.get_collections().collections]
+        return _named_collections(names)
+
+    def _distance(self) -> Any:
+        from qdrant_client import models
+
+        return models.Distance.COSINE if self.metric == "cosine" else models.Distance.DOT
+
+    def _create(self, dim: int) -> None:
+        from qdrant_client import models
+
+        self._client.create_collection(
+            self.collection,
+            vectors_config=models.VectorParams(size=dim, distance=self._distance()),
+            metadata={_INFO_KEY: self._info_json()},
+        )
+
+    def _write_info(self) -> None:
+        self._client.update_collection(self.collection, metadata={_INFO_KEY: self._info_json()})
+
+    def _upsert(
+        self,
+        ids: list[str],
+        X: NDArray[np.float32],
+        metadata: list[dict[str, Any]] | None,
+        payloads: list[bytes] | None,
+    ) -> None:
+        from qdrant_client import models
+
+        metadata = _with_payload_meta(metadata, payloads, len(ids))
+        step = 1024
+        for s in range(0, len(ids), step):
+            chunk = ids[s : s + step]
+            metas = metadata[s : s + step] if metadata is not None else [{}] * len(chunk)
+            self._client.upsert(
+                self.collection,
+                points=models.Batch(
+                    ids=[str(uuid.uuid5(_QDRANT_NS, i)) for i in chunk],
+                    vectors=X[s : s + step].tolist(),
+                    payloads=[{**m, _QDRANT_ID: i} for i, m in zip(chunk, metas, strict=True)],
+                ),
+            )
+
+    def _search(
+        self, Q: NDArray[np.float32], k: int, with_vectors: bool, with_payloads: bool
+    ) -> list[list[Hit]]:
+        from qdrant_client import models
+
+        reqs = [
+            models.QueryRequest(
+                query=q.tolist(), limit=k, with_payload=True, with_vector=with_vectors
+            )
+            for q in Q
+        ]
+        res = self._client.query_batch_points(self.collection, requests=reqs)
+        out: list[list[Hit]] = []
+        for r in res:
+            hits = []
+            for p in r.points:
+                payload = dict(p.payload or {})
+                vec = None
+                if with_vectors and p.vector is not None:
+                    vec = np.asarray(p.vector, dtype=np.float32)
+                hits.append(
+                    Hit(
+                        str(payload.get(_QDRANT_ID)),
+                        float(p.score),
+                        _split_meta(payload, _QDRANT_ID),
+                        vec,
+                    )
+                )
+            out.append(hits)
+        return out
+
+    def _payloads(self, ids: list[str]) -> list[bytes | None]:
+        found: dict[str, bytes | None] = {}
+        step = 1024
+        for s in range(0, len(ids), step):
+            points = self._client.retrieve(
+                self.collection,
+                ids=[str(uuid.uuid5(_QDRANT_NS, i)) for i in ids[s : s + step]],
+                with_payload=[_QDRANT_ID, PAYLOAD_KEY],
+                with_vectors=False,
+            )
+            for p in points:
+                payload = dict(p.payload or {})
+                rid = str(payload.get(_QDRANT_ID))
+                found[rid] = _decode_payload(rid, payload.get(PAYLOAD_KEY))
+        return [found.get(i) for i in ids]
+
+    def _all_ids(self) -> list[str]:
+        out: list[str] = []
+        offset: Any = None
+        while True:
+            points, offset = self._client.scroll(
+                self.collection, limit=1024, offset=offset, with_payload=[_QDRANT_ID],
+                with_vectors=False,
+            )  # fmt: skip
+            out.extend(str((p.payload or {}).get(_QDRANT_ID)) for p in points)
+            if offset is None:
+                return out
+
+    def _count(self) -> int:
+        return int(self._client.count(self.collection, exact=True).count)
+
+    def close(self) -> None:
+        if not self._closed and getattr(self, "_client", None) is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+        super().close()
