@@ -16,6 +16,8 @@ import pytest
 from privembed import DataError, get_mechanism
 from privembed.data.io import iter_batches, read_embeddings, write_embeddings
 from privembed.integrations import collection as col_mod
+from privembed.integrations import collection_index as index_mod  # where index_file reads them
+from privembed.integrations import collection_plan as plan_mod  # where the profile reads them
 from privembed.integrations.collection import ProtectedCollection, _Reservoir, index_file
 
 from .conftest import KEY, clustered
@@ -214,16 +216,16 @@ def test_profile_in_small_blocks_is_the_same_profile(tmp_path, monkeypatch, mech
         public = SubspaceBasis.from_embeddings(clustered(N, D, seed=9))  # other data
         mech = SubspaceMechanism(basis=public, epsilon=50.0, k=4)
     blocks = []
-    real = col_mod._profile_block
+    real = plan_mod._profile_block
 
     def spy(n_docs, n_queries):
         blocks.append(real(n_docs, n_queries))
         return blocks[-1]
 
-    monkeypatch.setattr(col_mod, "_profile_block", spy)
+    monkeypatch.setattr(plan_mod, "_profile_block", spy)
     got = {}
-    for budget in (col_mod.PROFILE_BLOCK_BYTES, 8 * N * 3):  # 256 queries a block, then 2
-        monkeypatch.setattr(col_mod, "PROFILE_BLOCK_BYTES", budget)
+    for budget in (plan_mod.PROFILE_BLOCK_BYTES, 8 * N * 3):  # 256 queries a block, then 2
+        monkeypatch.setattr(plan_mod, "PROFILE_BLOCK_BYTES", budget)
         dst = tmp_path / f"db-{budget}"
         index_file(pq, "faiss", dst, "col", mechanism=mech, key=KEY, payloads=True,
                    profile_queries=40)  # fmt: skip
@@ -238,9 +240,9 @@ def test_profile_in_small_blocks_is_the_same_profile(tmp_path, monkeypatch, mech
 def test_profile_blocks_fit_the_budget_and_never_end_with_a_lone_query():
     for n_docs in (10, 1_000, 50_000, 200_000, 5_000_000):
         for n_q in (1, 2, 7, 40, 199, 200, 201, 1000):
-            b = col_mod._profile_block(n_docs, n_q)
+            b = plan_mod._profile_block(n_docs, n_q)
             assert 2 <= b <= 256 and (n_q <= b or n_q % b != 1), (n_docs, n_q, b)
-            fits = max(2, min(256, col_mod.PROFILE_BLOCK_BYTES // (8 * n_docs)))
+            fits = max(2, min(256, plan_mod.PROFILE_BLOCK_BYTES // (8 * n_docs)))
             if n_q <= fits or n_q % fits != 1:
                 assert b == fits  # the budget's block, where it leaves no lone query
 
@@ -267,7 +269,7 @@ def test_repeated_ids_are_refused_after_the_check_moves_to_disk(tmp_path, monkey
     still refused, before anything is kept."""
     from privembed.keys.ledger import DuplicateIds
 
-    monkeypatch.setattr(col_mod, "SEEN_IN_MEMORY", 10)
+    monkeypatch.setattr(index_mod, "SEEN_IN_MEMORY", 10)
     X = clustered(N, D, seed=4)
     ids = [f"r{i}" for i in range(N)]
     ids[-1] = "r3"  # a repeat 57 rows after the first, 8 batches of 7 later
