@@ -367,7 +367,11 @@ def _run_ray(
                 },
                 batch_format="pyarrow",
                 batch_size=target.batch_rows,
-                concurrency=(1, writers),  # scaled up to the writers as blocks queue
+                # an autoscaling pool of 1 to `writers` actors, grown by Ray while blocks queue
+                # and CPUs are free (a fixed pool of n needs n input blocks at planning time,
+                # which read_parquet does not announce; repartitioning to make them is a barrier
+                # that holds the whole dataset in the object store)
+                concurrency=(1, writers),
                 num_cpus=_actor_cpus(ray, writers),
             ).take_all()
         except Exception as exc:
