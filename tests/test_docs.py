@@ -136,7 +136,7 @@ SUBSTITUTIONS: list[Substitution] = [
     Substitution("concepts.md", 'generate_sentences("disease", 2000, rng=0)',
                  'generate_sentences("disease", 300, rng=0)', "2,000 generated sentences"),
     Substitution("concepts.md", "-o disease-real.profile --eraser ",
-                 "-o disease-real.profile --eraser --n 300 ", "2,000 generated sentences"),
+                 "-o disease-real.profile --eraser --n 300 --epochs 40 --lr 3e-2 ", "2,000 generated sentences"),
     # evaluation.md: sweeps of 20-100 cells, each with a trained token attacker
     Substitution("evaluation.md", "-o report/ --texts notes.jsonl --runs 3",
                  f"-o report/ --texts notes.jsonl --runs 1 --mechanisms laplace {_SMALL_EVAL}",
@@ -159,7 +159,7 @@ SUBSTITUTIONS: list[Substitution] = [
     Substitution("evaluation.md", "for n in s(1000, seed=0)]", "for n in s(120, seed=0)]",
                  "1,000 notes"),
     Substitution("evaluation.md", '--lr 1e-2 --seed 0 -o "$c.profile"',
-                 '--lr 1e-2 --seed 0 --n 300 --epochs 40 -o "$c.profile"',
+                 '--lr 1e-2 --seed 0 --n 300 --epochs 120 -o "$c.profile"',
                  "2,000 generated sentences per concept"),
     Substitution("evaluation.md", "--epsilon 1,5,10,20,50 --runs 5", "--epsilon 50 --runs 1",
                  "100 cells"),
