@@ -525,3 +525,76 @@ def test_faiss_searches_a_lone_query_on_one_thread(tmp_path):
         s._index = s._index.index
     assert seen == [(1, 1), (30, before)]
     assert faiss.omp_get_max_threads() == before
+
+
+@pytest.mark.parametrize("buckets", [None, 3])
+def test_faiss_ids_are_packed_and_found_by_hash_even_when_hashes_collide(
+    tmp_path, monkeypatch, buckets
+):
+    """The FAISS store keeps its ids as UTF-8 bytes and looks them up through sorted 64-bit
+    hashes (no Python list or dict of ids): with every id's hash forced into one of 3 values
+    (``buckets=3``), each id is still its own record -- replaced, never doubled -- the
+    candidates keep their order, and the ids stay packed while no metadata changes."""
+    from privembed.integrations import store_arrays
+
+    if buckets is not None:
+        real = store_arrays._hashes
+        monkeypatch.setattr(store_arrays, "_hashes", lambda items: real(items) % buckets)
+    rng = np.random.default_rng(5)
+    ids = [f"doc-{i}" for i in range(300)] + ["é-ü", "x" * 300, "7", "0"]
+    X = rng.standard_normal((len(ids), 6)).astype(np.float32)
+    blobs = [f"p{i}".encode() for i in range(len(ids))]
+    with FaissStore(tmp_path, "col") as s:
+        for a in range(0, len(ids), 97):  # several upserts, each after the last
+            s.upsert(ids[a : a + 97], X[a : a + 97], payloads=blobs[a : a + 97])
+        assert s._ids._items is None and s._meta._items is None  # packed, not decoded
+        # replace 50 records (same metadata: still packed), add 2 new ones in the same call
+        again = [*ids[::7][:50], "new-1", "new-2"]
+        Y = rng.standard_normal((len(again), 6)).astype(np.float32)
+        s.upsert(again, Y, payloads=[b"r-" + a.encode() for a in again])
+        assert s._ids._items is None and s._meta._items is None
+        assert s.count() == len(ids) + 2
+        assert s.store_ids() == sorted([*ids, "new-1", "new-2"])
+        want = {**dict(zip(ids, blobs, strict=True)), **{a: b"r-" + a.encode() for a in again}}
+        asked = ["new-2", "doc-7", "missing", "é-ü", "doc-8", "x" * 300, "7"]
+        assert s.payloads(asked) == [want.get(a) for a in asked]
+        hit = s.search(Y[1], k=1)[0][0]
+        assert (hit.id, hit.payload) == (again[1], b"r-" + again[1].encode())
+        c = s.candidates(X[:3], k=4)
+        assert s.candidate_ids(c) == [([*ids, "new-1", "new-2"])[lab] for lab in c.keys]
+        # a metadata change decodes the metadata list once; the ids stay packed
+        s.upsert(["doc-1"], X[1:2], [{"n": 1}])
+        assert s._ids._items is None and s._meta._items is not None
+    with FaissStore(tmp_path, "col", create=False) as s:
+        assert s.count() == len(ids) + 2
+        assert s.payloads(["doc-8", "new-1", "doc-1"]) == [want["doc-8"], b"r-new-1", None]
+        assert s.search(X[1], k=1)[0][0].metadata == {"n": 1}
+        s.upsert(["doc-9", "new-3"], X[:2])  # a reopened store: its ids hashed on first use
+        assert s.count() == len(ids) + 3 and s.payloads(["doc-9"]) == [None]
+
+
+def test_packed_strings_append_take_and_replace():
+    from privembed.integrations.store_arrays import _Strings
+
+    s = _Strings()
+    s.extend(["a", "", "ü" * 3])
+    s.append("z")
+    s.extend([])
+    assert (len(s), list(s), s.take([3, 0, 2]), s[1]) == (
+        4,
+        ["a", "", "ü" * 3, "z"],
+        ["z", "a", "ü" * 3],
+        "",
+    )
+    raw, off = s.arrays()
+    t = _Strings(raw.tobytes(), off)
+    assert list(t) == list(s) and t._items is None
+    t[0] = "b"  # a replacement decodes once, then appends go to the list
+    t.extend(["c"])
+    assert list(t) == ["b", "", "ü" * 3, "z", "c"]
+    raw, off = t.arrays()
+    assert list(_Strings(raw.tobytes(), off)) == list(t)
+    with pytest.raises(IndexError):
+        s.take([4])
+    with pytest.raises(ValueError, match="offsets do not match"):
+        _Strings(b"ab", np.array([0, 3]))

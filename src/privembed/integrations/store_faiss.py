@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from ..core._optional import require
 from ..core._validation import DataError, check_embeddings, check_int
-from .store_arrays import _gather, _npy_rows, _Strings
+from .store_arrays import _gather, _IdLabels, _npy_rows, _Strings
 from .store_base import (
     DEFAULT_COLLECTION,
     HNSW_EF_FACTOR,
@@ -170,7 +170,7 @@ class FaissStore(VectorStore):
         self._faiss = require("faiss", "text", purpose="the FAISS vector store")
         self._index: Any = None
         self._ids = _Strings()
-        self._label_map: dict[str, int] | None = None  # built on first use (:attr:`_labels`)
+        self._label_map: _IdLabels | None = None  # built on first use (:attr:`_labels`)
         self._meta = _Strings()
         #: (offset, length) of each label's payload in the payload file; length -1: none
         self._pos = np.zeros((0, 2), dtype=np.int64)
@@ -266,10 +266,10 @@ class FaissStore(VectorStore):
         self._pos = np.full((len(self._ids), 2), -1, dtype=np.int64)
 
     @property
-    def _labels(self) -> dict[str, int]:
+    def _labels(self) -> _IdLabels:
         """Record id -> FAISS label, built on first use (writes and fetches by id)."""
         if self._label_map is None:
-            self._label_map = {rid: i for i, rid in enumerate(self._ids._list())}
+            self._label_map = _IdLabels(self._ids)
         return self._label_map
 
     def _label_array(self) -> NDArray[np.int64]:
@@ -310,33 +310,31 @@ class FaissStore(VectorStore):
         metadata: list[dict[str, Any]] | None,
         payloads: list[bytes] | None,
     ) -> None:
-        labels = np.empty(len(ids), dtype=np.int64)
-        replace = []
-        for j, rid in enumerate(ids):
-            known = self._labels.get(rid)
-            if known is None:
-                lab = len(self._ids)
-                self._labels[rid] = lab
-                self._ids.append(rid)
-                self._meta.append("{}")
-            else:
-                lab = known
-                if lab < self._present.size and self._present[lab]:
-                    replace.append(lab)
-            labels[j] = lab
+        metas = [json.dumps(m) if m else "{}" for m in metadata or [{}] * len(ids)]
+        labels = self._labels.get(ids)
+        new = np.flatnonzero(labels < 0)
+        kept = np.flatnonzero(labels >= 0)
+        if new.size:  # new ids get the next labels, in the order of the call
+            labels[new] = len(self._ids) + np.arange(new.size)
+            fresh = [ids[j] for j in new.tolist()]
+            self._ids.extend(fresh)
+            self._labels.add(fresh, labels[new])
+            self._meta.extend([metas[j] for j in new.tolist()])
         grow = len(self._ids) - self._present.size
         if grow > 0:
             self._present = np.concatenate([self._present, np.zeros(grow, dtype=bool)])
+        known = labels[kept]
+        replace = known[self._present[known]]  # held records: their vectors are replaced
         grow = len(self._ids) - self._pos.shape[0]
         if grow > 0:
             self._pos = np.concatenate([self._pos, np.full((grow, 2), -1, dtype=np.int64)])
-        if replace:
+        if replace.size:
             try:
-                self._index.remove_ids(np.asarray(replace, dtype=np.int64))
+                self._index.remove_ids(replace)
             except RuntimeError:
                 raise ValueError(
                     f"FAISS index {self.factory!r} cannot replace existing ids "
-                    f"(e.g. {self._ids[replace[0]]!r}); use factory='Flat' or new ids."
+                    f"(e.g. {self._ids[int(replace[0])]!r}); use factory='Flat' or new ids."
                 ) from None
         if self._index.ntotal == 0 and not self._index.is_trained:
             raise ValueError(
@@ -354,9 +352,9 @@ class FaissStore(VectorStore):
             self._pos[labels] = -1
         else:
             self._pos[labels] = self._append(payloads)
-        metas = metadata if metadata is not None else [{}] * len(ids)
-        for label, m in zip(labels.tolist(), metas, strict=True):
-            self._meta[label] = json.dumps(m) if m else "{}"
+        for j, label in zip(kept.tolist(), known.tolist(), strict=True):
+            if self._meta[label] != metas[j]:  # unchanged metadata keeps the list packed
+                self._meta[label] = metas[j]
         self._dirty = True
 
     def _append(self, blobs: list[bytes]) -> NDArray[np.int64]:
@@ -406,7 +404,7 @@ class FaissStore(VectorStore):
         return out
 
     def _payloads(self, ids: list[str]) -> list[bytes | None]:
-        labels = [self._labels.get(i, -1) for i in ids]
+        labels = self._labels.get(ids).tolist()
         present = [lab for lab in labels if lab >= 0 and self._present[lab]]
         got = dict(zip(present, self._read(present), strict=True))
         return [got.get(lab) for lab in labels]
