@@ -33,7 +33,7 @@ import json
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 from numpy.typing import NDArray
@@ -61,7 +61,20 @@ def _canon(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-class ProtectedCollection(_SealedCollection, _Planning):
+class _Closing:
+    """An object that ``with`` closes (:meth:`close`): a collection, a search session."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ProtectedCollection(_SealedCollection, _Planning, _Closing):
     """A vector-store collection whose vectors are protected by one mechanism.
 
     Its sealed side (:mod:`~privembed.integrations.collection_sealed`) and its k' planning
@@ -678,9 +691,3 @@ class ProtectedCollection(_SealedCollection, _Planning):
 
     def close(self) -> None:
         self.store.close()
-
-    def __enter__(self) -> ProtectedCollection:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from ..core._validation import DataError
 from ..mechanisms import Mechanism
-from .collection_core import ProtectedCollection
+from .collection_core import ProtectedCollection, _Closing
 from .stores import Hit
 
 #: what a search's scores are (:attr:`SearchResult.score_kind`)
@@ -84,7 +84,7 @@ def _estimates(hits: list[Hit], halfwidth: float | None) -> tuple[list[Hit], Any
     return clipped, [(clip(h.score - halfwidth), clip(h.score + halfwidth)) for h in hits]
 
 
-class Searcher:
+class Searcher(_Closing):
     """A warm search session: the collection opened once, the embedding model loaded once.
 
     Parameters
@@ -244,9 +244,3 @@ class Searcher:
 
     def close(self) -> None:
         self.collection.close()
-
-    def __enter__(self) -> Searcher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
