@@ -147,7 +147,7 @@ def prepare_collection(
     """
     from psycopg import sql
 
-    from .stores import _PG_REGISTRY, PgVectorStore
+    from .store_pgvector import _PG_REGISTRY, PgVectorStore
 
     if partitions is not None:
         check_int("partitions", partitions, ge=1, le=MAX_PARTITIONS)
