@@ -24,6 +24,7 @@ import argparse
 import contextlib
 import os
 import platform
+import shutil
 import subprocess
 import tempfile
 import time
@@ -56,6 +57,7 @@ def _server() -> Iterator[tuple[str, Any]]:
         yield str(server.get_uri()), server
     finally:
         server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def _new_database(server: Any, dsn: str, name: str) -> str:
