@@ -53,7 +53,7 @@ DATA: dict[str, Callable[[str], object] | None] = {
 #: seconds one block may take (the attack synopsis: about 5 min on two busy cores)
 BLOCK_TIMEOUT = 600
 #: the most blocks that may be skipped for a need no test machine has (keep them few and honest)
-MAX_UNAVAILABLE = 15
+MAX_UNAVAILABLE = 19
 
 
 # ---- what a block may need --------------------------------------------------------------------
