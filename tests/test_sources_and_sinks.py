@@ -142,6 +142,7 @@ FRONT_ENDS = [
     "release/files.py",
     "integrations/stream.py",
     "integrations/shards.py",
+    "integrations/cluster_index.py",
     "server/service.py",
 ]
 
@@ -159,3 +160,13 @@ def test_no_front_end_opens_a_ledger_or_stages_a_release_itself(module):
     ):
         assert not re.search(r"(?<![\w])" + spelled, code), f"{module} calls {spelled} itself"
     assert "publish(" in code, f"{module} does not compose a source and a sink"
+
+
+def test_a_store_upsert_is_a_composition_too():
+    """``ProtectedCollection.add`` (``index``'s sink) begins no release of its own (its probe
+    ``Release``, without a ledger, only reads the protection metadata)."""
+    text = (SRC / "integrations" / "collection_core.py").read_text(encoding="utf-8")
+    code = re.sub(r'"""[\s\S]*?"""', "", text)
+    for spelled in (r"open_ledger\(", r"ledger_for_command\(", r"\.stage\(", r"with Release\("):
+        assert not re.search(r"(?<![\w])" + spelled, code), f"collection_core.py calls {spelled}"
+    assert "publish(" in code

@@ -43,7 +43,7 @@ from ..core.rng import as_generator
 from ..keys.keyed import resolve_key
 from ..keys.payload import PayloadCodec, PayloadError, release_digest
 from ..mechanisms import Mechanism
-from ..release import Release
+from ..release import Batch, Release, ReleaseRequest, Releases, Rows, Source, publish
 from ..search.sealed import PLACEHOLDER, SealedIndex
 from .collection_plan import _Planning
 from .collection_sealed import (
@@ -72,6 +72,33 @@ class _Closing:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Upsert:
+    """A collection's store as the sink of one batch's release: committed in the ledger before
+    anything is sent, then the payloads sealed and the rows upserted
+    (:func:`privembed.release.publish`)."""
+
+    per_batch = False
+
+    def __init__(self, col: ProtectedCollection, metadata: Any, texts: Any, dim_in: int) -> None:
+        self.col, self.metadata, self.texts, self.dim_in = col, metadata, texts, dim_in
+        self.destination = f"{type(col.store).__name__}:{col.store.collection}"
+        self.Y: NDArray[Any] | None = None
+
+    def run(self, source: Source, releases: Releases) -> None:
+        col = self.col
+        for batch in source.batches():
+            Y = releases.protect(batch)
+            releases.commit()  # the ledger records the release before anything is sent
+            ids = batch.ids  # the ids the rows are released under (content ids folded)
+            assert ids is not None
+            blobs = col._seal(ids, batch.X, self.texts, Y)
+            col._seal_arrays()
+            col._record_info(self.dim_in)
+            col.store.upsert(ids, Y, self.metadata, payloads=blobs)
+            releases.published()
+            self.Y = Y
 
 
 class ProtectedCollection(_SealedCollection, _Planning, _Closing):
@@ -387,23 +414,13 @@ class ProtectedCollection(_SealedCollection, _Planning, _Closing):
             return Y
         arr = np.asarray(X)
         dim_in = arr.shape[-1] if arr.ndim else 0
-        with Release(
-            self.mechanism,
-            key=self.key,
-            rng=self._rng,
-            ledger=ledger,
-            model=self.embedding_model,
-            destination=f"{type(self.store).__name__}:{self.store.collection}",
-            name="embeddings",
-        ) as rel:
-            id_list = rel.fold(arr, id_list)  # content ids: one record per clean vector (ledger)
-            Y = rel.protect(arr, id_list, row_offset=row_offset)
-            rel.commit()  # the ledger records the release before anything is sent
-            blobs = self._seal(id_list, arr, texts, Y)
-            self._seal_arrays()
-            self._record_info(dim_in)
-            self.store.upsert(id_list, Y, metadata, payloads=blobs)
-        return Y
+        # content ids fold to one record per clean vector (with a ledger)
+        rows = Batch(arr, id_list, start=row_offset, fold=True)
+        sink = _Upsert(self, metadata, texts, dim_in)
+        request = ReleaseRequest(key=self.key, rng=self._rng, ledger=ledger)
+        publish(Rows(rows, "embeddings", self.embedding_model), sink, self.mechanism, request)
+        assert sink.Y is not None
+        return sink.Y
 
     def _add_sealed(
         self,
