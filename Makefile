@@ -1,5 +1,9 @@
 # privembed developer tasks. `make demo` and `make test` work on a fresh machine from a clean clone.
 PYTHON ?= python3
+## every step of `make test` says how long it took (bash's `time`, worded per target): CI's
+## time per stage reads off these lines
+SHELL := /bin/bash
+export TIMEFORMAT = make: a step of $@ took %0R s
 ## Two environments that never touch each other: `make test` (re)installs privembed into .venv
 ## while the demo's .venv-demo stays as it is, in use or not (issue 40.2).
 VENV   ?= .venv
@@ -33,7 +37,7 @@ $(DEMO_STAMP): pyproject.toml constraints.txt | $(DEMO_VENV)/bin/python
 ## Everything, for development and the whole test suite.
 $(STAMP): pyproject.toml constraints.txt | $(VENV)/bin/python
 	@echo "make: installing privembed with every extra and the development tools into $(VENV)"
-	$(PIP) install $(PIP_SHOW) -c constraints.txt -e '.[dev]'
+	time $(PIP) install $(PIP_SHOW) -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -54,25 +58,25 @@ browser:
 	  else echo "the report test needs Debian's chromium: sudo apt-get install chromium"; exit 1; fi; }
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests tests_langchain benchmarks tools
-	$(VENV)/bin/ruff format --check src tests tests_langchain benchmarks tools
-	$(VENV)/bin/lint-imports --no-cache   # the layers of docs/architecture.md ([tool.importlinter])
+	time $(VENV)/bin/ruff check src tests tests_langchain benchmarks tools
+	time $(VENV)/bin/ruff format --check src tests tests_langchain benchmarks tools
+	time $(VENV)/bin/lint-imports --no-cache   # the layers of docs/architecture.md ([tool.importlinter])
 
 typecheck: $(STAMP)
-	$(VENV)/bin/mypy
+	time $(VENV)/bin/mypy
 
 ## two worker processes (pytest-xdist), one test file per worker at a time (--dist loadfile:
 ## a module's fixtures stay in one process); PYTEST_WORKERS=0 runs everything in this process
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile
+	time $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile
 
 ## Every security claim fails its tests when it is broken (claims/claims.toml, tools/claims):
 ## each claim's mutation is applied to a copy of the source tree and one of its tests must fail.
 ## `claims` (part of `test`, so of CI) runs one mutation of every claim; `mutations` runs them all.
 claims: $(STAMP)
-	$(PY) -m tools.claims check
-	$(PY) -m tools.claims mutate --fast --jobs 2
+	time $(PY) -m tools.claims check
+	time $(PY) -m tools.claims mutate --fast --jobs 2
 
 mutations: $(STAMP)
 	$(PY) -m tools.claims check
@@ -86,11 +90,11 @@ $(LC_STAMP): pyproject.toml constraints.txt
 	touch $(LC_STAMP)
 
 langchain-tests: $(LC_STAMP)
-	$(LC_VENV)/bin/python -m pytest -q -c tests_langchain/pytest.ini tests_langchain
+	time $(LC_VENV)/bin/python -m pytest -q -c tests_langchain/pytest.ini tests_langchain
 
 ## A wheel built as a user gets it, installed into a clean environment, and run there.
 wheel-smoke: $(STAMP)
-	bash .ci/wheel-smoke $(PY)
+	time bash .ci/wheel-smoke $(PY)
 
 bench: $(STAMP)
 	for f in benchmarks/bench_*.py; do $(PY) $$f || exit 1; done
