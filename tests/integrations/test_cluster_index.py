@@ -161,13 +161,12 @@ def _dying_writer(target, plan, w, n, conn):
     :data:`VICTIM` commits half of the batch's rows and then kills the process (SIGKILL)."""
     real = PgVectorStore._upsert
 
-    def dying(self, ids, X, metadata, payloads):
-        if VICTIM in ids:
-            h = len(ids) // 2
-            real(self, ids[:h], X[:h], None if metadata is None else metadata[:h],
-                 None if payloads is None else payloads[:h])  # fmt: skip
+    def dying(self, batch):
+        if VICTIM in batch.ids:
+            h = len(batch.ids) // 2
+            real(self, type(batch)(*(None if part is None else part[:h] for part in batch)))
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(self, ids, X, metadata, payloads)
+        return real(self, batch)
 
     PgVectorStore._upsert = dying
     cluster_index._local_writer(target, plan, w, n, conn)

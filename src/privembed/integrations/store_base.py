@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -50,6 +50,18 @@ _NUMERIC_ID = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
 #: to the Flat index's top 10 on 24 of 30 queries, 256 found all of it (30 of 30)
 HNSW_EF_FACTOR = 2.0
 HNSW_EF_MIN = 256
+
+
+class _Batch(NamedTuple):
+    """One checked upsert, as :meth:`VectorStore.upsert` hands it to a store's ``_upsert``."""
+
+    #: the store ids: strings, unique within the batch
+    ids: list[str]
+    #: the vectors, float32 (n, dim)
+    X: NDArray[np.float32]
+    metadata: list[dict[str, Any]] | None
+    #: the sealed payloads, one a record (``None``: none in this batch)
+    payloads: list[bytes] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,15 +310,9 @@ class VectorStore(abc.ABC):
         """Persist ``self._info`` in an existing collection."""
 
     @abc.abstractmethod
-    def _upsert(
-        self,
-        ids: list[str],
-        X: NDArray[np.float32],
-        metadata: list[dict[str, Any]] | None,
-        payloads: list[bytes] | None,
-    ) -> None:
-        """Insert or replace vectors (ids already strings, unique; X float32 (n, dim)), with
-        their sealed payloads (replacing a record without one drops its old payload)."""
+    def _upsert(self, batch: _Batch) -> None:
+        """Insert or replace a checked batch of vectors with their sealed payloads (replacing a
+        record without one drops its old payload)."""
 
     @abc.abstractmethod
     def _search(
@@ -420,7 +426,7 @@ class VectorStore(abc.ABC):
             self._info["dim"] = int(X.shape[1])
             self._create(int(X.shape[1]))
             self._exists = True
-        self._upsert(id_list, X32, meta, blobs)
+        self._upsert(_Batch(id_list, X32, meta, blobs))
 
     @property
     def numeric_ids(self) -> str | None:

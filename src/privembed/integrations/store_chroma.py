@@ -14,6 +14,7 @@ from .store_base import (
     PAYLOAD_KEY,
     Hit,
     VectorStore,
+    _Batch,
     _decode_payload,
     _named_collections,
     _parse_info,
@@ -73,13 +74,8 @@ class ChromaStore(VectorStore):
         assert self._col is not None
         self._col.modify(metadata={_INFO_KEY: self._info_json()})
 
-    def _upsert(
-        self,
-        ids: list[str],
-        X: NDArray[np.float32],
-        metadata: list[dict[str, Any]] | None,
-        payloads: list[bytes] | None,
-    ) -> None:
+    def _upsert(self, batch: _Batch) -> None:
+        ids, X, metadata, payloads = batch
         assert self._col is not None
         metadata = _with_payload_meta(metadata, payloads, len(ids))
         step = max(1, int(self._client.get_max_batch_size()))

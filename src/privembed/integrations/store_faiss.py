@@ -27,6 +27,7 @@ from .store_base import (
     Candidates,
     Hit,
     VectorStore,
+    _Batch,
     _decode_payload,
     _joined,
     _named_collections,
@@ -303,13 +304,8 @@ class FaissStore(VectorStore):
             return np.ascontiguousarray(X / np.where(norms > 0, norms, 1.0), dtype=np.float32)
         return np.ascontiguousarray(X, dtype=np.float32)
 
-    def _upsert(
-        self,
-        ids: list[str],
-        X: NDArray[np.float32],
-        metadata: list[dict[str, Any]] | None,
-        payloads: list[bytes] | None,
-    ) -> None:
+    def _upsert(self, batch: _Batch) -> None:
+        ids, X, metadata, payloads = batch
         metas = [json.dumps(m) if m else "{}" for m in metadata or [{}] * len(ids)]
         labels = self._labels.get(ids)
         new = np.flatnonzero(labels < 0)

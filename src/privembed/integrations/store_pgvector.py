@@ -18,6 +18,7 @@ from .store_base import (
     HNSW_EF_MIN,
     Hit,
     VectorStore,
+    _Batch,
     _named_collections,
     _parse_info,
 )
@@ -261,13 +262,8 @@ class PgVectorStore(VectorStore):
             on=_PG_REGISTRY,
         )
 
-    def _upsert(
-        self,
-        ids: list[str],
-        X: NDArray[np.float32],
-        metadata: list[dict[str, Any]] | None,
-        payloads: list[bytes] | None,
-    ) -> None:
+    def _upsert(self, batch: _Batch) -> None:
+        ids, X, metadata, payloads = batch
         from psycopg.types.json import Jsonb
 
         sql = self._sql

@@ -15,6 +15,7 @@ from .store_base import (
     PAYLOAD_KEY,
     Hit,
     VectorStore,
+    _Batch,
     _decode_payload,
     _named_collections,
     _parse_info,
@@ -73,13 +74,8 @@ class QdrantStore(VectorStore):
     def _write_info(self) -> None:
         self._client.update_collection(self.collection, metadata={_INFO_KEY: self._info_json()})
 
-    def _upsert(
-        self,
-        ids: list[str],
-        X: NDArray[np.float32],
-        metadata: list[dict[str, Any]] | None,
-        payloads: list[bytes] | None,
-    ) -> None:
+    def _upsert(self, batch: _Batch) -> None:
+        ids, X, metadata, payloads = batch
         from qdrant_client import models
 
         metadata = _with_payload_meta(metadata, payloads, len(ids))
