@@ -30,12 +30,16 @@ from ._cli.options import (
     OptBudgetEpsilon,
     OptColumn,
     OptIdField,
+    OptJson,
+    OptJsonFull,
     OptJsonSummary,
     OptKeyFile,
     OptLedger,
     OptLedgerTimeout,
+    OptModel,
     OptOverwriteFile,
     OptQuiet,
+    OptRunSeed,
     OptSeed,
     OptSubjectBudgetDelta,
     OptSubjectBudgetEpsilon,
@@ -44,14 +48,10 @@ from ._cli.options import (
     backend_flag,
     id_field_flag,
     ids_from_content_flag,
-    json_flag,
     keep_field_flag,
     mechanism_flag,
-    model_flag,
     n_flag,
     output_flag,
-    overwrite_flag,
-    seed_flag,
     text_field_flag,
 )
 from ._cli.stores import BasisOptions
@@ -92,9 +92,7 @@ def embed(
         str | None,
         id_field_flag(help="Field or column holding the record ids (default: 'id' if present)."),
     ] = None,
-    model: Annotated[
-        str | None, model_flag(help="Model name or folder (default: offline all-MiniLM-L6-v2).")
-    ] = None,
+    model: OptModel = None,
     batch_size: Annotated[int, typer.Option(help="Texts per model call.")] = 64,
     backend: Annotated[
         EmbedBackend | None,
@@ -241,7 +239,7 @@ def protect(
     keep_column: KeepFields = None,
     ids_from_content: IdsFromContent = False,
     erase: Erase = None,
-    model: Annotated[str | None, model_flag(help="Embedding model for text input.")] = None,
+    model: OptModel = None,
     backend: TextBackend = None,
     batch_rows: OptBatchRows = 4096,
     allow_reprotect: OptAllowReprotect = False,
@@ -407,7 +405,7 @@ def _print_guarantee(mech: Any) -> None:
 def info(
     file: Annotated[Path, typer.Argument(help="An embeddings file.")],
     column: OptColumn = None,
-    as_json: Annotated[bool, json_flag(help="Print the full record as JSON (stdout).")] = False,
+    as_json: OptJsonFull = False,
 ) -> None:
     """What an embeddings file holds: rows, dimension, norms, model, and for a protected file
     the mechanism, its parameters, its guarantee and the key id."""
@@ -506,13 +504,11 @@ def _plain(v: Any) -> str:
 @user_errors
 def demo(
     n: Annotated[int, n_flag(help="Number of synthetic notes.")] = 300,
-    seed: Annotated[int, seed_flag(help="Seed of the corpus and the noise.")] = 0,
-    model: Annotated[str | None, model_flag(help="Embedding model.")] = None,
+    seed: OptRunSeed = 0,
+    model: OptModel = None,
     output: Annotated[Path | None, output_flag(help="Also write the summary as JSON.")] = None,
-    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing --output file.")] = False,
-    as_json: Annotated[
-        bool, json_flag(help="Print the summary as JSON (stdout) instead of tables.")
-    ] = False,
+    overwrite: OptOverwriteFile = False,
+    as_json: OptJsonSummary = False,
 ) -> None:
     """The main job on a bundled sample: synthetic clinical notes, embedded, protected, measured."""
     from .demo import run_demo
@@ -579,10 +575,8 @@ def _print_path(path: dict[str, Any]) -> None:
 @user_errors
 def keygen(
     output: Annotated[Path, output_flag(help="Key file to create (mode 0600).")],
-    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing key file.")] = False,
-    as_json: Annotated[
-        bool, json_flag(help="Print the key file and key id as JSON (stdout).")
-    ] = False,
+    overwrite: OptOverwriteFile = False,
+    as_json: OptJson = False,
 ) -> None:
     """Create a 256-bit secret key for keyed (repeat-safe) noise."""
     from .keys.keyed import keygen as _keygen

@@ -45,17 +45,17 @@ from .evaluate import (
     token_attack_settings,
 )
 from .options import (
+    OptJson,
     OptMinCosine,
+    OptModel,
     OptRuns,
+    OptRunSeed,
     basis_epsilon_flag,
     basis_flag,
     delta_flag,
-    json_flag,
     mechanisms_flag,
     min_overlap_flag,
-    model_flag,
     profile_flag,
-    seed_flag,
 )
 
 __all__ = ["advise", "register"]
@@ -185,12 +185,10 @@ def advise(
     attack_epochs: OptAttackEpochs = None,
     attack_lr: OptAttackLr = None,
     runs: OptRuns = 3,
-    seed: Annotated[int, seed_flag(help="Seed of every release and attack.")] = 0,
+    seed: OptRunSeed = 0,
     n_queries: OptNQueries = 2000,
     column: OptColumn = None,
-    model: Annotated[
-        str | None, model_flag(help="Embedding model for text input (default: offline MiniLM).")
-    ] = None,
+    model: OptModel = None,
     modes: _OptModes = "sealed,plain,rerank,subspace+rerank,query",
     min_recall: _OptMinRecall = 0.9,
     max_depth: _OptMaxDepth = None,
@@ -204,7 +202,7 @@ def advise(
     basis_epsilon: _OptBasisEpsilon = 1.0,
     max_ldp_epsilon: _OptMaxLdpEpsilon = None,
     plain_only: _OptPlainOnly = False,
-    as_json: Annotated[bool, json_flag(help="Print JSON (for scripts).")] = False,
+    as_json: OptJson = False,
     save: Annotated[
         Path | None,
         typer.Option(

@@ -45,7 +45,16 @@ from ._attack_shape import (
     texts_and_embeddings,
 )
 from .common import OptionGroup, err_console, parse_floats, progress_done
-from .options import copies_flag, epochs_flag, epsilon_flag, lr_flag, profile_flag
+from .options import (
+    OptCopies,
+    OptEpochs,
+    OptLr,
+    OptTrainBatchSize,
+    epochs_flag,
+    epsilon_flag,
+    lr_flag,
+    profile_flag,
+)
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 
@@ -58,7 +67,7 @@ def token(
     *,
     corpus: TextCorpus,
     spec: MechanismSpec,
-    copies: Annotated[int, copies_flag(help="Protected copies per auxiliary text.")] = 1,
+    copies: OptCopies = 1,
     settings: Annotated[
         Literal["audit", "t26"],
         typer.Option(
@@ -73,7 +82,7 @@ def token(
     lr: Annotated[
         float | None, lr_flag(help="Adam learning rate (default: from --settings).")
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Minibatch size.")] = 64,
+    batch_size: OptTrainBatchSize = 64,
     min_count: Annotated[int, typer.Option(help="Vocabulary: texts a token must occur in.")] = 2,
     threshold: Annotated[
         float | None, typer.Option(help="Recovered if p >= threshold (replaces top-k).")
@@ -544,9 +553,9 @@ def inversion(
     *,
     corpus: TextCorpus,
     spec: MechanismSpec,
-    epochs: Annotated[int, epochs_flag(help="Decoder training epochs.")] = 20,
+    epochs: OptEpochs = 20,
     hidden: Annotated[int, typer.Option(help="GRU state size.")] = 256,
-    lr: Annotated[float, lr_flag(help="Adam learning rate.")] = 1e-3,
+    lr: OptLr = 1e-3,
     beam: Annotated[int, typer.Option(help="Beam width (1 = greedy).")] = 1,
     decoder: Decoder,
     baseline: Baseline = True,
@@ -729,7 +738,7 @@ def attribute(
     probe: Annotated[
         Literal["linear", "mlp"], typer.Option(help="Logistic regression or an MLP.")
     ] = "linear",
-    copies: Annotated[int, copies_flag(help="Protected copies per training text (adaptive).")] = 2,
+    copies: OptCopies = 2,
     test_fraction: Annotated[float, typer.Option(help="Share of texts held out as victims.")] = 0.3,
     run: Run,
 ) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from .common import (
     user_errors,
     with_option_groups,
 )
-from .options import json_flag, mechanism_flag, seed_flag
+from .options import OptJson, OptSeed, mechanism_flag
 
 __all__ = ["EXIT_INCONCLUSIVE", "EXIT_VIOLATION", "audit", "register"]
 
@@ -225,11 +225,11 @@ def audit(
             help="'consistent' needs the privacy the noise gives bounded by this x the claim."
         ),
     ] = 1.25,
-    seed: Annotated[int | None, seed_flag(help="Seed (reproducible audit).")] = None,
+    seed: OptSeed = None,
     fresh_noise: OptFreshNoise = False,
     keyed: OptKeyed = False,
     keyed_generator: OptKeyedGenerators = "both",
-    as_json: Annotated[bool, json_flag(help="Print JSON.")] = False,
+    as_json: OptJson = False,
     fail_on_violation: OptFailOnViolation = False,
     fail_unless_consistent: OptFailUnlessConsistent = False,
 ) -> None:

@@ -26,11 +26,11 @@ from .options import (
     OptBasisEpsilon,
     OptColumn,
     OptIdField,
+    OptJsonSummary,
     OptLedger,
     OptLedgerTimeout,
     OptOverwriteFile,
     basis_flag,
-    json_flag,
     output_flag,
 )
 
@@ -59,7 +59,7 @@ def basis(
     column: OptColumn = None,
     id_column: OptIdField = None,
     overwrite: OptOverwriteFile = False,
-    as_json: Annotated[bool, json_flag(help="Print the summary as JSON.")] = False,
+    as_json: OptJsonSummary = False,
 ) -> None:
     """Fit a subspace basis once (DP-PCA charged once, or public data) and write it."""
     from ..mechanisms.subspace import fit_basis

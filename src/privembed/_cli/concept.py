@@ -11,13 +11,15 @@ from rich.table import Table
 
 from .common import console, err_console, print_json, user_errors
 from .options import (
-    epochs_flag,
-    json_flag,
-    lr_flag,
+    OptEpochs,
+    OptJson,
+    OptJsonSummary,
+    OptLr,
+    OptOverwriteFile,
+    OptTrainBatchSize,
     model_flag,
     n_flag,
     output_flag,
-    overwrite_flag,
     seed_flag,
     texts_flag,
 )
@@ -135,10 +137,10 @@ def learn(
     pattern: Patterns = None,
     case_sensitive: CaseSensitive = None,
     n: Annotated[int, n_flag(help="Sentences to generate when no --texts is given.")] = 2000,
-    epochs: Annotated[int, epochs_flag(help="Training epochs.")] = 100,
+    epochs: OptEpochs = 100,
     lam: Lambda = 1e-3,
-    lr: Annotated[float, lr_flag(help="Adam learning rate.")] = 1e-4,
-    batch_size: Annotated[int, typer.Option(help="Examples per step.")] = 64,
+    lr: OptLr = 1e-4,
+    batch_size: OptTrainBatchSize = 64,
     val_fraction: Annotated[float, typer.Option(help="Share of pairs held out.")] = 0.1,
     patience: Patience = None,
     threads: Annotated[int, typer.Option(help="torch threads for training.")] = 1,
@@ -146,9 +148,9 @@ def learn(
     model: LearnModel = None,
     cache_dir: CacheDir = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache embeddings.")] = False,
-    as_json: Annotated[bool, json_flag(help="Print the profile summary as JSON.")] = False,
+    as_json: OptJsonSummary = False,
     force: Force = False,
-    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing profile file.")] = False,
+    overwrite: OptOverwriteFile = False,
     eraser: Eraser = False,
     eraser_texts: EraserTexts = None,
     label_field: LabelField = "label",
@@ -324,7 +326,7 @@ def _step_budget_warning(meta: dict[str, Any]) -> str | None:
 def show(
     profile: Annotated[Path, typer.Argument(help="A concept profile.")],
     top: Annotated[int, typer.Option(help="How many top dimensions to list.")] = 10,
-    as_json: Annotated[bool, json_flag(help="Print JSON.")] = False,
+    as_json: OptJson = False,
 ) -> None:
     """Sparsity, top dimensions and probe accuracy of a concept profile."""
     from ..concepts import ConceptProfile
@@ -379,7 +381,7 @@ def combine(
     rule: Annotated[
         Literal["max", "mean"], typer.Option(help="Element-wise maximum or mean of the masks.")
     ] = "max",
-    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing profile file.")] = False,
+    overwrite: OptOverwriteFile = False,
 ) -> None:
     """Combine several concept profiles into one (element-wise maximum of the masks)."""
     from ..concepts import ConceptProfile

@@ -33,7 +33,9 @@ from .common import (
 from .options import (
     OptColumn,
     OptMinCosine,
+    OptModel,
     OptRuns,
+    OptRunSeed,
     attack_epochs_flag,
     attack_lr_flag,
     aux_fraction_flag,
@@ -43,12 +45,10 @@ from .options import (
     k_flag,
     mechanisms_flag,
     min_overlap_flag,
-    model_flag,
     n_queries_flag,
     output_flag,
     profile_flag,
     reid_multiple_flag,
-    seed_flag,
 )
 
 __all__ = [
@@ -234,15 +234,13 @@ def evaluate(
     task_path: _OptTaskPath = None,
     task_docs: _OptTaskDocs = 20_000,
     task_queries: Annotated[int, typer.Option(help="Queries of the task (a fixed sample).")] = 500,
-    model: Annotated[
-        str | None, model_flag(help="Embedding model of --task (default: the offline one).")
-    ] = None,
+    model: OptModel = None,
     mechanisms: Annotated[
         str, mechanisms_flag(help=f"Comma-separated mechanisms, any of: {MECHANISM_CHOICES}.")
     ] = "gaussian,laplace,mahalanobis,purkayastha",
     epsilon: _OptEpsilons = None,
     runs: OptRuns = 5,
-    seed: Annotated[int, seed_flag(help="Seed of the sweep (every cell reproducible).")] = 0,
+    seed: OptRunSeed = 0,
     delta: Annotated[float, delta_flag(help="delta of gaussian/projection.")] = 1e-5,
     sigma: _OptSigmas = None,
     calibration: Annotated[

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from ..keys.ledger import Ledger, administer_budget, display_key, key_value, open_existing
 from .common import console, err_console, mechanism_text, print_json, user_errors
-from .options import delta_flag, epsilon_flag, json_flag
+from .options import OptJson, OptJsonFull, delta_flag, epsilon_flag
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -57,7 +57,7 @@ def _guarantee_text(g: object) -> str:
 @user_errors
 def show(
     ledger: LedgerArg,
-    as_json: Annotated[bool, json_flag(help="Print the full summary as JSON.")] = False,
+    as_json: OptJsonFull = False,
 ) -> None:
     """Budgets, and per configuration: mechanism, guarantee, key id, releases; unpublished
     releases; budget changes."""
@@ -138,7 +138,7 @@ def spent(
     subject: Annotated[
         str | None, typer.Option(help="Show a subject's spend over all its records.")
     ] = None,
-    as_json: Annotated[bool, json_flag(help="Print JSON.")] = False,
+    as_json: OptJson = False,
     top: Annotated[int, typer.Option(help="Show the N records that spent most.")] = 20,
 ) -> None:
     """Composed (epsilon, delta) spent per record (or per subject)."""

@@ -193,3 +193,36 @@ OptQuiet = Annotated[bool, quiet_flag()]
 OptJsonSummary = Annotated[bool, json_flag(help="Print a JSON summary (stdout) instead of text.")]
 #: ``--overwrite`` of a command that writes one file
 OptOverwriteFile = Annotated[bool, overwrite_flag(help="Replace an existing output file.")]
+#: ``--json`` of a command that prints one result (a record, a key id, a verdict, a spend)
+OptJson = Annotated[bool, json_flag(help="Print the result as JSON (stdout) instead of text.")]
+#: ``--json`` of a command whose text shows part of what it holds (info, ledger show)
+OptJsonFull = Annotated[
+    bool, json_flag(help="Print the full result as JSON (stdout) instead of the text summary.")
+]
+#: ``--overwrite`` of a command that writes into an output folder
+OptOverwriteFolder = Annotated[
+    bool, overwrite_flag(help="Replace what an earlier run wrote in the output folder.")
+]
+#: ``--seed`` of a run that draws everything it needs from one seed (demo, advise, evaluate)
+OptRunSeed = Annotated[
+    int, seed_flag(help="Seed of every random draw of the run (data, noise, attacks).")
+]
+#: ``--model`` that embeds texts given to the command (embed, protect, demo, advise, evaluate)
+OptModel = Annotated[
+    str | None,
+    model_flag(
+        help="Embedding model for the texts the command embeds: a name or a folder "
+        "(default: offline all-MiniLM-L6-v2)."
+    ),
+]
+# the training knobs of a model the command fits (attack inversion's decoder, concept learn)
+#: ``--epochs``
+OptEpochs = Annotated[int, epochs_flag(help="Training epochs.")]
+#: ``--lr``
+OptLr = Annotated[float, lr_flag(help="Adam learning rate.")]
+#: ``--batch-size`` of a training (examples per optimiser step)
+OptTrainBatchSize = Annotated[int, typer.Option(help="Training minibatch: examples per step.")]
+#: ``--copies`` of an adaptive attacker (attack token, attack attribute)
+OptCopies = Annotated[
+    int, copies_flag(help="Protected copies the attacker makes of each text it trains on.")
+]

@@ -47,6 +47,7 @@ from .options import (
     OptJsonSummary,
     OptKeyFile,
     OptLedger,
+    OptOverwriteFolder,
     OptQuiet,
     OptSeed,
     OptTextField,
@@ -59,7 +60,6 @@ from .options import (
     mechanism_flag,
     model_flag,
     output_flag,
-    overwrite_flag,
     seed_flag,
 )
 
@@ -863,7 +863,7 @@ def protect_shards(
     allow_reprotect: Annotated[
         bool, allow_reprotect_flag(help="Protect shards that are already protected.")
     ] = False,
-    overwrite: Annotated[bool, overwrite_flag(help="Replace an existing output folder.")] = False,
+    overwrite: OptOverwriteFolder = False,
     keep_column: Annotated[
         list[str] | None,
         keep_field_flag(

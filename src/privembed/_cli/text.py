@@ -17,13 +17,13 @@ from .common import (
     user_errors,
 )
 from .options import (
+    OptJson,
+    OptOverwriteFolder,
+    OptSeed,
     c_flag,
     epsilon_flag,
-    json_flag,
     mechanism_flag,
     output_flag,
-    overwrite_flag,
-    seed_flag,
 )
 
 app = typer.Typer(
@@ -83,9 +83,7 @@ def sanitize(
         typer.Option("--post", help="nearest ([A26] eq. 3) or rank (the [A26] §7 fix)."),
     ] = "nearest",
     c: Annotated[float | None, c_flag(help="Rank temperature for --post rank (e.g. 0.04).")] = None,
-    seed: Annotated[
-        int | None, seed_flag(help="Seed (reproducible noise; experiments only).")
-    ] = None,
+    seed: OptSeed = None,
     oov: Annotated[
         Literal["keep", "replace"],
         typer.Option(
@@ -101,10 +99,7 @@ def sanitize(
     vectors: VectorsOpt = None,
     word_list: WordListOpt = None,
     limit: LimitOpt = None,
-    as_json: Annotated[
-        bool,
-        json_flag(help="Print the guarantee and each text with its sanitised form."),
-    ] = False,
+    as_json: OptJson = False,
 ) -> None:
     """Sanitise text word by word; punctuation, spacing and capitalisation are kept."""
     from ..data.io import _require_exists
@@ -165,12 +160,9 @@ def analyze(
     mc: Annotated[
         int, typer.Option("--mc", help="Monte Carlo draws for the dot-product checks (0: none).")
     ] = 50_000,
-    seed: Annotated[int | None, seed_flag(help="Seed for reproducible runs.")] = None,
+    seed: OptSeed = None,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG figures.")] = True,
-    overwrite: Annotated[
-        bool,
-        overwrite_flag(help="Replace the files of an earlier analysis in the output folder."),
-    ] = False,
+    overwrite: OptOverwriteFolder = False,
     index: IndexOpt = "exact",
     index_cache: IndexCacheOpt = None,
     vectors: VectorsOpt = None,
