@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..core._optional import require
-from ..core._validation import DataError, check_embeddings, check_int, check_real
+from ..core._validation import DataError, check_embeddings, check_int, check_real, check_training
 from ..core.rng import as_generator, spawn
 
 __all__ = [
@@ -136,13 +136,10 @@ class MLPFit:
     ) -> None:  # fmt: skip
         """Check and keep the training hyper-parameters (the constructor's)."""
         self.hidden = check_hidden(hidden)
-        self.epochs = check_int("epochs", epochs, ge=1)
-        self.batch_size = check_int("batch_size", batch_size, ge=1)
-        self.lr = check_real("lr", lr, gt=0)
-        self.weight_decay = check_real("weight_decay", weight_decay, ge=0)
-        self.num_threads = (
-            None if num_threads is None else check_int("num_threads", num_threads, ge=1)
+        self.epochs, self.batch_size, self.lr, self.num_threads = check_training(
+            epochs, batch_size, lr, num_threads
         )
+        self.weight_decay = check_real("weight_decay", weight_decay, ge=0)
 
     def _fit_mlp(
         self, torch: Any, loss_fn: Any, inputs: NDArray[np.float32], targets: NDArray[Any],

@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 from scipy.stats import norm, rankdata
 
 from ..core._optional import require
-from ..core._validation import DataError, check_choice, check_int, check_real
+from ..core._validation import DataError, check_bool, check_choice, check_int, check_real
 from ..core.rng import as_generator
 from ._common import check_hidden, embeddings_f64, protect_copies, standard_scale
 from .base import AttackResult
@@ -238,9 +238,7 @@ class AttributeProbe:
         self.C = check_real("C", C, gt=0)
         self.hidden = check_hidden(hidden)
         self.max_iter = check_int("max_iter", max_iter, ge=1)
-        if not isinstance(standardize, bool):
-            raise TypeError(f"standardize must be a bool, got standardize={standardize!r}.")
-        self.standardize = standardize
+        self.standardize = check_bool("standardize", standardize)
         self.model_: Any = None
         self.dim_: int | None = None
 

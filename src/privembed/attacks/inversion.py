@@ -42,7 +42,13 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import DataError, check_int, check_real
+from ..core._validation import (
+    DataError,
+    check_bool,
+    check_int,
+    check_optional_int,
+    check_training,
+)
 from ..core.rng import as_generator
 from . import metrics
 from ._common import (
@@ -309,21 +315,14 @@ class GEIAAttack(AdaptiveFit):
         self.emb_dim = check_int("emb_dim", emb_dim, ge=1)
         self.hidden = check_int("hidden", hidden, ge=1)
         self.layers = check_int("layers", layers, ge=1)
-        self.epochs = check_int("epochs", epochs, ge=1)
-        self.batch_size = check_int("batch_size", batch_size, ge=1)
-        self.lr = check_real("lr", lr, gt=0)
-        self.min_count = check_int("min_count", min_count, ge=1)
-        self.max_vocabulary = (
-            None if max_vocabulary is None else check_int("max_vocabulary", max_vocabulary, ge=5)
+        self.epochs, self.batch_size, self.lr, self.num_threads = check_training(
+            epochs, batch_size, lr, num_threads
         )
+        self.min_count = check_int("min_count", min_count, ge=1)
+        self.max_vocabulary = check_optional_int("max_vocabulary", max_vocabulary, ge=5)
         self.max_len = check_int("max_len", max_len, ge=1)
         self.beam = check_int("beam", beam, ge=1)
-        if not isinstance(standardize, bool):
-            raise TypeError(f"standardize must be a bool, got standardize={standardize!r}.")
-        self.standardize = standardize
-        self.num_threads = (
-            None if num_threads is None else check_int("num_threads", num_threads, ge=1)
-        )
+        self.standardize = check_bool("standardize", standardize)
         self.vocabulary_: WordVocabulary | None = None
         self.model_: Any = None
         self.history_: list[float] = []

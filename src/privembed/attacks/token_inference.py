@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import DataError, check_int, check_real
+from ..core._validation import DataError, check_bool, check_int, check_optional_int, check_real
 from ..core.rng import as_generator
 from . import metrics
 from ._common import (
@@ -247,12 +247,8 @@ class MLCAttack(AdaptiveFit, MLPFit):
             weight_decay=weight_decay, num_threads=num_threads,
         )  # fmt: skip
         self.min_count = check_int("min_count", min_count, ge=1)
-        self.max_vocabulary = (
-            None if max_vocabulary is None else check_int("max_vocabulary", max_vocabulary, ge=1)
-        )
-        if not isinstance(standardize, bool):
-            raise TypeError(f"standardize must be a bool, got standardize={standardize!r}.")
-        self.standardize = standardize
+        self.max_vocabulary = check_optional_int("max_vocabulary", max_vocabulary, ge=1)
+        self.standardize = check_bool("standardize", standardize)
         self.threshold = check_real("threshold", threshold, gt=0, lt=1)
         self.top_k = None if top_k is None else check_int("top_k", top_k, ge=1)
         self.vocabulary_: TokenVocabulary | None = None

@@ -50,7 +50,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import DataError, check_choice, check_int, check_real
+from ..core._validation import (
+    DataError,
+    check_bool,
+    check_choice,
+    check_int,
+    check_optional_int,
+    check_real,
+    check_training,
+)
 from ..core.rng import as_generator
 from ._common import embeddings_f64, seed_from, standard_scale, torch_module, torch_threads
 from ._prefix_decoder import (
@@ -206,24 +214,17 @@ class TransformerInversionAttack:
         self.max_len = check_int("max_len", max_len, ge=1)
         self.tokenizer = check_choice("tokenizer", tokenizer, PieceTokenizer.KINDS)
         self.min_count = check_int("min_count", min_count, ge=1)
-        self.max_vocabulary = (
-            None if max_vocabulary is None else check_int("max_vocabulary", max_vocabulary, ge=6)
+        self.max_vocabulary = check_optional_int("max_vocabulary", max_vocabulary, ge=6)
+        self.epochs, self.batch_size, self.lr, self.num_threads = check_training(
+            epochs, batch_size, lr, num_threads
         )
-        self.epochs = check_int("epochs", epochs, ge=1)
-        self.batch_size = check_int("batch_size", batch_size, ge=1)
-        self.lr = check_real("lr", lr, gt=0)
         self.dropout = check_real("dropout", dropout, ge=0, lt=1)
         self.correction = check_int("correction", correction, ge=0)
         self.correction_epochs = check_int("correction_epochs", correction_epochs, ge=1)
         self.rounds = check_int("rounds", rounds, ge=0)
         self.candidates = check_int("candidates", candidates, ge=1)
         self.temperature = check_real("temperature", temperature, gt=0)
-        if not isinstance(standardize, bool):
-            raise TypeError(f"standardize must be a bool, got standardize={standardize!r}.")
-        self.standardize = standardize
-        self.num_threads = (
-            None if num_threads is None else check_int("num_threads", num_threads, ge=1)
-        )
+        self.standardize = check_bool("standardize", standardize)
         if not isinstance(device, str) or not device.strip():
             raise TypeError(f"device must be a torch device name such as 'cuda', got {device!r}.")
         self.device = device

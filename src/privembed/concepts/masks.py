@@ -53,7 +53,7 @@ from numpy.typing import NDArray
 from scipy.special import expit
 
 from ..core._optional import require
-from ..core._validation import DataError, check_embeddings, check_int, check_real
+from ..core._validation import DataError, check_embeddings, check_int, check_real, check_training
 from ..core.rng import as_generator
 
 __all__ = [
@@ -509,9 +509,9 @@ class MaskLearner:
         baseline_batch_size: int = 256,
         num_threads: int | None = 1,
     ) -> None:
-        self.epochs = check_int("epochs", epochs, ge=1)
-        self.batch_size = check_int("batch_size", batch_size, ge=1)
-        self.lr = check_real("lr", lr, gt=0)
+        self.epochs, self.batch_size, self.lr, self.num_threads = check_training(
+            epochs, batch_size, lr, num_threads
+        )
         self.lam = check_real("lam", lam, ge=0)
         if isinstance(hidden, int | str) or not all(
             isinstance(h, int) and not isinstance(h, bool) and h >= 1 for h in hidden
@@ -528,9 +528,6 @@ class MaskLearner:
         self.baseline_epochs = check_int("baseline_epochs", baseline_epochs, ge=0)
         self.baseline_lr = check_real("baseline_lr", baseline_lr, gt=0)
         self.baseline_batch_size = check_int("baseline_batch_size", baseline_batch_size, ge=1)
-        self.num_threads = (
-            None if num_threads is None else check_int("num_threads", num_threads, ge=1)
-        )
 
     def get_params(self) -> dict[str, Any]:
         """The training parameters (recorded in profiles)."""

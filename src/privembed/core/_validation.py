@@ -17,10 +17,13 @@ from numpy.typing import NDArray
 
 __all__ = [
     "DataError",
+    "check_bool",
     "check_choice",
     "check_embeddings",
     "check_int",
+    "check_optional_int",
     "check_real",
+    "check_training",
 ]
 
 
@@ -107,6 +110,42 @@ def check_int(name: str, value: Any, *, ge: int | None = None, le: int | None = 
     if le is not None and v > le:
         raise ValueError(f"{name} must be <= {le}, got {name}={v}.")
     return v
+
+
+def check_optional_int(
+    name: str, value: Any, *, ge: int | None = None, le: int | None = None
+) -> int | None:
+    """:func:`check_int` for a parameter that may be ``None`` (which passes as it is)."""
+    return None if value is None else check_int(name, value, ge=ge, le=le)
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Validate a flag: a bool, never a truthy stand-in such as ``1`` or ``"no"``.
+
+    Examples
+    --------
+    >>> check_bool("standardize", "no")
+    Traceback (most recent call last):
+    ...
+    TypeError: standardize must be a bool, got standardize='no'.
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {name}={value!r}.")
+    return value
+
+
+def check_training(
+    epochs: Any, batch_size: Any, lr: Any, num_threads: Any
+) -> tuple[int, int, float, int | None]:
+    """The settings of a minibatch training loop, checked alike wherever privembed trains a
+    model: ``epochs`` >= 1, ``batch_size`` >= 1, ``lr`` > 0 and ``num_threads`` (torch's
+    intra-op threads while training) >= 1 or ``None``."""
+    return (
+        check_int("epochs", epochs, ge=1),
+        check_int("batch_size", batch_size, ge=1),
+        check_real("lr", lr, gt=0),
+        check_optional_int("num_threads", num_threads, ge=1),
+    )
 
 
 def check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
