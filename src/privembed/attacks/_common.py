@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,32 @@ __all__ = [
 ]
 
 _WORD = re.compile(r"\w+")
+
+
+def by_frequency(
+    groups: Iterable[Iterable[str]],
+    *,
+    min_count: int,
+    limit: int | None,
+    skip: Container[str] = (),
+) -> list[str]:
+    """The tokens of ``groups`` seen at least ``min_count`` times (every occurrence counts),
+    most frequent first (ties: alphabetical), the first ``limit`` (``None``: all), none of
+    ``skip``: the order the attacks' vocabularies keep their tokens in.
+
+    Examples
+    --------
+    >>> by_frequency([["b", "a", "b"], ["a", "c"]], min_count=1, limit=2)
+    ['a', 'b']
+    """
+    counts: Counter[str] = Counter()
+    for g in groups:
+        counts.update(g)
+    items = sorted(
+        ((t, c) for t, c in counts.items() if c >= min_count and t not in skip),
+        key=lambda tc: (-tc[1], tc[0]),
+    )
+    return [t for t, _ in items[:limit]]
 
 
 def torch_module() -> Any:

@@ -13,12 +13,12 @@ Examples
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..core._validation import DataError, check_choice
+from ._common import by_frequency
 
 __all__ = ["BOS", "EOS", "PAD", "SEP", "UNK", "PieceTokenizer", "minilm_tokenizer"]
 
@@ -119,16 +119,9 @@ class _Vocab:
     def build(
         cls, sentences: Sequence[Sequence[str]], min_count: int, max_size: int | None
     ) -> _Vocab:
-        counts: Counter[str] = Counter()
-        for s in sentences:
-            counts.update(s)
-        items = sorted(
-            ((p, c) for p, c in counts.items() if c >= min_count and p not in _SPECIALS),
-            key=lambda pc: (-pc[1], pc[0]),
-        )
-        if max_size is not None:
-            items = items[: max(0, max_size - len(_SPECIALS))]
-        return cls([*_SPECIALS, *(p for p, _ in items)])
+        limit = None if max_size is None else max(0, max_size - len(_SPECIALS))
+        pieces = by_frequency(sentences, min_count=min_count, limit=limit, skip=_SPECIALS)
+        return cls([*_SPECIALS, *pieces])
 
     def ids(self, pieces: Sequence[str], max_len: int) -> list[int]:
         return [self.index.get(p, UNK) for p in pieces[:max_len]]

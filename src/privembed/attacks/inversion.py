@@ -34,7 +34,6 @@ References
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
@@ -53,6 +52,7 @@ from ..core.rng import as_generator
 from . import metrics
 from ._common import (
     as_token_sets,
+    by_frequency,
     embeddings_f64,
     seed_from,
     standard_scale,
@@ -128,15 +128,8 @@ class WordVocabulary:
     def build(
         cls, sentences: Iterable[Sequence[str]], *, min_count: int = 1, max_size: int | None = None
     ) -> WordVocabulary:
-        counts: Counter[str] = Counter()
-        for s in sentences:
-            counts.update(s)
-        items = sorted(
-            ((t, c) for t, c in counts.items() if c >= min_count), key=lambda tc: (-tc[1], tc[0])
-        )
-        if max_size is not None:
-            items = items[: max(0, max_size - len(_SPECIALS))]
-        return cls([*_SPECIALS, *(t for t, _ in items)])
+        limit = None if max_size is None else max(0, max_size - len(_SPECIALS))
+        return cls([*_SPECIALS, *by_frequency(sentences, min_count=min_count, limit=limit)])
 
     def encode(self, tokens: Sequence[str], *, max_len: int) -> NDArray[np.int64]:
         """``<bos> ids... <eos>`` padded to ``max_len + 2`` (longer sentences are cut)."""

@@ -24,7 +24,6 @@ References
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
@@ -39,6 +38,7 @@ from . import metrics
 from ._common import (
     MLPFit,
     as_token_sets,
+    by_frequency,
     embeddings_f64,
     standard_scale,
     torch_module,
@@ -100,15 +100,8 @@ class TokenVocabulary:
     ) -> TokenVocabulary:
         """Tokens in at least ``min_count`` texts, most frequent first (ties: alphabetical)."""
         min_count = check_int("min_count", min_count, ge=1)
-        counts: Counter[str] = Counter()
-        for s in token_sets:
-            counts.update(s)
-        items = sorted(
-            ((t, c) for t, c in counts.items() if c >= min_count), key=lambda tc: (-tc[1], tc[0])
-        )
-        if max_size is not None:
-            items = items[: check_int("max_size", max_size, ge=1)]
-        return cls([t for t, _ in items])
+        limit = check_optional_int("max_size", max_size, ge=1)
+        return cls(by_frequency(token_sets, min_count=min_count, limit=limit))
 
     def encode(self, token_sets: Sequence[AbstractSet[str]]) -> NDArray[np.float32]:
         """Multi-hot matrix (n, V) of the in-vocabulary tokens of each set."""
