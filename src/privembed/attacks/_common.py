@@ -58,6 +58,27 @@ def by_frequency(
     return [t for t, _ in items[:limit]]
 
 
+def decoded(
+    ids: Iterable[int], tokens: Sequence[str], *, end: int, silent: Container[int]
+) -> list[str]:
+    """The tokens a decoder's ids stand for, up to the first ``end`` id, without the
+    ``silent`` ones (padding, the start symbol).
+
+    Examples
+    --------
+    >>> decoded([1, 4, 3, 2, 4], ["<pad>", "<bos>", "<eos>", "x", "y"], end=2, silent=(0, 1))
+    ['y', 'x']
+    """
+    out = []
+    for i in ids:
+        i = int(i)
+        if i == end:
+            break
+        if i not in silent:
+            out.append(tokens[i])
+    return out
+
+
 def torch_module() -> Any:
     """The torch module, or an ImportError naming the ``learn`` extra."""
     return require("torch", "learn", purpose="trained attacks")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core._validation import DataError, check_choice
-from ._common import by_frequency
+from ._common import by_frequency, decoded
 
 __all__ = ["BOS", "EOS", "PAD", "SEP", "UNK", "PieceTokenizer", "minilm_tokenizer"]
 
@@ -127,15 +127,7 @@ class _Vocab:
         return [self.index.get(p, UNK) for p in pieces[:max_len]]
 
     def pieces_of(self, ids: Sequence[int]) -> list[str]:
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == EOS:
-                break
-            if i in (PAD, BOS, SEP):
-                continue
-            out.append(self.pieces[i])
-        return out
+        return decoded(ids, self.pieces, end=EOS, silent=(PAD, BOS, SEP))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from . import metrics
 from ._common import (
     as_token_sets,
     by_frequency,
+    decoded,
     embeddings_f64,
     seed_from,
     standard_scale,
@@ -140,15 +141,7 @@ class WordVocabulary:
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         """Tokens after ``<bos>`` up to ``<eos>``."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == EOS:
-                break
-            if i in (PAD, BOS):
-                continue
-            out.append(self.tokens[i])
-        return out
+        return decoded(ids, self.tokens, end=EOS, silent=(PAD, BOS))
 
 
 @dataclass(frozen=True)
