@@ -96,6 +96,12 @@ from .ledger_sql import (
 )
 from .ledger_staged import DuplicateIds, StagedRelease
 
+# the errors a caller catches have their public home here, as before the ledger was written apart:
+# tracebacks, doctests and pickles name them privembed.keys.ledger.<Error>
+for _error in (AliasConflict, BudgetExceeded, BudgetRaise, DuplicateIds, LedgerBusy):
+    _error.__module__ = __name__
+del _error
+
 __all__ = [
     "AliasConflict",
     "Budget",
