@@ -207,3 +207,14 @@ def test_ci_keeps_one_mutation_of_every_claim_the_marked_one_else_the_first(tmp_
 def test_ci_marks_are_checked(tmp_path, kw, message):
     with pytest.raises(registry.RegistryError, match=message):
         registry.load(_toy_registry(tmp_path, **kw))
+
+
+def test_the_baseline_reruns_only_real_catching_tests_of_the_mutation():
+    run = ("tests/server/test_x.py::test_a", "tests/server/test_x.py::test_b")
+    m = registry.Mutation("toy.claim", "m", (registry.Edit("src/privembed/m.py", "1", "2"),), run)
+    # a captured log line that starts with ERROR is read as a failed id by the summary pattern
+    junk = "   uvicorn.error:server.py:302 Cancel 1 running task(s)"
+    o = mutate.Outcome(m, "caught", 1.0, ["tests/server/test_x.py::test_b", junk])
+    assert mutate._catchers(o) == ["tests/server/test_x.py::test_b"]
+    # nothing that names a test of the mutation: every test it ran is re-run
+    assert mutate._catchers(mutate.Outcome(m, "caught", 1.0, [junk])) == list(run)

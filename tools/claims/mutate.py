@@ -199,6 +199,16 @@ def _drop_bytecode(path: Path) -> None:
             Path(importlib.util.cache_from_source(str(path))).unlink()
 
 
+def _catchers(o: Outcome) -> list[str]:
+    """The tests that caught ``o``'s mutation: the failed ids pytest's summary names within the
+    mutation's own test files (a captured log line that starts with ERROR is no test), else --
+    when none can be told -- every test the mutation ran."""
+    assert o.mutation is not None
+    files = {t.split("::")[0] for t in o.mutation.run}
+    named = [t for t in o.failed if t.split("::")[0] in files]
+    return named or list(o.mutation.run)
+
+
 def run_baseline(ws: Workspace, tests: Sequence[str], timeout: float) -> Outcome:
     rc, failed, tail, secs = ws.pytest(tests, timeout=timeout, stop_first=False, bytecode=True)
     status = "passed" if rc == 0 else "failed"
@@ -289,7 +299,7 @@ def check_mutations(
             t.join()
         caught = [o for o in results if o.status == "caught"]
         if baseline and caught:
-            catchers = list(dict.fromkeys(t for o in caught for t in o.failed))
+            catchers = list(dict.fromkeys(t for o in caught for t in _catchers(o)))
             b = run_baseline(workers[0], catchers, timeout * 2)
             outcomes.append(b)
             report(b)
@@ -297,7 +307,7 @@ def check_mutations(
                 # a catch counts only if the test that failed passes unmutated (when the baseline
                 # failed without naming its tests, no catch can be trusted)
                 if o.status == "caught" and (
-                    set(o.failed) & set(b.failed) or not (b.ok or b.failed)
+                    set(_catchers(o)) & set(b.failed) or not (b.ok or b.failed)
                 ):
                     results[i] = dataclasses.replace(o, status="unverified")
                     report(results[i])
