@@ -35,23 +35,27 @@ def _position(key_mem, ctr_mem, pos_mem, key, ctrs, i):
 
 
 @_njit
-def normal_rows(gen, key_mem, ctr_mem, pos_mem, key, ctrs, out):
-    """Row i of ``out`` (n, k): k standard normals from row i's stream."""
+def _fill(gen, key_mem, ctr_mem, pos_mem, key, ctrs, out, uniform):
+    """Row i of ``out`` (n, k): k draws from row i's stream, uniforms on [0, 1) if ``uniform``
+    else standard normals (the flag is the same for every draw: the branch costs nothing
+    next to the draw)."""
     n, k = out.shape
     for i in range(n):
         _position(key_mem, ctr_mem, pos_mem, key, ctrs, i)
         for j in range(k):
-            out[i, j] = gen.standard_normal()
+            out[i, j] = gen.random() if uniform else gen.standard_normal()
+
+
+@_njit
+def normal_rows(gen, key_mem, ctr_mem, pos_mem, key, ctrs, out):
+    """Row i of ``out`` (n, k): k standard normals from row i's stream."""
+    _fill(gen, key_mem, ctr_mem, pos_mem, key, ctrs, out, False)
 
 
 @_njit
 def uniform_rows(gen, key_mem, ctr_mem, pos_mem, key, ctrs, out):
     """Row i of ``out`` (n, k): k uniforms on [0, 1) from row i's stream."""
-    n, k = out.shape
-    for i in range(n):
-        _position(key_mem, ctr_mem, pos_mem, key, ctrs, i)
-        for j in range(k):
-            out[i, j] = gen.random()
+    _fill(gen, key_mem, ctr_mem, pos_mem, key, ctrs, out, True)
 
 
 @_njit

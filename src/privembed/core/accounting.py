@@ -113,7 +113,13 @@ class Guarantee:
             out[f.name] = v
         return out
 
-    def describe(self) -> str:  # pragma: no cover - overridden
+    def describe(self) -> str:
+        """One line: the statement (:meth:`_statement`), then ``; note`` when there is one."""
+        note = getattr(self, "note", "")
+        return self._statement() + (f"; {note}" if note else "")
+
+    def _statement(self) -> str:  # pragma: no cover - overridden
+        """What the guarantee states, without its note."""
         raise NotImplementedError
 
     def short(self) -> str:  # pragma: no cover - overridden
@@ -150,9 +156,8 @@ class ApproxDP(Guarantee):
                 f"noise_multiplier must be > 0, got noise_multiplier={self.noise_multiplier!r}."
             )
 
-    def describe(self) -> str:
-        s = f"({_g(self.epsilon)}, {_g(self.delta)})-LDP for {self.neighbouring}"
-        return s + (f"; {self.note}" if self.note else "")
+    def _statement(self) -> str:
+        return f"({_g(self.epsilon)}, {_g(self.delta)})-LDP for {self.neighbouring}"
 
     def short(self) -> str:
         return f"({self.epsilon:.3g}, {self.delta:.2g})-LDP"
@@ -173,9 +178,8 @@ class PureDP(Guarantee):
             raise ValueError(f"epsilon must be >= 0, got epsilon={self.epsilon!r}.")
         object.__setattr__(self, "relation", Neighbouring(self.relation))
 
-    def describe(self) -> str:
-        s = f"{_g(self.epsilon)}-LDP (pure) for {self.neighbouring}"
-        return s + (f"; {self.note}" if self.note else "")
+    def _statement(self) -> str:
+        return f"{_g(self.epsilon)}-LDP (pure) for {self.neighbouring}"
 
     def short(self) -> str:
         return f"{self.epsilon:.4g}-LDP"
@@ -213,14 +217,14 @@ class MetricDP(Guarantee):
         cuts = [i for i in (self.metric.find(" ("), self.metric.find(" distance")) if i > 0]
         return self.metric[: min(cuts)] if cuts else self.metric
 
-    def describe(self) -> str:
+    def _statement(self) -> str:
         detail = self.metric[len(self.metric_name) :].strip()
         detail = detail.removeprefix("distance").strip()
         s = f"{_g(self.epsilon)}-d_X privacy per unit of {self.metric_name} distance"
         s += f" {detail}" if detail else ""
         if self.implied:
             s += " (implies " + "; ".join(g.describe() for g in self.implied) + ")"
-        return s + (f"; {self.note}" if self.note else "")
+        return s
 
     def short(self) -> str:
         s = f"{self.epsilon:.4g}-d_X({self.metric.split()[0]})"
@@ -235,7 +239,7 @@ class NoGuarantee(Guarantee):
     kind: ClassVar[str] = "none"
     reason: str = ""
 
-    def describe(self) -> str:
+    def _statement(self) -> str:
         return "no formal guarantee" + (f": {self.reason}" if self.reason else "")
 
     def short(self) -> str:
