@@ -9,30 +9,57 @@ the corpus in one pass (:func:`_dp_pca_of`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from ..core._validation import DataError
 from .dp_pca import SecondMoments, charge_basis, dp_pca
 from .subspace_basis import SubspaceBasis
 
-__all__ = ["basis_from", "fit_basis"]
+__all__ = ["BasisSource", "basis_from", "fit_basis"]
+
+
+class BasisSource(TypedDict, total=False):
+    """What a basis is fitted from and charged to: the keywords :func:`basis_from` and
+    :func:`fit_basis` share (all optional: an absent one is None).
+
+    Attributes
+    ----------
+    corpus : path
+        The private embeddings (``"dp-pca"`` only).
+    column, id_column : str
+        The embeddings' column (the corpus' or public data's) and the corpus' record-id column.
+    model : str
+        The embedding model of public texts.
+    epsilon, delta : float
+        DP-PCA's privacy parameters (``"dp-pca"`` only).
+    ledger : Ledger
+        Where a DP-PCA basis is charged to every record of the corpus (by id).
+    subject : str
+        The subject the charge is recorded for.
+    max_components : int
+        The most components the basis keeps.
+    rng : seed or Generator
+        DP-PCA's noise.
+    """
+
+    corpus: str | Path | None
+    column: str | None
+    id_column: str | None
+    model: str | None
+    epsilon: float | None
+    delta: float | None
+    ledger: Any
+    subject: str | None
+    max_components: int | None
+    rng: Any
 
 
 def basis_from(
     spec: Any,
     *,
-    corpus: str | Path | None = None,
-    column: str | None = None,
-    id_column: str | None = None,
-    model: str | None = None,
-    epsilon: float | None = None,
-    delta: float | None = None,
-    ledger: Any = None,
-    subject: str | None = None,
-    max_components: int | None = None,
     batch_rows: int = 16384,
-    rng: Any = None,
     charge_with_next_release: bool = False,
+    **source: Unpack[BasisSource],
 ) -> SubspaceBasis:
     """The basis a command names: a saved basis, public data, or DP-PCA of the corpus.
 
@@ -46,12 +73,16 @@ def basis_from(
         * ``"dp-pca"``: :func:`dp_pca` of the private ``corpus`` (an embeddings file, read
           once here, once more by the release) at (``epsilon``, ``delta``), charged to every
           record of the corpus in ``ledger`` (:func:`charge_basis`) before it is returned.
-    corpus : path
-        The private embeddings (``"dp-pca"`` only).
+    batch_rows : int
+        Rows read at a time from the corpus (``"dp-pca"``).
     charge_with_next_release : bool
         Stage the DP-PCA charge and commit it with the first release the ledger commits
         (:func:`charge_basis` ``with_next_release``): a command that fails or is refused
         before that records nothing. The command must then release with this ledger object.
+    **source
+        :class:`BasisSource`: ``corpus`` (the private embeddings, ``"dp-pca"`` only),
+        ``column``, ``id_column``, ``model``, ``epsilon``, ``delta``, ``ledger``, ``subject``,
+        ``max_components``, ``rng``.
 
     Raises
     ------
@@ -63,20 +94,14 @@ def basis_from(
     if isinstance(spec, SubspaceBasis):
         return spec
     if spec == "dp-pca":
-        path = Path(corpus) if corpus is not None else None
-        basis, ids = _dp_pca_of(
-            path, column=column, id_column=id_column, epsilon=epsilon, delta=delta,
-            max_components=max_components, rng=rng, batch_rows=batch_rows,
-            with_ids=ledger is not None,
-        )  # fmt: skip
-        assert path is not None
-        if ledger is not None:
+        basis, ids, path = _dp_pca_of(source, batch_rows=batch_rows)
+        if (ledger := source.get("ledger")) is not None:
             charge_basis(
-                ledger, basis, ids, subject=subject, destination=f"basis of {path.name}",
-                with_next_release=charge_with_next_release,
+                ledger, basis, ids, subject=source.get("subject"),
+                destination=f"basis of {path.name}", with_next_release=charge_with_next_release,
             )  # fmt: skip
         return basis
-    if epsilon is not None or delta is not None:
+    if source.get("epsilon") is not None or source.get("delta") is not None:
         raise ValueError(
             "--basis-epsilon/--basis-delta apply to a DP-PCA basis (--basis dp-pca) only."
         )
@@ -85,24 +110,14 @@ def basis_from(
         raise FileNotFoundError(f"basis not found: {path}")
     if SubspaceBasis.is_basis_file(path):
         return SubspaceBasis.load(path)
-    return _public_basis(path, column=column, model=model, max_components=max_components)
+    return _public_basis(
+        path, column=source.get("column"), model=source.get("model"),
+        max_components=source.get("max_components"),
+    )  # fmt: skip
 
 
 def fit_basis(
-    spec: Any,
-    output: str | Path,
-    *,
-    corpus: str | Path | None = None,
-    column: str | None = None,
-    id_column: str | None = None,
-    model: str | None = None,
-    epsilon: float | None = None,
-    delta: float | None = None,
-    ledger: Any = None,
-    subject: str | None = None,
-    max_components: int | None = None,
-    rng: Any = None,
-    overwrite: bool = False,
+    spec: Any, output: str | Path, *, overwrite: bool = False, **source: Unpack[BasisSource]
 ) -> dict[str, Any]:
     """Fit a basis once and write it (``privembed basis``): index, protect, advise and search
     reuse the file (``--basis FILE``) and nothing refits or charges it again.
@@ -111,7 +126,8 @@ def fit_basis(
     charged once to every record of the corpus in ``ledger``, in the commit that publishes the
     file: no file without its charge, and a refused charge writes no file) or public data (as
     :func:`basis_from`: exact PCA, no privacy cost). The file keeps the DP-PCA guarantee, so
-    every release with it prints the composition.
+    every release with it prints the composition. ``**source`` are :class:`BasisSource`'s
+    keywords, as for :func:`basis_from`.
 
     Returns
     -------
@@ -132,20 +148,22 @@ def fit_basis(
     out = Path(output)
     if out.exists() and not overwrite:
         raise FileExistsError(f"output exists: {out} (pass --overwrite to replace it).")
+    ledger = source.get("ledger")
     if spec == "dp-pca":
-        basis, ids = _dp_pca_of(
-            None if corpus is None else Path(corpus), column=column, id_column=id_column,
-            epsilon=epsilon, delta=delta, max_components=max_components, rng=rng,
-            batch_rows=16384, with_ids=ledger is not None,
-        )  # fmt: skip
+        basis, ids, _ = _dp_pca_of(source, batch_rows=16384)
     else:
-        basis = basis_from(spec, model=model, epsilon=epsilon, delta=delta, column=column)
+        basis = basis_from(
+            spec, model=source.get("model"), epsilon=source.get("epsilon"),
+            delta=source.get("delta"), column=source.get("column"),
+        )  # fmt: skip
         ids = []
     charge: dict[str, Any] = {}
 
     def commit() -> None:
         charge.update(
-            charge_basis(ledger, basis, ids, subject=subject, destination=str(out.resolve()))
+            charge_basis(
+                ledger, basis, ids, subject=source.get("subject"), destination=str(out.resolve())
+            )
         )
 
     charged = ledger is not None and basis.guarantee is not None
@@ -161,33 +179,26 @@ def fit_basis(
     }
 
 
-def _dp_pca_of(
-    path: Path | None,
-    *,
-    column: str | None,
-    id_column: str | None,
-    epsilon: float | None,
-    delta: float | None,
-    max_components: int | None,
-    rng: Any,
-    batch_rows: int,
-    with_ids: bool,
-) -> tuple[SubspaceBasis, list[Any]]:
-    """DP-PCA of the private embeddings at ``path`` (one pass) and, ``with_ids``, their ids."""
+def _dp_pca_of(source: BasisSource, *, batch_rows: int) -> tuple[SubspaceBasis, list[Any], Path]:
+    """DP-PCA of the private embeddings ``source["corpus"]`` (one pass), their ids (when a
+    ledger will charge them) and the corpus' path."""
+    epsilon, delta = source.get("epsilon"), source.get("delta")
     if epsilon is None or delta is None:
         raise ValueError(
             "a DP-PCA basis needs its privacy parameters: --basis-epsilon and --basis-delta."
         )
-    if path is None:
+    if (corpus := source.get("corpus")) is None:
         raise ValueError("a DP-PCA basis is computed from the corpus: give its embeddings.")
+    path = Path(corpus)
     acc, ids = _corpus_moments(
-        path, column=column, id_column=id_column, batch_rows=batch_rows, with_ids=with_ids
-    )
-    basis = dp_pca(
-        acc, epsilon=epsilon, delta=delta, max_components=max_components, rng=rng,
-        metadata={"corpus": path.name},
+        path, column=source.get("column"), id_column=source.get("id_column"),
+        batch_rows=batch_rows, with_ids=source.get("ledger") is not None,
     )  # fmt: skip
-    return basis, ids
+    basis = dp_pca(
+        acc, epsilon=epsilon, delta=delta, max_components=source.get("max_components"),
+        rng=source.get("rng"), metadata={"corpus": path.name},
+    )  # fmt: skip
+    return basis, ids, path
 
 
 def _corpus_moments(
