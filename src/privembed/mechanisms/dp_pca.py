@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
@@ -32,6 +32,7 @@ from .subspace_basis import SubspaceBasis
 
 __all__ = [
     "BasisCharge",
+    "GaussRelease",
     "NoisyMoments",
     "SecondMoments",
     "charge_basis",
@@ -41,6 +42,25 @@ __all__ = [
 
 #: weight of the sum of rows next to the second-moment matrix in DP-PCA's one Gaussian release
 DEFAULT_MEAN_WEIGHT = 0.25
+
+
+class GaussRelease(TypedDict):
+    """The keywords of DP-PCA's one Gaussian release, which :func:`dp_pca` passes on to
+    :meth:`SecondMoments.release` (see :func:`dp_pca` for their meaning).
+
+    Attributes
+    ----------
+    epsilon, delta : float
+        Central DP parameters of the release.
+    mean_weight : float, default :data:`DEFAULT_MEAN_WEIGHT`
+        The weight ``a`` of the sum of rows next to the second-moment matrix.
+    rng : int, Generator or None, default None
+    """
+
+    epsilon: float
+    delta: float
+    mean_weight: NotRequired[float]
+    rng: NotRequired[Any]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -91,34 +111,28 @@ class SecondMoments:
         self.total += U.sum(axis=0)
         self.outer += U.T @ U
 
-    def release(
-        self,
-        *,
-        epsilon: float,
-        delta: float,
-        mean_weight: float = DEFAULT_MEAN_WEIGHT,
-        rng: Any = None,
-    ) -> NoisyMoments:
+    def release(self, **params: Unpack[GaussRelease]) -> NoisyMoments:
         r"""The one Gaussian release of DP-PCA: :math:`(a s + g, \mathrm{upper}(M) + G)`.
 
         ``g`` and the upper triangle ``G`` (diagonal included) are i.i.d.
         :math:`\mathcal N(0, \sigma^2)` with sigma the analytic calibration of (epsilon,
         delta) at :func:`dp_pca_sensitivity`; the matrix is symmetrised from its upper
-        triangle and the sum divided back by ``a`` (post-processing).
+        triangle and the sum divided back by ``a`` (post-processing). ``params``:
+        :class:`GaussRelease` (``epsilon``, ``delta``, ``mean_weight``, ``rng``).
 
         Raises
         ------
         DataError
             Fewer than 2 rows.
         """
-        epsilon = check_real("epsilon", epsilon, gt=0)
-        delta = check_real("delta", delta, gt=0, lt=1)
-        a = check_real("mean_weight", mean_weight, gt=0)
+        epsilon = check_real("epsilon", params["epsilon"], gt=0)
+        delta = check_real("delta", params["delta"], gt=0, lt=1)
+        a = check_real("mean_weight", params.get("mean_weight", DEFAULT_MEAN_WEIGHT), gt=0)
         if self.n < 2:
             raise DataError(f"DP-PCA needs at least 2 records, got {self.n}.")
         sens = dp_pca_sensitivity(a)
         sigma = theory.analytic_gaussian_sigma(epsilon, delta, sens)
-        gen = as_generator(rng)
+        gen = as_generator(params.get("rng"))
         total = self.total + gen.standard_normal(self.d) * (sigma / a)
         G = np.triu(gen.standard_normal((self.d, self.d)) * sigma)
         outer = self.outer + G + np.triu(G, 1).T
@@ -189,12 +203,9 @@ class NoisyMoments:
 def dp_pca(
     corpus: Any,
     *,
-    epsilon: float,
-    delta: float,
     max_components: int | None = None,
-    mean_weight: float = DEFAULT_MEAN_WEIGHT,
-    rng: Any = None,
     metadata: dict[str, Any] | None = None,
+    **release: Unpack[GaussRelease],
 ) -> SubspaceBasis:
     r"""A basis from the private corpus by differentially private PCA ([DTTZ14], with the mean).
 
@@ -254,7 +265,7 @@ def dp_pca(
             raise DataError("corpus must be an (n, d) array.")
         acc = SecondMoments(A.shape[1])
         acc.add(A)
-    released = acc.release(epsilon=epsilon, delta=delta, mean_weight=mean_weight, rng=rng)
+    released = acc.release(**release)
     return released.basis(max_components=max_components, metadata=metadata)
 
 
