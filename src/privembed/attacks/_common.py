@@ -79,6 +79,18 @@ def decoded(
     return out
 
 
+class TokenIndex:
+    """Tokens in a fixed order and each one's position: what the attacks' vocabularies share
+    (the subclasses check their tokens before handing them here)."""
+
+    def __init__(self, tokens: Sequence[str]) -> None:
+        self.tokens = list(tokens)
+        self.index = {t: i for i, t in enumerate(self.tokens)}
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
 def torch_module() -> Any:
     """The torch module, or an ImportError naming the ``learn`` extra."""
     return require("torch", "learn", purpose="trained attacks")
@@ -179,10 +191,11 @@ class MLPFit:
     model_: Any
 
     def _set_training(
-        self, *, hidden: Sequence[int], epochs: int, batch_size: int, lr: float,
+        self, hidden: Sequence[int], epochs: int, batch_size: int, lr: float,
         weight_decay: float, num_threads: int | None,
     ) -> None:  # fmt: skip
-        """Check and keep the training hyper-parameters (the constructor's)."""
+        """Check and keep the training hyper-parameters (the constructor's, in the order the
+        class docstring names them)."""
         self.hidden = check_hidden(hidden)
         self.epochs, self.batch_size, self.lr, self.num_threads = check_training(
             epochs, batch_size, lr, num_threads

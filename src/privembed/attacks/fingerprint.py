@@ -335,10 +335,7 @@ class FingerprintClassifier(MLPFit):
         weight_decay: float = 1e-4,
         num_threads: int | None = 1,
     ) -> None:
-        self._set_training(
-            hidden=hidden, epochs=epochs, batch_size=batch_size, lr=lr,
-            weight_decay=weight_decay, num_threads=num_threads,
-        )  # fmt: skip
+        self._set_training(hidden, epochs, batch_size, lr, weight_decay, num_threads)
         self.labels_: list[str] = []
         self.model_: Any = None
 

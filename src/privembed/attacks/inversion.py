@@ -51,6 +51,7 @@ from ..core._validation import (
 from ..core.rng import as_generator
 from . import metrics
 from ._common import (
+    TokenIndex,
     as_token_sets,
     by_frequency,
     decoded,
@@ -105,7 +106,7 @@ def detokenize(tokens: Sequence[str]) -> str:
     return out
 
 
-class WordVocabulary:
+class WordVocabulary(TokenIndex):
     """Word-level vocabulary of the decoder: 4 special symbols, then tokens by frequency.
 
     Examples
@@ -119,11 +120,7 @@ class WordVocabulary:
         toks = list(tokens)
         if toks[:4] != list(_SPECIALS):
             raise DataError(f"the first four tokens must be {_SPECIALS}.")
-        self.tokens = toks
-        self.index = {t: i for i, t in enumerate(toks)}
-
-    def __len__(self) -> int:
-        return len(self.tokens)
+        super().__init__(toks)
 
     @classmethod
     def build(

@@ -37,6 +37,7 @@ from ..core.rng import as_generator
 from . import metrics
 from ._common import (
     MLPFit,
+    TokenIndex,
     as_token_sets,
     by_frequency,
     embeddings_f64,
@@ -63,7 +64,7 @@ T26_SETTINGS: dict[str, Any] = {"hidden": (512, 256, 128), "epochs": 20, "lr": 1
 AUDIT_SETTINGS: dict[str, Any] = {"hidden": (256,), "epochs": 40, "lr": 3e-3, "top_k": 10}
 
 
-class TokenVocabulary:
+class TokenVocabulary(TokenIndex):
     """The tokens an attacker predicts: the most frequent tokens of its auxiliary corpus.
 
     Parameters
@@ -84,11 +85,7 @@ class TokenVocabulary:
             raise DataError("the token vocabulary is empty (min_count too high?).")
         if len(set(toks)) != len(toks):
             raise DataError("vocabulary tokens must be unique.")
-        self.tokens = toks
-        self.index = {t: j for j, t in enumerate(toks)}
-
-    def __len__(self) -> int:
-        return len(self.tokens)
+        super().__init__(toks)
 
     @classmethod
     def build(
@@ -235,10 +232,7 @@ class MLCAttack(AdaptiveFit, MLPFit):
         top_k: int | None = None,
         num_threads: int | None = 1,
     ) -> None:
-        self._set_training(
-            hidden=hidden, epochs=epochs, batch_size=batch_size, lr=lr,
-            weight_decay=weight_decay, num_threads=num_threads,
-        )  # fmt: skip
+        self._set_training(hidden, epochs, batch_size, lr, weight_decay, num_threads)
         self.min_count = check_int("min_count", min_count, ge=1)
         self.max_vocabulary = check_optional_int("max_vocabulary", max_vocabulary, ge=1)
         self.standardize = check_bool("standardize", standardize)

@@ -395,21 +395,7 @@ def _result(
     needed, exact, eps_exact = _power(setup, laws, scale, notes) if power else (None, None, None)
     if wb is None and setup.fam.name == "generic":
         notes.append(f"no white-box check for mechanism {mechanism.name!r}")
-    verdict, reason, conclusive_n = _verdict(
-        claim=claim,
-        lower=ev["epsilon"] / scale,
-        ceiling=sampled.ceiling,
-        scale=scale,
-        n=setup.n,
-        n_test=sampled.n_test,
-        wb=wb,
-        whitebox=whitebox,
-        score=setup.score,
-        laws=laws,
-        resolution=setup.resolution,
-        confidence=setup.confidence,
-        train_fraction=setup.train_fraction,
-    )
+    verdict, reason, conclusive_n = _verdict(setup, sampled, wb, laws, whitebox=whitebox)
     return AuditResult(
         mechanism=mechanism.config,
         guarantee=claim.text,
@@ -495,22 +481,18 @@ def _fmt(n: float) -> str:
 
 
 def _verdict(
-    *,
-    claim: Claim,
-    lower: float,
-    ceiling: float,
-    scale: float,
-    n: int,
-    n_test: int,
+    setup: _Setup,
+    sampled: _Sampled,
     wb: WhiteBoxResult | None,
-    whitebox: bool,
-    score: str,
     laws: _LawCache,
-    resolution: float,
-    confidence: float,
-    train_fraction: float,
+    *,
+    whitebox: bool,
 ) -> tuple[str, str, float | None]:
     """(verdict, reason, draws per side that would decide) -- see :func:`audit`."""
+    claim, n, score, resolution = setup.claim, setup.n, setup.score, setup.resolution
+    confidence, train_fraction = setup.confidence, setup.train_fraction
+    scale, ceiling, n_test = sampled.scale, sampled.ceiling, sampled.n_test
+    lower = sampled.ev["epsilon"] / scale
     eps = claim.epsilon
     if lower > eps:
         return (

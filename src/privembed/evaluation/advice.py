@@ -615,18 +615,7 @@ class _Advisor:
             failed=failed,
         )
         if failed:
-            adv.attack_side = _attack_side(
-                self.A,
-                name,
-                xp,
-                p,
-                value,
-                self.ceilings,
-                seed=self.seed,
-                runs=self.runs,
-                evaluator=self.evaluator,
-                attacks=self.attacks,
-            )
+            adv.attack_side = self._attack_side(name, xp, p, value)
         return adv
 
     def _first_value(self, name: str, p: Mapping[str, Any]) -> tuple[float | None, str]:
@@ -653,53 +642,49 @@ class _Advisor:
             value = value / 1.01 if xp == "sigma" else value * 1.01
         return float(value)
 
-    def _measure(self, cfg: SweepConfig, attacks: Sequence[Any]) -> dict[str, float]:
-        """Means over ``runs`` releases of ``cfg`` of every utility and attack column."""
+    def _measure(
+        self, cfg: SweepConfig, attacks: Sequence[Any], runs: int | None = None
+    ) -> dict[str, float]:
+        """Means over ``runs`` releases of ``cfg`` (default: the advisor's) of every utility
+        and attack column."""
+        runs = self.runs if runs is None else runs
         return _mean_measure(
-            self.A, cfg, runs=self.runs, seed=self.seed, evaluator=self.evaluator, attacks=attacks
+            self.A, cfg, runs=runs, seed=self.seed, evaluator=self.evaluator, attacks=attacks
         )
 
+    def _attack_side(
+        self, name: str, xp: str, params: Mapping[str, Any], useful: float
+    ) -> dict[str, Any] | None:
+        """The largest parameter (below the useful one) at which the attacks meet the
+        ceilings."""
 
-def _attack_side(
-    A: Any,
-    name: str,
-    xp: str,
-    params: Mapping[str, Any],
-    useful: float,
-    ceilings: Sequence[Floor],
-    *,
-    seed: int,
-    runs: int,
-    evaluator: UtilityEvaluator,
-    attacks: Sequence[Any],
-) -> dict[str, Any] | None:
-    """The largest parameter (below the useful one) at which the attacks meet the ceilings."""
+        def meets_ceilings(measured: Mapping[str, float]) -> bool:
+            return all(f.ok(measured.get(f.metric, math.nan)) for f in self.ceilings)
 
-    def ok(v: float) -> bool:
-        cfg = SweepConfig(name, {**params, xp: v})
-        got = _mean_measure(A, cfg, runs=1, seed=seed, evaluator=evaluator, attacks=attacks)
-        return all(f.ok(got.get(f.metric, math.nan)) for f in ceilings)
+        def ok(v: float) -> bool:
+            cfg = SweepConfig(name, {**params, xp: v})
+            return meets_ceilings(self._measure(cfg, self.attacks, runs=1))
 
-    if xp == "sigma":
-        v = _bisect_log(ok, useful, 1e3, rel=0.05, increasing=True)
-    else:
-        v = _bisect_log(ok, _LO, useful, rel=0.05, increasing=False)
-    if v is None:
-        return None
-    # the bisection probes one release; the point is reported over ``runs``: step away from the
-    # useful side (5% a step, at most 5 steps) until the means are under the ceiling too
-    for _ in range(6):
-        cfg = SweepConfig(name, {**params, xp: v})
-        measured = _mean_measure(A, cfg, runs=runs, seed=seed, evaluator=evaluator, attacks=attacks)
-        if all(f.ok(measured.get(f.metric, math.nan)) for f in ceilings):
-            break
-        v = v * 1.05 if xp == "sigma" else v / 1.05
-    g = cfg.build().guarantee
-    return {
-        "value": float(v),
-        "config": cfg.to_dict(),
-        "guarantee": g.describe(),
-        "guarantee_short": g.short(),
-        "measured": measured,
-        "meets_ceiling": all(f.ok(measured.get(f.metric, math.nan)) for f in ceilings),
-    }
+        if xp == "sigma":
+            v = _bisect_log(ok, useful, 1e3, rel=0.05, increasing=True)
+        else:
+            v = _bisect_log(ok, _LO, useful, rel=0.05, increasing=False)
+        if v is None:
+            return None
+        # the bisection probes one release; the point is reported over ``runs``: step away from
+        # the useful side (5% a step, at most 5 steps) until the means are under the ceiling too
+        for _ in range(6):
+            cfg = SweepConfig(name, {**params, xp: v})
+            measured = self._measure(cfg, self.attacks)
+            if meets_ceilings(measured):
+                break
+            v = v * 1.05 if xp == "sigma" else v / 1.05
+        g = cfg.build().guarantee
+        return {
+            "value": float(v),
+            "config": cfg.to_dict(),
+            "guarantee": g.describe(),
+            "guarantee_short": g.short(),
+            "measured": measured,
+            "meets_ceiling": meets_ceilings(measured),
+        }

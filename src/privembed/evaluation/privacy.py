@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -92,11 +92,7 @@ class Column:
     higher_is_better: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "description": self.description,
-            "kind": self.kind,
-            "higher_is_better": self.higher_is_better,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
