@@ -33,7 +33,7 @@ import json
 import secrets
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,7 +45,7 @@ from ..keys.payload import PayloadCodec, PayloadError, release_digest
 from ..mechanisms import Mechanism
 from ..release import Batch, Release, ReleaseRequest, Releases, Rows, Source, publish
 from ..search.sealed import PLACEHOLDER, SealedIndex
-from .collection_plan import _Planning
+from .collection_plan import QueryOptions, _Planning, check_options, depth_options
 from .collection_sealed import (
     SEALED_GENERATION,
     SEALED_TREATMENT,
@@ -514,18 +514,10 @@ class ProtectedCollection(_SealedCollection, _Planning, _Closing):
         self.store.upsert(list(ids), arr, metadata)
 
     # ---- reading ---------------------------------------------------------------------------
-    def query(
-        self,
-        Q: Any,
-        k: int = 10,
-        *,
-        rerank: int | None = None,
-        recall: float | None = None,
-        protect_query: Mechanism | None = None,
-        rng: Any = None,
-        batch_queries: int | None = None,
-    ) -> list[list[Hit]]:
-        """Hits for plain query embeddings ``Q`` (nq, d) or (d,), best first.
+    def query(self, Q: Any, k: int = 10, **options: Unpack[QueryOptions]) -> list[list[Hit]]:
+        """Hits for plain query embeddings ``Q`` (nq, d) or (d,), best first; the keywords
+        (``rerank``, ``recall``, ``protect_query``, ``rng``, ``batch_queries``) are
+        :class:`~privembed.integrations.collection_plan.QueryOptions`.
 
         Without re-ranking, scores are estimates of the clean cosine where the mechanism allows
         it (:meth:`QueryTreatment.score_scale`: unbiased, so they may leave [-1, 1]), raw
@@ -558,26 +550,14 @@ class ProtectedCollection(_SealedCollection, _Planning, _Closing):
         ValueError
             Re-ranking asked of a collection made without payloads, or without the key.
         """
-        out: list[list[Hit]] = []
-        for hits in self.query_batches(
-            Q, k, rerank=rerank, recall=recall, protect_query=protect_query, rng=rng,
-            batch_queries=batch_queries,
-        ):  # fmt: skip
-            out.extend(hits)
-        return out
+        check_options("query", options, QueryOptions)
+        return [hits for batch in self.query_batches(Q, k, **options) for hits in batch]
 
     def query_batches(
-        self,
-        Q: Any,
-        k: int = 10,
-        *,
-        rerank: int | None = None,
-        recall: float | None = None,
-        protect_query: Mechanism | None = None,
-        rng: Any = None,
-        batch_queries: int | None = None,
+        self, Q: Any, k: int = 10, **options: Unpack[QueryOptions]
     ) -> Iterator[list[list[Hit]]]:
         """:meth:`query`, one list of per-query hits per batch of ``batch_queries`` queries."""
+        check_options("query_batches", options, QueryOptions)
         k = check_int("k", k, ge=1)
         d_in = self.store.info.get("dim_in")
         arr = np.asarray(Q)
@@ -587,15 +567,18 @@ class ProtectedCollection(_SealedCollection, _Planning, _Closing):
                 f"{d_in}-dimensional embeddings (dimension mismatch)."
             )
         clean, _ = check_embeddings(arr, name="query")
+        protect_query, batch_queries = options.get("protect_query"), options.get("batch_queries")
         if self.sealed:
             yield from self._sealed_batches(clean, k, protect_query, batch_queries)
             return
-        depth = self._depth(k, rerank, recall, protect_query)
+        opts = depth_options(options)
+        depth = self._depth_of(k, opts)
         step = (
-            self.query_batch_size(k, rerank=rerank, recall=recall, protect_query=protect_query)
+            self.query_batch_size(k, **opts)
             if batch_queries is None
             else check_int("batch_queries", batch_queries, ge=1)
         )
+        rng = options.get("rng")
         sent = clean
         if protect_query is not None:  # keyed query noise: a repeat gets the same vector
             sent = protect_queries(protect_query, clean, key=self.key if rng is None else None,

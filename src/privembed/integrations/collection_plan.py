@@ -10,9 +10,10 @@ key beside the store (:class:`_ProfileTarget`); :class:`_Planning`, a part of
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -95,6 +96,79 @@ class _ProfileTarget:
                   record_id="privembed:rerank-profile", collection=self.collection)  # fmt: skip
 
 
+class RerankDepth(TypedDict, total=False):
+    """How deep a search of a protected collection fetches: the keywords that
+    :meth:`~privembed.integrations.collection.ProtectedCollection.query`, its batch size and
+    fetch plan, and :class:`~privembed.integrations.collection_search.Searcher` share (all
+    optional; none given: a plain search of depth ``k``).
+
+    Attributes
+    ----------
+    rerank : int or None
+        ``k'``: fetch this many candidates by protected similarity and re-rank them by the
+        exact cosine opened from their payloads (``k' >= k``).
+    recall : float or None
+        ``k'`` from theory for this recall of the exact top ``k`` (the collection's score
+        profile); not with ``rerank``.
+    protect_query : Mechanism or None
+        Protect the query before it reaches the store (keyed query noise).
+    """
+
+    rerank: int | None
+    recall: float | None
+    protect_query: Mechanism | None
+
+
+class SearchOptions(RerankDepth, total=False):
+    """:class:`RerankDepth` and how many queries are searched at once.
+
+    Attributes
+    ----------
+    batch_queries : int or None
+        Queries searched at once (default :meth:`_Planning.query_batch_size`).
+    """
+
+    batch_queries: int | None
+
+
+class QueryOptions(SearchOptions, total=False):
+    """:class:`SearchOptions` of a search by query vectors
+    (:meth:`~privembed.integrations.collection.ProtectedCollection.query`).
+
+    Attributes
+    ----------
+    rng : seed or Generator, optional
+        The noise of ``protect_query`` on a collection without a key.
+    """
+
+    rng: Any
+
+
+def depth_options(options: SearchOptions) -> RerankDepth:
+    """The :class:`RerankDepth` part of ``options`` (what sizes a batch and plans k')."""
+    return {
+        "rerank": options.get("rerank"),
+        "recall": options.get("recall"),
+        "protect_query": options.get("protect_query"),
+    }
+
+
+def check_options(where: str, given: Mapping[str, Any], group: Any) -> None:
+    """Refuse a keyword that is not in the parameter group ``group`` (a TypedDict), as Python
+    refuses one a signature does not name (a misspelt ``recal=`` is an error, not ignored).
+
+    Examples
+    --------
+    >>> check_options("query", {"recal": 0.9}, RerankDepth)
+    Traceback (most recent call last):
+    ...
+    TypeError: query() got an unexpected keyword argument 'recal'
+    """
+    for name in given:
+        if name not in group.__optional_keys__:
+            raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+
+
 class _Planning:
     """The k' side of a :class:`~privembed.integrations.collection.ProtectedCollection`: the
     depth and batch size of a search, what it fetches, and the score profile behind
@@ -111,36 +185,23 @@ class _Planning:
         """Whether the collection stores sealed payloads (exact vectors) for re-ranking."""
         return self.store.info.get("payloads") is not None
 
-    def query_batch_size(
-        self,
-        k: int = 10,
-        *,
-        rerank: int | None = None,
-        recall: float | None = None,
-        protect_query: Mechanism | None = None,
-    ) -> int:
+    def query_batch_size(self, k: int = 10, **opts: Unpack[RerankDepth]) -> int:
         """Queries :meth:`query` searches together for these settings: as many as keep their
         k' candidates each within :data:`privembed.search.rerank.SEARCH_BATCH_BYTES`
         (:func:`privembed.search.rerank.query_batch_size`)."""
         from ..search.rerank import query_batch_size
 
+        check_options("query_batch_size", opts, RerankDepth)
         k = check_int("k", k, ge=1)
         if self.sealed:
             return sealed_batch_size(self.store.count())
-        depth = self._depth(k, rerank, recall, protect_query) or k
+        depth = self._depth_of(k, opts) or k
         info = self.store.info
         dim = int(info.get("dim_in") or info.get("dim") or 1)
         itemsize = 2 if (info.get("payloads") or {}).get("dtype") == "float16" else 4
         return query_batch_size(depth, dim, payload_itemsize=itemsize)
 
-    def fetch_plan(
-        self,
-        k: int = 10,
-        *,
-        rerank: int | None = None,
-        recall: float | None = None,
-        protect_query: Mechanism | None = None,
-    ) -> dict[str, Any] | None:
+    def fetch_plan(self, k: int = 10, **opts: Unpack[RerankDepth]) -> dict[str, Any] | None:
         """What one query fetches at these settings: ``depth`` (k' candidates), ``payloads``
         opened and ``bytes`` (candidates' vectors and payloads, ids, the query sent;
         :func:`privembed.evaluation.cost.query_cost`'s model). None when nothing is re-ranked;
@@ -150,12 +211,13 @@ class _Planning:
         """
         from ..evaluation.cost import Rates, query_cost
 
+        check_options("fetch_plan", opts, RerankDepth)
         n = max(1, self.store.count())
         info = self.store.info
         d_in = int(info.get("dim_in") or info.get("dim") or 1)
         if self.sealed:  # every payload, whether per query or once per session
             return {"depth": n, "payloads": n, "bytes": sealed_fetch_bytes(n, d_in), "sealed": True}
-        depth = self._depth(k, rerank, recall, protect_query)
+        depth = self._depth_of(k, opts)
         if depth is None:
             return None
         d_store = int(info.get("dim") or d_in)
@@ -163,9 +225,14 @@ class _Planning:
         c = query_cost("rerank", n=n, d=d_in, store_dim=d_store, depth=depth, rates=untimed)
         return {"depth": depth, "payloads": c.payloads, "bytes": c.bytes, "sealed": False}
 
+    def _depth_of(self, k: int, opts: RerankDepth) -> int | None:
+        """:meth:`_depth` of a parameter group."""
+        return self._depth(k, opts.get("rerank"), opts.get("recall"), opts.get("protect_query"))
+
     def _depth(
         self, k: int, rerank: int | None, recall: float | None, protect_query: Any
     ) -> int | None:
+        """k' of a re-ranking search (``None``: no re-rank, a plain search of depth ``k``)."""
         if rerank is None and recall is None:
             return None
         if rerank is not None and recall is not None:

@@ -11,14 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..core._validation import DataError
-from ..mechanisms import Mechanism
 from .collection_core import ProtectedCollection, _Closing
+from .collection_plan import (
+    QueryOptions,
+    RerankDepth,
+    SearchOptions,
+    check_options,
+    depth_options,
+)
 from .stores import Hit
 
 #: what a search's scores are (:attr:`SearchResult.score_kind`)
@@ -166,43 +172,27 @@ class Searcher(_Closing):
         return np.asarray(self._embedder.encode(list(queries)), dtype=np.float32)
 
     def search(
-        self,
-        queries: str | Sequence[str],
-        k: int = 10,
-        *,
-        rerank: int | None = None,
-        recall: float | None = None,
-        protect_query: Mechanism | None = None,
-        batch_queries: int | None = None,
+        self, queries: str | Sequence[str], k: int = 10, **options: Unpack[SearchOptions]
     ) -> list[SearchResult]:
         """Hits for text queries (see :meth:`ProtectedCollection.query`), embedded a batch at
         a time."""
+        check_options("search", options, SearchOptions)
         items = [queries] if isinstance(queries, str) else list(queries)
         out: list[SearchResult] = []
-        step = batch_queries or self.batch_size(
-            k, rerank=rerank, recall=recall, protect_query=protect_query
-        )
+        depth = depth_options(options)
+        step = options.get("batch_queries") or self.batch_size(k, **depth)
         for s in range(0, len(items), step):
             chunk = items[s : s + step]
             out += self.search_vectors(
-                self.embed(chunk), k, labels=chunk, rerank=rerank, recall=recall,
-                protect_query=protect_query, batch_queries=step,
-            )  # fmt: skip
+                self.embed(chunk), k, labels=chunk, batch_queries=step, **depth
+            )
         return out
 
-    def batch_size(
-        self,
-        k: int = 10,
-        *,
-        rerank: int | None = None,
-        recall: float | None = None,
-        protect_query: Mechanism | None = None,
-    ) -> int:
+    def batch_size(self, k: int = 10, **depth: Unpack[RerankDepth]) -> int:
         """Queries searched together (:meth:`ProtectedCollection.query_batch_size`): read and
         embed queries in chunks of this size to keep a long query file in bounded memory."""
-        return self.collection.query_batch_size(
-            k, rerank=rerank, recall=recall, protect_query=protect_query
-        )
+        check_options("batch_size", depth, RerankDepth)
+        return self.collection.query_batch_size(k, **depth)
 
     def search_vectors(
         self,
@@ -210,22 +200,15 @@ class Searcher(_Closing):
         k: int = 10,
         *,
         labels: Sequence[Any] | None = None,
-        rerank: int | None = None,
-        recall: float | None = None,
-        protect_query: Mechanism | None = None,
-        batch_queries: int | None = None,
-        rng: Any = None,
+        **options: Unpack[QueryOptions],
     ) -> list[SearchResult]:
         """Hits for query embeddings (one :class:`SearchResult` per row); ``rng`` only for
         ``protect_query`` on a collection without a key (:meth:`ProtectedCollection.query`)."""
+        check_options("search_vectors", options, QueryOptions)
         col = self.collection
-        hits = col.query(
-            Q, k, rerank=rerank, recall=recall, protect_query=protect_query,
-            batch_queries=batch_queries, rng=rng,
-        )  # fmt: skip
-        kind = score_kind(
-            col, reranked=rerank is not None or recall is not None, protect_query=protect_query
-        )
+        hits = col.query(Q, k, **options)
+        reranked = options.get("rerank") is not None or options.get("recall") is not None
+        kind = score_kind(col, reranked=reranked, protect_query=options.get("protect_query"))
         halfwidth = col.estimate_halfwidth() if kind == ESTIMATED else None
         labels = list(labels) if labels is not None else list(range(len(hits)))
         out = []
