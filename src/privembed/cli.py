@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from ._cli._groups import LedgerOptions, SubjectOptions
 from ._cli.common import (
     BitGeneratorName,
     EmbedBackend,
@@ -26,24 +27,18 @@ from ._cli.common import (
 from ._cli.options import (
     OptAllowReprotect,
     OptBatchRows,
-    OptBudgetDelta,
-    OptBudgetEpsilon,
     OptColumn,
     OptIdField,
     OptJson,
     OptJsonFull,
     OptJsonSummary,
     OptKeyFile,
-    OptLedger,
     OptLedgerTimeout,
     OptModel,
     OptOverwriteFile,
     OptQuiet,
     OptRunSeed,
     OptSeed,
-    OptSubjectBudgetDelta,
-    OptSubjectBudgetEpsilon,
-    OptSubjectField,
     OptTextField,
     backend_flag,
     id_field_flag,
@@ -226,6 +221,7 @@ TextBackend = Annotated[
 @user_errors
 @with_option_groups
 def protect(
+    *,
     input: ProtectInput,
     output: Annotated[Path, output_flag(help="Output file (written atomically).")],
     mechanism: ProtectMechanism,
@@ -246,12 +242,8 @@ def protect(
     key_file: OptKeyFile = None,
     generator: KeyedNoiseGenerator = None,
     bit_generator: RandomnessPolicy = None,
-    ledger: OptLedger = None,
-    budget_epsilon: OptBudgetEpsilon = None,
-    budget_delta: OptBudgetDelta = None,
-    subject_column: OptSubjectField = None,
-    subject_budget_epsilon: OptSubjectBudgetEpsilon = None,
-    subject_budget_delta: OptSubjectBudgetDelta = None,
+    ledger_options: LedgerOptions,
+    subjects: SubjectOptions,
     ledger_timeout: OptLedgerTimeout = 60.0,
     overwrite: OptOverwriteFile = False,
     quiet: OptQuiet = False,
@@ -267,6 +259,7 @@ def protect(
     from .mechanisms import build_mechanism
     from .release import check_randomness, open_ledger, protect_file
 
+    ledger = ledger_options.ledger
     check_randomness(key_file, seed, ledger=ledger, key_name="--key-file", rng_name="--seed")
     basis.check(mechanism)
     eraser = _load_eraser(erase)
@@ -282,9 +275,8 @@ def protect(
         mech = build_mechanism(mechanism, basis=subspace, noise=noise, **params.kwargs())
         summary = protect_file(
             input, output, mech, key=key_file, rng=seed, generator=generator,
-            ledger=led, budget_epsilon=budget_epsilon, budget_delta=budget_delta,
-            subject_column=subject_column, subject_budget_epsilon=subject_budget_epsilon,
-            subject_budget_delta=subject_budget_delta, ledger_timeout=ledger_timeout,
+            ledger=led, **ledger_options.budgets(), **subjects.kwargs(),
+            ledger_timeout=ledger_timeout,
             column=column, id_column=id_column, text_field=text_field,
             ids_from_content=ids_from_content, model=model,
             embedder=_text_embedder(input, model, backend, text_field), batch_rows=batch_rows,

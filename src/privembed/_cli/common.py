@@ -710,6 +710,12 @@ class OptionGroup:
     the group works out from its options (``__post_init__``), not options.
     """
 
+    def given(self) -> dict[str, Any]:
+        """The options by their flag (``--basis-epsilon``), with their values (None: not
+        given): what a command that refuses them names."""
+        options = _group_options(type(self))  # type: ignore[arg-type]  # a class is hashable
+        return {_flag(o): getattr(self, o.name) for o in options}
+
 
 @functools.cache
 def _group_options(cls: type[OptionGroup]) -> list[inspect.Parameter]:
@@ -722,6 +728,20 @@ def _group_options(cls: type[OptionGroup]) -> list[inspect.Parameter]:
         for f in dataclasses.fields(cls)  # type: ignore[arg-type]
         if f.init
     ]
+
+
+def _flag(option: inspect.Parameter) -> str:
+    """The long flag of a group's option: the one its declaration spells, else typer's
+    default (``--`` and the name, dashed)."""
+    for info in typing.get_args(option.annotation)[1:]:
+        if not isinstance(info, typer.models.OptionInfo):
+            continue
+        # in ``Annotated``, typer reads an option's first name from its ``default`` slot
+        first = [] if info.default is ... else [info.default]
+        for decl in [*first, *(info.param_decls or ())]:
+            if str(decl).startswith("--"):
+                return str(decl).split("/")[0]  # a toggle: its "on" flag
+    return "--" + option.name.replace("_", "-")
 
 
 def with_option_groups(func: Callable[..., Any]) -> Callable[..., Any]:

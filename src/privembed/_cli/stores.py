@@ -17,6 +17,7 @@ from typing import IO, Annotated, Any, Literal
 
 import typer
 
+from ._groups import LedgerOptions
 from .common import (
     IndexMechanismName,
     MechanismName,
@@ -40,13 +41,10 @@ from .options import (
     OptBasisDelta,
     OptBasisEpsilon,
     OptBatchRows,
-    OptBudgetDelta,
-    OptBudgetEpsilon,
     OptColumn,
     OptIdField,
     OptJsonSummary,
     OptKeyFile,
-    OptLedger,
     OptOverwriteFolder,
     OptQuiet,
     OptSeed,
@@ -110,11 +108,6 @@ class MechanismParams(OptionGroup):
     param: Params = None
     mask: OptMask = None
 
-    def given(self) -> dict[str, Any]:
-        """The options as they are spelled, with their values (None: not given)."""
-        return {"--epsilon": self.epsilon, "--delta": self.delta, "--sigma": self.sigma,
-                "--param": self.param, "--mask": self.mask}  # fmt: skip
-
     def build(self, name: str, *, basis: Any = None) -> Any:
         """Mechanism ``name`` with these parameters (``-p`` ones passed through)."""
         from ..mechanisms import build_mechanism
@@ -144,7 +137,7 @@ class BasisOptions(OptionGroup):
 
         cls = MECHANISMS.get(mechanism or "")
         takes = cls is not None and "basis" in cls.parameter_names()
-        if not takes and (self.basis, self.basis_epsilon, self.basis_delta) != (None, None, None):
+        if not takes and any(v is not None for v in self.given().values()):
             which = ", ".join(f"-m {n}" for n in takers("basis"))
             raise ValueError(
                 f"--basis/--basis-epsilon/--basis-delta apply to {which}, got -m {mechanism}."
@@ -211,20 +204,6 @@ def _key(key_file: Path | None) -> bytes | None:
     from ..keys.keyed import load_key
 
     return load_key(key_file)
-
-
-def _open_ledger(path: str | None, budget_epsilon: float | None, budget_delta: float | None) -> Any:
-    """:func:`privembed.release.open_ledger`, saying on stderr when another process holds it."""
-    from ..release import open_ledger
-
-    return open_ledger(
-        path,
-        budget_epsilon=budget_epsilon,
-        budget_delta=budget_delta,
-        on_wait=lambda p: err_console.print(
-            f"waiting for the ledger {p} (locked by another process)...", highlight=False
-        ),
-    )
 
 
 # ---- index ------------------------------------------------------------------------------------
@@ -316,9 +295,7 @@ def index(
     model: IndexModel = None,
     batch_rows: OptBatchRows = 4096,
     allow_reprotect: OptAllowReprotect = False,
-    ledger: OptLedger = None,
-    budget_epsilon: OptBudgetEpsilon = None,
-    budget_delta: OptBudgetDelta = None,
+    ledger_options: LedgerOptions,
     payloads: Payloads = False,
     payload_dtype: PayloadDtype = "float32",
     pad_to: PadTo = "padme",
@@ -341,12 +318,9 @@ def index(
     """
     if sealed:  # payloads only: no mechanism, noise, ledger or profile (a path of its own)
         refused = {
-            "--mechanism": mechanism, **params.given(), "--seed": seed, "--ledger": ledger,
-            "--budget-epsilon": budget_epsilon, "--budget-delta": budget_delta,
-            "--basis": basis.basis, "--basis-epsilon": basis.basis_epsilon,
-            "--basis-delta": basis.basis_delta,
-            "--profile-queries": profile_queries, "--allow-reprotect": allow_reprotect,
-            "--faiss-index": faiss_index,
+            "--mechanism": mechanism, **params.given(), "--seed": seed,
+            **ledger_options.given(), **basis.given(), "--profile-queries": profile_queries,
+            "--allow-reprotect": allow_reprotect, "--faiss-index": faiss_index,
         }  # fmt: skip
         return _index_sealed(
             input, store, path, collection, refused=refused, key_file=key_file, quiet=quiet,
@@ -363,11 +337,11 @@ def index(
     check_input_format(input)  # embeddings or texts: the message lists both
     if faiss_index is not None and store != "faiss":
         raise ValueError(f"--faiss-index applies to --store faiss, not --store {store}.")
-    key, rng = _randomness(key_file, seed, ledger)
+    key, rng = _randomness(key_file, seed, ledger_options.ledger)
     basis.check(mechanism)
     mech: Any = mechanism
     with (
-        _open_ledger(ledger, budget_epsilon, budget_delta) as led,
+        ledger_options.open() as led,
         progress_callback("indexing") as (set_total, advance),
     ):
         if mechanism not in (None, "none"):
@@ -781,9 +755,7 @@ def protect_stream(
     ] = None,
     output: Annotated[Path | None, output_flag()] = None,
     batch_rows: OptBatchRows = 1024,
-    ledger: OptLedger = None,
-    budget_epsilon: OptBudgetEpsilon = None,
-    budget_delta: OptBudgetDelta = None,
+    ledger_options: LedgerOptions,
     keep_field: Annotated[
         list[str] | None,
         keep_field_flag(
@@ -797,10 +769,10 @@ def protect_stream(
 
     if mechanism is None or mechanism == "none":
         raise ValueError("--mechanism is required (protect-stream always protects).")
-    key, rng = _randomness(key_file, seed, ledger)
+    key, rng = _randomness(key_file, seed, ledger_options.ledger)
     mech = params.build(mechanism)
     with contextlib.ExitStack() as stack:
-        led = stack.enter_context(_open_ledger(ledger, budget_epsilon, budget_delta))
+        led = stack.enter_context(ledger_options.open())
         src: IO[bytes]
         dst: IO[bytes]
         if input is not None:
@@ -871,9 +843,7 @@ def protect_shards(
             "other columns are dropped).",
         ),
     ] = None,
-    ledger: OptLedger = None,
-    budget_epsilon: OptBudgetEpsilon = None,
-    budget_delta: OptBudgetDelta = None,
+    ledger_options: LedgerOptions,
 ) -> None:
     """Protect a folder or glob of Parquet shards, in this process or with Ray (--engine ray).
 
@@ -883,6 +853,7 @@ def protect_shards(
 
     if mechanism is None or mechanism == "none":
         raise ValueError("--mechanism is required.")
+    ledger = ledger_options.ledger
     key, rng = _randomness(key_file, seed, ledger)
     mech = params.build(mechanism)
     if engine == "ray":
@@ -902,8 +873,7 @@ def protect_shards(
         column=column,
         id_column=id_column,
         ledger=ledger,
-        budget_epsilon=budget_epsilon,
-        budget_delta=budget_delta,
+        **ledger_options.budgets(),
         allow_reprotect=allow_reprotect,
         overwrite=overwrite,
         keep_columns=keep_column or (),
