@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import abc
 import base64
+import contextlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypedDict
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,6 +29,7 @@ __all__ = [
     "PAYLOAD_KEY",
     "Candidates",
     "Hit",
+    "OpenOptions",
     "VectorStore",
     "check_collection_name",
     "check_metadata",
@@ -50,6 +52,22 @@ _NUMERIC_ID = re.compile(r"0|-?[1-9][0-9]*", re.ASCII)
 #: to the Flat index's top 10 on 24 of 30 queries, 256 found all of it (30 of 30)
 HNSW_EF_FACTOR = 2.0
 HNSW_EF_MIN = 256
+
+
+class OpenOptions(TypedDict, total=False):
+    """The keywords of :class:`VectorStore` that every store takes (a store's own
+    ``__init__`` adds its options and passes these on).
+
+    Attributes
+    ----------
+    metric : {"cosine", "ip"} or None
+        Similarity of a new collection; for an existing one it must match (``None``: any).
+    create : bool
+        Create the collection if it does not exist (default True).
+    """
+
+    metric: str | None
+    create: bool
 
 
 class _Batch(NamedTuple):
@@ -336,9 +354,15 @@ class VectorStore(abc.ABC):
         Chroma's get, Qdrant's scroll)."""
         raise NotImplementedError(f"the {self.name} store cannot list its record ids.")
 
+    def _collection_names(self) -> Iterable[str] | None:
+        """The collections the store holds, for a message that names a missing one (``None``:
+        unknown)."""
+        return None
+
     def _listing(self) -> str:
         """`` (collections: a, b)`` for error messages (empty if unknown)."""
-        return ""
+        names = self._collection_names()
+        return "" if names is None else _named_collections(names)
 
     def _info_json(self) -> str:
         """:attr:`info` as the JSON text a store keeps beside the collection."""
@@ -696,6 +720,39 @@ class VectorStore(abc.ABC):
             f"{type(self).__name__}(path={str(self.path)!r}, collection={self.collection!r}, "
             f"metric={self.metric!r})"
         )
+
+
+class _MetadataStore(VectorStore):
+    """A store that keeps privembed's info in its collection's metadata (JSON under
+    ``_INFO_KEY``) and each sealed payload as base64 in its record's metadata (under
+    :data:`PAYLOAD_KEY`), reached through a client ``self._client``: Chroma and Qdrant."""
+
+    _client: Any
+
+    def _info_metadata(self) -> dict[str, str]:
+        """The collection metadata that holds :attr:`info`."""
+        return {_INFO_KEY: self._info_json()}
+
+    @staticmethod
+    def _stored_info(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The info kept in a collection's metadata (``{}``: none, not privembed's)."""
+        return _parse_info((metadata or {}).get(_INFO_KEY))
+
+    @staticmethod
+    def _record_payload(rid: str, metadata: Mapping[str, Any] | None) -> bytes | None:
+        """The sealed payload kept in a record's metadata (``None``: none)."""
+        return _decode_payload(rid, (metadata or {}).get(PAYLOAD_KEY))
+
+    @staticmethod
+    def _metadata_of(batch: _Batch) -> list[dict[str, Any]] | None:
+        """The batch's metadata with its payloads in it (:func:`_with_payload_meta`)."""
+        return _with_payload_meta(batch.metadata, batch.payloads, len(batch.ids))
+
+    def close(self) -> None:
+        if not self._closed and getattr(self, "_client", None) is not None:
+            with contextlib.suppress(Exception):
+                self._client.close()
+        super().close()
 
 
 def _with_payload(h: Hit, keep: bool = True) -> Hit:

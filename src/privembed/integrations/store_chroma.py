@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..core._optional import require
-from .store_base import (
-    _INFO_KEY,
-    PAYLOAD_KEY,
-    Hit,
-    VectorStore,
-    _Batch,
-    _decode_payload,
-    _named_collections,
-    _parse_info,
-    _with_payload_meta,
-)
+from .store_base import Hit, _Batch, _MetadataStore
 
 __all__ = ["ChromaStore"]
 
@@ -27,7 +16,7 @@ __all__ = ["ChromaStore"]
 _CHROMA_MAX_HITS = 16_000
 
 
-class ChromaStore(VectorStore):
+class ChromaStore(_MetadataStore):
     """A collection in an embedded, persistent Chroma database (no server).
 
     Vectors are always passed explicitly (the collection has no embedding function, so Chroma
@@ -53,31 +42,30 @@ class ChromaStore(VectorStore):
                 self._col = None
                 return None
             raise
-        return _parse_info((self._col.metadata or {}).get(_INFO_KEY))
+        return self._stored_info(self._col.metadata)
 
-    def _listing(self) -> str:
+    def _collection_names(self) -> list[str] | None:
         try:
-            names = [c.name for c in self._client.list_collections()]
+            return [c.name for c in self._client.list_collections()]
         except Exception:  # pragma: no cover - listing is only for the message
-            return ""
-        return _named_collections(names)
+            return None
 
     def _create(self, dim: int) -> None:
         self._col = self._client.create_collection(
             self.collection,
             embedding_function=None,
             configuration={"hnsw": {"space": self.metric}},
-            metadata={_INFO_KEY: self._info_json()},
+            metadata=self._info_metadata(),
         )
 
     def _write_info(self) -> None:
         assert self._col is not None
-        self._col.modify(metadata={_INFO_KEY: self._info_json()})
+        self._col.modify(metadata=self._info_metadata())
 
     def _upsert(self, batch: _Batch) -> None:
-        ids, X, metadata, payloads = batch
+        ids, X = batch.ids, batch.X
         assert self._col is not None
-        metadata = _with_payload_meta(metadata, payloads, len(ids))
+        metadata = self._metadata_of(batch)
         step = max(1, int(self._client.get_max_batch_size()))
         for s in range(0, len(ids), step):
             metas = None
@@ -131,7 +119,7 @@ class ChromaStore(VectorStore):
         for s in range(0, len(ids), _CHROMA_MAX_HITS):
             res = self._col.get(ids=ids[s : s + _CHROMA_MAX_HITS], include=["metadatas"])
             for rid, m in zip(res["ids"], res["metadatas"] or [], strict=True):
-                found[str(rid)] = _decode_payload(str(rid), (m or {}).get(PAYLOAD_KEY))
+                found[str(rid)] = self._record_payload(str(rid), m)
         return [found.get(i) for i in ids]
 
     def _all_ids(self) -> list[str]:
@@ -146,9 +134,3 @@ class ChromaStore(VectorStore):
     def _count(self) -> int:
         assert self._col is not None
         return int(self._col.count())
-
-    def close(self) -> None:
-        if not self._closed and getattr(self, "_client", None) is not None:
-            with contextlib.suppress(Exception):
-                self._client.close()
-        super().close()

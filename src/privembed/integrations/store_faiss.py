@@ -11,7 +11,7 @@ import secrets
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,11 +26,11 @@ from .store_base import (
     PAYLOAD_KEY,
     Candidates,
     Hit,
+    OpenOptions,
     VectorStore,
     _Batch,
     _decode_payload,
     _joined,
-    _named_collections,
 )
 
 __all__ = ["FAISS_LAYOUT", "FAISS_ONE_THREAD_BELOW", "PAYLOAD_MAP_CHUNK", "FaissStore"]
@@ -132,16 +132,15 @@ class FaissStore(VectorStore):
         path: str | Path,
         collection: str = DEFAULT_COLLECTION,
         *,
-        metric: str | None = None,
-        create: bool = True,
         factory: str | None = None,
+        **options: Unpack[OpenOptions],
     ) -> None:
         if factory is not None and (not isinstance(factory, str) or not factory):
             raise ValueError(
                 f"factory must be a FAISS index_factory string, got factory={factory!r}."
             )
         self.factory = factory or "Flat"
-        super().__init__(path, collection, metric=metric, create=create)
+        super().__init__(path, collection, **options)
         made = self._info.get("factory") if self._exists else None
         if made is not None:
             if factory is not None and factory != made:
@@ -277,9 +276,8 @@ class FaissStore(VectorStore):
         idmap = self._faiss.downcast_index(self._index)
         return np.asarray(self._faiss.vector_to_array(idmap.id_map), dtype=np.int64)
 
-    def _listing(self) -> str:
-        names = [p.name[: -len(self.suffix)] for p in self.path.glob(f"*{self.suffix}")]
-        return _named_collections(names)
+    def _collection_names(self) -> list[str]:
+        return [p.name[: -len(self.suffix)] for p in self.path.glob(f"*{self.suffix}")]
 
     def _create(self, dim: int) -> None:
         faiss = self._faiss

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
@@ -17,9 +17,9 @@ from .store_base import (
     HNSW_EF_FACTOR,
     HNSW_EF_MIN,
     Hit,
+    OpenOptions,
     VectorStore,
     _Batch,
-    _named_collections,
     _parse_info,
 )
 
@@ -88,13 +88,12 @@ class PgVectorStore(VectorStore):
         path: str | Path,
         collection: str = DEFAULT_COLLECTION,
         *,
-        metric: str | None = None,
-        create: bool = True,
         dsn: str | None = None,
         index: str | None = None,
         lists: int | None = None,
         probes: int = 10,
         ef_search: int = 100,
+        **options: Unpack[OpenOptions],
     ) -> None:
         import os
 
@@ -117,7 +116,7 @@ class PgVectorStore(VectorStore):
         self._dsn = given
         self.where = redact_url(given)
         self._conn: Any = None
-        super().__init__(path, collection, metric=metric, create=create)
+        super().__init__(path, collection, **options)
 
     # ---- the connection ------------------------------------------------------------------------
     def _fail(self, exc: BaseException, doing: str) -> Exception:
@@ -178,11 +177,11 @@ class PgVectorStore(VectorStore):
             raise self._fail(exc, "cannot open the collection registry") from None
         return None if row is None else _parse_info(row[0])
 
-    def _listing(self) -> str:
+    def _collection_names(self) -> list[str]:
         rows = self._rows(
             "cannot list the collections", "SELECT name FROM {} ORDER BY name", on=_PG_REGISTRY
         )
-        return _named_collections(r[0] for r in rows)
+        return [r[0] for r in rows]
 
     def _ops(self) -> tuple[str, str]:
         """(distance operator, operator class) of the collection's metric."""

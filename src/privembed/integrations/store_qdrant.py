@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from typing import Any
 
@@ -10,18 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..core._optional import require
-from .store_base import (
-    _INFO_KEY,
-    PAYLOAD_KEY,
-    Hit,
-    VectorStore,
-    _Batch,
-    _decode_payload,
-    _named_collections,
-    _parse_info,
-    _split_meta,
-    _with_payload_meta,
-)
+from .store_base import PAYLOAD_KEY, Hit, _Batch, _MetadataStore, _split_meta
 
 __all__ = ["QdrantStore"]
 
@@ -31,7 +19,7 @@ _QDRANT_NS = uuid.UUID("6f1c3a52-5c1e-4f7a-9d3e-1b0e6c1f2a77")
 _QDRANT_ID = "privembed_id"
 
 
-class QdrantStore(VectorStore):
+class QdrantStore(_MetadataStore):
     """A collection in a local-mode Qdrant database (``QdrantClient(path=...)``, no server).
 
     Record ids become UUID5 point ids (Qdrant accepts only integers and UUIDs); the original id
@@ -50,12 +38,10 @@ class QdrantStore(VectorStore):
             raise ValueError(f"cannot open Qdrant store {self.path}: {exc}") from None
         if not self._client.collection_exists(self.collection):
             return None
-        meta = self._client.get_collection(self.collection).config.metadata or {}
-        return _parse_info(meta.get(_INFO_KEY))
+        return self._stored_info(self._client.get_collection(self.collection).config.metadata)
 
-    def _listing(self) -> str:
-        names = [c.name for c in self._client.get_collections().collections]
-        return _named_collections(names)
+    def _collection_names(self) -> list[str]:
+        return [c.name for c in self._client.get_collections().collections]
 
     def _distance(self) -> Any:
         from qdrant_client import models
@@ -68,17 +54,17 @@ class QdrantStore(VectorStore):
         self._client.create_collection(
             self.collection,
             vectors_config=models.VectorParams(size=dim, distance=self._distance()),
-            metadata={_INFO_KEY: self._info_json()},
+            metadata=self._info_metadata(),
         )
 
     def _write_info(self) -> None:
-        self._client.update_collection(self.collection, metadata={_INFO_KEY: self._info_json()})
+        self._client.update_collection(self.collection, metadata=self._info_metadata())
 
     def _upsert(self, batch: _Batch) -> None:
-        ids, X, metadata, payloads = batch
         from qdrant_client import models
 
-        metadata = _with_payload_meta(metadata, payloads, len(ids))
+        ids, X = batch.ids, batch.X
+        metadata = self._metadata_of(batch)
         step = 1024
         for s in range(0, len(ids), step):
             chunk = ids[s : s + step]
@@ -136,7 +122,7 @@ class QdrantStore(VectorStore):
             for p in points:
                 payload = dict(p.payload or {})
                 rid = str(payload.get(_QDRANT_ID))
-                found[rid] = _decode_payload(rid, payload.get(PAYLOAD_KEY))
+                found[rid] = self._record_payload(rid, payload)
         return [found.get(i) for i in ids]
 
     def _all_ids(self) -> list[str]:
@@ -153,9 +139,3 @@ class QdrantStore(VectorStore):
 
     def _count(self) -> int:
         return int(self._client.count(self.collection, exact=True).count)
-
-    def close(self) -> None:
-        if not self._closed and getattr(self, "_client", None) is not None:
-            with contextlib.suppress(Exception):
-                self._client.close()
-        super().close()
