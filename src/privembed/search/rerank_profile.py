@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,6 +23,54 @@ from .rerank_law import _NORM_LAWS
 
 #: bins of the clean-score histogram over [-1, 1]
 DEFAULT_BINS = 2000
+
+
+class ProfileSample(TypedDict, total=False):
+    """How a profile scores its sample queries against the corpus: the keywords
+    :meth:`ScoreProfile.from_embeddings` and :meth:`ScoreProfile.from_subspace` share (all
+    optional).
+
+    Attributes
+    ----------
+    top_k : int, default 100
+        Largest k for which the profile can answer.
+    bins : int, default :data:`DEFAULT_BINS`
+        Bins of the clean-score histogram over [-1, 1].
+    block : int, default 256
+        Sample queries scored at a time.
+    exclude_identical : bool, default True
+        Leave out a query's own document (cosine above 1 - 1e-6), so that documents of the
+        corpus can serve as sample queries.
+    sources : array_like of int, shape (n_queries,), optional
+        The row of ``documents`` each query was made from (:func:`pseudo_queries`): left out
+        of that query's scores.
+    rng : int, Generator or None
+        The randomness the profile draws (:meth:`~ScoreProfile.from_embeddings`: the
+        documents sampled for ``rho``; :meth:`~ScoreProfile.from_subspace`: the dilution).
+    """
+
+    top_k: int
+    bins: int
+    block: int
+    exclude_identical: bool
+    sources: Any
+    rng: Any
+
+
+class SubspaceSample(ProfileSample, total=False):
+    """:class:`ProfileSample` and what only :meth:`ScoreProfile.from_subspace` takes.
+
+    Attributes
+    ----------
+    norm_nodes : int, default 32
+        Quantiles of the documents' signal norms kept.
+    dilution : float, default 0
+        Pseudo-queries only: the relative size of the isotropic noise that dilutes the
+        projected queries.
+    """
+
+    norm_nodes: int
+    dilution: float
 
 
 @dataclass(frozen=True)
@@ -129,9 +177,7 @@ class ScoreProfile:
             )
         if exclude_identical:
             S = np.where(S > 1.0 - 1e-6, -np.inf, S)
-        bins = check_int("bins", bins, ge=10)
-        top_k = min(check_int("top_k", top_k, ge=1), S.shape[1])
-        edges = np.linspace(-1.0, 1.0, bins + 1)
+        bins, top_k, edges = _grid(bins, top_k, S.shape[1])
         idx = np.clip(np.searchsorted(edges, np.clip(S, -1.0, 1.0), side="right") - 1, 0, bins - 1)
         counts = np.zeros((S.shape[0], bins), dtype=np.int64)
         for r in range(S.shape[0]):
@@ -149,13 +195,8 @@ class ScoreProfile:
         queries: Any,
         documents: Any,
         *,
-        top_k: int = 100,
-        bins: int = DEFAULT_BINS,
         rho_sample: int = 2000,
-        block: int = 256,
-        exclude_identical: bool = True,
-        sources: Any = None,
-        rng: Any = None,
+        **sample: Unpack[ProfileSample],
     ) -> ScoreProfile:
         """A profile from sample query embeddings and the corpus' (exact) document embeddings.
 
@@ -176,30 +217,28 @@ class ScoreProfile:
         sources : array_like of int, shape (n_queries,), optional
             The row of ``documents`` each query was made from (:func:`pseudo_queries`): left
             out of that query's scores.
+        **sample
+            :class:`ProfileSample`: also ``bins``, ``block`` (queries scored at a time) and
+            ``rng`` (the documents sampled for ``rho``).
         """
-        Q, _ = check_embeddings(queries, name="queries")
-        D, _ = check_embeddings(documents, name="documents", dim=Q.shape[1])
-        src = _sources(sources, Q.shape[0], D.shape[0])
-        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
-        D32 = np.ascontiguousarray(D / np.linalg.norm(D, axis=1, keepdims=True), dtype=np.float32)
-        bins = check_int("bins", bins, ge=10)
-        top_k = min(check_int("top_k", top_k, ge=1), D.shape[0])
-        edges = np.linspace(-1.0, 1.0, bins + 1)
-        counts = np.zeros((Q.shape[0], bins), dtype=np.int64)
-        top = np.zeros((Q.shape[0], top_k))
+        smp = _Sample.of(queries, documents, sample, spare=0)
+        Q, D32, src, block = smp.Q, smp.D32, smp.src, smp.block
+        counts = np.zeros((Q.shape[0], smp.bins), dtype=np.int64)
+        top = np.zeros((Q.shape[0], smp.top_k))
         for s in range(0, Q.shape[0], block):
             S = (Q[s : s + block].astype(np.float32) @ D32.T).astype(np.float64)
             if src is not None:
                 S[np.arange(S.shape[0]), src[s : s + block]] = -np.inf
             part = cls.from_scores(
-                S, dim=Q.shape[1], top_k=top_k, bins=bins, exclude_identical=exclude_identical
-            )
+                S, dim=Q.shape[1], top_k=smp.top_k, bins=smp.bins,
+                exclude_identical=smp.exclude_identical,
+            )  # fmt: skip
             counts[s : s + S.shape[0]] = part.counts
             top[s : s + S.shape[0]] = part.top
-        gen = as_generator(rng)
+        gen = as_generator(smp.rng)
         pick = gen.choice(
-            D.shape[0],
-            size=min(check_int("rho_sample", rho_sample, ge=2), D.shape[0]),
+            D32.shape[0],
+            size=min(check_int("rho_sample", rho_sample, ge=2), D32.shape[0]),
             replace=False,
         )
         return cls(
@@ -208,7 +247,7 @@ class ScoreProfile:
             int(counts.sum(axis=1).min()),
             Q.shape[1],
             _residual_rho(Q, D32[pick].astype(np.float64)),
-            edges,
+            smp.edges,
         )
 
     @classmethod
@@ -217,15 +256,7 @@ class ScoreProfile:
         queries: Any,
         documents: Any,
         mechanism: Mechanism,
-        *,
-        top_k: int = 100,
-        bins: int = DEFAULT_BINS,
-        norm_nodes: int = 32,
-        block: int = 256,
-        exclude_identical: bool = True,
-        sources: Any = None,
-        dilution: float = 0.0,
-        rng: Any = None,
+        **sample: Unpack[SubspaceSample],
     ) -> ScoreProfile:
         r"""A profile for a mechanism that releases in a subspace (``subspace``): clean scores
         where the protected scores are formed.
@@ -253,24 +284,23 @@ class ScoreProfile:
             used as a query would stay as close to its neighbours as before).
         rng : int, Generator or None
             The dilution's noise.
+        **sample
+            :class:`SubspaceSample`: these and :class:`ProfileSample`'s ``top_k``, ``bins``,
+            ``block`` and ``exclude_identical``, as for :meth:`from_embeddings`.
         """
-        Q, _ = check_embeddings(queries, name="queries")
-        D, _ = check_embeddings(documents, name="documents", dim=Q.shape[1])
-        src = _sources(sources, Q.shape[0], D.shape[0])
+        # a query's own document may be left out: top_k is at most n_docs - 1
+        smp = _Sample.of(queries, documents, sample, spare=1)
         if not mechanism.has_public_transform or mechanism.name not in _NORM_LAWS:
             raise ValueError(
                 f"from_subspace needs a subspace mechanism (public_transform and a cosine law "
                 f"per signal norm), got {mechanism!r}."
             )
-        Qn = Q / np.linalg.norm(Q, axis=1, keepdims=True)
-        D32 = np.ascontiguousarray(D / np.linalg.norm(D, axis=1, keepdims=True), dtype=np.float32)
-        A32, V32, r = _subspace_directions(mechanism, Qn, D32, dilution, rng)
-        bins = check_int("bins", bins, ge=10)
-        top_k = min(check_int("top_k", top_k, ge=1), D.shape[0] - 1)
-        edges = np.linspace(-1.0, 1.0, bins + 1)
+        dilution, norm_nodes = sample.get("dilution", 0.0), sample.get("norm_nodes", 32)
+        A32, V32, r = _subspace_directions(mechanism, smp.Q, smp.D32, dilution, smp.rng)
         counts, top, top_norms, n_docs = _subspace_scores(
-            Qn, D32, A32, V32, r, src, edges, top_k, block, exclude_identical
-        )
+            smp.Q, smp.D32, A32, V32, r, smp.src, smp.edges, smp.top_k, smp.block,
+            smp.exclude_identical,
+        )  # fmt: skip
         if not np.isfinite(top).all():
             raise DataError("fewer than top_k documents are left after excluding identical ones.")
         pos = r[r > 0]
@@ -283,7 +313,7 @@ class ScoreProfile:
             n_docs,
             int(A32.shape[1]),
             0.0,
-            edges,
+            smp.edges,
             nodes,
             np.maximum(top_norms, float(pos.min())),
         )
@@ -331,6 +361,45 @@ class ScoreProfile:
                 return cls.from_arrays(z)
             except KeyError as exc:
                 raise DataError(f"{path} is not a score profile (missing {exc}).") from None
+
+
+def _grid(bins: int, top_k: int, most: int) -> tuple[int, int, NDArray[np.float64]]:
+    """The checked ``bins``, ``top_k`` (at most ``most``) and the histogram's bin edges."""
+    bins = check_int("bins", bins, ge=10)
+    top_k = min(check_int("top_k", top_k, ge=1), most)
+    return bins, top_k, np.linspace(-1.0, 1.0, bins + 1)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """What both constructors score from: the unit queries and documents, the queries' source
+    rows, and the :class:`ProfileSample` keywords checked, with their defaults."""
+
+    Q: NDArray[np.float64]
+    D32: NDArray[np.float32]
+    src: NDArray[np.int64] | None
+    bins: int
+    top_k: int
+    edges: NDArray[np.float64]
+    block: int
+    exclude_identical: bool
+    rng: Any
+
+    @classmethod
+    def of(cls, queries: Any, documents: Any, sample: ProfileSample, *, spare: int) -> _Sample:
+        """Check and normalise the inputs; ``top_k`` is at most ``n_docs - spare``."""
+        Q, _ = check_embeddings(queries, name="queries")
+        D, _ = check_embeddings(documents, name="documents", dim=Q.shape[1])
+        src = _sources(sample.get("sources"), Q.shape[0], D.shape[0])
+        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
+        D32 = np.ascontiguousarray(D / np.linalg.norm(D, axis=1, keepdims=True), dtype=np.float32)
+        bins, top_k, edges = _grid(
+            sample.get("bins", DEFAULT_BINS), sample.get("top_k", 100), D.shape[0] - spare
+        )
+        return cls(
+            Q, D32, src, bins, top_k, edges, sample.get("block", 256),
+            sample.get("exclude_identical", True), sample.get("rng"),
+        )  # fmt: skip
 
 
 def _subspace_directions(
