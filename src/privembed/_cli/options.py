@@ -19,11 +19,77 @@ from typing import Annotated, Any
 
 import typer
 
+#: flag -> its short alias: the shared flags that have one
+SHORT: dict[str, str] = {"--quiet": "-q", "--output": "-o", "--mechanism": "-m", "--epsilon": "-e"}
+
+#: flag -> its default help, which a command may word for what the flag does there
+DEFAULT_HELP: dict[str, str] = {
+    "--json": "Print JSON (stdout) instead of text.",
+    "--overwrite": "Replace an existing output.",
+    "--quiet": "Print nothing but errors.",
+    "--output": "Write this file instead of stdout.",
+    "--mechanism": "The privacy mechanism.",
+    "--epsilon": "Privacy parameter epsilon.",
+    "--seed": "Seed for reproducible runs.",
+    "--k": "Output dimension (projection, subspace).",
+    "--c": "Rank temperature.",
+    "--id-field": "Field or column holding the record ids (default: id).",
+    "--keep-field": "Copy this other field into the output as it is, unprotected.",
+    "--allow-reprotect": "Protect an input that is already protected.",
+    "--ids-from-content": "Derive record ids from the content (inputs without ids).",
+    "--model": "Embedding model (default: offline all-MiniLM-L6-v2).",
+    "--column": "Embedding column (Parquet).",
+    "--batch-rows": "Rows per batch (bounds memory).",
+    "--text-field": "Field or column holding the texts.",
+    # the ledger a release is recorded and checked in (one convention: release.open_ledger)
+    "--ledger": "Privacy ledger that records and checks releases: an SQLite file, or a "
+    "postgresql:// URL shared by several processes (password from PGPASSWORD or ~/.pgpass).",
+    "--budget-epsilon": "Set a first per-record epsilon budget, or confirm/lower the stored one.",
+    "--budget-delta": "Set a first per-record delta budget, or confirm/lower the stored one.",
+    "--subject-field": "Column (Parquet) or field (texts) naming each record's subject -- a "
+    "patient, a user -- charged in the ledger with the per-subject budget.",
+    "--subject-budget-epsilon": "Set a first per-subject epsilon budget, or confirm/lower it.",
+    "--subject-budget-delta": "Set a first per-subject delta budget, or confirm/lower it.",
+    "--ledger-timeout": "Seconds to wait for another process's ledger lock.",
+    "--key-file": "Secret key (privembed keygen): keyed, repeat-safe noise.",
+    "--delta": "delta (Gaussian, projection).",
+    "--profile": "Concept profile (mahalanobis).",
+    "--n": "Notes of the built-in PII corpus.",
+    "--backend": "Model runtime (default: $PRIVEMBED_EMBED_BACKEND).",
+    "--basis": "Subspace basis: public embeddings or a saved basis.",
+    "--basis-epsilon": "Central epsilon of a DP-PCA basis.",
+    "--basis-delta": "delta of a DP-PCA basis (central).",
+    # the attacks' training knobs
+    "--aux-fraction": "Share of the records the attacker owns.",
+    "--epochs": "Training epochs.",
+    "--lr": "Adam learning rate.",
+    "--copies": "Protected copies per training text (adaptive).",
+    "--train-texts": "Attacker's auxiliary texts.",
+    "--train-embeddings": "Embeddings of --train-texts.",
+    "--sensitive": "Sensitive tokens (.txt/.json/.jsonl); default: every token.",
+    "--release": "A release of the same records (repeatable).",
+    # what advise and evaluate judge a setting by
+    "--ceiling": "Attack ceilings instead of the defaults.",
+    "--reid-multiple": "Default linkage ceiling: reid@1 at most this multiple of chance.",
+    "--n-queries": "Queries of the ranking metrics (0 = all).",
+    "--min-cosine": "Utility floor on the mean cosine.",
+    "--min-overlap": "Utility floor on knn_overlap@10.",
+    "--mechanisms": "Comma-separated vector mechanisms.",
+    "--attack-epochs": "Epochs of the token attack.",
+    "--attack-lr": "Adam learning rate of the token attack.",
+    # the old spelling of a command's INPUT argument (hidden from --help: texts_flag)
+    "--texts": "Deprecated: give INPUT.",
+}
+
 #: flag -> (short alias or None, the factory's name): the contract the tests read
 SHARED: dict[str, tuple[str | None, str]] = {}
 
 
-def _shared(flag: str, short: str | None, default_help: str, **fixed: Any) -> Any:
+def _shared(flag: str, **fixed: Any) -> Any:
+    """The factory of the shared option ``flag``: its spelling and short alias fixed, its help
+    the default one unless the command words its own."""
+    short, default_help = SHORT.get(flag), DEFAULT_HELP[flag]
+
     def factory(help: str = default_help, **kw: Any) -> Any:
         names = (flag,) if short is None else (flag, short)
         return typer.Option(*names, help=help, **{**fixed, **kw})
@@ -34,94 +100,57 @@ def _shared(flag: str, short: str | None, default_help: str, **fixed: Any) -> An
     return factory
 
 
-json_flag = _shared("--json", None, "Print JSON (stdout) instead of text.")
-overwrite_flag = _shared("--overwrite", None, "Replace an existing output.")
-quiet_flag = _shared("--quiet", "-q", "Print nothing but errors.")
-output_flag = _shared("--output", "-o", "Write this file instead of stdout.")
-mechanism_flag = _shared("--mechanism", "-m", "The privacy mechanism.")
-epsilon_flag = _shared("--epsilon", "-e", "Privacy parameter epsilon.")
-seed_flag = _shared("--seed", None, "Seed for reproducible runs.")
-k_flag = _shared("--k", None, "Output dimension (projection, subspace).")
-c_flag = _shared("--c", None, "Rank temperature.")
-id_field_flag = _shared("--id-field", None, "Field or column holding the record ids (default: id).")
-keep_field_flag = _shared(
-    "--keep-field", None, "Copy this other field into the output as it is, unprotected."
-)
-allow_reprotect_flag = _shared(
-    "--allow-reprotect", None, "Protect an input that is already protected."
-)
-ids_from_content_flag = _shared(
-    "--ids-from-content", None, "Derive record ids from the content (inputs without ids)."
-)
-model_flag = _shared("--model", None, "Embedding model (default: offline all-MiniLM-L6-v2).")
-column_flag = _shared("--column", None, "Embedding column (Parquet).")
-batch_rows_flag = _shared("--batch-rows", None, "Rows per batch (bounds memory).")
-text_field_flag = _shared("--text-field", None, "Field or column holding the texts.")
-# the ledger a release is recorded and checked in (one accountant convention: release.open_ledger)
-ledger_flag = _shared(
-    "--ledger",
-    None,
-    "Privacy ledger that records and checks releases: an SQLite file, or a postgresql:// URL "
-    "shared by several processes (password from PGPASSWORD or ~/.pgpass).",
-)
-budget_epsilon_flag = _shared(
-    "--budget-epsilon",
-    None,
-    "Set a first per-record epsilon budget, or confirm/lower the stored one.",
-)
-budget_delta_flag = _shared(
-    "--budget-delta", None, "Set a first per-record delta budget, or confirm/lower the stored one."
-)
-subject_field_flag = _shared(
-    "--subject-field",
-    None,
-    "Column (Parquet) or field (texts) naming each record's subject -- a patient, a user -- "
-    "charged in the ledger with the per-subject budget.",
-)
-subject_budget_epsilon_flag = _shared(
-    "--subject-budget-epsilon", None, "Set a first per-subject epsilon budget, or confirm/lower it."
-)
-subject_budget_delta_flag = _shared(
-    "--subject-budget-delta", None, "Set a first per-subject delta budget, or confirm/lower it."
-)
-ledger_timeout_flag = _shared(
-    "--ledger-timeout", None, "Seconds to wait for another process's ledger lock."
-)
-key_file_flag = _shared(
-    "--key-file", None, "Secret key (privembed keygen): keyed, repeat-safe noise."
-)
-delta_flag = _shared("--delta", None, "delta (Gaussian, projection).")
-profile_flag = _shared("--profile", None, "Concept profile (mahalanobis).")
-n_flag = _shared("--n", None, "Notes of the built-in PII corpus.")
-backend_flag = _shared("--backend", None, "Model runtime (default: $PRIVEMBED_EMBED_BACKEND).")
-basis_flag = _shared("--basis", None, "Subspace basis: public embeddings or a saved basis.")
-basis_epsilon_flag = _shared("--basis-epsilon", None, "Central epsilon of a DP-PCA basis.")
-basis_delta_flag = _shared("--basis-delta", None, "delta of a DP-PCA basis (central).")
-# the attacks' training knobs
-aux_fraction_flag = _shared("--aux-fraction", None, "Share of the records the attacker owns.")
-epochs_flag = _shared("--epochs", None, "Training epochs.")
-lr_flag = _shared("--lr", None, "Adam learning rate.")
-copies_flag = _shared("--copies", None, "Protected copies per training text (adaptive).")
-train_texts_flag = _shared("--train-texts", None, "Attacker's auxiliary texts.")
-train_embeddings_flag = _shared("--train-embeddings", None, "Embeddings of --train-texts.")
-sensitive_flag = _shared(
-    "--sensitive", None, "Sensitive tokens (.txt/.json/.jsonl); default: every token."
-)
-release_flag = _shared("--release", None, "A release of the same records (repeatable).")
-# what advise and evaluate judge a setting by
-ceiling_flag = _shared("--ceiling", None, "Attack ceilings instead of the defaults.")
-reid_multiple_flag = _shared(
-    "--reid-multiple", None, "Default linkage ceiling: reid@1 at most this multiple of chance."
-)
-n_queries_flag = _shared("--n-queries", None, "Queries of the ranking metrics (0 = all).")
-min_cosine_flag = _shared("--min-cosine", None, "Utility floor on the mean cosine.")
-min_overlap_flag = _shared("--min-overlap", None, "Utility floor on knn_overlap@10.")
-mechanisms_flag = _shared("--mechanisms", None, "Comma-separated vector mechanisms.")
-attack_epochs_flag = _shared("--attack-epochs", None, "Epochs of the token attack.")
-attack_lr_flag = _shared("--attack-lr", None, "Adam learning rate of the token attack.")
+json_flag = _shared("--json")
+overwrite_flag = _shared("--overwrite")
+quiet_flag = _shared("--quiet")
+output_flag = _shared("--output")
+mechanism_flag = _shared("--mechanism")
+epsilon_flag = _shared("--epsilon")
+seed_flag = _shared("--seed")
+k_flag = _shared("--k")
+c_flag = _shared("--c")
+id_field_flag = _shared("--id-field")
+keep_field_flag = _shared("--keep-field")
+allow_reprotect_flag = _shared("--allow-reprotect")
+ids_from_content_flag = _shared("--ids-from-content")
+model_flag = _shared("--model")
+column_flag = _shared("--column")
+batch_rows_flag = _shared("--batch-rows")
+text_field_flag = _shared("--text-field")
+ledger_flag = _shared("--ledger")
+budget_epsilon_flag = _shared("--budget-epsilon")
+budget_delta_flag = _shared("--budget-delta")
+subject_field_flag = _shared("--subject-field")
+subject_budget_epsilon_flag = _shared("--subject-budget-epsilon")
+subject_budget_delta_flag = _shared("--subject-budget-delta")
+ledger_timeout_flag = _shared("--ledger-timeout")
+key_file_flag = _shared("--key-file")
+delta_flag = _shared("--delta")
+profile_flag = _shared("--profile")
+n_flag = _shared("--n")
+backend_flag = _shared("--backend")
+basis_flag = _shared("--basis")
+basis_epsilon_flag = _shared("--basis-epsilon")
+basis_delta_flag = _shared("--basis-delta")
+aux_fraction_flag = _shared("--aux-fraction")
+epochs_flag = _shared("--epochs")
+lr_flag = _shared("--lr")
+copies_flag = _shared("--copies")
+train_texts_flag = _shared("--train-texts")
+train_embeddings_flag = _shared("--train-embeddings")
+sensitive_flag = _shared("--sensitive")
+release_flag = _shared("--release")
+ceiling_flag = _shared("--ceiling")
+reid_multiple_flag = _shared("--reid-multiple")
+n_queries_flag = _shared("--n-queries")
+min_cosine_flag = _shared("--min-cosine")
+min_overlap_flag = _shared("--min-overlap")
+mechanisms_flag = _shared("--mechanisms")
+attack_epochs_flag = _shared("--attack-epochs")
+attack_lr_flag = _shared("--attack-lr")
 #: the old spelling of a command's INPUT argument: parsed, hidden from --help (advise, evaluate
 #: and search have a live ``--texts`` of their own: the texts behind the vectors)
-texts_flag = _shared("--texts", None, "Deprecated: give INPUT.", hidden=True)
+texts_flag = _shared("--texts", hidden=True)
 
 #: (command, flag) where the same spelling names another thing, kept apart on purpose
 OTHER_MEANING: dict[tuple[str, str], str] = {
