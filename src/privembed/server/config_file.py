@@ -183,13 +183,19 @@ class ServerSettings(BaseModel):
         return self
 
 
-class LocalTable(BaseModel):
-    """``[backends.NAME]`` with ``type = "local"``."""
+class _BackendTableBase(BaseModel):
+    """What every ``[backends.NAME]`` table has besides its ``type``: the model it serves
+    (a local model, or the name an upstream serves it under)."""
 
     model_config = _TABLE
 
-    type: Literal["local"]
     model: str | None = None
+
+
+class LocalTable(_BackendTableBase):
+    """``[backends.NAME]`` with ``type = "local"``."""
+
+    type: Literal["local"]
     device: str = "cpu"
     batch_size: PositiveInt = 64
     threads: PositiveInt | None = None
@@ -217,13 +223,10 @@ class LocalTable(BaseModel):
         return self
 
 
-class UpstreamTable(BaseModel):
+class UpstreamTable(_BackendTableBase):
     """``[backends.NAME]`` with ``type = "upstream"``."""
 
-    model_config = _TABLE
-
     type: Literal["upstream"]
-    model: str | None = None
     base_url: str | None = None
     api_key_env: str | None = None
     timeout_s: PositiveFloat = 30.0
