@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
@@ -215,13 +215,37 @@ def _checked(
     return documents, queries
 
 
+class RankModel(TypedDict, total=False):
+    """The rank model's keywords, which :func:`predicted_recall` and :func:`rerank_depth` share
+    (all optional; at least one of ``documents`` and ``queries`` must be given).
+
+    Attributes
+    ----------
+    k : int, default 10
+        The true top ``k`` whose recall is modelled.
+    documents, queries : Mechanism, optional
+        The mechanism that protects the stored vectors, the one that protects queries, or both.
+    rng : int, Generator or None
+        Randomness of the model's own Monte-Carlo parts (shared factors, top-score draws).
+    shared_draws, top_draws : int, default 32, 64
+        Draws of the query's shared noise factors and of each top document's protected score.
+    """
+
+    k: int
+    documents: Mechanism | None
+    queries: Mechanism | None
+    rng: Any
+    shared_draws: int
+    top_draws: int
+
+
 def _build(
     profile: ScoreProfile,
-    k: int,
-    documents: Mechanism | None,
-    queries: Mechanism | None,
-    rng: Any,
     *,
+    k: int = 10,
+    documents: Mechanism | None = None,
+    queries: Mechanism | None = None,
+    rng: Any = None,
     shared_draws: int = 32,
     top_draws: int = 64,
     nodes: int = 16,
@@ -246,15 +270,7 @@ def _build(
 
 
 def predicted_recall(
-    profile: ScoreProfile,
-    depths: Sequence[int] | int,
-    *,
-    k: int = 10,
-    documents: Mechanism | None = None,
-    queries: Mechanism | None = None,
-    rng: Any = None,
-    shared_draws: int = 32,
-    top_draws: int = 64,
+    profile: ScoreProfile, depths: Sequence[int] | int, **model: Unpack[RankModel]
 ) -> NDArray[np.float64]:
     """Predicted recall of the true top ``k`` among the top ``depths`` by protected similarity.
 
@@ -263,36 +279,20 @@ def predicted_recall(
     profile : ScoreProfile
     depths : int or sequence of int
         Candidate depths k' (>= 1).
-    k : int, default 10
-    documents, queries : Mechanism, optional
-        The mechanism that protects the stored vectors, the one that protects queries, or both.
-    rng : int, Generator or None
-        Randomness of the model's own Monte-Carlo parts (shared factors, top-score draws).
-    shared_draws, top_draws : int
-        Draws of the query's shared noise factors and of each top document's protected score.
+    **model
+        :class:`RankModel`: ``k`` (default 10), ``documents``, ``queries``, ``rng``,
+        ``shared_draws``, ``top_draws``.
 
     Returns
     -------
     ndarray of float, one per depth
     """
-    model = _build(
-        profile, k, documents, queries, rng, shared_draws=shared_draws, top_draws=top_draws
-    )
+    rank = _build(profile, **model)
     ds = np.atleast_1d(np.asarray(depths))
-    return np.array([model.recall(check_int("depth", int(x), ge=1)) for x in ds])
+    return np.array([rank.recall(check_int("depth", int(x), ge=1)) for x in ds])
 
 
-def rerank_depth(
-    profile: ScoreProfile,
-    *,
-    k: int = 10,
-    recall: float = 0.95,
-    documents: Mechanism | None = None,
-    queries: Mechanism | None = None,
-    rng: Any = None,
-    shared_draws: int = 32,
-    top_draws: int = 64,
-) -> int:
+def rerank_depth(profile: ScoreProfile, *, recall: float = 0.95, **model: Unpack[RankModel]) -> int:
     """The smallest k' whose top-k' by protected similarity holds ``recall`` of the true top k.
 
     Parameters
@@ -310,6 +310,8 @@ def rerank_depth(
     rng : int, Generator or None
         Randomness of the model's Monte-Carlo parts (the answer varies by a few percent of k'
         between seeds; fix it for reproducible plans).
+    shared_draws, top_draws : int, default 32, 64
+        As :class:`RankModel` says (``**model``: its keywords).
 
     Returns
     -------
@@ -328,10 +330,7 @@ def rerank_depth(
     True
     """
     recall = check_real("recall", recall, gt=0, lt=1)
-    model = _build(
-        profile, k, documents, queries, rng, shared_draws=shared_draws, top_draws=top_draws
-    )
-    return model.depth(recall)
+    return _build(profile, **model).depth(recall)
 
 
 class RerankPlanner:
@@ -366,7 +365,10 @@ class RerankPlanner:
 
     def _model(self, k: int) -> _Model:
         if k not in self._models:
-            self._models[k] = _build(self.profile, k, self.documents, self.queries, int(self._seed))
+            self._models[k] = _build(
+                self.profile, k=k, documents=self.documents, queries=self.queries,
+                rng=int(self._seed),
+            )  # fmt: skip
         return self._models[k]
 
     def depth(self, *, k: int = 10, recall: float = 0.95) -> int:
