@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 __all__ = [
@@ -34,6 +34,7 @@ class BudgetState:
         return max(0.0, self.epsilon - self.spent_epsilon)
 
 
+@dataclass(eq=False, repr=False)  # an exception: compared by identity, repr of its args
 class BudgetRefused(Exception):
     """The ledger refused a release: a text or the subject would pass its budget.
 
@@ -51,19 +52,14 @@ class BudgetRefused(Exception):
         that it is spent (another subject's releases of the request's other texts stay hidden).
     """
 
-    def __init__(
-        self,
-        scope: str = "record",
-        *,
-        cost: tuple[float, float] | None = None,
-        subject: BudgetState | None = None,
-        texts: dict[str, BudgetState] | None = None,
-    ) -> None:
-        super().__init__(scope)
-        self.scope = scope
-        self.cost = cost
-        self.subject = subject
-        self.texts = texts or {}
+    scope: str = "record"
+    _: KW_ONLY
+    cost: tuple[float, float] | None = None
+    subject: BudgetState | None = None
+    texts: dict[str, BudgetState] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__init__(self.scope)  # the message (and args) of the exception: its scope
 
 
 def one_more_exceeds(spent: Any, cost: Any, budget: Any) -> bool:
