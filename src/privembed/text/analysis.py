@@ -21,7 +21,7 @@ import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,6 +40,7 @@ __all__ = [
     "NeighbourGaps",
     "RankCalibration",
     "Table",
+    "WordSample",
     "calibrate_rank_c",
     "dot_product_summary",
     "neighbour_gaps",
@@ -117,6 +118,42 @@ class Table:
 # ---------------------------------------------------------------------------------------------
 
 
+class WordSample(TypedDict, total=False):
+    """Which words an analysis looks at, and through which index: the keywords
+    :func:`output_proportions` and :func:`neighbour_gaps` share (all optional).
+
+    Attributes
+    ----------
+    n_words : int
+        Random words (ignored when ``words`` is given; each analysis has its own default).
+    words : array_like of int, optional
+        Vocabulary rows to use instead of a random sample.
+    index : NearestNeighbourIndex, optional
+        Search index over the vocabulary (default: exact).
+    rng : int, numpy.random.Generator or None
+    """
+
+    n_words: int
+    words: Any
+    index: NearestNeighbourIndex | None
+    rng: Any
+
+
+def _sampled(
+    vocabulary: Vocabulary, sample: WordSample, n_words: int, gen: np.random.Generator
+) -> tuple[NDArray[np.int64], NearestNeighbourIndex]:
+    """The rows ``sample`` names (``words``, else its ``n_words`` -- default ``n_words`` --
+    drawn with ``gen``) and its index (else an exact one over the vocabulary)."""
+    words = sample.get("words")
+    ids = (
+        sample_words(vocabulary, sample.get("n_words", n_words), rng=gen)
+        if words is None
+        else np.asarray(words, dtype=np.int64)
+    )
+    index = sample.get("index")
+    return ids, NearestNeighbourIndex(vocabulary.vectors) if index is None else index
+
+
 def sample_words(vocabulary: Vocabulary, n_words: int, *, rng: Any = None) -> NDArray[np.int64]:
     """``n_words`` distinct vocabulary rows drawn uniformly (as in [A26]'s experiments)."""
     n_words = check_int("n_words", n_words, ge=1, le=len(vocabulary))
@@ -173,11 +210,8 @@ def output_proportions(
     epsilons: Sequence[float],
     mechanisms: Sequence[str] = MECHANISM_NAMES,
     c: float | Sequence[float] = 0.04,
-    n_words: int = 1000,
     neighbours: int = 100,
-    words: Any = None,
-    index: NearestNeighbourIndex | None = None,
-    rng: Any = None,
+    **sample: Unpack[WordSample],
 ) -> Table:
     """Share of outputs that are the original word, a close neighbour, or another word.
 
@@ -188,10 +222,11 @@ def output_proportions(
     mechanisms : subset of {"nearest", "rank", "exponential"}
     c : float or sequence of float
         Rank temperature(s) for ``"rank"`` (one row per ``c`` and epsilon).
-    n_words : int
-        Random words (ignored when ``words`` is given).
     neighbours : int
         How many nearest neighbours of the original word count as close (100 in [A26]).
+    n_words : int, default 1000
+        Random words (ignored when ``words`` is given). ``n_words``, ``words``, ``index`` and
+        ``rng`` are the keywords of :class:`WordSample` (``**sample``).
     words : array_like of int, optional
         Vocabulary rows to use instead of a random sample.
     index : NearestNeighbourIndex, optional
@@ -220,10 +255,10 @@ def output_proportions(
     mechs = [check_choice("mechanism", m, MECHANISM_NAMES) for m in mechanisms]
     cs = [check_real("c", x, gt=0) for x in ([c] if isinstance(c, int | float) else c)]
     neighbours = check_int("neighbours", neighbours, ge=1, le=len(vocabulary) - 1)
-    gen = as_generator(rng)
-    ids = _word_rows(vocabulary, n_words, words, gen)
-    if index is None:
-        index = NearestNeighbourIndex(vocabulary.vectors)
+    gen = as_generator(sample.get("rng"))
+    ids, index = _sampled(vocabulary, sample, 1000, gen)
+    if ids.ndim != 1 or ids.size == 0:
+        raise DataError(f"words must be a non-empty 1-D array of rows, got shape {ids.shape}.")
     lists = neighbour_lists(index, ids, neighbours)
     table = Table(columns=["mechanism", "epsilon", "c", *CATEGORIES, "n_words"])
 
@@ -246,20 +281,6 @@ def output_proportions(
         for e in eps:
             add("exponential", e, None, outs[e])
     return table
-
-
-def _word_rows(
-    vocabulary: Vocabulary, n_words: int, words: Any, gen: np.random.Generator
-) -> NDArray[np.int64]:
-    """The vocabulary rows to sanitise: ``words``, or ``n_words`` drawn at random."""
-    ids = (
-        sample_words(vocabulary, n_words, rng=gen)
-        if words is None
-        else np.asarray(words, dtype=np.int64)
-    )
-    if ids.ndim != 1 or ids.size == 0:
-        raise DataError(f"words must be a non-empty 1-D array of rows, got shape {ids.shape}.")
-    return ids
 
 
 def _nearest_and_rank(
@@ -457,17 +478,12 @@ class NeighbourGaps:
 
 
 def neighbour_gaps(
-    vocabulary: Vocabulary,
-    *,
-    n_words: int = 5000,
-    far_rank: int = 101,
-    words: Any = None,
-    index: NearestNeighbourIndex | None = None,
-    rng: Any = None,
+    vocabulary: Vocabulary, *, far_rank: int = 101, **sample: Unpack[WordSample]
 ) -> NeighbourGaps:
     """Measure the [A26] Table 2 statistics on random words of a vocabulary.
 
     Neighbours are found with the (exact) index; the distances are then recomputed in float64.
+    ``sample``: :class:`WordSample` (``n_words`` default 5000, ``words``, ``index``, ``rng``).
 
     Examples
     --------
@@ -478,13 +494,7 @@ def neighbour_gaps(
     [0.5, 1.2649, 2.0]
     """
     far_rank = check_int("far_rank", far_rank, ge=2, le=len(vocabulary) - 1)
-    ids = (
-        sample_words(vocabulary, n_words, rng=rng)
-        if words is None
-        else np.asarray(words, dtype=np.int64)
-    )
-    if index is None:
-        index = NearestNeighbourIndex(vocabulary.vectors)
+    ids, index = _sampled(vocabulary, sample, 5000, as_generator(sample.get("rng")))
     lists = neighbour_lists(index, ids, far_rank)
     X = vocabulary.vectors.astype(np.float64)
     w, x1, x2, xf = (X[lists[:, j]] for j in (0, 1, 2, far_rank))
