@@ -9,11 +9,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ._cli._groups import LedgerOptions, SubjectOptions
+from ._cli._groups import InputFields, LedgerOptions, RandomnessOptions, SubjectOptions
 from ._cli.common import (
-    BitGeneratorName,
+    APP_SETTINGS,
     EmbedBackend,
-    KeyedGenerator,
     MechanismName,
     MechanismOptions,
     OneLineErrors,
@@ -28,22 +27,17 @@ from ._cli.options import (
     OptAllowReprotect,
     OptBatchRows,
     OptColumn,
-    OptIdField,
     OptJson,
     OptJsonFull,
     OptJsonSummary,
-    OptKeyFile,
     OptLedgerTimeout,
     OptModel,
     OptOverwriteFile,
     OptQuiet,
     OptRunSeed,
     OptSeed,
-    OptTextField,
     backend_flag,
     id_field_flag,
-    ids_from_content_flag,
-    keep_field_flag,
     mechanism_flag,
     n_flag,
     output_flag,
@@ -54,11 +48,9 @@ from ._cli.stores import BasisOptions
 app = typer.Typer(
     name="privembed",
     help="Protect text embeddings before they leave a trust boundary, and measure the cost.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
     cls=OneLineErrors,
     rich_markup_mode=None,
+    **APP_SETTINGS,
 )
 
 
@@ -71,16 +63,19 @@ COMMAND_MODULES = (
 )  # fmt: skip
 
 
+EmbedInput = Annotated[
+    Path,
+    typer.Argument(
+        help="Texts: JSONL, CSV or Parquet with a text field (--text-field), or .txt (one text "
+        "per line)."
+    ),
+]
+
+
 @app.command()
 @user_errors
 def embed(
-    input: Annotated[
-        Path,
-        typer.Argument(
-            help="Texts: JSONL, CSV or Parquet with a text field (--text-field), or .txt (one "
-            "text per line)."
-        ),
-    ],
+    input: EmbedInput,
     output: Annotated[Path, output_flag(help="Output (.parquet/.npz/.npy/.jsonl).")],
     text_field: Annotated[str, text_field_flag(help="Field or column holding the texts.")] = "text",
     id_field: Annotated[
@@ -188,27 +183,6 @@ Erase = Annotated[
         "(or its .eraser.npz). LEACE; no guarantee of its own.",
     ),
 ]
-KeyedNoiseGenerator = Annotated[
-    KeyedGenerator | None,
-    typer.Option(help="Keyed noise generator (default: aes under a CSPRNG policy)."),
-]
-RandomnessPolicy = Annotated[
-    BitGeneratorName | None,
-    typer.Option(help="Randomness policy (aes, chacha: CSPRNG; need randomgen)."),
-]
-KeepFields = Annotated[
-    list[str] | None,
-    keep_field_flag(
-        help="Copy this other field or column into the output as it is, unprotected "
-        "(repeatable; others are dropped).",
-    ),
-]
-IdsFromContent = Annotated[
-    bool,
-    ids_from_content_flag(
-        help="Derive record ids from the content (texts or vectors without ids).",
-    ),
-]
 TextBackend = Annotated[
     EmbedBackend | None,
     backend_flag(
@@ -229,19 +203,13 @@ def protect(
     basis: BasisOptions,
     noise: Noise = None,
     seed: OptSeed = None,
-    column: OptColumn = None,
-    id_column: OptIdField = None,
-    text_field: OptTextField = "text",
-    keep_column: KeepFields = None,
-    ids_from_content: IdsFromContent = False,
+    fields: InputFields,
     erase: Erase = None,
     model: OptModel = None,
     backend: TextBackend = None,
     batch_rows: OptBatchRows = 4096,
     allow_reprotect: OptAllowReprotect = False,
-    key_file: OptKeyFile = None,
-    generator: KeyedNoiseGenerator = None,
-    bit_generator: RandomnessPolicy = None,
+    randomness: RandomnessOptions,
     ledger_options: LedgerOptions,
     subjects: SubjectOptions,
     ledger_timeout: OptLedgerTimeout = 60.0,
@@ -255,12 +223,11 @@ def protect(
     note when it is below a useful level or the guarantee is vacuous.
     """
     from ._cli.common import progress_callback
-    from .core.rng import bit_generator_name, use_bit_generator
     from .mechanisms import build_mechanism
-    from .release import check_randomness, open_ledger, protect_file
+    from .release import open_ledger, protect_file
 
-    ledger = ledger_options.ledger
-    check_randomness(key_file, seed, ledger=ledger, key_name="--key-file", rng_name="--seed")
+    ledger, key_file = ledger_options.ledger, randomness.key_file
+    randomness.check(seed, ledger)
     basis.check(mechanism)
     eraser = _load_eraser(erase)
     with (
@@ -268,20 +235,20 @@ def protect(
         open_ledger(
             ledger, timeout=ledger_timeout, on_wait=_waiting_for_ledger(ledger_timeout)
         ) as led,
-        use_bit_generator(bit_generator or bit_generator_name()),
+        randomness.policy(),
         progress_callback("protecting") as (set_total, advance),
     ):
-        subspace = basis.fit(input, led, column=column, id_column=id_column, model=model)
+        subspace = basis.fit(
+            input, led, column=fields.column, id_column=fields.id_column, model=model
+        )
         mech = build_mechanism(mechanism, basis=subspace, noise=noise, **params.kwargs())
         summary = protect_file(
-            input, output, mech, key=key_file, rng=seed, generator=generator,
+            input, output, mech, key=key_file, rng=seed, generator=randomness.generator,
             ledger=led, **ledger_options.budgets(), **subjects.kwargs(),
-            ledger_timeout=ledger_timeout,
-            column=column, id_column=id_column, text_field=text_field,
-            ids_from_content=ids_from_content, model=model,
-            embedder=_text_embedder(input, model, backend, text_field), batch_rows=batch_rows,
-            allow_reprotect=allow_reprotect, overwrite=overwrite,
-            keep_columns=keep_column or (), eraser=eraser,
+            ledger_timeout=ledger_timeout, **fields.kwargs(), model=model,
+            embedder=_text_embedder(input, model, backend, fields.text_field),
+            batch_rows=batch_rows, allow_reprotect=allow_reprotect, overwrite=overwrite,
+            eraser=eraser,
             on_start=set_total, on_batch=advance, on_wait=_waiting_for_ledger(ledger_timeout),
         )  # fmt: skip
     _report_protected(

@@ -11,19 +11,91 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from .common import OptionGroup, err_console
+import typer
+
+from .common import BitGeneratorName, KeyedGenerator, OptionGroup, err_console
 from .options import (
     OptBudgetDelta,
     OptBudgetEpsilon,
+    OptColumn,
+    OptIdField,
+    OptKeyFile,
     OptLedger,
     OptSubjectBudgetDelta,
     OptSubjectBudgetEpsilon,
     OptSubjectField,
+    OptTextField,
+    ids_from_content_flag,
+    keep_field_flag,
 )
 
-__all__ = ["LedgerOptions", "SubjectOptions"]
+__all__ = ["InputFields", "LedgerOptions", "RandomnessOptions", "SubjectOptions"]
+
+KeepFields = Annotated[
+    list[str] | None,
+    keep_field_flag(
+        help="Copy this other field or column into the output as it is, unprotected "
+        "(repeatable; others are dropped).",
+    ),
+]
+IdsFromContent = Annotated[
+    bool,
+    ids_from_content_flag(
+        help="Derive record ids from the content (texts or vectors without ids).",
+    ),
+]
+KeyedNoiseGenerator = Annotated[
+    KeyedGenerator | None,
+    typer.Option(help="Keyed noise generator (default: aes under a CSPRNG policy)."),
+]
+RandomnessPolicy = Annotated[
+    BitGeneratorName | None,
+    typer.Option(help="Randomness policy (aes, chacha: CSPRNG; need randomgen)."),
+]
+
+
+@dataclass
+class InputFields(OptionGroup):
+    """Where protect reads its input: the embedding column, the ids, the texts, the fields
+    copied through, or ids derived from the content."""
+
+    column: OptColumn = None
+    id_column: OptIdField = None
+    text_field: OptTextField = "text"
+    keep_column: KeepFields = None
+    ids_from_content: IdsFromContent = False
+
+    def kwargs(self) -> dict[str, Any]:
+        """The options as keyword arguments of :func:`privembed.release.protect_file`."""
+        return {"column": self.column, "id_column": self.id_column,
+                "text_field": self.text_field, "ids_from_content": self.ids_from_content,
+                "keep_columns": self.keep_column or ()}  # fmt: skip
+
+
+@dataclass
+class RandomnessOptions(OptionGroup):
+    """The randomness of a release: a secret key for keyed (repeat-safe) noise, its generator,
+    and the bit generator of everything else."""
+
+    key_file: OptKeyFile = None
+    generator: KeyedNoiseGenerator = None
+    bit_generator: RandomnessPolicy = None
+
+    def check(self, seed: int | None, ledger: str | None) -> None:
+        """A key or a seed, never both, and no seed with a ledger, before anything is read."""
+        from ..release import check_randomness
+
+        check_randomness(
+            self.key_file, seed, ledger=ledger, key_name="--key-file", rng_name="--seed"
+        )
+
+    def policy(self) -> Any:
+        """The context in which the release draws its randomness (``--bit-generator``)."""
+        from ..core.rng import bit_generator_name, use_bit_generator
+
+        return use_bit_generator(self.bit_generator or bit_generator_name())
 
 
 @dataclass

@@ -44,7 +44,7 @@ from ._attack_shape import (
     read_vectors,
     texts_and_embeddings,
 )
-from .common import OptionGroup, err_console, parse_floats, progress_done
+from .common import APP_SETTINGS, OptionGroup, err_console, parse_floats, progress_done
 from .options import (
     OptCopies,
     OptEpochs,
@@ -56,7 +56,7 @@ from .options import (
     profile_flag,
 )
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(**APP_SETTINGS)
 
 
 # ---- token ----------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from ..mechanisms.params import describe
 from .options import delta_flag, epsilon_flag, k_flag
 
 __all__ = [
+    "APP_SETTINGS",
     "MECHANISM_OPTIONS",
     "USER_ERRORS",
     "BitGeneratorName",
@@ -73,6 +74,14 @@ __all__ = [
 
 console = Console()
 err_console = Console(stderr=True)
+
+#: how every command group behaves (the app and its groups): help when called bare, no
+#: shell-completion commands, no rich tracebacks (:func:`user_errors` says an error in a line)
+APP_SETTINGS: dict[str, Any] = {
+    "no_args_is_help": True,
+    "add_completion": False,
+    "pretty_exceptions_enable": False,
+}
 
 if TYPE_CHECKING:
     MechanismName = str

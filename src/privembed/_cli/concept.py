@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 import typer
 from rich.table import Table
 
-from .common import console, err_console, print_json, user_errors
+from .common import APP_SETTINGS, console, err_console, print_json, user_errors
 from .options import (
     OptEpochs,
     OptJson,
@@ -24,7 +24,7 @@ from .options import (
     texts_flag,
 )
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+app = typer.Typer(**APP_SETTINGS)
 
 
 def _check_output(output: Path, overwrite: bool) -> None:

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from .common import (
+    APP_SETTINGS,
     err_console,
     parse_floats,
     print_json,
@@ -29,9 +30,7 @@ from .options import (
 app = typer.Typer(
     help="Word-level text sanitisation with d_X privacy (multivariate Laplace + nearest word, "
     "the rank-based fix, the SanText exponential mechanism) and its analysis ([A26]).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+    **APP_SETTINGS,
 )
 
 VectorsOpt = Annotated[
@@ -205,20 +204,15 @@ def analyze(
     err_console.print(f"vocabulary: {voc!r}; building the {index} index", highlight=False)
     idx = NearestNeighbourIndex(voc.vectors, method=index, cache=index_cache)
     err_console.print(f"output proportions: {n_words} words x {len(eps)} epsilons", highlight=False)
+    # both analyses draw the same number of words, through the same index and generator
+    sample: dict[str, Any] = {"n_words": n_words, "index": idx, "rng": gen}
     props = analysis.output_proportions(
-        voc,
-        epsilons=eps,
-        mechanisms=mechs,
-        c=cs,
-        n_words=n_words,
-        neighbours=neighbours,
-        index=idx,
-        rng=gen,
+        voc, epsilons=eps, mechanisms=mechs, c=cs, neighbours=neighbours, **sample
     )
     save(props, "proportions")
     err_console.print("neighbour gaps ([A26] Table 2)", highlight=False)
     far = min(101, len(voc) - 1)
-    gaps = analysis.neighbour_gaps(voc, n_words=n_words, far_rank=far, index=idx, rng=gen)
+    gaps = analysis.neighbour_gaps(voc, far_rank=far, **sample)
     save(gaps.summary(), "neighbour_gaps")
     dots = analysis.dot_product_summary(voc.dim, eps, gaps=gaps.means(), mc_size=mc, rng=gen)
     save(dots, "dot_product")
