@@ -87,6 +87,7 @@ class GraphSketch:
         return float((v @ v / r - w * s * (n - s)) / (1.0 - w))
 
 
+@dataclass(eq=False, kw_only=True)
 class JLSketch:
     r"""The JL-only sketch of Blocki et al. ([BBDS12], [MC25] §3.2/§5.1): no added noise.
 
@@ -133,28 +134,21 @@ class JLSketch:
     (5, 3)
     """
 
-    def __init__(
-        self,
-        *,
-        r: int,
-        epsilon: float,
-        delta: float,
-        smoothing: bool = False,
-        row_bound: float = 1.0,
-    ) -> None:
-        self.r = check_int("r", r, ge=1)
-        self.epsilon = check_real("epsilon", epsilon, gt=0)
-        self.delta = check_real("delta", delta, gt=0, lt=1)
-        if not isinstance(smoothing, bool):
-            raise TypeError(f"smoothing must be a bool, got smoothing={smoothing!r}.")
-        self.smoothing = smoothing
-        self.row_bound = check_real("row_bound", row_bound, gt=0)
+    # the dataclass writes __init__ (keyword-only) and the repr of these fields; compared by
+    # identity (eq=False), as a sketch's release is random
+    r: int
+    epsilon: float
+    delta: float
+    smoothing: bool = False
+    row_bound: float = 1.0
 
-    def __repr__(self) -> str:
-        return (
-            f"JLSketch(r={self.r}, epsilon={self.epsilon!r}, delta={self.delta!r}, "
-            f"smoothing={self.smoothing}, row_bound={self.row_bound!r})"
-        )
+    def __post_init__(self) -> None:
+        self.r = check_int("r", self.r, ge=1)
+        self.epsilon = check_real("epsilon", self.epsilon, gt=0)
+        self.delta = check_real("delta", self.delta, gt=0, lt=1)
+        if not isinstance(self.smoothing, bool):
+            raise TypeError(f"smoothing must be a bool, got smoothing={self.smoothing!r}.")
+        self.row_bound = check_real("row_bound", self.row_bound, gt=0)
 
     @property
     def threshold(self) -> float:
