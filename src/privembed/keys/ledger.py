@@ -65,7 +65,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from ..core._validation import DataError, check_real
 from ..core.accounting import Composition, UnsupportedGuarantee
@@ -94,7 +94,7 @@ from .ledger_sql import (
     subject_totals,
     watermark,
 )
-from .ledger_staged import DuplicateIds, StagedRelease
+from .ledger_staged import DuplicateIds, StagedRelease, StageOptions
 
 # the errors a caller catches have their public home here, as before the ledger was written apart:
 # tracebacks, doctests and pickles name them privembed.keys.ledger.<Error>
@@ -423,14 +423,7 @@ class Ledger(LedgerBudgets, LedgerAliases):
         self._deferred = [d for d in self._deferred if d not in done]
 
     # ---- releases --------------------------------------------------------------------------
-    def stage(
-        self,
-        mechanism: Any,
-        *,
-        key_id: str | None = None,
-        subject: str | None = None,
-        destination: str | None = None,
-    ) -> StagedRelease:
+    def stage(self, mechanism: Any, **options: Unpack[StageOptions]) -> StagedRelease:
         """Begin a release of ``mechanism`` (see the module docstring).
 
         Raises
@@ -438,9 +431,7 @@ class Ledger(LedgerBudgets, LedgerAliases):
         privembed.core.accounting.UnsupportedGuarantee
             The mechanism's guarantee cannot be accounted (refused before any work).
         """
-        return StagedRelease(
-            self, mechanism, key_id=key_id, subject=subject, destination=destination
-        )
+        return StagedRelease(self, mechanism, **options)
 
     # ---- queries ---------------------------------------------------------------------------
     def spent(self, ids: Sequence[Any] | None = None) -> list[Spent]:

@@ -15,7 +15,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -45,11 +45,21 @@ from .ledger_sql import (
 if TYPE_CHECKING:
     from .ledger import Ledger
 
-__all__ = ["DuplicateIds", "StagedRelease"]
+__all__ = ["DuplicateIds", "StageOptions", "StagedRelease"]
 
 
 class DuplicateIds(DataError):
     """The same record id appears more than once in one release."""
+
+
+class StageOptions(TypedDict, total=False):
+    """What a release is staged with besides its mechanism (:meth:`Ledger.stage`; each
+    ``None`` when not given): the id of the key its noise is keyed with, the subject it is
+    charged to, and where it goes (recorded with it)."""
+
+    key_id: str | None
+    subject: str | None
+    destination: str | None
 
 
 class StagedRelease:
@@ -60,24 +70,19 @@ class StagedRelease:
     all the batches of the release.
     """
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        mechanism: Any,
-        *,
-        key_id: str | None,
-        subject: str | None,
-        destination: str | None,
-    ) -> None:
+    def __init__(self, ledger: Ledger, mechanism: Any, **options: Unpack[StageOptions]) -> None:
+        unknown = sorted(set(options) - StageOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(f"stage() got an unexpected keyword argument {unknown[0]!r}")
         if ledger.readonly:
             raise PermissionError(f"ledger {ledger.path} is open read-only.")
         g = mechanism.guarantee
         self.cost = cost_of(g)  # refuses unaccountable guarantees before any work
         self.ledger = ledger
         self.mechanism = mechanism
-        self.key_id = key_id
-        self.subject = subject
-        self.destination = destination
+        self.key_id = options.get("key_id")
+        self.subject = options.get("subject")
+        self.destination = options.get("destination")
         self.batch = uuid.uuid4().hex
         self.fingerprint = mechanism.fingerprint
         self._mech_json = json.dumps(mechanism.config, sort_keys=True)
