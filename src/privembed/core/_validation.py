@@ -21,6 +21,7 @@ __all__ = [
     "check_choice",
     "check_embeddings",
     "check_int",
+    "check_keywords",
     "check_optional_int",
     "check_real",
     "check_training",
@@ -132,6 +133,38 @@ def check_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {name}={value!r}.")
     return value
+
+
+def check_keywords(where: str, given: Any, group: Any) -> None:
+    """Refuse keywords as Python refuses them in a signature, for a function that takes a
+    parameter group as ``**kwargs: Unpack[group]`` (a ``TypedDict``): the type checker checks
+    the names, nothing does at run time -- a misspelt keyword would be dropped silently.
+
+    Examples
+    --------
+    >>> from typing import TypedDict
+    >>> class Draw(TypedDict, total=False):
+    ...     rng: int
+    >>> check_keywords("draw", {"rgn": 0}, Draw)
+    Traceback (most recent call last):
+    ...
+    TypeError: draw() got an unexpected keyword argument 'rgn'
+    """
+    allowed = group.__required_keys__ | group.__optional_keys__
+    for name in given:
+        if name not in allowed:
+            raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
+    # in declaration order, as Python lists them
+    missing = [
+        repr(k) for k in group.__annotations__ if k in group.__required_keys__ - given.keys()
+    ]
+    if missing:
+        last = " and " if len(missing) == 2 else ", and "
+        names = missing[0] if len(missing) == 1 else ", ".join(missing[:-1]) + last + missing[-1]
+        s = "s" if len(missing) > 1 else ""
+        raise TypeError(
+            f"{where}() missing {len(missing)} required keyword-only argument{s}: {names}"
+        )
 
 
 def check_training(

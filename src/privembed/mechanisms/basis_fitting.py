@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
-from ..core._validation import DataError
+from ..core._validation import DataError, check_keywords
 from .dp_pca import SecondMoments, charge_basis, dp_pca
 from .subspace_basis import SubspaceBasis
 
@@ -91,6 +91,7 @@ def basis_from(
         texts (embed it first: DP-PCA and the release both read the embeddings), a corpus
         without record ids when a ledger must charge them.
     """
+    check_keywords("basis_from", source, BasisSource)
     if isinstance(spec, SubspaceBasis):
         return spec
     if spec == "dp-pca":
@@ -145,6 +146,7 @@ def fit_basis(
     """
     from ..data.io import atomic_output
 
+    check_keywords("fit_basis", source, BasisSource)
     out = Path(output)
     if out.exists() and not overwrite:
         raise FileExistsError(f"output exists: {out} (pass --overwrite to replace it).")

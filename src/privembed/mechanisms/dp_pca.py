@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any, NotRequired, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ..core import theory
-from ..core._validation import DataError, check_embeddings, check_int, check_real
+from ..core._validation import DataError, check_embeddings, check_int, check_keywords, check_real
 from ..core.accounting import ApproxDP, Guarantee, Neighbouring
 from ..core.rng import as_generator
 from .base import unit_rows
@@ -44,23 +44,30 @@ __all__ = [
 DEFAULT_MEAN_WEIGHT = 0.25
 
 
-class GaussRelease(TypedDict):
+# which keys are required is said by each class's totality: NotRequired inside these postponed
+# (string) annotations is not seen at run time, where check_keywords reads the required keys
+class _GaussPrivacy(TypedDict):
+    """The release's (epsilon, delta): required."""
+
+    epsilon: float
+    delta: float
+
+
+class GaussRelease(_GaussPrivacy, total=False):
     """The keywords of DP-PCA's one Gaussian release, which :func:`dp_pca` passes on to
     :meth:`SecondMoments.release` (see :func:`dp_pca` for their meaning).
 
     Attributes
     ----------
     epsilon, delta : float
-        Central DP parameters of the release.
+        Central DP parameters of the release (required).
     mean_weight : float, default :data:`DEFAULT_MEAN_WEIGHT`
         The weight ``a`` of the sum of rows next to the second-moment matrix.
     rng : int, Generator or None, default None
     """
 
-    epsilon: float
-    delta: float
-    mean_weight: NotRequired[float]
-    rng: NotRequired[Any]
+    mean_weight: float
+    rng: Any
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,6 +132,7 @@ class SecondMoments:
         DataError
             Fewer than 2 rows.
         """
+        check_keywords("SecondMoments.release", params, GaussRelease)
         epsilon = check_real("epsilon", params["epsilon"], gt=0)
         delta = check_real("delta", params["delta"], gt=0, lt=1)
         a = check_real("mean_weight", params.get("mean_weight", DEFAULT_MEAN_WEIGHT), gt=0)
@@ -257,6 +265,7 @@ def dp_pca(
     >>> b.source, b.guarantee.epsilon, bool(abs(b.components[0, 0]) > 0.99)
     ('dp-pca', 1.0, True)
     """
+    check_keywords("dp_pca", release, GaussRelease)
     if isinstance(corpus, SecondMoments):
         acc = corpus
     else:

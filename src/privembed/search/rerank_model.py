@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from ..core._validation import check_int, check_real
+from ..core._validation import check_int, check_keywords, check_real
 from ..core.rng import as_generator
 from ..mechanisms.base import Mechanism
 from .rerank_law import _NORM_LAWS, cosine_law
@@ -287,6 +287,7 @@ def predicted_recall(
     -------
     ndarray of float, one per depth
     """
+    check_keywords("predicted_recall", model, RankModel)
     rank = _build(profile, **model)
     ds = np.atleast_1d(np.asarray(depths))
     return np.array([rank.recall(check_int("depth", int(x), ge=1)) for x in ds])
@@ -329,6 +330,7 @@ def rerank_depth(profile: ScoreProfile, *, recall: float = 0.95, **model: Unpack
     >>> 10 < kp < 5000
     True
     """
+    check_keywords("rerank_depth", model, RankModel)
     recall = check_real("recall", recall, gt=0, lt=1)
     return _build(profile, **model).depth(recall)
 

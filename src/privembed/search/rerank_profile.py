@@ -16,7 +16,7 @@ from typing import Any, TypedDict, Unpack
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import DataError, check_embeddings, check_int, check_real
+from ..core._validation import DataError, check_embeddings, check_int, check_keywords, check_real
 from ..core.rng import as_generator
 from ..mechanisms.base import Mechanism
 from .rerank_law import _NORM_LAWS
@@ -221,6 +221,7 @@ class ScoreProfile:
             :class:`ProfileSample`: also ``bins``, ``block`` (queries scored at a time) and
             ``rng`` (the documents sampled for ``rho``).
         """
+        check_keywords("ScoreProfile.from_embeddings", sample, ProfileSample)
         smp = _Sample.of(queries, documents, sample, spare=0)
         Q, D32, src, block = smp.Q, smp.D32, smp.src, smp.block
         counts = np.zeros((Q.shape[0], smp.bins), dtype=np.int64)
@@ -289,6 +290,7 @@ class ScoreProfile:
             ``block`` and ``exclude_identical``, as for :meth:`from_embeddings`.
         """
         # a query's own document may be left out: top_k is at most n_docs - 1
+        check_keywords("ScoreProfile.from_subspace", sample, SubspaceSample)
         smp = _Sample.of(queries, documents, sample, spare=1)
         if not mechanism.has_public_transform or mechanism.name not in _NORM_LAWS:
             raise ValueError(

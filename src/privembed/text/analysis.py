@@ -27,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..core._optional import require
-from ..core._validation import DataError, check_choice, check_int, check_real
+from ..core._validation import DataError, check_choice, check_int, check_keywords, check_real
 from ..core.rng import as_generator
 from . import dx_theory
 from .exponential import sample_exponential
@@ -251,6 +251,7 @@ def output_proportions(
     >>> t.rows[0]["original"]
     1.0
     """
+    check_keywords("output_proportions", sample, WordSample)
     eps = _epsilons(epsilons)
     mechs = [check_choice("mechanism", m, MECHANISM_NAMES) for m in mechanisms]
     cs = [check_real("c", x, gt=0) for x in ([c] if isinstance(c, int | float) else c)]
@@ -493,6 +494,7 @@ def neighbour_gaps(
     >>> [round(float(v[0]), 4) for v in (g.z_w_x1, g.z_x1_x2, g.z_x1_x101)]
     [0.5, 1.2649, 2.0]
     """
+    check_keywords("neighbour_gaps", sample, WordSample)
     far_rank = check_int("far_rank", far_rank, ge=2, le=len(vocabulary) - 1)
     ids, index = _sampled(vocabulary, sample, 5000, as_generator(sample.get("rng")))
     lists = neighbour_lists(index, ids, far_rank)
