@@ -15,6 +15,7 @@ The work is :func:`privembed.evaluation.modes.advise_modes` (and
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,12 +23,14 @@ import numpy as np
 import typer
 
 from .common import (
+    OptionGroup,
     console,
     err_console,
     print_json,
     progress_done,
     show_progress,
     user_errors,
+    with_option_groups,
 )
 from .evaluate import (
     MECHANISM_CHOICES,
@@ -127,6 +130,20 @@ _OptMaxLatency = Annotated[
         help="Cost budget: estimated milliseconds per query on this machine (scan + opening).",
     ),
 ]
+
+
+@dataclasses.dataclass
+class CostBudget(OptionGroup):
+    """What a deployment mode may cost per query and per session (_advise_modes' ``budget``),
+    and the corpus size the cost is predicted at."""
+
+    max_bytes_per_query: _OptMaxBytes = 4_000_000
+    max_latency_ms: _OptMaxLatency = None
+    max_sync_bytes: _OptMaxSync = 64_000_000
+    client_cache: _OptClientCache = True
+    production_size: _OptProductionSize = None
+
+
 _OptQueries = Annotated[
     Path | None,
     typer.Option(
@@ -144,6 +161,28 @@ _OptBasis = Annotated[
 _OptBasisEpsilon = Annotated[
     float, basis_epsilon_flag(help="Central epsilon of the DP-PCA basis (no --basis).")
 ]
+
+
+@dataclasses.dataclass
+class ModeBasis(OptionGroup):
+    """The basis of the subspace mode: public embeddings or a saved basis, else DP-PCA of the
+    data at ``--basis-epsilon``."""
+
+    basis: _OptBasis = None
+    basis_epsilon: _OptBasisEpsilon = 1.0
+
+    def read(self, column: str | None) -> Any:
+        """The basis ``--basis`` names, or its public embeddings (None without one)."""
+        if self.basis is None:
+            return None
+        from ..data.io import read_embeddings
+        from ..mechanisms.subspace import SubspaceBasis
+
+        if SubspaceBasis.is_basis_file(self.basis):
+            return SubspaceBasis.load(self.basis)
+        return np.asarray(read_embeddings(self.basis, column=column).X)
+
+
 _OptMaxLdpEpsilon = Annotated[
     float | None,
     typer.Option(help="Recommend only settings with per-record LDP epsilon at most this."),
@@ -151,7 +190,9 @@ _OptMaxLdpEpsilon = Annotated[
 
 
 @user_errors
+@with_option_groups
 def advise(
+    *,
     input: Annotated[
         Path,
         typer.Argument(
@@ -192,14 +233,9 @@ def advise(
     modes: _OptModes = "sealed,plain,rerank,subspace+rerank,query",
     min_recall: _OptMinRecall = 0.9,
     max_depth: _OptMaxDepth = None,
-    max_bytes_per_query: _OptMaxBytes = 4_000_000,
-    max_latency_ms: _OptMaxLatency = None,
-    max_sync_bytes: _OptMaxSync = 64_000_000,
-    client_cache: _OptClientCache = True,
-    production_size: _OptProductionSize = None,
+    budget: CostBudget,
     queries: _OptQueries = None,
-    basis: _OptBasis = None,
-    basis_epsilon: _OptBasisEpsilon = 1.0,
+    subspace: ModeBasis,
     max_ldp_epsilon: _OptMaxLdpEpsilon = None,
     plain_only: _OptPlainOnly = False,
     as_json: OptJson = False,
@@ -230,11 +266,8 @@ def advise(
     if not plain_only:
         _advise_modes(
             X, modes=modes, names=names, delta=delta, min_recall=min_recall,
-            min_cosine=min_cosine, max_depth=max_depth, queries=queries, basis=basis,
-            budget={"max_bytes_per_query": max_bytes_per_query, "max_latency_ms": max_latency_ms,
-                    "max_sync_bytes": max_sync_bytes, "client_cache": client_cache,
-                    "production_size": production_size},
-            basis_epsilon=basis_epsilon, max_ldp_epsilon=max_ldp_epsilon, seed=seed,
+            min_cosine=min_cosine, max_depth=max_depth, queries=queries, subspace=subspace,
+            budget=dataclasses.asdict(budget), max_ldp_epsilon=max_ldp_epsilon, seed=seed,
             column=column, as_json=as_json, attacks=token, model=model_name, save=save,
         )  # fmt: skip
         return
@@ -350,8 +383,7 @@ def _advise_modes(
     min_cosine: float | None,
     max_depth: int | None,
     queries: Path | None,
-    basis: Path | None,
-    basis_epsilon: float,
+    subspace: ModeBasis,
     max_ldp_epsilon: float | None,
     seed: int,
     column: str | None,
@@ -368,15 +400,7 @@ def _advise_modes(
     Q = None
     if queries is not None:
         Q = np.asarray(read_embeddings(queries, column=column).X)
-    B: Any = None
-    if basis is not None:
-        from ..mechanisms.subspace import SubspaceBasis
-
-        B = (
-            SubspaceBasis.load(basis)
-            if SubspaceBasis.is_basis_file(basis)
-            else np.asarray(read_embeddings(basis, column=column).X)
-        )
+    B = subspace.read(column)
     total = len(chosen) * len(names)
     with progress_done("advise", total, unit="settings") as on_progress:
         done = [0]
@@ -391,7 +415,8 @@ def _advise_modes(
         result = advise_modes(
             X, queries=Q, modes=chosen, mechanisms=names, params={"gaussian": {"delta": delta}},
             min_recall=min_recall, min_cosine=min_cosine, max_depth=max_depth,
-            max_ldp_epsilon=max_ldp_epsilon, **(budget or {}), basis=B, basis_epsilon=basis_epsilon, seed=seed,
+            max_ldp_epsilon=max_ldp_epsilon, **(budget or {}), basis=B,
+            basis_epsilon=subspace.basis_epsilon, seed=seed,
             attacks=attacks, model=model, on_step=step,
         )  # fmt: skip
         on_progress(total)
