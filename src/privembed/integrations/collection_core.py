@@ -550,14 +550,14 @@ class ProtectedCollection(_SealedCollection, _Planning, _Closing):
         ValueError
             Re-ranking asked of a collection made without payloads, or without the key.
         """
-        check_options("query", options, QueryOptions)
+        check_options("ProtectedCollection.query", options, QueryOptions)
         return [hits for batch in self.query_batches(Q, k, **options) for hits in batch]
 
     def query_batches(
         self, Q: Any, k: int = 10, **options: Unpack[QueryOptions]
     ) -> Iterator[list[list[Hit]]]:
         """:meth:`query`, one list of per-query hits per batch of ``batch_queries`` queries."""
-        check_options("query_batches", options, QueryOptions)
+        check_options("ProtectedCollection.query_batches", options, QueryOptions)
         k = check_int("k", k, ge=1)
         d_in = self.store.info.get("dim_in")
         arr = np.asarray(Q)

@@ -191,7 +191,7 @@ class _Planning:
         (:func:`privembed.search.rerank.query_batch_size`)."""
         from ..search.rerank import query_batch_size
 
-        check_options("query_batch_size", opts, RerankDepth)
+        check_options("_Planning.query_batch_size", opts, RerankDepth)
         k = check_int("k", k, ge=1)
         if self.sealed:
             return sealed_batch_size(self.store.count())
@@ -211,7 +211,7 @@ class _Planning:
         """
         from ..evaluation.cost import Rates, query_cost
 
-        check_options("fetch_plan", opts, RerankDepth)
+        check_options("_Planning.fetch_plan", opts, RerankDepth)
         n = max(1, self.store.count())
         info = self.store.info
         d_in = int(info.get("dim_in") or info.get("dim") or 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
@@ -90,6 +90,18 @@ def _estimates(hits: list[Hit], halfwidth: float | None) -> tuple[list[Hit], Any
     return clipped, [(clip(h.score - halfwidth), clip(h.score + halfwidth)) for h in hits]
 
 
+class SearcherOptions(TypedDict, total=False):
+    """How a :class:`Searcher` opens its collection: its keywords (the parameters after
+    ``collection``, described there)."""
+
+    key: Any
+    model: str | None
+    texts: Any
+    store_options: dict[str, Any] | None
+    ledger: Any
+    sealed_cache: bool
+
+
 class Searcher(_Closing):
     """A warm search session: the collection opened once, the embedding model loaded once.
 
@@ -104,6 +116,8 @@ class Searcher(_Closing):
     texts : mapping or path, optional
         Record id -> text kept locally (e.g. the JSONL the collection was indexed from), shown
         with hits whose payload holds no text.
+    store_options : dict, optional
+        Options of the store (:func:`~privembed.integrations.stores.open_store`).
     ledger : Ledger, optional
         The ledger the collection was indexed under: re-ranking refuses a payload of an older
         release of its record (a store that rolled a record back).
@@ -121,29 +135,25 @@ class Searcher(_Closing):
         store: str,
         path: Any,
         collection: str = "privembed",
-        *,
-        key: Any = None,
-        model: str | None = None,
-        texts: Any = None,
-        store_options: dict[str, Any] | None = None,
-        ledger: Any = None,
-        sealed_cache: bool = True,
+        **options: Unpack[SearcherOptions],
     ) -> None:
-        from .stores import open_store
-
+        check_options("Searcher.__init__", options, SearcherOptions)
         if not Path(path).exists():
             raise FileNotFoundError(f"store not found: {path}")
-        opened = open_store(store, path, collection, create=False, **(store_options or {}))
-        try:
-            self.collection = ProtectedCollection(
-                opened, key=key, ledger=ledger, sealed_cache=sealed_cache
-            )
-        except BaseException:
-            opened.close()
-            raise
+        self.collection = ProtectedCollection.open(
+            store,
+            path,
+            collection,
+            create=False,
+            store_options=options.get("store_options"),
+            key=options.get("key"),
+            ledger=options.get("ledger"),
+            sealed_cache=options.get("sealed_cache", True),
+        )
+        model = options.get("model")
         self.model_name = model or self.collection.embedding_model
         self._embedder: Any = None
-        self.texts = self._load_texts(texts)
+        self.texts = self._load_texts(options.get("texts"))
 
     @staticmethod
     def _load_texts(texts: Any) -> dict[str, str]:
@@ -176,7 +186,7 @@ class Searcher(_Closing):
     ) -> list[SearchResult]:
         """Hits for text queries (see :meth:`ProtectedCollection.query`), embedded a batch at
         a time."""
-        check_options("search", options, SearchOptions)
+        check_options("Searcher.search", options, SearchOptions)
         items = [queries] if isinstance(queries, str) else list(queries)
         out: list[SearchResult] = []
         depth = depth_options(options)
@@ -191,7 +201,7 @@ class Searcher(_Closing):
     def batch_size(self, k: int = 10, **depth: Unpack[RerankDepth]) -> int:
         """Queries searched together (:meth:`ProtectedCollection.query_batch_size`): read and
         embed queries in chunks of this size to keep a long query file in bounded memory."""
-        check_options("batch_size", depth, RerankDepth)
+        check_options("Searcher.batch_size", depth, RerankDepth)
         return self.collection.query_batch_size(k, **depth)
 
     def search_vectors(
@@ -204,7 +214,7 @@ class Searcher(_Closing):
     ) -> list[SearchResult]:
         """Hits for query embeddings (one :class:`SearchResult` per row); ``rng`` only for
         ``protect_query`` on a collection without a key (:meth:`ProtectedCollection.query`)."""
-        check_options("search_vectors", options, QueryOptions)
+        check_options("Searcher.search_vectors", options, QueryOptions)
         col = self.collection
         hits = col.query(Q, k, **options)
         reranked = options.get("rerank") is not None or options.get("recall") is not None

@@ -73,7 +73,7 @@ class StagedRelease:
     def __init__(self, ledger: Ledger, mechanism: Any, **options: Unpack[StageOptions]) -> None:
         unknown = sorted(set(options) - StageOptions.__optional_keys__)
         if unknown:
-            raise TypeError(f"stage() got an unexpected keyword argument {unknown[0]!r}")
+            raise TypeError(f"Ledger.stage() got an unexpected keyword argument {unknown[0]!r}")
         if ledger.readonly:
             raise PermissionError(f"ledger {ledger.path} is open read-only.")
         g = mechanism.guarantee
