@@ -121,7 +121,13 @@ def test_ledger_bound_work_is_admitted_apart_and_refused_when_its_lane_is_full(
         try:
             first.start()
             assert waiting.wait(120)
-            r = _post(handle, {"input": "one more document", "model": "docs"})
+            # refused at admission, before any wait: a request that queued behind the locked
+            # ledger would only be answered once the lock goes (the mutation's case), so a
+            # client deadline far above an admission's time tells the two apart
+            try:
+                r = _post(handle, {"input": "one more document", "model": "docs"}, timeout=10.0)
+            except httpx.ReadTimeout:
+                pytest.fail("a document beyond the lane's capacity waited for the ledger")
             assert r.status_code == 503 and r.json()["error"]["code"] == "overloaded"
             assert int(r.headers["Retry-After"]) >= 1
             q = _post(handle, {"input": ["q1", "q2", "q3", "q4"], "model": "queries"})

@@ -209,10 +209,38 @@ def _catchers(o: Outcome) -> list[str]:
     return named or list(o.mutation.run)
 
 
-def run_baseline(ws: Workspace, tests: Sequence[str], timeout: float) -> Outcome:
-    rc, failed, tail, secs = ws.pytest(tests, timeout=timeout, stop_first=False, bytecode=True)
-    status = "passed" if rc == 0 else "failed"
-    return Outcome(None, status, secs, failed, rc, tail)
+def run_baseline(workers: Sequence[Workspace], tests: Sequence[str], timeout: float) -> Outcome:
+    """``tests`` unmutated, split by test file over ``workers`` side by side (a file's tests stay
+    in one run: their module fixtures are built once); one outcome for them all."""
+    by_file: dict[str, list[str]] = {}
+    for t in tests:
+        by_file.setdefault(t.split("::")[0], []).append(t)
+    shares: list[list[str]] = [[] for _ in workers]
+    for group in sorted(by_file.values(), key=len, reverse=True):  # largest first, to the least
+        min(shares, key=len).extend(group)
+    runs: list[tuple[int | None, list[str], str, float]] = []
+    lock = threading.Lock()
+
+    def one(ws: Workspace, share: list[str]) -> None:
+        r = ws.pytest(share, timeout=timeout, stop_first=False, bytecode=True)
+        with lock:
+            runs.append(r)
+
+    threads = [
+        threading.Thread(target=one, args=(w, share))
+        for w, share in zip(workers, shares, strict=True)
+        if share
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = [rc for rc, _, _, _ in runs]
+    rc = 0 if all(c == 0 for c in codes) else next((c for c in codes if c != 0), None)
+    failed = [f for _, fs, _, _ in runs for f in fs]
+    tail = "\n".join(t for _, _, t, _ in runs)
+    secs = max((s for _, _, _, s in runs), default=0.0)
+    return Outcome(None, "passed" if rc == 0 else "failed", secs, failed, rc, tail)
 
 
 def run_mutation(ws: Workspace, m: Mutation, timeout: float, *, every: bool = False) -> Outcome:
@@ -300,7 +328,7 @@ def check_mutations(
         caught = [o for o in results if o.status == "caught"]
         if baseline and caught:
             catchers = list(dict.fromkeys(t for o in caught for t in _catchers(o)))
-            b = run_baseline(workers[0], catchers, timeout * 2)
+            b = run_baseline(workers, catchers, timeout * 2)
             outcomes.append(b)
             report(b)
             for i, o in enumerate(results):
