@@ -7,12 +7,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import DataError, check_embeddings, check_int
+from ..core._validation import DataError, check_embeddings, check_int, check_keywords
 from ..core.cancel import checkpoint
 from ..core.rng import (
     CounterSource,
@@ -61,6 +61,19 @@ class ReleaseSummary:
         out = dict(self.__dict__)
         out["setting"] = None if self.setting is None else self.setting.to_dict()
         return out
+
+
+class ReleaseOptions(TypedDict, total=False):
+    """The randomness, ledger and context of a release: the keywords of :class:`Release` that
+    :func:`protect` passes on as they are (all optional; :class:`Release` says what each
+    means)."""
+
+    key: Any
+    rng: Any
+    generator: str | None
+    ledger: Ledger | None
+    subject: str | None
+    model: str | None
 
 
 class Release:
@@ -519,14 +532,12 @@ def protect(
     mechanism: Mechanism,
     *,
     ids: Sequence[Any] | None = None,
-    key: Any = None,
-    rng: Any = None,
-    ledger: Ledger | None = None,
-    subject: str | None = None,
-    model: str | None = None,
-    generator: str | None = None,
+    **options: Unpack[ReleaseOptions],
 ) -> NDArray[Any]:
     """Protect an in-memory batch as one release (ledger committed before returning).
+
+    ``options``: :class:`ReleaseOptions` (``key``, ``rng``, ``generator``, ``ledger``,
+    ``subject``, ``model``), as for :class:`Release`.
 
     Examples
     --------
@@ -535,17 +546,10 @@ def protect(
     >>> Y.shape
     (4, 4)
     """
+    check_keywords("protect", options, ReleaseOptions)
     arr, single = check_embeddings(X, allow_zero=True, check_values=False)
     if single and ids is not None and (isinstance(ids, str | bytes) or np.ndim(ids) == 0):
         ids = [ids]
-    with Release(
-        mechanism,
-        key=key,
-        rng=rng,
-        generator=generator,
-        ledger=ledger,
-        subject=subject,
-        model=model,
-    ) as rel:
+    with Release(mechanism, **options) as rel:
         Y = rel.protect(arr, ids)
     return Y[0] if single else Y
