@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 from numpy.typing import NDArray
@@ -16,9 +16,31 @@ from ..release import Release, check_randomness, content_ids
 from ..release.identity import rounds
 from .query import QueryTreatment, query_treatment
 
-__all__ = ["TextProtector", "TextWrapper"]
+__all__ = ["TextOptions", "TextProtector", "TextWrapper"]
 
 Encode = Callable[[list[str]], Any]
+
+
+class TextOptions(TypedDict, total=False):
+    """What a :class:`TextProtector` takes besides the model's ``encode`` and the mechanism
+    (what the wrappers pass on).
+
+    Attributes
+    ----------
+    key : bytes or key file, optional
+        Keyed noise per text (content ids); without it ``rng``.
+    rng : seed or Generator, optional
+        Randomness without a key; one generator advanced by every call.
+    encode_query : callable, optional
+        The model's query embedding (default ``encode``).
+    model_id : str, optional
+        The model's identity in the content digests (default ``"unknown"``).
+    """
+
+    key: Any
+    rng: Any
+    encode_query: Encode | None
+    model_id: str | None
 
 
 class TextProtector:
@@ -36,21 +58,20 @@ class TextProtector:
     """
 
     def __init__(
-        self,
-        encode: Encode,
-        mechanism: Mechanism,
-        *,
-        key: Any = None,
-        rng: Any = None,
-        encode_query: Encode | None = None,
-        model_id: str | None = None,
+        self, encode: Encode, mechanism: Mechanism, **options: Unpack[TextOptions]
     ) -> None:
+        unknown = sorted(set(options) - TextOptions.__optional_keys__)
+        if unknown:
+            raise TypeError(
+                f"TextProtector.__init__() got an unexpected keyword argument {unknown[0]!r}"
+            )
+        key, rng = options.get("key"), options.get("rng")
         self.encode = encode
-        self.encode_query = encode_query or encode
+        self.encode_query = options.get("encode_query") or encode
         check_randomness(key, rng, key_name="a key", rng_name="a seed")
         self.mechanism = mechanism
         self.key = None if key is None else resolve_key(key)
-        self.model_id = model_id or "unknown"
+        self.model_id = options.get("model_id") or "unknown"
         # one generator across calls: a seed gives a reproducible sequence of releases whose
         # noise never repeats between calls
         self._rng = None if rng is None else as_generator(rng)
