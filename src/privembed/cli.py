@@ -9,7 +9,13 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ._cli._groups import InputFields, LedgerOptions, RandomnessOptions, SubjectOptions
+from ._cli._groups import (
+    InputFields,
+    LedgerOptions,
+    RandomnessOptions,
+    Report,
+    SubjectOptions,
+)
 from ._cli.common import (
     APP_SETTINGS,
     EmbedBackend,
@@ -33,7 +39,6 @@ from ._cli.options import (
     OptLedgerTimeout,
     OptModel,
     OptOverwriteFile,
-    OptQuiet,
     OptRunSeed,
     OptSeed,
     backend_flag,
@@ -214,8 +219,7 @@ def protect(
     subjects: SubjectOptions,
     ledger_timeout: OptLedgerTimeout = 60.0,
     overwrite: OptOverwriteFile = False,
-    quiet: OptQuiet = False,
-    as_json: OptJsonSummary = False,
+    report: Report,
 ) -> None:
     """Protect embeddings with a privacy mechanism (texts are embedded first).
 
@@ -252,7 +256,7 @@ def protect(
             on_start=set_total, on_batch=advance, on_wait=_waiting_for_ledger(ledger_timeout),
         )  # fmt: skip
     _report_protected(
-        summary, mech, output, ledger, as_json=as_json, quiet=quiet,
+        summary, mech, output, ledger, as_json=report.as_json, quiet=report.quiet,
         keyed=key_file is not None, model=model,
     )  # fmt: skip
 

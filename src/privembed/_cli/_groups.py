@@ -21,8 +21,10 @@ from .options import (
     OptBudgetEpsilon,
     OptColumn,
     OptIdField,
+    OptJsonSummary,
     OptKeyFile,
     OptLedger,
+    OptQuiet,
     OptSubjectBudgetDelta,
     OptSubjectBudgetEpsilon,
     OptSubjectField,
@@ -31,7 +33,7 @@ from .options import (
     keep_field_flag,
 )
 
-__all__ = ["InputFields", "LedgerOptions", "RandomnessOptions", "SubjectOptions"]
+__all__ = ["InputFields", "LedgerOptions", "RandomnessOptions", "Report", "SubjectOptions"]
 
 KeepFields = Annotated[
     list[str] | None,
@@ -123,6 +125,15 @@ class LedgerOptions(OptionGroup):
                 f"waiting for the ledger {p} (locked by another process)...", highlight=False
             ),
         )
+
+
+@dataclass
+class Report(OptionGroup):
+    """How a release reports what it did: a summary on stderr, nothing but errors
+    (``--quiet``), or a JSON summary on stdout (``--json``)."""
+
+    quiet: OptQuiet = False
+    as_json: OptJsonSummary = False
 
 
 @dataclass

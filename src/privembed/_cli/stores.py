@@ -17,7 +17,7 @@ from typing import IO, Annotated, Any, Literal
 
 import typer
 
-from ._groups import LedgerOptions
+from ._groups import LedgerOptions, Report
 from .common import (
     IndexMechanismName,
     MechanismName,
@@ -43,10 +43,8 @@ from .options import (
     OptBatchRows,
     OptColumn,
     OptIdField,
-    OptJsonSummary,
     OptKeyFile,
     OptOverwriteFolder,
-    OptQuiet,
     OptSeed,
     OptTextField,
     allow_reprotect_flag,
@@ -218,6 +216,24 @@ MetadataFields = Annotated[
         "sent: a text column stored next to protected vectors gives the text away.",
     ),
 ]
+
+
+@dataclass
+class IndexFields(OptionGroup):
+    """Where index reads its input: the embedding column, the ids, and the columns it stores as
+    each record's metadata."""
+
+    column: OptColumn = None
+    id_column: OptIdField = None
+    metadata_column: MetadataFields = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """The options as keyword arguments of
+        :func:`~privembed.integrations.collection.index_file`."""
+        return {"column": self.column, "id_column": self.id_column,
+                "metadata_columns": self.metadata_column}  # fmt: skip
+
+
 IndexModel = Annotated[
     str | None, model_flag(help="Embedding model, if the file does not record it.")
 ]
@@ -289,9 +305,7 @@ def index(
     params: MechanismParams,
     key_file: OptKeyFile = None,
     seed: OptSeed = None,
-    column: OptColumn = None,
-    id_column: OptIdField = None,
-    metadata_column: MetadataFields = None,
+    fields: IndexFields,
     model: IndexModel = None,
     batch_rows: OptBatchRows = 4096,
     allow_reprotect: OptAllowReprotect = False,
@@ -306,8 +320,7 @@ def index(
     profile_queries: ProfileQueries = None,
     basis: BasisOptions,
     faiss_index: FaissIndex = None,
-    quiet: OptQuiet = False,
-    as_json: OptJsonSummary = False,
+    report: Report,
 ) -> None:
     """Protect embeddings -- or texts, embedded first -- and upsert them into a vector store
     (Chroma embedded by default).
@@ -323,9 +336,8 @@ def index(
             "--allow-reprotect": allow_reprotect, "--faiss-index": faiss_index,
         }  # fmt: skip
         return _index_sealed(
-            input, store, path, collection, refused=refused, key_file=key_file, quiet=quiet,
-            as_json=as_json, column=column, id_column=id_column,
-            metadata_columns=metadata_column, model=model, batch_rows=batch_rows,
+            input, store, path, collection, refused=refused, key_file=key_file,
+            report=report, **fields.kwargs(), model=model, batch_rows=batch_rows,
             payload_dtype=payload_dtype, store_text=store_text, text_field=text_field,
             pad_to=pad_to if pad_to == "padme" else _pad_bytes(pad_to),
             ids_from_content=ids_from_content,
@@ -345,12 +357,14 @@ def index(
         progress_callback("indexing") as (set_total, advance),
     ):
         if mechanism not in (None, "none"):
-            subspace = basis.fit(input, led, column=column, id_column=id_column, model=model)
+            subspace = basis.fit(
+                input, led, column=fields.column, id_column=fields.id_column, model=model
+            )
             mech = params.build(mechanism, basis=subspace)
             check_index_dimension(mech, subspace, payloads=payloads)
         res = index_file(
             input, store, path, collection, mechanism=mech, key=key, rng=rng, ledger=led,
-            column=column, id_column=id_column, metadata_columns=metadata_column, model=model,
+            **fields.kwargs(), model=model,
             batch_rows=batch_rows, allow_reprotect=allow_reprotect,
             payloads=payloads, payload_dtype=payload_dtype,
             pad_to=pad_to if pad_to == "padme" else _pad_bytes(pad_to), store_text=store_text,
@@ -359,7 +373,7 @@ def index(
             store_options=None if faiss_index is None else {"factory": faiss_index},
             on_start=set_total, on_batch=advance,
         )  # fmt: skip
-    _report_indexed(res, mech, store, path, collection, as_json=as_json, quiet=quiet)
+    _report_indexed(res, mech, store, path, collection, report)
 
 
 def _index_sealed(
@@ -370,8 +384,7 @@ def _index_sealed(
     *,
     refused: dict[str, Any],
     key_file: Path | None,
-    quiet: bool,
-    as_json: bool,
+    report: Report,
     **options: Any,
 ) -> None:
     """``index --sealed``: refuse, in one line, the options that do not apply, then
@@ -396,7 +409,7 @@ def _index_sealed(
             input, store, path, collection, mechanism="sealed", key=key,
             on_start=set_total, on_batch=advance, **options,
         )  # fmt: skip
-    _report_indexed(res, "sealed", store, path, collection, as_json=as_json, quiet=quiet)
+    _report_indexed(res, "sealed", store, path, collection, report)
 
 
 def _report_indexed(
@@ -405,19 +418,17 @@ def _report_indexed(
     store: str,
     path: Path,
     collection: str,
-    *,
-    as_json: bool,
-    quiet: bool,
+    report: Report,
 ) -> None:
     """index's summary: JSON on stdout, or what was indexed, under which guarantee, how queries
     are treated, the payloads and the setting's expected utility on stderr."""
     rows, n, total = res["rows"], res["n"], res["total"]
     treat, guarantee = res["treatment"], res["guarantee"]
     note = res["setting"]  # computed by index_file (privembed.release.setting)
-    if as_json:
+    if report.as_json:
         print_json({**res, "setting": None if note is None else note.to_dict()})
         return
-    if quiet:
+    if report.quiet:
         return
     err_console.print(
         f"indexed {rows} of {n} vectors into {store} collection {collection!r} at {path} "
