@@ -28,7 +28,7 @@ from ..core._validation import DataError, check_embeddings, check_int, check_key
 from ..core.accounting import ApproxDP, Guarantee, Neighbouring
 from ..core.rng import as_generator
 from .base import unit_rows
-from .subspace_basis import SubspaceBasis
+from .subspace_basis import SubspaceBasis, leading_components
 
 __all__ = [
     "BasisCharge",
@@ -187,9 +187,7 @@ class NoisyMoments:
         d, n = self.total.size, self.n
         mean = self.total / n
         C = self.outer / n - np.outer(mean, mean)
-        vals, vecs = np.linalg.eigh((C + C.T) / 2.0)
-        order = np.argsort(vals)[::-1]
-        m = d if max_components is None else check_int("max_components", max_components, ge=1, le=d)
+        components, spectrum = leading_components(C, max_components)
         meta = {
             "source": "dp-pca",
             "n": n,
@@ -198,9 +196,9 @@ class NoisyMoments:
             **(metadata or {}),
         }
         return SubspaceBasis(
-            vecs[:, order[:m]].T,
+            components,
             mean,
-            spectrum=vals[order[:m]],
+            spectrum=spectrum,
             guarantee=self.guarantee,
             noise_floor=math.sqrt(d) * self.sigma / n,
             n_records=n,

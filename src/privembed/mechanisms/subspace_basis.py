@@ -26,11 +26,24 @@ from ..core._validation import DataError, check_embeddings, check_int, check_rea
 from ..core.accounting import ApproxDP
 from .base import unit_rows
 
-__all__ = ["BASIS_FORMAT", "SubspaceBasis", "orthonormal_rows"]
+__all__ = ["BASIS_FORMAT", "SubspaceBasis", "leading_components", "orthonormal_rows"]
 
 BASIS_FORMAT = "privembed.subspace-basis/1"
 #: rows of a basis must be orthonormal to this tolerance (max |P P^T - I|)
 _ORTHO_TOL = 1e-6
+
+
+def leading_components(
+    C: NDArray[np.float64], max_components: int | None
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The leading eigenvectors of a covariance ``C`` (d, d) as rows, by decreasing eigenvalue,
+    and those eigenvalues: ``max_components`` of them (default all d). ``C`` is symmetrised
+    first (a noisy or rounded one need not be exactly symmetric)."""
+    d = C.shape[0]
+    vals, vecs = np.linalg.eigh((C + C.T) / 2.0)
+    order = np.argsort(vals)[::-1]
+    m = d if max_components is None else check_int("max_components", max_components, ge=1, le=d)
+    return vecs[:, order[:m]].T, vals[order[:m]]
 
 
 def orthonormal_rows(P: Any, name: str = "basis") -> NDArray[np.float64]:
@@ -239,18 +252,12 @@ class SubspaceBasis:
         U = unit_rows(np.asarray(A, dtype=np.float64))
         mean = U.mean(axis=0)
         C = (U - mean).T @ (U - mean) / U.shape[0]
-        vals, vecs = np.linalg.eigh((C + C.T) / 2.0)
-        order = np.argsort(vals)[::-1]
-        m = (
-            U.shape[1]
-            if max_components is None
-            else check_int("max_components", max_components, ge=1, le=U.shape[1])
-        )
+        components, spectrum = leading_components(C, max_components)
         meta = {"source": "public", "n": int(U.shape[0]), **(metadata or {})}
         return cls(
-            vecs[:, order[:m]].T,
+            components,
             mean,
-            spectrum=np.maximum(vals[order[:m]], 0.0),
+            spectrum=np.maximum(spectrum, 0.0),
             n_records=int(U.shape[0]),
             metadata=meta,
         )
