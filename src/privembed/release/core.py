@@ -64,7 +64,7 @@ class ReleaseSummary:
 
 
 class ReleaseOptions(TypedDict, total=False):
-    """The randomness, ledger and context of a release: the keywords of :class:`Release` that
+    """The randomness, ledger and context of a release: keywords of :class:`Release`, which
     :func:`protect` passes on as they are (all optional; :class:`Release` says what each
     means)."""
 
@@ -118,16 +118,14 @@ class Release:
         self,
         mechanism: Mechanism,
         *,
-        key: Any = None,
-        rng: Any = None,
-        generator: str | None = None,
-        ledger: Ledger | None = None,
-        subject: str | None = None,
-        model: str | None = None,
         destination: str | None = None,
         require_ids: bool = False,
         name: str = "X",
+        **options: Unpack[ReleaseOptions],
     ) -> None:
+        check_keywords("Release.__init__", options, ReleaseOptions)
+        key, rng, ledger = options.get("key"), options.get("rng"), options.get("ledger")
+        subject = options.get("subject")
         if not isinstance(mechanism, Mechanism):
             raise TypeError(f"mechanism must be a Mechanism, got mechanism={mechanism!r}.")
         check_randomness(
@@ -136,12 +134,12 @@ class Release:
         self.mechanism = mechanism
         self.key = None if key is None else resolve_key(key)
         self.key_id = None if self.key is None else _key_id(self.key)
-        self.generator = generator or default_keyed_generator()
+        self.generator = options.get("generator") or default_keyed_generator()
         if self.generator not in ("philox", "aes"):
             raise ValueError(
                 f"generator must be one of 'philox', 'aes', got generator={self.generator!r}."
             )
-        self.model = model
+        self.model = options.get("model")
         self.name = name
         self.ledger = ledger
         self.subject = subject
