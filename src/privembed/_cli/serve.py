@@ -2,34 +2,48 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from .common import console, err_console, fail, user_errors
+from .common import OptionGroup, console, err_console, fail, user_errors, with_option_groups
 
 
-@user_errors
-def serve(
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="Server configuration (TOML).")
-    ] = None,
+@dataclass
+class Listen(OptionGroup):
+    """The address the server listens on: the configuration's, or these options'."""
+
     host: Annotated[
         str | None, typer.Option(help="Address to listen on (default: server.host of the config).")
-    ] = None,
-    port: Annotated[
-        int | None, typer.Option(help="Port (default: server.port of the config).")
-    ] = None,
+    ] = None
+    port: Annotated[int | None, typer.Option(help="Port (default: server.port of the config).")] = (
+        None
+    )
+
+    def address(self, cfg: Any) -> tuple[str, int]:
+        """The host and port to listen on, under the configuration ``cfg``."""
+        if self.port is not None and not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got port={self.port}.")
+        port = cfg.server.port if self.port is None else self.port
+        return self.host or cfg.server.host, port
+
+
+@dataclass
+class Actions(OptionGroup):
+    """What serve does instead of serving: check the configuration, make an API key, or write
+    a starter configuration -- then exit."""
+
     check: Annotated[
         bool, typer.Option("--check", help="Validate the configuration, print it, and exit.")
-    ] = False,
+    ] = False
     new_api_key: Annotated[
         bool,
         typer.Option(
             "--new-api-key", help="Print a new random API key and its config entry, then exit."
         ),
-    ] = False,
+    ] = False
     init: Annotated[
         bool,
         typer.Option(
@@ -37,7 +51,7 @@ def serve(
             help="Write a starter config (--config, default serve.toml) with a new key file "
             "beside it, print its API key once, and exit. Never replaces a file.",
         ),
-    ] = False,
+    ] = False
     from_advice: Annotated[
         Path | None,
         typer.Option(
@@ -45,29 +59,44 @@ def serve(
             help="With --init: take the documents' mechanism and epsilon from a saved "
             "recommendation (privembed advise --save FILE; evaluate writes advice.json).",
         ),
+    ] = None
+
+    def run_without_config(self, config: Path | None) -> bool:
+        """Do the action that needs no configuration (--init, --new-api-key), if one is asked
+        for: True when done."""
+        if self.from_advice is not None and not self.init:
+            raise ValueError("--from-advice starts a configuration: use it with --init.")
+        if self.init:
+            _init_config(Path("serve.toml") if config is None else config, self.from_advice)
+            return True
+        if self.new_api_key:
+            _print_new_api_key()
+            return True
+        return False
+
+
+@user_errors
+@with_option_groups
+def serve(
+    *,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Server configuration (TOML).")
     ] = None,
+    listen: Listen,
+    actions: Actions,
 ) -> None:
     """Serve protected embeddings at POST /v1/embeddings (OpenAI-compatible)."""
     from ..server import check_bind, create_app, load_config
 
-    if from_advice is not None and not init:
-        raise ValueError("--from-advice starts a configuration: use it with --init.")
-    if init:
-        _init_config(Path("serve.toml") if config is None else config, from_advice)
-        return
-    if new_api_key:
-        _print_new_api_key()
+    if actions.run_without_config(config):
         return
     if config is None:
         fail("--config is required (a TOML file; 'privembed serve --init' writes a starter one).")
         return
     cfg = load_config(config)
-    if port is not None and not 0 <= port <= 65535:
-        raise ValueError(f"port must be in [0, 65535], got port={port}.")
-    h = host or cfg.server.host
-    p = cfg.server.port if port is None else port
+    h, p = listen.address(cfg)
     check_bind(cfg.server, h, source=str(config))  # the address it will listen on
-    if check:
+    if actions.check:
         _print_check(cfg, config)
         return
     from ..server import serve_forever

@@ -819,6 +819,31 @@ def protect_stream(
 
 
 # ---- protect-shards ---------------------------------------------------------------------------
+@dataclass
+class ShardEngine(OptionGroup):
+    """Where protect-shards protects: in this process, or with Ray Data on a cluster or on a
+    local instance."""
+
+    engine: Annotated[Literal["local", "ray"], typer.Option(help="One process, or Ray Data.")] = (
+        "local"
+    )
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: start a local one).")
+    ] = None
+    num_cpus: Annotated[
+        int | None, typer.Option(help="CPUs for a local Ray instance (default: all).")
+    ] = None
+
+    def kwargs(self) -> dict[str, Any]:
+        """The options as keyword arguments of
+        :func:`~privembed.integrations.shards.protect_shards`, Ray's own log kept to warnings."""
+        if self.engine == "ray":
+            import logging
+
+            logging.getLogger("ray").setLevel(logging.WARNING)
+        return {"engine": self.engine, "address": self.address, "num_cpus": self.num_cpus}
+
+
 def protect_shards(
     *,
     inputs: Annotated[
@@ -829,15 +854,7 @@ def protect_shards(
     params: MechanismParams,
     key_file: OptKeyFile = None,
     seed: Annotated[int | None, seed_flag(help="Seed (local engine only; experiments).")] = None,
-    engine: Annotated[
-        Literal["local", "ray"], typer.Option(help="One process, or Ray Data.")
-    ] = "local",
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (default: start a local one).")
-    ] = None,
-    num_cpus: Annotated[
-        int | None, typer.Option(help="CPUs for a local Ray instance (default: all).")
-    ] = None,
+    where: ShardEngine,
     batch_rows: OptBatchRows = 4096,
     column: OptColumn = None,
     id_column: Annotated[
@@ -867,19 +884,13 @@ def protect_shards(
     ledger = ledger_options.ledger
     key, rng = _randomness(key_file, seed, ledger)
     mech = params.build(mechanism)
-    if engine == "ray":
-        import logging
-
-        logging.getLogger("ray").setLevel(logging.WARNING)
     summary = run(
         inputs,
         output,
         mech,
         key=key,
         rng=rng,
-        engine=engine,
-        address=address,
-        num_cpus=num_cpus,
+        **where.kwargs(),
         batch_rows=batch_rows,
         column=column,
         id_column=id_column,
@@ -892,7 +903,7 @@ def protect_shards(
     err_console.print(
         f"protected {summary['rows']} x {summary['dim_in']} -> {summary['dim_out']} embeddings "
         f"from {summary['shards_in']} shard(s) into {summary['files_out']} file(s) in {output} "
-        f"({engine} engine, {summary['seconds']:.1f} s)",
+        f"({where.engine} engine, {summary['seconds']:.1f} s)",
         highlight=False,
     )
     if ledger is not None:
