@@ -8,6 +8,7 @@ imported only when a command runs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -185,14 +186,15 @@ def check_index_dimension(mech: Any, basis: Any, *, payloads: bool) -> None:
 
 def _randomness(
     key_file: Path | None, seed: int | None, ledger: str | None = None
-) -> tuple[bytes | None, int | None]:
-    """The key and the seed of a release: one of them, never both, and no seed with a ledger."""
+) -> dict[str, Any]:
+    """The key and the seed of a release, as its keyword arguments ``key`` and ``rng``: one of
+    them, never both, and no seed with a ledger."""
     from ..release import check_randomness
 
     check_randomness(
         key_file, seed, ledger=ledger, key_name="--key-file", rng_name="--seed"
     )  # before reading
-    return _key(key_file), (seed if key_file is None else None)
+    return {"key": _key(key_file), "rng": seed if key_file is None else None}
 
 
 def _key(key_file: Path | None) -> bytes | None:
@@ -349,7 +351,7 @@ def index(
     check_input_format(input)  # embeddings or texts: the message lists both
     if faiss_index is not None and store != "faiss":
         raise ValueError(f"--faiss-index applies to --store faiss, not --store {store}.")
-    key, rng = _randomness(key_file, seed, ledger_options.ledger)
+    randomness = _randomness(key_file, seed, ledger_options.ledger)
     basis.check(mechanism)
     mech: Any = mechanism
     with (
@@ -363,7 +365,7 @@ def index(
             mech = params.build(mechanism, basis=subspace)
             check_index_dimension(mech, subspace, payloads=payloads)
         res = index_file(
-            input, store, path, collection, mechanism=mech, key=key, rng=rng, ledger=led,
+            input, store, path, collection, mechanism=mech, **randomness, ledger=led,
             **fields.kwargs(), model=model,
             batch_rows=batch_rows, allow_reprotect=allow_reprotect,
             payloads=payloads, payload_dtype=payload_dtype,
@@ -482,23 +484,49 @@ QueryEmbeddings = Annotated[
     Path | None,
     typer.Option(help="Query embeddings file instead of texts (plain, unprotected)."),
 ]
-Rerank = Annotated[
-    int | None,
-    typer.Option(
-        help="Fetch K' candidates by protected similarity, open their payloads with the "
-        "key and re-rank them by exact cosine."
-    ),
-]
-Recall = Annotated[
-    float | None,
-    typer.Option(help="Re-rank with the K' that theory gives for this recall of the top k."),
-]
-QueryMechanism = Annotated[
-    MechanismName | None,
-    typer.Option(
-        help="Protect the query before it reaches the store (RemoteRAG), with --query-epsilon."
-    ),
-]
+
+
+@dataclass
+class Reranking(OptionGroup):
+    """Exact re-ranking inside the trust boundary: K' candidates fetched, their payloads opened
+    with the key -- K' given, or planned for a recall of the top k."""
+
+    rerank: Annotated[
+        int | None,
+        typer.Option(
+            help="Fetch K' candidates by protected similarity, open their payloads with the "
+            "key and re-rank them by exact cosine."
+        ),
+    ] = None
+    recall: Annotated[
+        float | None,
+        typer.Option(help="Re-rank with the K' that theory gives for this recall of the top k."),
+    ] = None
+
+
+@dataclass
+class QueryProtection(OptionGroup):
+    """The mechanism that protects each query before it reaches the store (none by default)."""
+
+    query_mechanism: Annotated[
+        MechanismName | None,
+        typer.Option(
+            help="Protect the query before it reaches the store (RemoteRAG), with --query-epsilon."
+        ),
+    ] = None
+    query_epsilon: Annotated[float | None, typer.Option(help="epsilon of --query-mechanism.")] = (
+        None
+    )
+
+    def build(self) -> Any:
+        """The mechanism --query-mechanism names, with --query-epsilon (None without one)."""
+        if self.query_mechanism is None:
+            return None
+        from ..mechanisms import build_mechanism
+
+        return build_mechanism(self.query_mechanism, epsilon=self.query_epsilon)
+
+
 HitTexts = Annotated[
     Path | None,
     typer.Option(help="JSONL of {'id', 'text'} kept locally, to show hits' texts."),
@@ -529,6 +557,7 @@ ReadOnlyLedger = Annotated[
 
 
 def search(
+    *,
     query: Queries = None,
     store: StoreKind = "chroma",
     path: StorePath = Path("privembed-db"),
@@ -540,12 +569,8 @@ def search(
     ] = None,
     query_embeddings: QueryEmbeddings = None,
     key_file: OptKeyFile = None,
-    rerank: Rerank = None,
-    recall: Recall = None,
-    query_mechanism: QueryMechanism = None,
-    query_epsilon: Annotated[
-        float | None, typer.Option(help="epsilon of --query-mechanism.")
-    ] = None,
+    reranking: Reranking,
+    protection: QueryProtection,
     texts: HitTexts = None,
     batch_queries: BatchQueries = None,
     as_json: Annotated[
@@ -571,9 +596,9 @@ def search(
         raise ValueError(f"--batch-queries must be >= 1, got --batch-queries={batch_queries}.")
     if query_embeddings is not None and not query_embeddings.exists():
         raise FileNotFoundError(f"file not found: {query_embeddings}")
-    qmech = _query_mechanism(query_mechanism, query_epsilon)
+    qmech = protection.build()
     key = _key(key_file)
-    opts: dict[str, Any] = {"rerank": rerank, "recall": recall, "protect_query": qmech}
+    opts: dict[str, Any] = {**dataclasses.asdict(reranking), "protect_query": qmech}
     led = _read_only_ledger(ledger)
     session: dict[str, Any] = {"key": key, "model": model, "texts": texts, "ledger": led}
     with (
@@ -581,7 +606,9 @@ def search(
         Searcher(store, path, collection, sealed_cache=sealed_cache, **session) as s,
     ):
         opts["batch_queries"] = batch_queries or s.batch_size(k, **opts)  # checks rerank/recall/key
-        emit = _batch_printer(s, store, collection, recall=recall, as_json=as_json, k=k, opts=opts)
+        emit = _batch_printer(
+            s, store, collection, recall=reranking.recall, as_json=as_json, k=k, opts=opts
+        )
         _search_given(s, k, opts, labels, query_embeddings, emit)
         if from_stdin:
             for line in sys.stdin:  # the model stays warm: one query at a time, answered at once
@@ -603,15 +630,6 @@ def _query_texts(query: list[str] | None, queries: Path | None) -> tuple[list[st
             ln.strip() for ln in queries.read_text(encoding="utf-8").splitlines() if ln.strip()
         ]
     return labels, from_stdin
-
-
-def _query_mechanism(name: str | None, epsilon: float | None) -> Any:
-    """The mechanism --query-mechanism protects queries with (None without one)."""
-    if name is None:
-        return None
-    from ..mechanisms import build_mechanism
-
-    return build_mechanism(name, epsilon=epsilon)
 
 
 def _read_only_ledger(ledger: str | None) -> Any:
@@ -750,17 +768,25 @@ def _print_results(results: Any, as_json: bool) -> None:
 
 
 # ---- protect-stream ---------------------------------------------------------------------------
+@dataclass
+class StreamFormats(OptionGroup):
+    """What protect-stream reads and writes: JSONL lines or one .npy (by default the output in
+    the input's format)."""
+
+    in_format: Annotated[Literal["jsonl", "npy"], typer.Option(help="Input format.")] = "jsonl"
+    out_format: Annotated[
+        Literal["jsonl", "npy"] | None,
+        typer.Option(help="Output format (default: the input format)."),
+    ] = None
+
+
 def protect_stream(
     *,
     mechanism: Mechanism = None,
     params: MechanismParams,
     key_file: OptKeyFile = None,
     seed: OptSeed = None,
-    in_format: Annotated[Literal["jsonl", "npy"], typer.Option(help="Input format.")] = "jsonl",
-    out_format: Annotated[
-        Literal["jsonl", "npy"] | None,
-        typer.Option(help="Output format (default: the input format)."),
-    ] = None,
+    formats: StreamFormats,
     input: Annotated[
         Path | None, typer.Option("--input", "-i", help="Read this file instead of stdin.")
     ] = None,
@@ -780,7 +806,7 @@ def protect_stream(
 
     if mechanism is None or mechanism == "none":
         raise ValueError("--mechanism is required (protect-stream always protects).")
-    key, rng = _randomness(key_file, seed, ledger_options.ledger)
+    randomness = _randomness(key_file, seed, ledger_options.ledger)
     mech = params.build(mechanism)
     with contextlib.ExitStack() as stack:
         led = stack.enter_context(ledger_options.open())
@@ -803,18 +829,14 @@ def protect_stream(
             src,
             dst,
             mech,
-            key=key,
-            rng=rng,
-            in_format=in_format,
-            out_format=out_format,
+            **randomness,
+            **dataclasses.asdict(formats),
             batch_rows=batch_rows,
             ledger=led,
             keep_fields=keep_field or (),
         )
     err_console.print(
-        f"protected {summary['rows']} x {summary['dim_in']} -> {summary['dim_out']} "
-        f"embeddings; guarantee: {mech.guarantee.describe()}",
-        highlight=False,
+        f"{_protected(summary)}; guarantee: {mech.guarantee.describe()}", highlight=False
     )
 
 
@@ -882,28 +904,25 @@ def protect_shards(
     if mechanism is None or mechanism == "none":
         raise ValueError("--mechanism is required.")
     ledger = ledger_options.ledger
-    key, rng = _randomness(key_file, seed, ledger)
+    randomness = _randomness(key_file, seed, ledger)
     mech = params.build(mechanism)
     summary = run(
         inputs,
         output,
         mech,
-        key=key,
-        rng=rng,
+        **randomness,
         **where.kwargs(),
         batch_rows=batch_rows,
         column=column,
         id_column=id_column,
-        ledger=ledger,
-        **ledger_options.budgets(),
+        **dataclasses.asdict(ledger_options),
         allow_reprotect=allow_reprotect,
         overwrite=overwrite,
         keep_columns=keep_column or (),
     )
     err_console.print(
-        f"protected {summary['rows']} x {summary['dim_in']} -> {summary['dim_out']} embeddings "
-        f"from {summary['shards_in']} shard(s) into {summary['files_out']} file(s) in {output} "
-        f"({where.engine} engine, {summary['seconds']:.1f} s)",
+        f"{_protected(summary)} from {summary['shards_in']} shard(s) into "
+        f"{summary['files_out']} file(s) in {output} ({where.engine} engine, {summary['seconds']:.1f} s)",
         highlight=False,
     )
     if ledger is not None:
@@ -926,9 +945,14 @@ def protect_shards(
 def register(app: typer.Typer) -> None:
     """Add ``index``, ``search``, ``protect-stream`` and ``protect-shards`` to ``app``."""
     app.command("index")(user_errors(with_option_groups(index)))
-    app.command("search")(user_errors(search))
+    app.command("search")(user_errors(with_option_groups(search)))
     app.command("protect-stream")(user_errors(with_option_groups(protect_stream)))
     app.command("protect-shards")(user_errors(with_option_groups(protect_shards)))
+
+
+def _protected(summary: dict[str, Any]) -> str:
+    """What a protect-stream or protect-shards run protected, in words."""
+    return f"protected {summary['rows']} x {summary['dim_in']} -> {summary['dim_out']} embeddings"
 
 
 def _pad_bytes(text: str) -> int:
