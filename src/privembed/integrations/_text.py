@@ -8,7 +8,7 @@ from typing import Any, TypedDict, Unpack
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import DataError
+from ..core._validation import DataError, check_keywords
 from ..core.rng import as_generator
 from ..keys.keyed import resolve_key, text_digests
 from ..mechanisms import Mechanism
@@ -60,11 +60,7 @@ class TextProtector:
     def __init__(
         self, encode: Encode, mechanism: Mechanism, **options: Unpack[TextOptions]
     ) -> None:
-        unknown = sorted(set(options) - TextOptions.__optional_keys__)
-        if unknown:
-            raise TypeError(
-                f"TextProtector.__init__() got an unexpected keyword argument {unknown[0]!r}"
-            )
+        check_keywords("TextProtector.__init__", options, TextOptions)
         key, rng = options.get("key"), options.get("rng")
         self.encode = encode
         self.encode_query = options.get("encode_query") or encode

@@ -38,14 +38,14 @@ from typing import Any, Self, Unpack
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import DataError, check_embeddings, check_int
+from ..core._validation import DataError, check_embeddings, check_int, check_keywords
 from ..core.rng import as_generator
 from ..keys.keyed import resolve_key
 from ..keys.payload import PayloadCodec, PayloadError, release_digest
 from ..mechanisms import Mechanism
 from ..release import Batch, Release, ReleaseRequest, Releases, Rows, Source, publish
 from ..search.sealed import PLACEHOLDER, SealedIndex
-from .collection_plan import QueryOptions, _Planning, check_options, depth_options
+from .collection_plan import QueryOptions, _Planning, depth_options
 from .collection_sealed import (
     SEALED_GENERATION,
     SEALED_TREATMENT,
@@ -550,14 +550,14 @@ class ProtectedCollection(_SealedCollection, _Planning, _Closing):
         ValueError
             Re-ranking asked of a collection made without payloads, or without the key.
         """
-        check_options("ProtectedCollection.query", options, QueryOptions)
+        check_keywords("ProtectedCollection.query", options, QueryOptions)
         return [hits for batch in self.query_batches(Q, k, **options) for hits in batch]
 
     def query_batches(
         self, Q: Any, k: int = 10, **options: Unpack[QueryOptions]
     ) -> Iterator[list[list[Hit]]]:
         """:meth:`query`, one list of per-query hits per batch of ``batch_queries`` queries."""
-        check_options("ProtectedCollection.query_batches", options, QueryOptions)
+        check_keywords("ProtectedCollection.query_batches", options, QueryOptions)
         k = check_int("k", k, ge=1)
         d_in = self.store.info.get("dim_in")
         arr = np.asarray(Q)

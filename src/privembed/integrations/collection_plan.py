@@ -10,14 +10,13 @@ key beside the store (:class:`_ProfileTarget`); :class:`_Planning`, a part of
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
-from ..core._validation import check_int
+from ..core._validation import check_int, check_keywords
 from ..keys.payload import PayloadCodec
 from ..mechanisms import Mechanism
 from ..search.sealed import sealed_batch_size, sealed_fetch_bytes
@@ -153,22 +152,6 @@ def depth_options(options: SearchOptions) -> RerankDepth:
     }
 
 
-def check_options(where: str, given: Mapping[str, Any], group: Any) -> None:
-    """Refuse a keyword that is not in the parameter group ``group`` (a TypedDict), as Python
-    refuses one a signature does not name (a misspelt ``recal=`` is an error, not ignored).
-
-    Examples
-    --------
-    >>> check_options("query", {"recal": 0.9}, RerankDepth)
-    Traceback (most recent call last):
-    ...
-    TypeError: query() got an unexpected keyword argument 'recal'
-    """
-    for name in given:
-        if name not in group.__optional_keys__:
-            raise TypeError(f"{where}() got an unexpected keyword argument {name!r}")
-
-
 class _Planning:
     """The k' side of a :class:`~privembed.integrations.collection.ProtectedCollection`: the
     depth and batch size of a search, what it fetches, and the score profile behind
@@ -191,7 +174,7 @@ class _Planning:
         (:func:`privembed.search.rerank.query_batch_size`)."""
         from ..search.rerank import query_batch_size
 
-        check_options("_Planning.query_batch_size", opts, RerankDepth)
+        check_keywords("_Planning.query_batch_size", opts, RerankDepth)
         k = check_int("k", k, ge=1)
         if self.sealed:
             return sealed_batch_size(self.store.count())
@@ -211,7 +194,7 @@ class _Planning:
         """
         from ..evaluation.cost import Rates, query_cost
 
-        check_options("_Planning.fetch_plan", opts, RerankDepth)
+        check_keywords("_Planning.fetch_plan", opts, RerankDepth)
         n = max(1, self.store.count())
         info = self.store.info
         d_in = int(info.get("dim_in") or info.get("dim") or 1)

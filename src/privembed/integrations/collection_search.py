@@ -16,13 +16,12 @@ from typing import Any, TypedDict, Unpack
 import numpy as np
 from numpy.typing import NDArray
 
-from ..core._validation import DataError
+from ..core._validation import DataError, check_keywords
 from .collection_core import ProtectedCollection, _Closing
 from .collection_plan import (
     QueryOptions,
     RerankDepth,
     SearchOptions,
-    check_options,
     depth_options,
 )
 from .stores import Hit
@@ -137,7 +136,7 @@ class Searcher(_Closing):
         collection: str = "privembed",
         **options: Unpack[SearcherOptions],
     ) -> None:
-        check_options("Searcher.__init__", options, SearcherOptions)
+        check_keywords("Searcher.__init__", options, SearcherOptions)
         if not Path(path).exists():
             raise FileNotFoundError(f"store not found: {path}")
         self.collection = ProtectedCollection.open(
@@ -186,7 +185,7 @@ class Searcher(_Closing):
     ) -> list[SearchResult]:
         """Hits for text queries (see :meth:`ProtectedCollection.query`), embedded a batch at
         a time."""
-        check_options("Searcher.search", options, SearchOptions)
+        check_keywords("Searcher.search", options, SearchOptions)
         items = [queries] if isinstance(queries, str) else list(queries)
         out: list[SearchResult] = []
         depth = depth_options(options)
@@ -201,7 +200,7 @@ class Searcher(_Closing):
     def batch_size(self, k: int = 10, **depth: Unpack[RerankDepth]) -> int:
         """Queries searched together (:meth:`ProtectedCollection.query_batch_size`): read and
         embed queries in chunks of this size to keep a long query file in bounded memory."""
-        check_options("Searcher.batch_size", depth, RerankDepth)
+        check_keywords("Searcher.batch_size", depth, RerankDepth)
         return self.collection.query_batch_size(k, **depth)
 
     def search_vectors(
@@ -214,7 +213,7 @@ class Searcher(_Closing):
     ) -> list[SearchResult]:
         """Hits for query embeddings (one :class:`SearchResult` per row); ``rng`` only for
         ``protect_query`` on a collection without a key (:meth:`ProtectedCollection.query`)."""
-        check_options("Searcher.search_vectors", options, QueryOptions)
+        check_keywords("Searcher.search_vectors", options, QueryOptions)
         col = self.collection
         hits = col.query(Q, k, **options)
         reranked = options.get("rerank") is not None or options.get("recall") is not None

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
 
-from ..core._validation import DataError
+from ..core._validation import DataError, check_keywords
 from ..core.accounting import (
     Composition,
     Cost,
@@ -71,9 +71,7 @@ class StagedRelease:
     """
 
     def __init__(self, ledger: Ledger, mechanism: Any, **options: Unpack[StageOptions]) -> None:
-        unknown = sorted(set(options) - StageOptions.__optional_keys__)
-        if unknown:
-            raise TypeError(f"Ledger.stage() got an unexpected keyword argument {unknown[0]!r}")
+        check_keywords("Ledger.stage", options, StageOptions)
         if ledger.readonly:
             raise PermissionError(f"ledger {ledger.path} is open read-only.")
         g = mechanism.guarantee
