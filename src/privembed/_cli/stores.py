@@ -260,31 +260,46 @@ FaissIndex = Annotated[
         "(approximate). Only --store faiss.",
     ),
 ]
-# the sealed payloads that search re-ranks by
-Payloads = Annotated[
-    bool,
-    typer.Option(
-        "--payloads",
-        help="Store each record's exact vector sealed with the key (AES-256-GCM) for exact "
-        "re-ranking inside the trust boundary (search --rerank/--recall).",
-    ),
-]
-PayloadDtype = Annotated[
-    Literal["float32", "float16"], typer.Option(help="How payloads store exact vectors.")
-]
-PadTo = Annotated[
-    str,
-    typer.Option(
-        "--pad-to",
-        help="Pad payload plaintexts so their length hides the text's: 'padme' (at most "
-        "11.7% larger, O(log log L) bits of the length shown), N (a multiple of N bytes) "
-        "or 0 (no padding: the length of each text shows).",
-    ),
-]
-StoreText = Annotated[
-    bool,
-    typer.Option("--store-text", help="Also seal each text in its payload (texts as input)."),
-]
+
+
+@dataclass
+class PayloadOptions(OptionGroup):
+    """The sealed payloads that search re-ranks by: whether index stores them, how they hold
+    the exact vector, how they are padded, and whether they also hold the text."""
+
+    payloads: Annotated[
+        bool,
+        typer.Option(
+            "--payloads",
+            help="Store each record's exact vector sealed with the key (AES-256-GCM) for exact "
+            "re-ranking inside the trust boundary (search --rerank/--recall).",
+        ),
+    ] = False
+    payload_dtype: Annotated[
+        Literal["float32", "float16"], typer.Option(help="How payloads store exact vectors.")
+    ] = "float32"
+    pad_to: Annotated[
+        str,
+        typer.Option(
+            "--pad-to",
+            help="Pad payload plaintexts so their length hides the text's: 'padme' (at most "
+            "11.7% larger, O(log log L) bits of the length shown), N (a multiple of N bytes) "
+            "or 0 (no padding: the length of each text shows).",
+        ),
+    ] = "padme"
+    store_text: Annotated[
+        bool,
+        typer.Option("--store-text", help="Also seal each text in its payload (texts as input)."),
+    ] = False
+
+    def sealing(self) -> dict[str, Any]:
+        """How each payload is sealed, as keyword arguments of
+        :func:`~privembed.integrations.collection.index_file`: its vector's dtype, its padding
+        ('padme' or a multiple of bytes) and whether it holds the text."""
+        pad = self.pad_to if self.pad_to == "padme" else _pad_bytes(self.pad_to)
+        return {"payload_dtype": self.payload_dtype, "pad_to": pad, "store_text": self.store_text}
+
+
 Sealed = Annotated[
     bool,
     typer.Option(
@@ -312,10 +327,7 @@ def index(
     batch_rows: OptBatchRows = 4096,
     allow_reprotect: OptAllowReprotect = False,
     ledger_options: LedgerOptions,
-    payloads: Payloads = False,
-    payload_dtype: PayloadDtype = "float32",
-    pad_to: PadTo = "padme",
-    store_text: StoreText = False,
+    payload: PayloadOptions,
     sealed: Sealed = False,
     text_field: OptTextField = "text",
     ids_from_content: IndexIdsFromContent = False,
@@ -340,9 +352,7 @@ def index(
         return _index_sealed(
             input, store, path, collection, refused=refused, key_file=key_file,
             report=report, **fields.kwargs(), model=model, batch_rows=batch_rows,
-            payload_dtype=payload_dtype, store_text=store_text, text_field=text_field,
-            pad_to=pad_to if pad_to == "padme" else _pad_bytes(pad_to),
-            ids_from_content=ids_from_content,
+            **payload.sealing(), text_field=text_field, ids_from_content=ids_from_content,
         )  # fmt: skip
     from ..data.io import check_input_format
     from ..integrations.collection import index_file
@@ -363,13 +373,12 @@ def index(
                 input, led, column=fields.column, id_column=fields.id_column, model=model
             )
             mech = params.build(mechanism, basis=subspace)
-            check_index_dimension(mech, subspace, payloads=payloads)
+            check_index_dimension(mech, subspace, payloads=payload.payloads)
         res = index_file(
             input, store, path, collection, mechanism=mech, **randomness, ledger=led,
             **fields.kwargs(), model=model,
             batch_rows=batch_rows, allow_reprotect=allow_reprotect,
-            payloads=payloads, payload_dtype=payload_dtype,
-            pad_to=pad_to if pad_to == "padme" else _pad_bytes(pad_to), store_text=store_text,
+            payloads=payload.payloads, **payload.sealing(),
             text_field=text_field, ids_from_content=ids_from_content,
             profile_queries=200 if profile_queries is None else profile_queries,
             store_options=None if faiss_index is None else {"factory": faiss_index},
