@@ -18,6 +18,7 @@ Examples::
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,6 +28,7 @@ from rich.table import Table
 from .common import (
     MechanismName,
     MechanismOptions,
+    OptionGroup,
     console,
     err_console,
     print_json,
@@ -75,18 +77,41 @@ OptKeyedGenerators = Annotated[
     Literal["philox", "aes", "both"],
     typer.Option(help="Keyed generator(s) audited with --keyed (both: one audit each)."),
 ]
-# the exit status (_exit_status)
-OptFailOnViolation = Annotated[
-    bool,
-    typer.Option("--fail-on-violation", help="Exit with status 3 when the verdict is a violation."),
-]
-OptFailUnlessConsistent = Annotated[
-    bool,
-    typer.Option(
-        "--fail-unless-consistent",
-        help="Exit with status 3 on a violation and 4 when the audit is inconclusive.",
-    ),
-]
+
+
+@dataclass
+class ExitStatus(OptionGroup):
+    """Which verdicts make audit exit with an error status (a CI gate): a violation, or
+    anything short of consistent."""
+
+    fail_on_violation: Annotated[
+        bool,
+        typer.Option(
+            "--fail-on-violation", help="Exit with status 3 when the verdict is a violation."
+        ),
+    ] = False
+    fail_unless_consistent: Annotated[
+        bool,
+        typer.Option(
+            "--fail-unless-consistent",
+            help="Exit with status 3 on a violation and 4 when the audit is inconclusive.",
+        ),
+    ] = False
+
+    def exit_for(self, verdict: str, results: list[Any]) -> None:
+        """Say on stderr what a violation or an inconclusive audit is, and exit with its status
+        when the flags ask for it."""
+        if verdict == "violation":
+            err_console.print(
+                "audit: VIOLATION -- the measured privacy is worse than the claim", highlight=False
+            )
+            if self.fail_on_violation or self.fail_unless_consistent:
+                raise typer.Exit(EXIT_VIOLATION)
+        elif verdict == "inconclusive":
+            worst = next(r for r in results if r.verdict == "inconclusive")
+            err_console.print(f"audit: INCONCLUSIVE -- {worst.reason}", highlight=False)
+            if self.fail_unless_consistent:
+                raise typer.Exit(EXIT_INCONCLUSIVE)
 
 
 def _from_file(path: Path, mask: Path | None, covariance: Path | None) -> tuple[Any, int]:
@@ -230,8 +255,7 @@ def audit(
     keyed: OptKeyed = False,
     keyed_generator: OptKeyedGenerators = "both",
     as_json: OptJson = False,
-    fail_on_violation: OptFailOnViolation = False,
-    fail_unless_consistent: OptFailUnlessConsistent = False,
+    exit_status: ExitStatus,
 ) -> None:
     """Audit a mechanism: an empirical epsilon lower bound and a white-box noise-law check.
 
@@ -262,7 +286,7 @@ def audit(
     else:
         for r in results:
             _print(r)
-    _exit_status(verdict, results, fail_on_violation, fail_unless_consistent)
+    exit_status.exit_for(verdict, results)
 
 
 def _mechanism_under_audit(
@@ -317,24 +341,6 @@ def _noise_paths(*, keyed: bool, fresh_noise: bool, generator: str) -> tuple[str
 
         require("randomgen", "secure", purpose="keyed AES noise (--keyed-generator aes)")
     return noise, gens
-
-
-def _exit_status(
-    verdict: str, results: list[Any], fail_on_violation: bool, fail_unless_consistent: bool
-) -> None:
-    """Say on stderr what a violation or an inconclusive audit is, and exit with its status
-    when the flags ask for it."""
-    if verdict == "violation":
-        err_console.print(
-            "audit: VIOLATION -- the measured privacy is worse than the claim", highlight=False
-        )
-        if fail_on_violation or fail_unless_consistent:
-            raise typer.Exit(EXIT_VIOLATION)
-    elif verdict == "inconclusive":
-        worst = next(r for r in results if r.verdict == "inconclusive")
-        err_console.print(f"audit: INCONCLUSIVE -- {worst.reason}", highlight=False)
-        if fail_unless_consistent:
-            raise typer.Exit(EXIT_INCONCLUSIVE)
 
 
 def register(app: typer.Typer) -> None:
