@@ -34,18 +34,15 @@ from .common import (
 )
 from .evaluate import (
     MECHANISM_CHOICES,
-    OptAttackEpochs,
-    OptAttackLr,
-    OptAuxFraction,
     OptCeiling,
     OptColumn,
     OptLinkage,
     OptNQueries,
     OptReidMultiple,
     OptTexts,
+    TokenAttackOptions,
     parse_names,
     read_clean_embeddings,
-    token_attack_settings,
 )
 from .options import (
     OptJson,
@@ -73,25 +70,52 @@ _OptPlainOnly = Annotated[
         "(--target, --min-overlap and --ceiling need it).",
     ),
 ]
-# the deployment modes (_advise_modes)
-_OptModes = Annotated[
-    str,
-    typer.Option(
-        help="Comma-separated deployment modes, any of: sealed, plain, rerank, "
-        "subspace+rerank, query."
-    ),
-]
-_OptMinRecall = Annotated[
-    float,
-    typer.Option(help="Utility floor: recall of the clean top 10 within the k' fetched."),
-]
-_OptMaxDepth = Annotated[
-    int | None,
-    typer.Option(
-        help="Largest k' (candidates fetched and payloads opened per query) outright; by "
-        "default k' follows from the cost budget and the corpus size."
-    ),
-]
+
+
+@dataclasses.dataclass
+class UtilityTarget(OptionGroup):
+    """What search must keep: a mean cosine (the modes and --plain-only), or for --plain-only a
+    knn overlap or any metric's floor (_goal_and_ceilings)."""
+
+    min_cosine: OptMinCosine = None
+    min_overlap: Annotated[
+        float | None,
+        min_overlap_flag(help="Utility target: knn_overlap@10 (10 nearest neighbours kept)."),
+    ] = None
+    target: Annotated[
+        str | None, typer.Option(help="Utility target as 'metric>=value', e.g. 'ndcg@10>=0.4'.")
+    ] = None
+
+
+@dataclasses.dataclass
+class Modes(OptionGroup):
+    """The deployment modes advise judges (_advise_modes), the recall each must keep, and the
+    largest k' it may fetch."""
+
+    modes: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated deployment modes, any of: sealed, plain, rerank, "
+            "subspace+rerank, query."
+        ),
+    ] = "sealed,plain,rerank,subspace+rerank,query"
+    min_recall: Annotated[
+        float,
+        typer.Option(help="Utility floor: recall of the clean top 10 within the k' fetched."),
+    ] = 0.9
+    max_depth: Annotated[
+        int | None,
+        typer.Option(
+            help="Largest k' (candidates fetched and payloads opened per query) outright; by "
+            "default k' follows from the cost budget and the corpus size."
+        ),
+    ] = None
+
+    def chosen(self) -> list[str]:
+        """The modes named in ``--modes``, in their order."""
+        return [m.strip() for m in self.modes.split(",") if m.strip()]
+
+
 _OptMaxBytes = Annotated[
     float,
     typer.Option(
@@ -201,14 +225,7 @@ def advise(
             "the token attack."
         ),
     ],
-    min_cosine: OptMinCosine = None,
-    min_overlap: Annotated[
-        float | None,
-        min_overlap_flag(help="Utility target: knn_overlap@10 (10 nearest neighbours kept)."),
-    ] = None,
-    target: Annotated[
-        str | None, typer.Option(help="Utility target as 'metric>=value', e.g. 'ndcg@10>=0.4'.")
-    ] = None,
+    utility: UtilityTarget,
     mechanisms: Annotated[
         str,
         mechanisms_flag(
@@ -222,17 +239,13 @@ def advise(
     ceiling: OptCeiling = None,
     reid_multiple: OptReidMultiple = 5.0,
     linkage: OptLinkage = True,
-    aux_fraction: OptAuxFraction = 0.5,
-    attack_epochs: OptAttackEpochs = None,
-    attack_lr: OptAttackLr = None,
+    token_attack: TokenAttackOptions,
     runs: OptRuns = 3,
     seed: OptRunSeed = 0,
     n_queries: OptNQueries = 2000,
     column: OptColumn = None,
     model: OptModel = None,
-    modes: _OptModes = "sealed,plain,rerank,subspace+rerank,query",
-    min_recall: _OptMinRecall = 0.9,
-    max_depth: _OptMaxDepth = None,
+    modes: Modes,
     budget: CostBudget,
     queries: _OptQueries = None,
     subspace: ModeBasis,
@@ -255,18 +268,18 @@ def advise(
     from ..evaluation.advice import advise as run_advice
 
     check_input_format(input)
-    goal, ceilings = _goal_and_ceilings(min_cosine, min_overlap, target, ceiling, plain_only)
+    goal, ceilings = _goal_and_ceilings(utility, ceiling, plain_only)
     names = parse_names(mechanisms)
     params = _mechanism_params(names, delta, profile)
     X, all_texts, sensitive, model_name = _vectors_and_texts(
         input, texts, column=column, model=model
     )
-    token = _token_attacks(X, all_texts, sensitive, aux_fraction=aux_fraction, seed=seed,
-                           epochs=attack_epochs, lr=attack_lr)  # fmt: skip
+    token = _token_attacks(X, all_texts, sensitive, token_attack, seed=seed)
     if not plain_only:
         _advise_modes(
-            X, modes=modes, names=names, delta=delta, min_recall=min_recall,
-            min_cosine=min_cosine, max_depth=max_depth, queries=queries, subspace=subspace,
+            X, modes=modes, names=names, delta=delta, min_cosine=utility.min_cosine,
+            queries=queries,
+            subspace=subspace,
             budget=dataclasses.asdict(budget), max_ldp_epsilon=max_ldp_epsilon, seed=seed,
             column=column, as_json=as_json, attacks=token, model=model_name, save=save,
         )  # fmt: skip
@@ -285,9 +298,7 @@ def advise(
 
 
 def _goal_and_ceilings(
-    min_cosine: float | None,
-    min_overlap: float | None,
-    target: str | None,
+    utility: UtilityTarget,
     ceiling: list[str] | None,
     plain_only: bool,
 ) -> tuple[Any, list[Any] | None]:
@@ -295,6 +306,7 @@ def _goal_and_ceilings(
     ceilings (None: the defaults); the mode advice refuses the options only it takes."""
     from ..evaluation.recommend import Floor, parse_floors
 
+    min_cosine, min_overlap, target = utility.min_cosine, utility.min_overlap, utility.target
     if not plain_only:
         for flag, val in (("--target", target), ("--min-overlap", min_overlap),
                           ("--ceiling", ceiling)):  # fmt: skip
@@ -314,17 +326,16 @@ def _goal_and_ceilings(
 
 
 def _token_attacks(
-    X: Any, texts: list[str] | None, sensitive: Any, *, aux_fraction: float, seed: int,
-    epochs: int | None, lr: float | None,
-) -> list[Any]:  # fmt: skip
+    X: Any, texts: list[str] | None, sensitive: Any, options: TokenAttackOptions, *, seed: int
+) -> list[Any]:
     """The token attack on the texts behind the vectors (none without texts), with the audit
     settings and ``--attack-epochs``/``--attack-lr``."""
     if texts is None:
         return []
     from ..evaluation.pipeline import token_attack
 
-    attack = token_attack_settings(epochs, lr)
-    return [token_attack(X, texts, sensitive, aux_fraction=aux_fraction, seed=seed, attack=attack)]
+    aux, attack = options.aux_fraction, options.settings()
+    return [token_attack(X, texts, sensitive, aux_fraction=aux, seed=seed, attack=attack)]
 
 
 def _mechanism_params(names: list[str], delta: float, profile: Path | None) -> dict[str, Any]:
@@ -376,12 +387,10 @@ def _vectors_and_texts(
 def _advise_modes(
     X: Any,
     *,
-    modes: str,
+    modes: Modes,
     names: list[str],
     delta: float,
-    min_recall: float,
     min_cosine: float | None,
-    max_depth: int | None,
     queries: Path | None,
     subspace: ModeBasis,
     max_ldp_epsilon: float | None,
@@ -396,7 +405,7 @@ def _advise_modes(
     from ..data.io import read_embeddings
     from ..evaluation.modes import advise_modes
 
-    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    chosen = modes.chosen()
     Q = None
     if queries is not None:
         Q = np.asarray(read_embeddings(queries, column=column).X)
@@ -414,7 +423,7 @@ def _advise_modes(
 
         result = advise_modes(
             X, queries=Q, modes=chosen, mechanisms=names, params={"gaussian": {"delta": delta}},
-            min_recall=min_recall, min_cosine=min_cosine, max_depth=max_depth,
+            min_recall=modes.min_recall, min_cosine=min_cosine, max_depth=modes.max_depth,
             max_ldp_epsilon=max_ldp_epsilon, **(budget or {}), basis=B,
             basis_epsilon=subspace.basis_epsilon, seed=seed,
             attacks=attacks, model=model, on_step=step,

@@ -14,6 +14,7 @@ command only parses and prints: the work is :func:`privembed.evaluation.pipeline
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -24,11 +25,13 @@ import typer
 from ..release import refuse_protected
 from .common import (
     MechanismName,
+    OptionGroup,
     console,
     err_console,
     parse_floats,
     progress_callback,
     user_errors,
+    with_option_groups,
 )
 from .options import (
     OptColumn,
@@ -162,7 +165,7 @@ _OptMaskDeltas = Annotated[
         "(default: the mechanism's default)."
     ),
 ]
-# the utility floors (_floors_and_ceilings)
+# the utility floors (Judgement)
 _OptMinOverlap = Annotated[
     float | None,
     min_overlap_flag(
@@ -208,6 +211,54 @@ def token_attack_settings(epochs: int | None, lr: float | None) -> dict[str, Any
     return attack
 
 
+@dataclasses.dataclass
+class Judgement(OptionGroup):
+    """What a setting is judged by: the utility floors it must keep (``--min-overlap``,
+    ``--min-cosine``, ``--floor``) and the attack ceilings it must stay under (``--ceiling``)."""
+
+    min_overlap: _OptMinOverlap = None
+    min_cosine: OptMinCosine = None
+    min_top1: _OptMinTop1 = None
+    floor: _OptFloor = None
+    ceiling: OptCeiling = None
+
+    def floors_and_ceilings(self) -> tuple[list[Any], list[Any] | None]:
+        """The utility floors and the attack ceilings (None: the defaults)."""
+        from ..evaluation.recommend import Floor, parse_floors
+
+        if self.min_top1 is not None:
+            raise ValueError(
+                "--min-top1 floors top-1 self-retrieval, which is the re-identification rate "
+                "(the share of protected vectors linked back to their own record), not a "
+                "utility; use --min-overlap (knn_overlap@10), --min-cosine or --floor "
+                "'sts_pearson>=0.5'."
+            )
+        floors: list[Floor] = []
+        if self.min_overlap is not None:
+            floors.append(Floor("knn_overlap@10", ">=", self.min_overlap))
+        if self.min_cosine is not None:
+            floors.append(Floor("mean_cosine", ">=", self.min_cosine))
+        floors += parse_floors(self.floor or [])
+        ceilings = parse_floors(self.ceiling) if self.ceiling else None
+        if ceilings and any(c.op != "<=" for c in ceilings):
+            raise ValueError(f"a ceiling must look like 'metric<=value', got {self.ceiling!r}.")
+        return floors, ceilings
+
+
+@dataclasses.dataclass
+class TokenAttackOptions(OptionGroup):
+    """The token attack's knobs (evaluate, advise): the attacker's share of the records, and its
+    training -- the audit settings unless told otherwise."""
+
+    aux_fraction: OptAuxFraction = 0.5
+    attack_epochs: OptAttackEpochs = None
+    attack_lr: OptAttackLr = None
+
+    def settings(self) -> dict[str, Any]:
+        """The attack's settings (:func:`token_attack_settings`)."""
+        return token_attack_settings(self.attack_epochs, self.attack_lr)
+
+
 def read_clean_embeddings(
     path: Path, column: str | None
 ) -> tuple[np.ndarray, list[str], dict[str, Any]]:
@@ -223,7 +274,9 @@ def read_clean_embeddings(
 
 
 @user_errors
+@with_option_groups
 def evaluate(
+    *,
     output: Annotated[Path, output_flag(help="Report folder.")],
     input: Annotated[
         Path | None,
@@ -255,16 +308,10 @@ def evaluate(
         str | None, typer.Option(help="Mahalanobis covariance smoothing values, comma-separated.")
     ] = None,
     mask_delta: _OptMaskDeltas = None,
-    min_overlap: _OptMinOverlap = None,
-    min_cosine: OptMinCosine = None,
-    min_top1: _OptMinTop1 = None,
-    floor: _OptFloor = None,
-    ceiling: OptCeiling = None,
+    judgement: Judgement,
     reid_multiple: OptReidMultiple = 5.0,
     texts: OptTexts = None,
-    aux_fraction: OptAuxFraction = 0.5,
-    attack_epochs: OptAttackEpochs = None,
-    attack_lr: OptAttackLr = None,
+    token_attack: TokenAttackOptions,
     linkage: OptLinkage = True,
     n_queries: OptNQueries = 2000,
     restart: Annotated[bool, typer.Option(help="Ignore results of an earlier run.")] = False,
@@ -274,8 +321,8 @@ def evaluate(
     """Measure privacy-utility trade-offs on your embeddings and write an HTML report."""
     from ..evaluation.pipeline import evaluate_embeddings, read_attack_texts
 
-    floors, ceilings = _floors_and_ceilings(min_overlap, min_cosine, min_top1, floor, ceiling)
-    attack = token_attack_settings(attack_epochs, attack_lr)
+    floors, ceilings = judgement.floors_and_ceilings()
+    attack = token_attack.settings()
     if (input is None) == (task is None):
         raise ValueError("give the embeddings (INPUT) or --task, one of them.")
     retrieval = None
@@ -296,7 +343,7 @@ def evaluate(
             X, output, **_grid(mechanisms, epsilon, sigma, calibration, k, smoothing, mask_delta),
             runs=runs, seed=seed, delta=delta, profile=profile, floors=floors, ceilings=ceilings,
             reid_multiple=reid_multiple, linkage=linkage, texts=all_texts, sensitive=sensitive,
-            aux_fraction=aux_fraction, attack=attack, n_queries=n_queries, restart=restart,
+            aux_fraction=token_attack.aux_fraction, attack=attack, n_queries=n_queries, restart=restart,
             description=description, title=title or f"privembed evaluation of {name}",
             on_progress=on_progress, retrieval=retrieval,
             model=description.get("embedding model")
@@ -309,35 +356,6 @@ def evaluate(
         for line in [run.deployment.sentence(), *run.deployment.threat_lines()]:
             console.print(line, highlight=False, markup=False, soft_wrap=True)
     err_console.print(f"wrote {run.report}")
-
-
-def _floors_and_ceilings(
-    min_overlap: float | None,
-    min_cosine: float | None,
-    min_top1: float | None,
-    floor: list[str] | None,
-    ceiling: list[str] | None,
-) -> tuple[list[Any], list[Any] | None]:
-    """The utility floors (``--min-overlap``, ``--min-cosine``, ``--floor``) and the attack
-    ceilings (``--ceiling``; None: the defaults)."""
-    from ..evaluation.recommend import Floor, parse_floors
-
-    if min_top1 is not None:
-        raise ValueError(
-            "--min-top1 floors top-1 self-retrieval, which is the re-identification rate (the "
-            "share of protected vectors linked back to their own record), not a utility; use "
-            "--min-overlap (knn_overlap@10), --min-cosine or --floor 'sts_pearson>=0.5'."
-        )
-    floors: list[Floor] = []
-    if min_overlap is not None:
-        floors.append(Floor("knn_overlap@10", ">=", min_overlap))
-    if min_cosine is not None:
-        floors.append(Floor("mean_cosine", ">=", min_cosine))
-    floors += parse_floors(floor or [])
-    ceilings = parse_floors(ceiling) if ceiling else None
-    if ceilings and any(c.op != "<=" for c in ceilings):
-        raise ValueError(f"a ceiling must look like 'metric<=value', got {ceiling!r}.")
-    return floors, ceilings
 
 
 def _input_embeddings(path: Path, column: str | None) -> tuple[Any, list[str], dict[str, Any]]:
