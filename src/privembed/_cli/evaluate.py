@@ -146,23 +146,12 @@ _OptTaskPath = Annotated[
 _OptTaskDocs = Annotated[
     int, typer.Option(help="Corpus size: every relevant document plus a fixed sample (0: all).")
 ]
-# the grid of the sweep, comma-separated (_grid)
+# the grid of the sweep, comma-separated (_grid; each mechanism's own: MechanismParameters)
 _OptEpsilons = Annotated[
     str | None,
     epsilon_flag(
         help="Comma-separated epsilons (default: per mechanism, from theory: where the "
         "expected mean cosine is 0.1, 0.3, 0.5, 0.7, 0.9 for the data's dimension)."
-    ),
-]
-_OptSigmas = Annotated[
-    str | None,
-    typer.Option(help="Comma-separated sigmas of the empirical mechanism (default: theory)."),
-]
-_OptMaskDeltas = Annotated[
-    str | None,
-    typer.Option(
-        help="Mahalanobis mask_delta values (Sigma = diag(m + delta)), comma-separated "
-        "(default: the mechanism's default)."
     ),
 ]
 # the utility floors (Judgement)
@@ -209,6 +198,50 @@ def token_attack_settings(epochs: int | None, lr: float | None) -> dict[str, Any
     if lr is not None:
         attack["lr"] = lr
     return attack
+
+
+@dataclasses.dataclass
+class MechanismParameters(OptionGroup):
+    """Each mechanism's own parameters: the values swept (comma-separated) and the concept
+    profile of mahalanobis."""
+
+    sigma: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated sigmas of the empirical mechanism (default: theory)."),
+    ] = None
+    calibration: Annotated[
+        str, typer.Option(help="Gaussian calibrations, comma-separated, any of: analytic, classic.")
+    ] = "analytic"
+    k: Annotated[str | None, k_flag(help="Projection output dimensions, comma-separated.")] = None
+    profile: Annotated[
+        Path | None,
+        profile_flag(help="Concept profile / mask for mahalanobis (default: Sigma = I)."),
+    ] = None
+    smoothing: Annotated[
+        str | None, typer.Option(help="Mahalanobis covariance smoothing values, comma-separated.")
+    ] = None
+    mask_delta: Annotated[
+        str | None,
+        typer.Option(
+            help="Mahalanobis mask_delta values (Sigma = diag(m + delta)), comma-separated "
+            "(default: the mechanism's default)."
+        ),
+    ] = None
+
+    def axes(self) -> dict[str, Any]:
+        """The swept values, parsed from their comma-separated lists."""
+        return {
+            "sigma": _floats("sigma", self.sigma),
+            "calibration": parse_names(self.calibration),
+            "k": None if self.k is None else [int(v) for v in parse_floats("k", self.k)],
+            "smoothing": _floats("smoothing", self.smoothing),
+            "mask_delta": _floats("mask_delta", self.mask_delta),
+        }
+
+
+def _floats(name: str, text: str | None) -> list[float] | None:
+    """A comma-separated list of numbers (None when not given)."""
+    return None if text is None else parse_floats(name, text)
 
 
 @dataclasses.dataclass
@@ -295,19 +328,7 @@ def evaluate(
     runs: OptRuns = 5,
     seed: OptRunSeed = 0,
     delta: Annotated[float, delta_flag(help="delta of gaussian/projection.")] = 1e-5,
-    sigma: _OptSigmas = None,
-    calibration: Annotated[
-        str, typer.Option(help="Gaussian calibrations, comma-separated, any of: analytic, classic.")
-    ] = "analytic",
-    k: Annotated[str | None, k_flag(help="Projection output dimensions, comma-separated.")] = None,
-    profile: Annotated[
-        Path | None,
-        profile_flag(help="Concept profile / mask for mahalanobis (default: Sigma = I)."),
-    ] = None,
-    smoothing: Annotated[
-        str | None, typer.Option(help="Mahalanobis covariance smoothing values, comma-separated.")
-    ] = None,
-    mask_delta: _OptMaskDeltas = None,
+    own: MechanismParameters,
     judgement: Judgement,
     reid_multiple: OptReidMultiple = 5.0,
     texts: OptTexts = None,
@@ -340,8 +361,8 @@ def evaluate(
         description["texts file"] = texts.name
     with _sweep_progress() as on_progress:
         run = evaluate_embeddings(
-            X, output, **_grid(mechanisms, epsilon, sigma, calibration, k, smoothing, mask_delta),
-            runs=runs, seed=seed, delta=delta, profile=profile, floors=floors, ceilings=ceilings,
+            X, output, **_grid(mechanisms, epsilon, own),
+            runs=runs, seed=seed, delta=delta, profile=own.profile, floors=floors, ceilings=ceilings,
             reid_multiple=reid_multiple, linkage=linkage, texts=all_texts, sensitive=sensitive,
             aux_fraction=token_attack.aux_fraction, attack=attack, n_queries=n_queries, restart=restart,
             description=description, title=title or f"privembed evaluation of {name}",
@@ -368,24 +389,12 @@ def _input_embeddings(path: Path, column: str | None) -> tuple[Any, list[str], d
     return X, ids, description
 
 
-def _grid(
-    mechanisms: str,
-    epsilon: str | None,
-    sigma: str | None,
-    calibration: str,
-    k: str | None,
-    smoothing: str | None,
-    mask_delta: str | None,
-) -> dict[str, Any]:
+def _grid(mechanisms: str, epsilon: str | None, own: MechanismParameters) -> dict[str, Any]:
     """The axes of the sweep, parsed from their comma-separated lists."""
     return {
         "mechanisms": parse_names(mechanisms),
-        "epsilon": None if epsilon is None else parse_floats("epsilon", epsilon),
-        "sigma": None if sigma is None else parse_floats("sigma", sigma),
-        "calibration": parse_names(calibration),
-        "k": None if k is None else [int(v) for v in parse_floats("k", k)],
-        "smoothing": None if smoothing is None else parse_floats("smoothing", smoothing),
-        "mask_delta": None if mask_delta is None else parse_floats("mask_delta", mask_delta),
+        "epsilon": _floats("epsilon", epsilon),
+        **own.axes(),
     }
 
 
