@@ -12,7 +12,7 @@ that is the only ``site-packages`` of a ``python -S`` process. Everything else o
 environment (Ray, LangChain, spaCy, pytest, ...) cannot be imported there, as after ``make demo``
 -- and ``importlib.util.find_spec`` and ``importlib.metadata`` agree, so optional imports take the
 path they take in the demo environment. The README section's blocks then run in that process, in
-order, in one folder, as ``tests/test_docs.py`` runs them; so does ``privembed demo``.
+order, in one folder, as ``tests/test_docs_run_*.py`` run them; so does ``privembed demo``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.test_docs import FENCE
+from tests.docs_blocks import FENCE
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src"
