@@ -14,11 +14,17 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Annotated, Any, Literal
+from typing import IO, Annotated, Any
 
 import typer
 
-from ._groups import LedgerOptions, Report
+from ._groups import (
+    LedgerOptions,
+    PayloadOptions,
+    Report,
+    ShardEngine,
+    StreamFormats,
+)
 from .common import (
     IndexMechanismName,
     MechanismName,
@@ -260,44 +266,6 @@ FaissIndex = Annotated[
         "(approximate). Only --store faiss.",
     ),
 ]
-
-
-@dataclass
-class PayloadOptions(OptionGroup):
-    """The sealed payloads that search re-ranks by: whether index stores them, how they hold
-    the exact vector, how they are padded, and whether they also hold the text."""
-
-    payloads: Annotated[
-        bool,
-        typer.Option(
-            "--payloads",
-            help="Store each record's exact vector sealed with the key (AES-256-GCM) for exact "
-            "re-ranking inside the trust boundary (search --rerank/--recall).",
-        ),
-    ] = False
-    payload_dtype: Annotated[
-        Literal["float32", "float16"], typer.Option(help="How payloads store exact vectors.")
-    ] = "float32"
-    pad_to: Annotated[
-        str,
-        typer.Option(
-            "--pad-to",
-            help="Pad payload plaintexts so their length hides the text's: 'padme' (at most "
-            "11.7% larger, O(log log L) bits of the length shown), N (a multiple of N bytes) "
-            "or 0 (no padding: the length of each text shows).",
-        ),
-    ] = "padme"
-    store_text: Annotated[
-        bool,
-        typer.Option("--store-text", help="Also seal each text in its payload (texts as input)."),
-    ] = False
-
-    def sealing(self) -> dict[str, Any]:
-        """How each payload is sealed, as keyword arguments of
-        :func:`~privembed.integrations.collection.index_file`: its vector's dtype, its padding
-        ('padme' or a multiple of bytes) and whether it holds the text."""
-        pad = self.pad_to if self.pad_to == "padme" else _pad_bytes(self.pad_to)
-        return {"payload_dtype": self.payload_dtype, "pad_to": pad, "store_text": self.store_text}
 
 
 Sealed = Annotated[
@@ -777,18 +745,6 @@ def _print_results(results: Any, as_json: bool) -> None:
 
 
 # ---- protect-stream ---------------------------------------------------------------------------
-@dataclass
-class StreamFormats(OptionGroup):
-    """What protect-stream reads and writes: JSONL lines or one .npy (by default the output in
-    the input's format)."""
-
-    in_format: Annotated[Literal["jsonl", "npy"], typer.Option(help="Input format.")] = "jsonl"
-    out_format: Annotated[
-        Literal["jsonl", "npy"] | None,
-        typer.Option(help="Output format (default: the input format)."),
-    ] = None
-
-
 def protect_stream(
     *,
     mechanism: Mechanism = None,
@@ -850,31 +806,6 @@ def protect_stream(
 
 
 # ---- protect-shards ---------------------------------------------------------------------------
-@dataclass
-class ShardEngine(OptionGroup):
-    """Where protect-shards protects: in this process, or with Ray Data on a cluster or on a
-    local instance."""
-
-    engine: Annotated[Literal["local", "ray"], typer.Option(help="One process, or Ray Data.")] = (
-        "local"
-    )
-    address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (default: start a local one).")
-    ] = None
-    num_cpus: Annotated[
-        int | None, typer.Option(help="CPUs for a local Ray instance (default: all).")
-    ] = None
-
-    def kwargs(self) -> dict[str, Any]:
-        """The options as keyword arguments of
-        :func:`~privembed.integrations.shards.protect_shards`, Ray's own log kept to warnings."""
-        if self.engine == "ray":
-            import logging
-
-            logging.getLogger("ray").setLevel(logging.WARNING)
-        return {"engine": self.engine, "address": self.address, "num_cpus": self.num_cpus}
-
-
 def protect_shards(
     *,
     inputs: Annotated[
@@ -962,14 +893,3 @@ def register(app: typer.Typer) -> None:
 def _protected(summary: dict[str, Any]) -> str:
     """What a protect-stream or protect-shards run protected, in words."""
     return f"protected {summary['rows']} x {summary['dim_in']} -> {summary['dim_out']} embeddings"
-
-
-def _pad_bytes(text: str) -> int:
-    """``--pad-to N``: a non-negative number of bytes."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise ValueError(f"--pad-to must be 'padme' or a number of bytes >= 0, got {text!r}.")
-    return n
