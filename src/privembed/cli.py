@@ -64,7 +64,7 @@ app = typer.Typer(
 #: this file -- embed, protect, info, demo, keygen, version -- come first)
 COMMAND_MODULES = (
     "evaluate", "serve", "advise", "audit", "text", "concept", "attack", "ledger", "stores",
-    "basis",
+    "cluster", "basis",
 )  # fmt: skip
 
 

@@ -251,3 +251,43 @@ def test_ray_writers_equal_the_local_ones(pg_url, tmp_path):
     _n, _d, ref = _rows(pg_url, "vialocal")
     assert set(got) == set(ref)
     assert all(np.array_equal(got[i], ref[i]) for i in ref)
+
+
+def test_the_command_line_front_end(pg_url, tmp_path, monkeypatch):
+    """``privembed index-shards``: the DSN from the environment, two writers into a partitioned
+    collection, every record charged once (a second run: all free), the summary as JSON; a
+    command without a key, or with Ray's options on the local engine, writes nothing."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from privembed.cli import app
+
+    runner = CliRunner()
+    shards = _shards(tmp_path / "shards")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PRIVEMBED_PG_DSN", pg_url)
+    assert runner.invoke(app, ["keygen", "-o", "release.key"]).exit_code == 0
+    base = ["index-shards", str(shards), "--collection", "cli_coll", "--path", "cli-local",
+            "-m", "laplace", "--epsilon", str(EPS)]  # fmt: skip
+    for extra, message in [
+        ([], "needs --key-file"),
+        (["--key-file", "release.key", "--dsn", ""], "needs the database"),
+        (["--key-file", "release.key", "--num-cpus", "2"], "engine='ray' only"),
+    ]:
+        r = runner.invoke(app, [*base, *extra, "--ledger", "refused.db"])
+        assert r.exit_code == 2 and message in r.output, r.output  # a usage error
+        assert not (tmp_path / "refused.db").exists() and not (tmp_path / "cli-local").exists()
+    run = [*base, "--key-file", "release.key", "--writers", "2", "--partitions", "2",
+           "--batch-rows", str(BATCH), "--ledger", "ledger.db"]  # fmt: skip
+    r = runner.invoke(app, [*run, "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["rows"] == out["count"] == N and out["ledger"]["fresh"] == N
+    assert len(_partitions(pg_url, "cli_coll")) == 2
+    r = runner.invoke(app, run)  # the same command again: a free re-release, the same rows
+    assert r.exit_code == 0, r.output
+    assert f"indexed {N} records into cli_coll ({N} rows there)" in r.output
+    assert "ledger: 0 record(s) charged" in r.output
+    assert _rows(pg_url, "cli_coll")[:2] == (N, N)
+    assert _spent(tmp_path / "ledger.db")[1] == N

@@ -214,12 +214,12 @@ class StreamFormats(OptionGroup):
 
 @dataclass
 class ShardEngine(OptionGroup):
-    """Where protect-shards protects: in this process, or with Ray Data on a cluster or on a
-    local instance."""
+    """Where protect-shards and index-shards work: on this machine (one process; index-shards'
+    writer processes), or with Ray Data on a cluster or on a local instance."""
 
-    engine: Annotated[Literal["local", "ray"], typer.Option(help="One process, or Ray Data.")] = (
-        "local"
-    )
+    engine: Annotated[
+        Literal["local", "ray"], typer.Option(help="This machine, or Ray Data (--address).")
+    ] = "local"
     address: Annotated[
         str | None, typer.Option(help="Ray cluster address (default: start a local one).")
     ] = None
