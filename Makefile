@@ -16,7 +16,7 @@ DEMO_STAMP := $(DEMO_VENV)/.installed
 LC_VENV ?= .venv-langchain
 LC_STAMP := $(LC_VENV)/.installed
 
-.PHONY: install browser demo test lint typecheck pytest claims mutations langchain-tests wheel-smoke bench clean
+.PHONY: install browser demo test after-pytest lint typecheck pytest claims mutations langchain-tests wheel-smoke bench clean
 
 # pip prints what it collects and installs (no -q): a first install takes a while, visibly
 PIP_SHOW := --progress-bar on --disable-pip-version-check
@@ -48,7 +48,14 @@ demo: $(DEMO_STAMP)
 	@echo "make: the README's commands run in this environment: . $(DEMO_VENV)/bin/activate"
 
 ## Install everything and run the whole test suite (lint, format, types, tests, the built wheel).
-test: $(STAMP) browser lint typecheck pytest claims langchain-tests wheel-smoke
+test: $(STAMP) browser lint typecheck pytest after-pytest
+
+## The checks that need the suite to have passed run side by side: the claims' mutations (two
+## pytest copies) beside LangChain's suites and the built wheel's smoke test, whose virtual
+## environments, pip installs and wheel build wait on the disk more than they use the CPU (CI
+## time, issue 41.4). Each one's output is printed whole when it ends (--output-sync).
+after-pytest: $(STAMP)
+	$(MAKE) --no-print-directory -j3 --output-sync=target claims langchain-tests wheel-smoke
 
 ## Debian's chromium renders the HTML report in a test (installed when missing and root).
 browser:
@@ -69,7 +76,7 @@ typecheck: $(STAMP)
 ## a module's fixtures stay in one process); PYTEST_WORKERS=0 runs everything in this process
 PYTEST_WORKERS ?= 2
 pytest: $(STAMP)
-	time $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile
+	time $(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 ## Every security claim fails its tests when it is broken (claims/claims.toml, tools/claims):
 ## each claim's mutation is applied to a copy of the source tree and one of its tests must fail.
