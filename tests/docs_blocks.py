@@ -582,6 +582,22 @@ def run_group(group: str) -> list[Block]:
     return [b for b in RUN if b.document.name in names]
 
 
+def block_test(group: str) -> tuple[list[Block], Callable[..., None]]:
+    """The blocks of ``group`` and a test that runs each as written, for the module of that
+    group to bind as ``test_block_runs_as_written`` (a new function per group: each module's
+    parametrization is its own)."""
+    group_blocks = run_group(group)
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("block", group_blocks, ids=[b.where() for b in group_blocks])
+    def test_block_runs_as_written(
+        block: Block, supplies: Supplies, request: pytest.FixtureRequest, tmp_path: Path
+    ) -> None:
+        runs_as_written(block, supplies, request, tmp_path)
+
+    return group_blocks, test_block_runs_as_written
+
+
 def runs_as_written(block: Block, supplies: Supplies, request: Any, tmp_path: Path) -> None:
     """Run ``block`` in the empty ``tmp_path`` with its needs supplied; it must exit 0 (a
     Python block that wrote something, twice)."""

@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,23 +219,14 @@ def run_baseline(workers: Sequence[Workspace], tests: Sequence[str], timeout: fl
     shares: list[list[str]] = [[] for _ in workers]
     for group in sorted(by_file.values(), key=len, reverse=True):  # largest first, to the least
         min(shares, key=len).extend(group)
-    runs: list[tuple[int | None, list[str], str, float]] = []
-    lock = threading.Lock()
-
-    def one(ws: Workspace, share: list[str]) -> None:
-        r = ws.pytest(share, timeout=timeout, stop_first=False, bytecode=True)
-        with lock:
-            runs.append(r)
-
-    threads = [
-        threading.Thread(target=one, args=(w, share))
-        for w, share in zip(workers, shares, strict=True)
-        if share
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    pairs = [(w, share) for w, share in zip(workers, shares, strict=True) if share]
+    with ThreadPoolExecutor(max_workers=max(1, len(pairs))) as pool:
+        runs = list(
+            pool.map(
+                lambda p: p[0].pytest(p[1], timeout=timeout, stop_first=False, bytecode=True),
+                pairs,
+            )
+        )
     codes = [rc for rc, _, _, _ in runs]
     rc = 0 if all(c == 0 for c in codes) else next((c for c in codes if c != 0), None)
     failed = [f for _, fs, _, _ in runs for f in fs]
